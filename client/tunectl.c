@@ -1,0 +1,174 @@
+/*
+ * tunectl: the command-line client of tuned.
+ *
+ *   tunectl validate FILE [--json]   check a graph; exit 0, or 1 with the error
+ *   tunectl explain FILE [--json]    domains, accesses, ranges, FLOPs, bytes, key
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "sched.h"
+
+#define EXIT_INVALID 1
+#define EXIT_USAGE 2
+
+static const char usage[] =
+	"usage: tunectl COMMAND FILE [--json]\n"
+	"\n"
+	"commands:\n"
+	"  validate FILE   check FILE (graph.json v1); print its key, or the\n"
+	"                  first error (op index and column) and exit 1\n"
+	"  explain FILE    per op: iteration domain, write and read accesses as\n"
+	"                  isl maps, reduction ranges, FLOPs and bytes; the key\n"
+	"\n"
+	"options:\n"
+	"  --json          print one JSON object on stdout instead of text\n"
+	"  -h, --help      show this help\n"
+	"\n"
+	"exit status: 0 valid, 1 invalid graph, 2 usage error\n";
+
+static const char *code_name(int code)
+{
+	switch (code) {
+	case SCHED_EIO: return "io";
+	case SCHED_EJSON: return "json";
+	case SCHED_ESCHEMA: return "schema";
+	case SCHED_ESYNTAX: return "syntax";
+	case SCHED_EMEANING: return "meaning";
+	case SCHED_EGRAPH: return "graph";
+	case SCHED_EBOUNDS: return "bounds";
+	case SCHED_ENOMEM: return "nomem";
+	default: return "internal";
+	}
+}
+
+static void print_json(json_t *obj)
+{
+	char *text = json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+
+	if (text)
+		puts(text);
+	free(text);
+	json_decref(obj);
+}
+
+static int report_error(const char *path, const sched_error *err, bool as_json)
+{
+	if (as_json)
+		print_json(json_pack("{s:b, s:s, s:{s:s, s:i, s:i, s:s}}",
+				     "valid", 0, "file", path,
+				     "error", "code", code_name(err->code),
+				     "op", err->op, "column", err->column,
+				     "message", err->message));
+	else
+		fprintf(stderr, "%s: %s\n", path, err->message);
+	return EXIT_INVALID;
+}
+
+static int validate(const char *path, const sched_graph *graph, bool as_json)
+{
+	if (as_json)
+		print_json(json_pack("{s:b, s:s, s:s, s:i, s:i, s:s}", "valid", 1,
+				     "file", path, "name", sched_graph_name(graph),
+				     "tensors", sched_graph_tensor_count(graph),
+				     "ops", sched_graph_op_count(graph),
+				     "key", sched_graph_key(graph)));
+	else
+		printf("%s: valid graph '%s', %d tensors, %d ops, key %s\n", path,
+		       sched_graph_name(graph), sched_graph_tensor_count(graph),
+		       sched_graph_op_count(graph), sched_graph_key(graph));
+	return EXIT_SUCCESS;
+}
+
+static void print_op_text(json_t *op)
+{
+	json_t *reduction = json_object_get(op, "reduction"), *item;
+	size_t i;
+
+	printf("op %lld: %s\n", json_integer_value(json_object_get(op, "index")),
+	       json_string_value(json_object_get(op, "text")));
+	printf("  domain  %s\n", json_string_value(json_object_get(op, "domain")));
+	printf("  write   %s\n", json_string_value(json_object_get(op, "write")));
+	json_array_foreach(json_object_get(op, "reads"), i, item)
+		printf("  read    %s\n", json_string_value(json_object_get(item, "map")));
+	json_array_foreach(json_object_get(reduction, "ranges"), i, item)
+		printf("  reduce  %s over %s in [%lld, %lld)%s\n",
+		       json_string_value(json_object_get(reduction, "reducer")),
+		       json_string_value(json_object_get(item, "var")),
+		       json_integer_value(json_object_get(item, "lo")),
+		       json_integer_value(json_object_get(item, "hi")),
+		       json_is_true(json_object_get(item, "inferred")) ? ", inferred" : "");
+	printf("  flops   %lld\n  bytes   %lld\n",
+	       json_integer_value(json_object_get(op, "flops")),
+	       json_integer_value(json_object_get(op, "bytes")));
+}
+
+static int explain(const sched_graph *graph, bool as_json)
+{
+	json_t *obj = sched_graph_explain(graph), *op;
+	size_t i;
+
+	if (!obj)
+		return fprintf(stderr, "tunectl: out of memory\n"), EXIT_INVALID;
+	if (as_json)
+		return print_json(obj), EXIT_SUCCESS;
+	printf("graph '%s'\nkey %s\n", sched_graph_name(graph), sched_graph_key(graph));
+	json_array_foreach(json_object_get(obj, "ops"), i, op)
+		print_op_text(op);
+	printf("total: %lld flops, %lld bytes\n",
+	       json_integer_value(json_object_get(obj, "flops")),
+	       json_integer_value(json_object_get(obj, "bytes")));
+	json_decref(obj);
+	return EXIT_SUCCESS;
+}
+
+static int run_command(const char *command, const char *path, bool as_json)
+{
+	sched_error err = {0};
+	sched_graph *graph;
+	int status;
+
+	if (sched_graph_read_file(path, &graph, &err) < 0)
+		return report_error(path, &err, as_json);
+	if (!strcmp(command, "validate"))
+		status = validate(path, graph, as_json);
+	else
+		status = explain(graph, as_json);
+	sched_graph_free(graph);
+	return status;
+}
+
+int main(int argc, char **argv)
+{
+	const char *command = NULL, *path = NULL;
+	bool as_json = false;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+			return fputs(usage, stdout), EXIT_SUCCESS;
+		if (!strcmp(argv[i], "--json"))
+			as_json = true;
+		else if (argv[i][0] == '-' && argv[i][1])
+			return fprintf(stderr, "tunectl: unknown option '%s'\n%s",
+				       argv[i], usage), EXIT_USAGE;
+		else if (!command)
+			command = argv[i];
+		else if (!path)
+			path = argv[i];
+		else
+			return fprintf(stderr, "tunectl: unexpected argument '%s'\n",
+				       argv[i]), EXIT_USAGE;
+	}
+	if (!command || (strcmp(command, "validate") && strcmp(command, "explain")))
+		return fprintf(stderr, "tunectl: %s%s%s\n%s",
+			       command ? "unknown command '" : "no command given",
+			       command ? command : "", command ? "'" : "", usage),
+		       EXIT_USAGE;
+	if (!path)
+		return fprintf(stderr, "tunectl: '%s' needs a FILE\n", command),
+		       EXIT_USAGE;
+	return run_command(command, path, as_json);
+}

@@ -1,0 +1,835 @@
+/*
+ * expr.c: the recursive-descent parser of op expressions.
+ *
+ *   op     := target '=' body
+ *   target := NAME '[' [var {',' var}] ']'
+ *   body   := [reducer '(' rvar {',' rvar} ')'] expr
+ *   rvar   := NAME [ 'in' INT ':' INT | '<' INT ]
+ *   expr   := or;  or := and {'||' and};  and := eq {'&&' eq}
+ *   eq     := rel {('=='|'!=') rel};  rel := add {('<'|'<='|'>'|'>=') add}
+ *   add    := mul {('+'|'-') mul};  mul := unary {('*'|'/'|'%') unary}
+ *   unary  := ('-'|'!') unary | primary
+ *   primary:= NUM | '(' expr ')' | NAME '[' [expr {',' expr}] ']'
+ *           | NAME '(' expr {',' expr} ')' | NAME
+ *
+ * Names are resolved while parsing (tensors, functions, variables), so each
+ * error carries the column of the text it is about.
+ */
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched_int.h"
+
+#define MAX_VARS (2 * SCHED_MAX_RANK)
+#define MAX_ARGS 64
+
+enum tok_kind { TOK_END, TOK_NAME, TOK_NUM, TOK_PUNCT };
+
+typedef struct token {
+	enum tok_kind kind;
+	int pos, len;
+	double num;
+	bool is_int;
+} token;
+
+typedef struct parser {
+	sched_graph *graph;
+	sched_op *op;
+	const char *text;
+	int pos;
+	int prev_end;
+	token tok;
+	sched_error *err;
+	int rc;
+	int nvars;
+	sched_var vars[MAX_VARS];
+} parser;
+
+static const struct {
+	const char *name;
+	int arity;
+} funcs[SCHED_FUNC_COUNT] = {
+	[SCHED_EXP] = {"exp", 1},	  [SCHED_LOG] = {"log", 1},
+	[SCHED_SQRT] = {"sqrt", 1},	  [SCHED_RSQRT] = {"rsqrt", 1},
+	[SCHED_TANH] = {"tanh", 1},	  [SCHED_SIGMOID] = {"sigmoid", 1},
+	[SCHED_RELU] = {"relu", 1},	  [SCHED_GELU] = {"gelu", 1},
+	[SCHED_GELU_TANH] = {"gelu_tanh", 1}, [SCHED_SILU] = {"silu", 1},
+	[SCHED_ERF] = {"erf", 1},	  [SCHED_ABS] = {"abs", 1},
+	[SCHED_MAX2] = {"max", 2},	  [SCHED_MIN2] = {"min", 2},
+	[SCHED_POW] = {"pow", 2},	  [SCHED_SELECT] = {"select", 3},
+};
+
+static const char *const reducer_names[] = {
+	[SCHED_RED_NONE] = "", [SCHED_RED_SUM] = "sum", [SCHED_RED_MAX] = "max",
+	[SCHED_RED_MIN] = "min", [SCHED_RED_PROD] = "prod",
+};
+
+/* Words that may name neither a tensor nor a variable: ours and isl's. */
+static const char *const reserved[] = {
+	"sum", "prod", "in", "and", "or", "not", "implies", "mod", "floor",
+	"ceil", "exists", "true", "false", "infty", "nan", "rat", "domain",
+	"range", NULL,
+};
+
+const char *sched_func_name(enum sched_func func)
+{
+	return funcs[func].name;
+}
+
+const char *sched_reducer_name(enum sched_reducer reducer)
+{
+	return reducer_names[reducer];
+}
+
+bool sched_name_is_reserved(const char *name)
+{
+	for (int i = 0; reserved[i]; i++)
+		if (!strcmp(name, reserved[i]))
+			return true;
+	for (int f = 0; f < SCHED_FUNC_COUNT; f++)
+		if (!strcmp(name, funcs[f].name))
+			return true;
+	return false;
+}
+
+/* Records the first error; later ones are consequences and are dropped. */
+static void *parse_error(parser *p, int code, int pos, const char *fmt,
+			 const char *subject)
+{
+	if (p->rc == 0)
+		p->rc = sched_fail(p->err, code, p->op->index, pos + 1, fmt,
+				   subject);
+	return NULL;
+}
+
+static bool tok_is(const parser *p, const char *punct)
+{
+	size_t n = strlen(punct);
+
+	return p->tok.kind == TOK_PUNCT && (size_t)p->tok.len == n &&
+	       !strncmp(p->text + p->tok.pos, punct, n);
+}
+
+static bool tok_is_name(const parser *p, const char *name)
+{
+	size_t n = strlen(name);
+
+	return p->tok.kind == TOK_NAME && (size_t)p->tok.len == n &&
+	       !strncmp(p->text + p->tok.pos, name, n);
+}
+
+static const char *const two_char_puncts[] = {"<=", ">=", "==", "!=", "&&",
+					      "||", NULL};
+
+static int lex_punct(const char *s)
+{
+	for (int i = 0; two_char_puncts[i]; i++)
+		if (!strncmp(s, two_char_puncts[i], 2))
+			return 2;
+	if (strchr("[](),=+-*/%<>!:", *s))
+		return 1;
+	return 0;
+}
+
+static void lex_number(parser *p, const char *s)
+{
+	char *end;
+
+	p->tok.kind = TOK_NUM;
+	p->tok.num = strtod(s, &end);
+	p->tok.len = (int)(end - s);
+	p->tok.is_int = strcspn(s, ".eE") >= (size_t)p->tok.len;
+}
+
+/* Reads the next token into p->tok. */
+static void next(parser *p)
+{
+	const char *s;
+
+	p->prev_end = p->tok.pos + p->tok.len;
+	while (isspace((unsigned char)p->text[p->pos]))
+		p->pos++;
+	s = p->text + p->pos;
+	p->tok = (token){.pos = p->pos};
+	if (!*s) {
+		p->tok.kind = TOK_END;
+	} else if (isalpha((unsigned char)*s) || *s == '_') {
+		p->tok.kind = TOK_NAME;
+		while (isalnum((unsigned char)s[p->tok.len]) || s[p->tok.len] == '_')
+			p->tok.len++;
+	} else if (isdigit((unsigned char)*s) ||
+		   (*s == '.' && isdigit((unsigned char)s[1]))) {
+		lex_number(p, s);
+	} else if ((p->tok.len = lex_punct(s))) {
+		p->tok.kind = TOK_PUNCT;
+	} else {
+		p->tok.kind = TOK_PUNCT;
+		p->tok.len = 1;
+		parse_error(p, SCHED_ESYNTAX, p->pos, "unexpected character '%s'",
+			    (char[]){*s, 0});
+	}
+	p->pos += p->tok.len;
+}
+
+static char *tok_text(parser *p)
+{
+	return sched_arena_strndup(&p->graph->arena, p->text + p->tok.pos,
+				   p->tok.len);
+}
+
+static const char *tok_describe(parser *p)
+{
+	if (p->tok.kind == TOK_END)
+		return "the end of the op";
+	return tok_text(p);
+}
+
+static bool expect(parser *p, const char *punct)
+{
+	if (tok_is(p, punct)) {
+		next(p);
+		return true;
+	}
+	if (p->rc == 0) {
+		char what[64];
+
+		snprintf(what, sizeof(what), "expected '%s' but found '%%s'",
+			 punct);
+		p->rc = sched_fail(p->err, SCHED_ESYNTAX, p->op->index,
+				   p->tok.pos + 1, what, tok_describe(p));
+	}
+	return false;
+}
+
+static sched_node *node_new(parser *p, enum sched_node_kind kind, int pos,
+			    int nargs)
+{
+	sched_node *node = sched_arena_alloc(&p->graph->arena, sizeof(*node));
+
+	if (!node || !(node->args = sched_arena_alloc(&p->graph->arena,
+						      (nargs + 1) * sizeof(sched_node *))))
+		return parse_error(p, SCHED_ENOMEM, pos, "out of memory%s", "");
+	node->kind = kind;
+	node->col = pos + 1;
+	node->nargs = nargs;
+	return node;
+}
+
+static sched_node *node_finish(parser *p, sched_node *node)
+{
+	if (node)
+		node->end_col = p->prev_end + 1;
+	return node;
+}
+
+static sched_node *parse_expr(parser *p);
+
+static int find_var(const parser *p, const char *name, int len)
+{
+	for (int i = 0; i < p->nvars; i++)
+		if ((int)strlen(p->vars[i].name) == len &&
+		    !strncmp(p->vars[i].name, name, len))
+			return i;
+	return -1;
+}
+
+/* Parses a comma-separated list up to "close" into args; returns the count
+ * or -1. */
+static int parse_list(parser *p, const char *close, sched_node **args)
+{
+	int n = 0;
+
+	if (tok_is(p, close))
+		return next(p), 0;
+	do {
+		if (n == MAX_ARGS)
+			return parse_error(p, SCHED_ESYNTAX, p->tok.pos,
+					   "more than 64 arguments%s", ""), -1;
+		if (n > 0)
+			next(p);
+		if (!(args[n++] = parse_expr(p)))
+			return -1;
+	} while (tok_is(p, ","));
+	return expect(p, close) ? n : -1;
+}
+
+static sched_node *parse_access(parser *p, int pos, const char *name)
+{
+	sched_node *args[MAX_ARGS], *node;
+	int t = sched_tensor_find(p->graph, name);
+	int n;
+
+	if (t < 0)
+		return parse_error(p, SCHED_EMEANING, pos, "unknown tensor '%s'",
+				   name);
+	next(p);
+	if ((n = parse_list(p, "]", args)) < 0)
+		return NULL;
+	if (n != p->graph->tensors[t].rank) {
+		char what[96];
+
+		snprintf(what, sizeof(what),
+			 "tensor '%%s' has %d dims, indexed with %d",
+			 p->graph->tensors[t].rank, n);
+		return parse_error(p, SCHED_EMEANING, pos, what, name);
+	}
+	if (!(node = node_new(p, SCHED_NODE_ACCESS, pos, n)))
+		return NULL;
+	node->tensor = t;
+	node->access_id = p->op->naccesses++;
+	memcpy(node->args, args, n * sizeof(*args));
+	return node_finish(p, node);
+}
+
+static int find_func(const char *name)
+{
+	for (int f = 0; f < SCHED_FUNC_COUNT; f++)
+		if (!strcmp(name, funcs[f].name))
+			return f;
+	return -1;
+}
+
+static sched_node *parse_call(parser *p, int pos, const char *name)
+{
+	sched_node *args[MAX_ARGS], *node;
+	int f = find_func(name), n;
+
+	if (f < 0 && (!strcmp(name, "sum") || !strcmp(name, "prod")))
+		return parse_error(p, SCHED_ESYNTAX, pos,
+				   "reducer '%s' must begin the op's body, "
+				   "and an op has at most one", name);
+	if (f < 0)
+		return parse_error(p, SCHED_EMEANING, pos,
+				   "unknown function '%s'", name);
+	next(p);
+	if ((n = parse_list(p, ")", args)) < 0)
+		return NULL;
+	if (n != funcs[f].arity) {
+		char what[96];
+
+		snprintf(what, sizeof(what), "'%%s' takes %d argument%s, given %d",
+			 funcs[f].arity, funcs[f].arity == 1 ? "" : "s", n);
+		return parse_error(p, SCHED_EMEANING, pos, what, name);
+	}
+	if (!(node = node_new(p, SCHED_NODE_CALL, pos, n)))
+		return NULL;
+	node->op = f;
+	memcpy(node->args, args, n * sizeof(*args));
+	return node_finish(p, node);
+}
+
+static sched_node *parse_var(parser *p, int pos, const char *name)
+{
+	sched_node *node;
+	int v = find_var(p, name, (int)strlen(name));
+
+	if (v < 0)
+		return parse_error(p, SCHED_EMEANING, pos,
+				   "unknown variable '%s'", name);
+	if (!(node = node_new(p, SCHED_NODE_VAR, pos, 0)))
+		return NULL;
+	node->var = v;
+	return node_finish(p, node);
+}
+
+static sched_node *parse_name(parser *p)
+{
+	int pos = p->tok.pos;
+	char *name = tok_text(p);
+
+	if (!name)
+		return parse_error(p, SCHED_ENOMEM, pos, "out of memory%s", "");
+	next(p);
+	if (tok_is(p, "["))
+		return parse_access(p, pos, name);
+	if (tok_is(p, "("))
+		return parse_call(p, pos, name);
+	return parse_var(p, pos, name);
+}
+
+static sched_node *parse_primary(parser *p)
+{
+	sched_node *node;
+	int pos = p->tok.pos;
+
+	if (p->tok.kind == TOK_NUM) {
+		if (!(node = node_new(p, SCHED_NODE_NUM, pos, 0)))
+			return NULL;
+		node->num = p->tok.num;
+		next(p);
+		return node_finish(p, node);
+	}
+	if (p->tok.kind == TOK_NAME)
+		return parse_name(p);
+	if (tok_is(p, "(")) {
+		next(p);
+		node = parse_expr(p);
+		return node && expect(p, ")") ? node : NULL;
+	}
+	return parse_error(p, SCHED_ESYNTAX, pos,
+			   "expected a number, a name or '(' but found '%s'",
+			   tok_describe(p));
+}
+
+static sched_node *parse_unary(parser *p)
+{
+	sched_node *node;
+	int pos = p->tok.pos;
+	enum sched_unop op;
+
+	if (tok_is(p, "-"))
+		op = SCHED_NEG;
+	else if (tok_is(p, "!"))
+		op = SCHED_NOT;
+	else
+		return parse_primary(p);
+	next(p);
+	if (!(node = node_new(p, SCHED_NODE_UNARY, pos, 1)))
+		return NULL;
+	node->op = op;
+	if (!(node->args[0] = parse_unary(p)))
+		return NULL;
+	return node_finish(p, node);
+}
+
+/* One level of binary operators, left-associative. */
+typedef struct binary_level {
+	const char *puncts[5];
+	enum sched_binop ops[5];
+} binary_level;
+
+static const binary_level levels[] = {
+	{{"||"}, {SCHED_OR}},
+	{{"&&"}, {SCHED_AND}},
+	{{"==", "!="}, {SCHED_EQ, SCHED_NE}},
+	{{"<=", ">=", "<", ">"}, {SCHED_LE, SCHED_GE, SCHED_LT, SCHED_GT}},
+	{{"+", "-"}, {SCHED_ADD, SCHED_SUB}},
+	{{"*", "/", "%"}, {SCHED_MUL, SCHED_DIV, SCHED_MOD}},
+};
+
+#define LEVEL_COUNT ((int)(sizeof(levels) / sizeof(levels[0])))
+
+static int level_match(const parser *p, int level)
+{
+	for (int i = 0; levels[level].puncts[i]; i++)
+		if (tok_is(p, levels[level].puncts[i]))
+			return i;
+	return -1;
+}
+
+static sched_node *parse_level(parser *p, int level)
+{
+	sched_node *left, *node;
+	int m;
+
+	if (level == LEVEL_COUNT)
+		return parse_unary(p);
+	left = parse_level(p, level + 1);
+	while (left && (m = level_match(p, level)) >= 0) {
+		next(p);
+		if (!(node = node_new(p, SCHED_NODE_BINARY, left->col - 1, 2)))
+			return NULL;
+		node->op = levels[level].ops[m];
+		node->args[0] = left;
+		if (!(node->args[1] = parse_level(p, level + 1)))
+			return NULL;
+		left = node_finish(p, node);
+	}
+	return left;
+}
+
+static sched_node *parse_expr(parser *p)
+{
+	return parse_level(p, 0);
+}
+
+/* Adds variable named by the current token; "what" names its kind. */
+static bool add_var(parser *p, bool reduction)
+{
+	char *name = tok_text(p);
+	sched_var *var = &p->vars[p->nvars];
+
+	if (!name)
+		return parse_error(p, SCHED_ENOMEM, p->tok.pos, "out of memory%s", ""), false;
+	if (sched_name_is_reserved(name))
+		return parse_error(p, SCHED_ESYNTAX, p->tok.pos,
+				   "'%s' is a reserved word and cannot name a variable",
+				   name), false;
+	if (find_var(p, name, p->tok.len) >= 0)
+		return parse_error(p, SCHED_EMEANING, p->tok.pos,
+				   "variable '%s' is used twice", name), false;
+	if (p->nvars == MAX_VARS)
+		return parse_error(p, SCHED_EMEANING, p->tok.pos,
+				   "too many variables at '%s'", name), false;
+	*var = (sched_var){.name = name, .col = p->tok.pos + 1,
+			   .reduction = reduction};
+	p->nvars++;
+	next(p);
+	return true;
+}
+
+static bool parse_target(parser *p)
+{
+	sched_tensor *t;
+	char *name;
+
+	if (p->tok.kind != TOK_NAME)
+		return parse_error(p, SCHED_ESYNTAX, p->tok.pos,
+				   "expected the target tensor but found '%s'",
+				   tok_describe(p)), false;
+	if (!(name = tok_text(p)))
+		return false;
+	if ((p->op->target = sched_tensor_find(p->graph, name)) < 0)
+		return parse_error(p, SCHED_EMEANING, p->tok.pos,
+				   "unknown tensor '%s'", name), false;
+	p->op->target_col = p->tok.pos + 1;
+	next(p);
+	if (!expect(p, "["))
+		return false;
+	while (p->tok.kind == TOK_NAME) {
+		if (!add_var(p, false))
+			return false;
+		if (!tok_is(p, ","))
+			break;
+		next(p);
+	}
+	if (!expect(p, "]"))
+		return false;
+	t = &p->graph->tensors[p->op->target];
+	if (p->nvars != t->rank) {
+		char what[96];
+
+		snprintf(what, sizeof(what),
+			 "target '%%s' has %d dims, given %d variables", t->rank,
+			 p->nvars);
+		return parse_error(p, SCHED_EMEANING, p->op->target_col - 1,
+				   what, t->name), false;
+	}
+	return expect(p, "=");
+}
+
+/* Reads a possibly negative integer literal. */
+static bool parse_int(parser *p, int64_t *value)
+{
+	bool negative = tok_is(p, "-");
+
+	if (negative)
+		next(p);
+	if (p->tok.kind != TOK_NUM || !p->tok.is_int || fabs(p->tok.num) > 1e15)
+		return parse_error(p, SCHED_ESYNTAX, p->tok.pos,
+				   "expected an integer but found '%s'",
+				   tok_describe(p)), false;
+	*value = (int64_t)p->tok.num * (negative ? -1 : 1);
+	next(p);
+	return true;
+}
+
+static bool parse_rvar_range(parser *p)
+{
+	sched_var *var = &p->vars[p->nvars - 1];
+	int pos = p->tok.pos;
+
+	if (tok_is(p, "<")) {
+		next(p);
+		var->lo = 0;
+		if (!parse_int(p, &var->hi))
+			return false;
+	} else if (tok_is_name(p, "in")) {
+		next(p);
+		if (!parse_int(p, &var->lo) || !expect(p, ":") ||
+		    !parse_int(p, &var->hi))
+			return false;
+	} else {
+		var->inferred = true;
+		return true;
+	}
+	if (var->hi <= var->lo)
+		return parse_error(p, SCHED_EMEANING, pos,
+				   "reduction variable '%s' has an empty range",
+				   var->name), false;
+	return true;
+}
+
+static bool starts_expr(const parser *p)
+{
+	return p->tok.kind == TOK_NAME || p->tok.kind == TOK_NUM ||
+	       tok_is(p, "(") || tok_is(p, "-") || tok_is(p, "!");
+}
+
+/* Parses "reducer(rvars)" if the body starts with one. max and min are also
+ * functions: they are reducers only when every name in the parentheses is
+ * fresh and an expression follows; otherwise the parser backs up. */
+static bool parse_reducer(parser *p)
+{
+	parser saved = *p;
+	enum sched_reducer r;
+	bool must;
+
+	for (r = SCHED_RED_SUM; r <= SCHED_RED_PROD; r++)
+		if (tok_is_name(p, reducer_names[r]))
+			break;
+	if (r > SCHED_RED_PROD)
+		return true;
+	must = r == SCHED_RED_SUM || r == SCHED_RED_PROD;
+	next(p);
+	if (!tok_is(p, "(") && !must)
+		return *p = saved, true;
+	if (!must)
+		p->err = NULL;
+	if (!expect(p, "("))
+		return false;
+	do {
+		if (p->tok.kind != TOK_NAME) {
+			parse_error(p, SCHED_ESYNTAX, p->tok.pos,
+				    "expected a reduction variable but found '%s'",
+				    tok_describe(p));
+			break;
+		}
+		if (!add_var(p, true) || !parse_rvar_range(p))
+			break;
+	} while (tok_is(p, ",") && (next(p), true));
+	if (p->rc == 0 && expect(p, ")") && starts_expr(p)) {
+		p->err = saved.err;
+		p->op->reducer = r;
+		return true;
+	}
+	if (must)
+		return p->rc == 0 ? (parse_error(p, SCHED_ESYNTAX, p->tok.pos,
+				"expected the reduced expression but found '%s'",
+				tok_describe(p)), false) : false;
+	return *p = saved, true;
+}
+
+/* Evaluates a subtree free of variables and accesses with integer
+ * arithmetic (floor division and remainder). False if it is not one. */
+bool sched_node_int_const(const sched_node *node, int64_t *value)
+{
+	int64_t a, b;
+
+	switch (node->kind) {
+	case SCHED_NODE_NUM:
+		*value = (int64_t)node->num;
+		return node->num == floor(node->num) && fabs(node->num) < 1e15;
+	case SCHED_NODE_UNARY:
+		if (node->op != SCHED_NEG || !sched_node_int_const(node->args[0], &a))
+			return false;
+		*value = -a;
+		return true;
+	case SCHED_NODE_BINARY:
+		if (!sched_node_int_const(node->args[0], &a) ||
+		    !sched_node_int_const(node->args[1], &b))
+			return false;
+		return sched_int_binop(node->op, a, b, value);
+	default:
+		return false;
+	}
+}
+
+bool sched_int_binop(int op, int64_t a, int64_t b, int64_t *value)
+{
+	switch (op) {
+	case SCHED_ADD: *value = a + b; return true;
+	case SCHED_SUB: *value = a - b; return true;
+	case SCHED_MUL: *value = a * b; return true;
+	case SCHED_DIV:
+		if (b <= 0)
+			return false;
+		*value = a >= 0 ? a / b : -((-a + b - 1) / b);
+		return true;
+	case SCHED_MOD:
+		if (b <= 0)
+			return false;
+		*value = ((a % b) + b) % b;
+		return true;
+	default:
+		return false;
+	}
+}
+
+static bool has_var(const sched_node *node)
+{
+	if (node->kind == SCHED_NODE_VAR)
+		return true;
+	for (int i = 0; i < node->nargs; i++)
+		if (has_var(node->args[i]))
+			return true;
+	return false;
+}
+
+/* Why "node" is not a quasi-affine index, or NULL if it is one. */
+const char *sched_index_problem(const sched_node *node)
+{
+	int64_t c;
+
+	switch (node->kind) {
+	case SCHED_NODE_NUM:
+		return sched_node_int_const(node, &c) ? NULL
+						      : "has a non-integer constant";
+	case SCHED_NODE_VAR:
+		return NULL;
+	case SCHED_NODE_ACCESS:
+		return "reads a tensor";
+	case SCHED_NODE_CALL:
+		return "calls a function";
+	case SCHED_NODE_UNARY:
+		return node->op == SCHED_NEG ? sched_index_problem(node->args[0])
+					     : "uses '!'";
+	case SCHED_NODE_BINARY:
+		break;
+	}
+	switch (node->op) {
+	case SCHED_ADD:
+	case SCHED_SUB: {
+		const char *why = sched_index_problem(node->args[0]);
+
+		return why ? why : sched_index_problem(node->args[1]);
+	}
+	case SCHED_MUL:
+		if (has_var(node->args[0]) && has_var(node->args[1]))
+			return "multiplies two variables";
+		return sched_index_problem(node->args[has_var(node->args[0]) ? 0 : 1]);
+	case SCHED_DIV:
+	case SCHED_MOD:
+		if (!sched_node_int_const(node->args[1], &c) || c <= 0)
+			return "divides by something other than a positive integer constant";
+		return sched_index_problem(node->args[0]);
+	default:
+		return "uses a comparison or logic";
+	}
+}
+
+static void check_indices(const sched_node *access, void *user)
+{
+	parser *p = user;
+
+	for (int i = 0; i < access->nargs && p->rc == 0; i++) {
+		const sched_node *index = access->args[i];
+		const char *why = sched_index_problem(index);
+		char what[256];
+
+		if (!why)
+			continue;
+		snprintf(what, sizeof(what),
+			 "index '%.*s' of '%%s' is not affine: it %s",
+			 index->end_col - index->col, p->text + index->col - 1, why);
+		parse_error(p, SCHED_EMEANING, index->col - 1, what,
+			    p->graph->tensors[access->tensor].name);
+	}
+}
+
+typedef struct range_search {
+	const sched_graph *graph;
+	int var;
+	int64_t size;
+	int tensor;
+	int conflict;
+} range_search;
+
+/* Looks for dims indexed by variable "var" alone. */
+static void find_var_dims(const sched_node *access, void *user)
+{
+	range_search *s = user;
+	const sched_tensor *t = &s->graph->tensors[access->tensor];
+
+	for (int i = 0; i < access->nargs; i++) {
+		const sched_node *index = access->args[i];
+
+		if (index->kind != SCHED_NODE_VAR || index->var != s->var)
+			continue;
+		if (s->tensor < 0) {
+			s->tensor = access->tensor;
+			s->size = t->shape[i];
+		} else if (t->shape[i] != s->size && s->conflict < 0) {
+			s->conflict = access->tensor;
+		}
+	}
+}
+
+static bool infer_range(parser *p, int v)
+{
+	sched_var *var = &p->vars[v];
+	range_search s = {p->graph, v, 0, -1, -1};
+	char what[256];
+
+	sched_node_each_access(p->op->body, find_var_dims, &s);
+	if (s.tensor < 0)
+		return parse_error(p, SCHED_EMEANING, var->col - 1,
+				   "cannot infer the range of reduction variable "
+				   "'%s': no access indexes a dim with it alone; "
+				   "write it as 'var < N'", var->name), false;
+	if (s.conflict >= 0) {
+		snprintf(what, sizeof(what),
+			 "reduction variable '%%s' indexes dims of different sizes "
+			 "in '%s' and '%s'", p->graph->tensors[s.tensor].name,
+			 p->graph->tensors[s.conflict].name);
+		return parse_error(p, SCHED_EMEANING, var->col - 1, what,
+				   var->name), false;
+	}
+	var->lo = 0;
+	var->hi = s.size;
+	return true;
+}
+
+/* Gives the target variables their ranges and infers the reducer's. */
+static bool set_ranges(parser *p)
+{
+	const sched_tensor *t = &p->graph->tensors[p->op->target];
+
+	for (int v = 0; v < p->nvars; v++) {
+		if (!p->vars[v].reduction) {
+			p->vars[v].lo = 0;
+			p->vars[v].hi = t->shape[v];
+		} else if (p->vars[v].inferred && !infer_range(p, v)) {
+			return false;
+		}
+	}
+	return true;
+}
+
+static bool store_vars(parser *p)
+{
+	sched_op *op = p->op;
+
+	op->nvars = p->nvars;
+	op->ntarget_vars = p->graph->tensors[op->target].rank;
+	op->vars = sched_arena_alloc(&p->graph->arena,
+				     (p->nvars + 1) * sizeof(sched_var));
+	if (!op->vars)
+		return parse_error(p, SCHED_ENOMEM, 0, "out of memory%s", ""), false;
+	memcpy(op->vars, p->vars, p->nvars * sizeof(sched_var));
+	return true;
+}
+
+int sched_op_parse(sched_graph *graph, int index, const char *text,
+		   sched_error *err)
+{
+	parser p = {.graph = graph, .op = &graph->ops[index], .text = text,
+		    .err = err};
+
+	p.op->index = index;
+	p.op->text = text;
+	next(&p);
+	if (!parse_target(&p) || !parse_reducer(&p))
+		return p.rc;
+	if (!(p.op->body = parse_expr(&p)))
+		return p.rc;
+	if (p.tok.kind != TOK_END)
+		return parse_error(&p, SCHED_ESYNTAX, p.tok.pos,
+				   "unexpected '%s' after the expression",
+				   tok_describe(&p)), p.rc;
+	sched_node_each_access(p.op->body, check_indices, &p);
+	if (p.rc == 0 && set_ranges(&p))
+		store_vars(&p);
+	return p.rc;
+}
+
+void sched_node_each_access(const sched_node *node, sched_access_fn fn,
+			    void *user)
+{
+	if (node->kind == SCHED_NODE_ACCESS)
+		fn(node, user);
+	for (int i = 0; i < node->nargs; i++)
+		sched_node_each_access(node->args[i], fn, user);
+}

@@ -1,0 +1,307 @@
+/*
+ * interp.c: the reference interpreter, the oracle for every kernel.
+ *
+ * Each op is evaluated point by point over its domain, in double precision,
+ * in dependence order: for every output element, the reducer folds the
+ * body over the reduction variables. The only preparation is to turn each
+ * access's indices into an element offset: affine indices become one linear
+ * form in the variables; quasi-affine ones are evaluated per point.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched_int.h"
+
+#define MAX_VARS (2 * SCHED_MAX_RANK)
+
+/* offset = base + sum of coef[k] * vars[var[k]], when linear. */
+typedef struct access_plan {
+	bool linear;
+	int nterms;
+	int var[MAX_VARS];
+	int64_t coef[MAX_VARS];
+	int64_t base;
+	int64_t stride[SCHED_MAX_RANK];
+} access_plan;
+
+typedef struct op_run {
+	const sched_graph *graph;
+	const sched_op *op;
+	double **values;
+	access_plan *plans;
+	int64_t vars[MAX_VARS];
+} op_run;
+
+/* Adds "scale" times the linear form of "node" to lin/base; false if the
+ * node is not linear (has / or %). */
+static bool linearize(const sched_node *node, int64_t scale, int64_t *lin,
+		      int64_t *base)
+{
+	int64_t c;
+
+	if (sched_node_int_const(node, &c)) {
+		*base += scale * c;
+		return true;
+	}
+	switch (node->kind) {
+	case SCHED_NODE_VAR:
+		lin[node->var] += scale;
+		return true;
+	case SCHED_NODE_UNARY:
+		return linearize(node->args[0], -scale, lin, base);
+	case SCHED_NODE_BINARY:
+		if (node->op == SCHED_ADD || node->op == SCHED_SUB)
+			return linearize(node->args[0], scale, lin, base) &&
+			       linearize(node->args[1],
+					 node->op == SCHED_ADD ? scale : -scale,
+					 lin, base);
+		if (node->op != SCHED_MUL)
+			return false;
+		if (sched_node_int_const(node->args[0], &c))
+			return linearize(node->args[1], scale * c, lin, base);
+		sched_node_int_const(node->args[1], &c);
+		return linearize(node->args[0], scale * c, lin, base);
+	default:
+		return false;
+	}
+}
+
+static void plan_access(const sched_node *access, void *user)
+{
+	op_run *run = user;
+	const sched_tensor *t = &run->graph->tensors[access->tensor];
+	access_plan *plan = &run->plans[access->access_id];
+	int64_t lin[MAX_VARS] = {0};
+	int64_t stride = 1;
+
+	plan->linear = true;
+	for (int d = t->rank - 1; d >= 0; stride *= t->shape[d--]) {
+		plan->stride[d] = stride;
+		plan->linear &= linearize(access->args[d], stride, lin, &plan->base);
+	}
+	for (int v = 0; v < run->op->nvars; v++)
+		if (lin[v]) {
+			plan->var[plan->nterms] = v;
+			plan->coef[plan->nterms++] = lin[v];
+		}
+}
+
+static int64_t eval_index(const op_run *run, const sched_node *node)
+{
+	int64_t a, b, value = 0;
+
+	switch (node->kind) {
+	case SCHED_NODE_NUM:
+		return (int64_t)node->num;
+	case SCHED_NODE_VAR:
+		return run->vars[node->var];
+	case SCHED_NODE_UNARY:
+		return -eval_index(run, node->args[0]);
+	default:
+		a = eval_index(run, node->args[0]);
+		b = eval_index(run, node->args[1]);
+		sched_int_binop(node->op, a, b, &value);
+		return value;
+	}
+}
+
+static int64_t access_offset(const op_run *run, const sched_node *access)
+{
+	const access_plan *plan = &run->plans[access->access_id];
+	int64_t offset = plan->base;
+
+	if (plan->linear) {
+		for (int k = 0; k < plan->nterms; k++)
+			offset += plan->coef[k] * run->vars[plan->var[k]];
+		return offset;
+	}
+	offset = 0;
+	for (int d = 0; d < access->nargs; d++)
+		offset += plan->stride[d] * eval_index(run, access->args[d]);
+	return offset;
+}
+
+static double sigmoid(double x)
+{
+	return 1.0 / (1.0 + exp(-x));
+}
+
+static double apply_unary_func(int func, double x)
+{
+	switch (func) {
+	case SCHED_EXP: return exp(x);
+	case SCHED_LOG: return log(x);
+	case SCHED_SQRT: return sqrt(x);
+	case SCHED_RSQRT: return 1.0 / sqrt(x);
+	case SCHED_TANH: return tanh(x);
+	case SCHED_SIGMOID: return sigmoid(x);
+	case SCHED_RELU: return x < 0 ? 0 : x;
+	case SCHED_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+	case SCHED_GELU_TANH:
+		return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) *
+					     (x + 0.044715 * x * x * x)));
+	case SCHED_SILU: return x * sigmoid(x);
+	case SCHED_ERF: return erf(x);
+	default: return fabs(x);
+	}
+}
+
+static double eval(const op_run *run, const sched_node *node);
+
+static double eval_call(const op_run *run, const sched_node *node)
+{
+	double a, b;
+
+	if (node->op == SCHED_SELECT)
+		return eval(run, node->args[eval(run, node->args[0]) != 0 ? 1 : 2]);
+	a = eval(run, node->args[0]);
+	if (node->nargs == 1)
+		return apply_unary_func(node->op, a);
+	b = eval(run, node->args[1]);
+	if (node->op == SCHED_POW)
+		return pow(a, b);
+	return node->op == SCHED_MAX2 ? fmax(a, b) : fmin(a, b);
+}
+
+static double eval_binary(const op_run *run, const sched_node *node)
+{
+	double a = eval(run, node->args[0]), b;
+
+	if (node->op == SCHED_AND && a == 0)
+		return 0;
+	if (node->op == SCHED_OR && a != 0)
+		return 1;
+	b = eval(run, node->args[1]);
+	switch (node->op) {
+	case SCHED_ADD: return a + b;
+	case SCHED_SUB: return a - b;
+	case SCHED_MUL: return a * b;
+	case SCHED_DIV: return a / b;
+	case SCHED_MOD: return a - b * floor(a / b);
+	case SCHED_LT: return a < b;
+	case SCHED_LE: return a <= b;
+	case SCHED_GT: return a > b;
+	case SCHED_GE: return a >= b;
+	case SCHED_EQ: return a == b;
+	case SCHED_NE: return a != b;
+	default: return b != 0;
+	}
+}
+
+static double eval(const op_run *run, const sched_node *node)
+{
+	switch (node->kind) {
+	case SCHED_NODE_NUM:
+		return node->num;
+	case SCHED_NODE_VAR:
+		return (double)run->vars[node->var];
+	case SCHED_NODE_ACCESS:
+		return run->values[node->tensor][access_offset(run, node)];
+	case SCHED_NODE_CALL:
+		return eval_call(run, node);
+	case SCHED_NODE_UNARY:
+		return node->op == SCHED_NEG ? -eval(run, node->args[0])
+					     : eval(run, node->args[0]) == 0;
+	default:
+		return eval_binary(run, node);
+	}
+}
+
+static double reducer_identity(enum sched_reducer reducer)
+{
+	switch (reducer) {
+	case SCHED_RED_MAX: return -INFINITY;
+	case SCHED_RED_MIN: return INFINITY;
+	case SCHED_RED_PROD: return 1;
+	default: return 0;
+	}
+}
+
+static double reduce(enum sched_reducer reducer, double acc, double x)
+{
+	switch (reducer) {
+	case SCHED_RED_MAX: return x > acc ? x : acc;
+	case SCHED_RED_MIN: return x < acc ? x : acc;
+	case SCHED_RED_PROD: return acc * x;
+	default: return acc + x;
+	}
+}
+
+/* Steps vars[first..last) like an odometer; false after the last point. */
+static bool advance(const sched_op *op, int64_t *vars, int first, int last)
+{
+	for (int v = last - 1; v >= first; v--) {
+		if (++vars[v] < op->vars[v].hi)
+			return true;
+		vars[v] = op->vars[v].lo;
+	}
+	return false;
+}
+
+/* The value of the target element at the current target variables. */
+static double eval_element(op_run *run)
+{
+	const sched_op *op = run->op;
+	double acc;
+
+	if (op->reducer == SCHED_RED_NONE)
+		return eval(run, op->body);
+	acc = reducer_identity(op->reducer);
+	for (int v = op->ntarget_vars; v < op->nvars; v++)
+		run->vars[v] = op->vars[v].lo;
+	do {
+		acc = reduce(op->reducer, acc, eval(run, op->body));
+	} while (advance(op, run->vars, op->ntarget_vars, op->nvars));
+	return acc;
+}
+
+static void run_op(op_run *run)
+{
+	const sched_op *op = run->op;
+	const sched_tensor *target = &run->graph->tensors[op->target];
+	double *out = run->values[op->target];
+
+	sched_node_each_access(op->body, plan_access, run);
+	memset(run->vars, 0, sizeof(run->vars));
+	for (int64_t offset = 0; offset < target->size; offset++) {
+		double value = eval_element(run);
+
+		out[offset] = target->dtype == SCHED_I32 ? trunc(value) : value;
+		advance(op, run->vars, 0, op->ntarget_vars);
+	}
+}
+
+int sched_interp_run(const sched_graph *graph, double **values)
+{
+	for (int n = 0; n < graph->nops; n++) {
+		const sched_op *op = &graph->ops[graph->order[n]];
+		op_run run = {graph, op, values,
+			      calloc(op->naccesses + 1, sizeof(access_plan)), {0}};
+
+		if (!run.plans)
+			return SCHED_ENOMEM;
+		run_op(&run);
+		free(run.plans);
+	}
+	return SCHED_OK;
+}
+
+double **sched_values_new(const sched_graph *graph)
+{
+	double **values = calloc(graph->ntensors, sizeof(double *));
+
+	for (int t = 0; values && t < graph->ntensors; t++)
+		if (!(values[t] = calloc(graph->tensors[t].size, sizeof(double)))) {
+			sched_values_free(graph, values);
+			return NULL;
+		}
+	return values;
+}
+
+void sched_values_free(const sched_graph *graph, double **values)
+{
+	for (int t = 0; values && t < graph->ntensors; t++)
+		free(values[t]);
+	free(values);
+}

@@ -1,0 +1,288 @@
+/*
+ * poly.c: ops as isl sets and maps, and the bounds check.
+ *
+ * An op's domain is the box of its variables; each access is a map from the
+ * domain to the tensor. An access is in bounds when the image of the part of
+ * the domain where it is evaluated (the domain intersected with the guards
+ * of the selects around it) lies in the tensor's box.
+ */
+#include <stdlib.h>
+
+#include <isl/aff.h>
+#include <isl/ctx.h>
+#include <isl/ilp.h>
+#include <isl/map.h>
+#include <isl/options.h>
+#include <isl/set.h>
+#include <isl/val.h>
+
+#include "sched_int.h"
+
+isl_ctx *sched_isl_ctx_new(void)
+{
+	isl_ctx *ctx = isl_ctx_alloc();
+
+	if (ctx)
+		isl_options_set_on_error(ctx, ISL_ON_ERROR_CONTINUE);
+	return ctx;
+}
+
+static const char *const isl_binops[] = {
+	[SCHED_ADD] = "+", [SCHED_SUB] = "-", [SCHED_MUL] = "*",
+	[SCHED_LT] = "<", [SCHED_LE] = "<=", [SCHED_GT] = ">", [SCHED_GE] = ">=",
+	[SCHED_EQ] = "=",
+};
+
+/* Prints a quasi-affine index in isl's syntax; constant parts folded. */
+static void print_affine(sched_buf *buf, const sched_node *node,
+			 const sched_op *op)
+{
+	int64_t c;
+
+	if (sched_node_int_const(node, &c)) {
+		sched_buf_printf(buf, "%lld", (long long)c);
+	} else if (node->kind == SCHED_NODE_VAR) {
+		sched_buf_printf(buf, "%s", op->vars[node->var].name);
+	} else if (node->kind == SCHED_NODE_UNARY) {
+		sched_buf_printf(buf, "-(");
+		print_affine(buf, node->args[0], op);
+		sched_buf_printf(buf, ")");
+	} else if (node->op == SCHED_DIV || node->op == SCHED_MOD) {
+		sched_buf_printf(buf, node->op == SCHED_DIV ? "floor((" : "((");
+		print_affine(buf, node->args[0], op);
+		sched_node_int_const(node->args[1], &c);
+		sched_buf_printf(buf, node->op == SCHED_DIV ? ")/%lld)" : ") mod %lld)",
+				 (long long)c);
+	} else {
+		sched_buf_printf(buf, "(");
+		print_affine(buf, node->args[0], op);
+		sched_buf_printf(buf, " %s ", isl_binops[node->op]);
+		print_affine(buf, node->args[1], op);
+		sched_buf_printf(buf, ")");
+	}
+}
+
+static void print_tuple(sched_buf *buf, const sched_op *op)
+{
+	sched_buf_printf(buf, "S%d[", op->index);
+	for (int v = 0; v < op->nvars; v++)
+		sched_buf_printf(buf, "%s%s", v ? ", " : "", op->vars[v].name);
+	sched_buf_printf(buf, "]");
+}
+
+char *sched_op_domain_str(const sched_graph *graph, const sched_op *op)
+{
+	sched_buf buf = {0};
+
+	(void)graph;
+	sched_buf_printf(&buf, "{ ");
+	print_tuple(&buf, op);
+	for (int v = 0; v < op->nvars; v++)
+		sched_buf_printf(&buf, "%s%lld <= %s < %lld", v ? " and " : " : ",
+				 (long long)op->vars[v].lo, op->vars[v].name,
+				 (long long)op->vars[v].hi);
+	sched_buf_printf(&buf, " }");
+	return buf.str;
+}
+
+char *sched_access_str(const sched_graph *graph, const sched_op *op,
+		       const sched_node *access)
+{
+	sched_buf buf = {0};
+
+	sched_buf_printf(&buf, "{ ");
+	print_tuple(&buf, op);
+	sched_buf_printf(&buf, " -> %s[", graph->tensors[access->tensor].name);
+	for (int i = 0; i < access->nargs; i++) {
+		sched_buf_printf(&buf, "%s", i ? ", " : "");
+		print_affine(&buf, access->args[i], op);
+	}
+	sched_buf_printf(&buf, "] }");
+	return buf.str;
+}
+
+char *sched_write_str(const sched_graph *graph, const sched_op *op)
+{
+	sched_buf buf = {0};
+
+	sched_buf_printf(&buf, "{ ");
+	print_tuple(&buf, op);
+	sched_buf_printf(&buf, " -> %s[", graph->tensors[op->target].name);
+	for (int v = 0; v < op->ntarget_vars; v++)
+		sched_buf_printf(&buf, "%s%s", v ? ", " : "", op->vars[v].name);
+	sched_buf_printf(&buf, "] }");
+	return buf.str;
+}
+
+static isl_set *read_set(isl_ctx *ctx, char *str)
+{
+	isl_set *set = str ? isl_set_read_from_str(ctx, str) : NULL;
+
+	free(str);
+	return set;
+}
+
+static isl_set *universe_of(isl_ctx *ctx, const sched_op *op)
+{
+	sched_buf buf = {0};
+
+	sched_buf_printf(&buf, "{ ");
+	print_tuple(&buf, op);
+	sched_buf_printf(&buf, " }");
+	return read_set(ctx, buf.str);
+}
+
+static bool is_affine_comparison(const sched_node *cond)
+{
+	return cond->kind == SCHED_NODE_BINARY && cond->op >= SCHED_LT &&
+	       cond->op <= SCHED_NE && !sched_index_problem(cond->args[0]) &&
+	       !sched_index_problem(cond->args[1]);
+}
+
+static isl_set *comparison_set(isl_ctx *ctx, const sched_op *op,
+			       const sched_node *cond)
+{
+	sched_buf buf = {0};
+	isl_set *set;
+
+	sched_buf_printf(&buf, "{ ");
+	print_tuple(&buf, op);
+	sched_buf_printf(&buf, " : ");
+	print_affine(&buf, cond->args[0], op);
+	sched_buf_printf(&buf, " %s ", cond->op == SCHED_NE ? "=" : isl_binops[cond->op]);
+	print_affine(&buf, cond->args[1], op);
+	sched_buf_printf(&buf, " }");
+	set = read_set(ctx, buf.str);
+	return cond->op == SCHED_NE ? isl_set_complement(set) : set;
+}
+
+/* A set that contains every point where "cond" (or, if "negate", its
+ * negation) holds: exact for affine conditions, the universe otherwise. */
+static isl_set *guard_over(isl_ctx *ctx, const sched_op *op,
+			   const sched_node *cond, bool negate)
+{
+	bool and_like;
+	isl_set *a, *b;
+
+	if (is_affine_comparison(cond)) {
+		isl_set *set = comparison_set(ctx, op, cond);
+
+		return negate ? isl_set_complement(set) : set;
+	}
+	if (cond->kind == SCHED_NODE_UNARY && cond->op == SCHED_NOT)
+		return guard_over(ctx, op, cond->args[0], !negate);
+	if (cond->kind != SCHED_NODE_BINARY ||
+	    (cond->op != SCHED_AND && cond->op != SCHED_OR))
+		return universe_of(ctx, op);
+	and_like = (cond->op == SCHED_AND) != negate;
+	a = guard_over(ctx, op, cond->args[0], negate);
+	b = guard_over(ctx, op, cond->args[1], negate);
+	return and_like ? isl_set_intersect(a, b) : isl_set_union(a, b);
+}
+
+typedef struct bounds_walk {
+	const sched_graph *graph;
+	const sched_op *op;
+	isl_ctx *ctx;
+	sched_error *err;
+	int rc;
+} bounds_walk;
+
+/* Fails if dim "d" of "image" (taken) leaves [0, size). */
+static int check_dim(bounds_walk *w, const sched_node *access, int d,
+		     isl_set *image)
+{
+	const sched_tensor *t = &w->graph->tensors[access->tensor];
+	const sched_node *index = access->args[d];
+	isl_val *lo = isl_set_dim_min_val(isl_set_copy(image), d);
+	isl_val *hi = isl_set_dim_max_val(image, d);
+	long min = lo && isl_val_is_int(lo) ? isl_val_get_num_si(lo) : 0;
+	long max = hi && isl_val_is_int(hi) ? isl_val_get_num_si(hi) : 0;
+	int rc = SCHED_OK;
+
+	if (!lo || !hi)
+		rc = sched_fail(w->err, SCHED_EINTERNAL, w->op->index, index->col,
+				"isl could not bound index %d of '%s'", d, t->name);
+	else if (max >= t->shape[d])
+		rc = sched_fail(w->err, SCHED_EBOUNDS, w->op->index, index->col,
+				"index '%.*s' of '%s' reaches %ld, past its size %lld",
+				index->end_col - index->col,
+				w->op->text + index->col - 1, t->name, max,
+				(long long)t->shape[d]);
+	else if (min < 0)
+		rc = sched_fail(w->err, SCHED_EBOUNDS, w->op->index, index->col,
+				"index '%.*s' of '%s' reaches %ld, below 0",
+				index->end_col - index->col,
+				w->op->text + index->col - 1, t->name, min);
+	isl_val_free(lo);
+	isl_val_free(hi);
+	return rc;
+}
+
+static int check_access(bounds_walk *w, const sched_node *access,
+			__sched_keep isl_set *where)
+{
+	char *str = sched_access_str(w->graph, w->op, access);
+	isl_map *map = str ? isl_map_read_from_str(w->ctx, str) : NULL;
+	isl_set *image = isl_set_apply(isl_set_copy(where), map);
+	isl_bool empty = isl_set_is_empty(image);
+	int rc = empty < 0 ? SCHED_EINTERNAL : SCHED_OK;
+
+	free(str);
+	for (int d = 0; d < access->nargs && rc == SCHED_OK && !empty; d++)
+		rc = check_dim(w, access, d, isl_set_copy(image));
+	isl_set_free(image);
+	if (rc == SCHED_EINTERNAL && w->err && w->err->code != rc)
+		sched_fail(w->err, rc, w->op->index, access->col,
+			   "isl failed on an access of '%s'",
+			   w->graph->tensors[access->tensor].name);
+	return rc;
+}
+
+static void walk(bounds_walk *w, const sched_node *node, __sched_take isl_set *where);
+
+static void walk_select(bounds_walk *w, const sched_node *node, isl_set *where)
+{
+	const sched_node *cond = node->args[0];
+
+	walk(w, cond, isl_set_copy(where));
+	walk(w, node->args[1], isl_set_intersect(isl_set_copy(where),
+						   guard_over(w->ctx, w->op, cond, false)));
+	walk(w, node->args[2], isl_set_intersect(where,
+						   guard_over(w->ctx, w->op, cond, true)));
+}
+
+/* Checks every access under "node", evaluated on the points "where". */
+static void walk(bounds_walk *w, const sched_node *node, isl_set *where)
+{
+	if (w->rc == SCHED_OK && !where)
+		w->rc = sched_fail(w->err, SCHED_EINTERNAL, w->op->index, node->col,
+				   "isl failed on a guard");
+	if (w->rc != SCHED_OK) {
+		isl_set_free(where);
+		return;
+	}
+	if (node->kind == SCHED_NODE_CALL && node->op == SCHED_SELECT)
+		return walk_select(w, node, where);
+	if (node->kind == SCHED_NODE_ACCESS)
+		w->rc = check_access(w, node, where);
+	for (int i = 0; i < node->nargs; i++)
+		walk(w, node->args[i], isl_set_copy(where));
+	isl_set_free(where);
+}
+
+int sched_graph_check_bounds(const sched_graph *graph, sched_error *err)
+{
+	isl_ctx *ctx = sched_isl_ctx_new();
+	bounds_walk w = {graph, NULL, ctx, err, SCHED_OK};
+
+	if (!ctx)
+		return sched_fail(err, SCHED_ENOMEM, -1, 0, "out of memory");
+	for (int i = 0; i < graph->nops && w.rc == SCHED_OK; i++) {
+		w.op = &graph->ops[i];
+		walk(&w, w.op->body,
+		     read_set(ctx, sched_op_domain_str(graph, w.op)));
+	}
+	isl_ctx_free(ctx);
+	return w.rc;
+}

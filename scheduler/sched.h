@@ -1,0 +1,107 @@
+/*
+ * sched.h: the graph IR of tuned.
+ *
+ * A graph is read from graph.json v1 (docs/graph-format.md), checked in full
+ * (names, shapes, expressions, writes, cycles, bounds with isl), given a
+ * canonical text and a key (SHA-256 of that text), and can be evaluated by
+ * the reference interpreter in double precision.
+ *
+ * Ownership follows isl: __sched_give returns a new object the caller frees,
+ * __sched_keep borrows, __sched_take consumes.
+ */
+#ifndef SCHED_H
+#define SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#define __sched_give
+#define __sched_take
+#define __sched_keep
+
+#define SCHED_MAX_RANK 8
+#define SCHED_KEY_HEX 64
+
+enum sched_code {
+	SCHED_OK = 0,
+	SCHED_EIO = -1,     /* the file cannot be read */
+	SCHED_EJSON = -2,   /* not JSON */
+	SCHED_ESCHEMA = -3, /* JSON of the wrong shape: keys, tensors, options */
+	SCHED_ESYNTAX = -4, /* an op's text does not parse */
+	SCHED_EMEANING = -5, /* an op parses but means nothing valid */
+	SCHED_EGRAPH = -6,  /* writes, reads, outputs, cycles */
+	SCHED_EBOUNDS = -7, /* an access leaves its tensor */
+	SCHED_ENOMEM = -8,
+	SCHED_EINTERNAL = -9,
+};
+
+enum sched_dtype { SCHED_F32, SCHED_F16, SCHED_BF16, SCHED_I32 };
+enum sched_role { SCHED_INTERMEDIATE, SCHED_INPUT, SCHED_OUTPUT };
+
+/* What went wrong and where: op is the index in "ops" (or -1), column is
+ * 1-based in that op's text (or 0). message is one line, ready to print. */
+typedef struct sched_error {
+	int code;
+	int op;
+	int column;
+	char message[512];
+} sched_error;
+
+typedef struct sched_graph sched_graph;
+
+/* Reads and checks the graph in file "path" / in "text". On failure returns
+ * a negative sched_code, fills "err" (may be NULL) and sets *out to NULL. */
+int sched_graph_read_file(const char *path, __sched_give sched_graph **out,
+			  sched_error *err);
+int sched_graph_read_string(const char *text, __sched_give sched_graph **out,
+			    sched_error *err);
+void sched_graph_free(__sched_take sched_graph *graph);
+
+const char *sched_graph_name(__sched_keep const sched_graph *graph);
+int sched_graph_tensor_count(__sched_keep const sched_graph *graph);
+int sched_graph_op_count(__sched_keep const sched_graph *graph);
+bool sched_graph_allows_tf32(__sched_keep const sched_graph *graph);
+
+/* Tensors are numbered in the order graph.json lists them. */
+int sched_tensor_find(__sched_keep const sched_graph *graph, const char *name);
+const char *sched_tensor_name(__sched_keep const sched_graph *graph, int t);
+int sched_tensor_rank(__sched_keep const sched_graph *graph, int t);
+const int64_t *sched_tensor_shape(__sched_keep const sched_graph *graph, int t);
+int64_t sched_tensor_size(__sched_keep const sched_graph *graph, int t);
+enum sched_dtype sched_tensor_dtype(__sched_keep const sched_graph *graph, int t);
+enum sched_role sched_tensor_role(__sched_keep const sched_graph *graph, int t);
+
+const char *sched_dtype_name(enum sched_dtype dtype);
+int sched_dtype_bytes(enum sched_dtype dtype);
+
+/* The ops in an order that respects their dependences (order[i] is an index
+ * into graph.json's "ops"). */
+const int *sched_graph_order(__sched_keep const sched_graph *graph);
+const char *sched_op_text(__sched_keep const sched_graph *graph, int op);
+
+/* The canonical text: independent of tensor names and of the listing order
+ * of independent ops; and the key, the SHA-256 of it in hex. */
+const char *sched_graph_canonical(__sched_keep const sched_graph *graph);
+const char *sched_graph_key(__sched_keep const sched_graph *graph);
+
+/* Per op: domain, accesses as isl maps, reduction ranges, FLOPs, bytes;
+ * and the graph's totals and key. */
+__sched_give json_t *sched_graph_explain(__sched_keep const sched_graph *graph);
+
+/* Reference interpreter. "values" has one buffer per tensor, each of
+ * sched_tensor_size() doubles, row-major; inputs are read, every other
+ * tensor is written. Stores into i32 tensors truncate toward zero. */
+int sched_interp_run(__sched_keep const sched_graph *graph, double **values);
+
+/* One zero-filled buffer per tensor, and its release. */
+__sched_give double **sched_values_new(__sched_keep const sched_graph *graph);
+void sched_values_free(__sched_keep const sched_graph *graph,
+		       __sched_take double **values);
+
+/* SHA-256 of "len" bytes of "data" as 64 lowercase hex digits and a NUL. */
+void sched_sha256_hex(const void *data, size_t len, char hex[SCHED_KEY_HEX + 1]);
+
+#endif

@@ -1,0 +1,167 @@
+/*
+ * sched_int.h: the scheduler's private forms, shared by its files.
+ */
+#ifndef SCHED_INT_H
+#define SCHED_INT_H
+
+#include <isl/ctx.h>
+
+#include "sched.h"
+
+/* Every allocation of one graph comes from its arena and is freed at once. */
+typedef struct sched_arena_block sched_arena_block;
+typedef struct sched_arena {
+	sched_arena_block *head;
+} sched_arena;
+
+void *sched_arena_alloc(sched_arena *arena, size_t size);
+char *sched_arena_strndup(sched_arena *arena, const char *s, size_t n);
+void sched_arena_release(sched_arena *arena);
+
+/* A growable string; str is NULL after an allocation failure. */
+typedef struct sched_buf {
+	char *str;
+	size_t len, cap;
+} sched_buf;
+
+void sched_buf_printf(sched_buf *buf, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void sched_buf_release(sched_buf *buf);
+
+enum sched_node_kind {
+	SCHED_NODE_NUM,
+	SCHED_NODE_VAR,
+	SCHED_NODE_ACCESS,
+	SCHED_NODE_CALL,
+	SCHED_NODE_UNARY,
+	SCHED_NODE_BINARY,
+};
+
+enum sched_binop {
+	SCHED_ADD, SCHED_SUB, SCHED_MUL, SCHED_DIV, SCHED_MOD,
+	SCHED_LT, SCHED_LE, SCHED_GT, SCHED_GE, SCHED_EQ, SCHED_NE,
+	SCHED_AND, SCHED_OR,
+};
+
+enum sched_unop { SCHED_NEG, SCHED_NOT };
+
+enum sched_func {
+	SCHED_EXP, SCHED_LOG, SCHED_SQRT, SCHED_RSQRT, SCHED_TANH,
+	SCHED_SIGMOID, SCHED_RELU, SCHED_GELU, SCHED_GELU_TANH, SCHED_SILU,
+	SCHED_ERF, SCHED_ABS, SCHED_MAX2, SCHED_MIN2, SCHED_POW, SCHED_SELECT,
+	SCHED_FUNC_COUNT,
+};
+
+enum sched_reducer {
+	SCHED_RED_NONE, SCHED_RED_SUM, SCHED_RED_MAX, SCHED_RED_MIN,
+	SCHED_RED_PROD,
+};
+
+/* One node of an op's expression. col and end_col delimit its source text
+ * (1-based, end exclusive). access_id numbers an op's accesses from 0.
+ * "op" is a sched_binop, sched_unop or sched_func. */
+typedef struct sched_node {
+	enum sched_node_kind kind;
+	int col, end_col;
+	double num;
+	int var;
+	int tensor;
+	int access_id;
+	int op;
+	int nargs;
+	struct sched_node **args;
+} sched_node;
+
+/* A variable of an op: the target's first, then the reducer's. Its range is
+ * [lo, hi). */
+typedef struct sched_var {
+	const char *name;
+	int64_t lo, hi;
+	int col;
+	bool reduction;
+	bool inferred;
+} sched_var;
+
+typedef struct sched_op {
+	const char *text;
+	int index;
+	int target;
+	int target_col;
+	int ntarget_vars;
+	int nvars;
+	sched_var *vars;
+	enum sched_reducer reducer;
+	sched_node *body;
+	int naccesses;
+} sched_op;
+
+typedef struct sched_tensor {
+	const char *name;
+	int rank;
+	int64_t shape[SCHED_MAX_RANK];
+	int64_t size;
+	enum sched_dtype dtype;
+	enum sched_role role;
+	int writer;
+} sched_tensor;
+
+struct sched_graph {
+	sched_arena arena;
+	const char *name;
+	bool allow_tf32;
+	int ntensors;
+	sched_tensor *tensors;
+	int nops;
+	sched_op *ops;
+	int *order;
+	char *canonical;
+	char key[SCHED_KEY_HEX + 1];
+};
+
+/* Fills "err" with code, op, column and a printf-style message; returns
+ * code. Safe with err == NULL. */
+int sched_fail(sched_error *err, int code, int op, int column,
+	       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* expr.c: parses op "index" of "graph" from its text into graph->ops. */
+int sched_op_parse(sched_graph *graph, int index, const char *text,
+		   sched_error *err);
+const char *sched_func_name(enum sched_func func);
+bool sched_node_int_const(const sched_node *node, int64_t *value);
+bool sched_int_binop(int op, int64_t a, int64_t b, int64_t *value);
+const char *sched_index_problem(const sched_node *node);
+const char *sched_reducer_name(enum sched_reducer reducer);
+bool sched_name_is_reserved(const char *name);
+
+/* graph.c: checks that need the whole graph: writes, reads, cycles. */
+int sched_graph_check_dataflow(sched_graph *graph, sched_error *err);
+
+/* poly.c: isl forms of ops and the bounds check. */
+isl_ctx *sched_isl_ctx_new(void);
+char *sched_op_domain_str(const sched_graph *graph, const sched_op *op);
+char *sched_access_str(const sched_graph *graph, const sched_op *op,
+		       const sched_node *access);
+char *sched_write_str(const sched_graph *graph, const sched_op *op);
+int sched_graph_check_bounds(const sched_graph *graph, sched_error *err);
+
+/* print.c: expressions as text, with the names given for tensors and the
+ * op's variables. */
+typedef struct sched_names {
+	const char *const *tensors;
+	const char *const *vars;
+} sched_names;
+
+void sched_node_print(sched_buf *buf, const sched_node *node,
+		      const sched_names *names);
+void sched_op_print(sched_buf *buf, const sched_op *op,
+		    const sched_names *names);
+
+/* canon.c */
+int sched_graph_canonicalize(sched_graph *graph);
+
+/* Visits every access node under "node" (pre-order). */
+typedef void (*sched_access_fn)(const sched_node *access, void *user);
+void sched_node_each_access(const sched_node *node, sched_access_fn fn,
+			    void *user);
+
+#endif

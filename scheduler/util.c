@@ -1,0 +1,107 @@
+/*
+ * util.c: the arena, the string buffer and error filling of the scheduler.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched_int.h"
+
+struct sched_arena_block {
+	sched_arena_block *next;
+	max_align_t data[];
+};
+
+/* Returns "size" zeroed bytes owned by "arena", or NULL. */
+void *sched_arena_alloc(sched_arena *arena, size_t size)
+{
+	sched_arena_block *block = calloc(1, sizeof(*block) + size);
+
+	if (!block)
+		return NULL;
+	block->next = arena->head;
+	arena->head = block;
+	return block->data;
+}
+
+char *sched_arena_strndup(sched_arena *arena, const char *s, size_t n)
+{
+	char *copy = sched_arena_alloc(arena, n + 1);
+
+	if (copy)
+		memcpy(copy, s, n);
+	return copy;
+}
+
+void sched_arena_release(sched_arena *arena)
+{
+	while (arena->head) {
+		sched_arena_block *next = arena->head->next;
+
+		free(arena->head);
+		arena->head = next;
+	}
+}
+
+static void buf_fail(sched_buf *buf)
+{
+	free(buf->str);
+	buf->str = NULL;
+	buf->cap = SIZE_MAX;
+}
+
+/* Appends formatted text to "buf"; after a failed allocation the buffer
+ * stays NULL and further appends do nothing. */
+void sched_buf_printf(sched_buf *buf, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (buf->cap == SIZE_MAX)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (buf->len + n + 1 > buf->cap) {
+		size_t cap = (buf->len + n + 1) * 2;
+		char *str = realloc(buf->str, cap);
+
+		if (!str)
+			return buf_fail(buf);
+		buf->str = str;
+		buf->cap = cap;
+	}
+	va_start(ap, fmt);
+	vsnprintf(buf->str + buf->len, n + 1, fmt, ap);
+	va_end(ap);
+	buf->len += n;
+}
+
+void sched_buf_release(sched_buf *buf)
+{
+	free(buf->str);
+	*buf = (sched_buf){0};
+}
+
+int sched_fail(sched_error *err, int code, int op, int column,
+	       const char *fmt, ...)
+{
+	va_list ap;
+	int n = 0;
+
+	if (!err)
+		return code;
+	err->code = code;
+	err->op = op;
+	err->column = column;
+	if (op >= 0 && column > 0)
+		n = snprintf(err->message, sizeof(err->message),
+			     "op %d, column %d: ", op, column);
+	else if (op >= 0)
+		n = snprintf(err->message, sizeof(err->message), "op %d: ", op);
+	va_start(ap, fmt);
+	vsnprintf(err->message + n, sizeof(err->message) - n, fmt, ap);
+	va_end(ap);
+	return code;
+}
