@@ -24,6 +24,7 @@
 
 #define MAX_VARS (2 * SCHED_MAX_RANK)
 #define MAX_ARGS 64
+#define MAX_DEPTH 200
 
 enum tok_kind { TOK_END, TOK_NAME, TOK_NUM, TOK_PUNCT };
 
@@ -43,6 +44,7 @@ typedef struct parser {
 	token tok;
 	sched_error *err;
 	int rc;
+	int depth;
 	int nvars;
 	sched_var vars[MAX_VARS];
 } parser;
@@ -366,7 +368,10 @@ static sched_node *parse_primary(parser *p)
 	if (tok_is(p, "(")) {
 		next(p);
 		node = parse_expr(p);
-		return node && expect(p, ")") ? node : NULL;
+		if (!node || !expect(p, ")"))
+			return NULL;
+		node->col = pos + 1;
+		return node_finish(p, node);
 	}
 	return parse_error(p, SCHED_ESYNTAX, pos,
 			   "expected a number, a name or '(' but found '%s'",
@@ -389,8 +394,12 @@ static sched_node *parse_unary(parser *p)
 	if (!(node = node_new(p, SCHED_NODE_UNARY, pos, 1)))
 		return NULL;
 	node->op = op;
+	if (p->depth++ == MAX_DEPTH)
+		return parse_error(p, SCHED_ESYNTAX, pos,
+				   "expression nested more than %s deep", "200");
 	if (!(node->args[0] = parse_unary(p)))
 		return NULL;
+	p->depth--;
 	return node_finish(p, node);
 }
 
@@ -442,7 +451,15 @@ static sched_node *parse_level(parser *p, int level)
 
 static sched_node *parse_expr(parser *p)
 {
-	return parse_level(p, 0);
+	sched_node *node;
+
+	if (p->depth == MAX_DEPTH)
+		return parse_error(p, SCHED_ESYNTAX, p->tok.pos,
+				   "expression nested more than %s deep", "200");
+	p->depth++;
+	node = parse_level(p, 0);
+	p->depth--;
+	return node;
 }
 
 /* Adds variable named by the current token; "what" names its kind. */

@@ -14,6 +14,7 @@
 #include "sched_int.h"
 
 #define MAX_OPS 4096
+#define MAX_OP_TEXT 16384
 #define MAX_ELEMENTS (INT64_C(1) << 40)
 
 static const char *const dtype_names[] = {
@@ -176,6 +177,9 @@ static int read_op_text(json_t *text, int index, sched_error *err)
 	if (strlen(json_string_value(text)) != json_string_length(text))
 		return sched_fail(err, SCHED_ESCHEMA, index, 0,
 				  "contains a NUL character");
+	if (json_string_length(text) > MAX_OP_TEXT)
+		return sched_fail(err, SCHED_ESCHEMA, index, 0,
+				  "is longer than %d characters", MAX_OP_TEXT);
 	return SCHED_OK;
 }
 

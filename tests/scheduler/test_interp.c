@@ -1,0 +1,194 @@
+/*
+ * test_interp.c: the reference interpreter against results computed by
+ * hand.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "graph_builder.h"
+#include "sched.h"
+
+typedef struct run {
+	sched_graph *graph;
+	double **values;
+} run;
+
+static run start(const char *tensors, const char *const *ops)
+{
+	run r = {0};
+	sched_error err = {0};
+
+	cr_assert_eq(load_graph(tensors, ops, &r.graph, &err), SCHED_OK, "%s",
+		     err.message);
+	r.values = sched_values_new(r.graph);
+	cr_assert_not_null(r.values);
+	return r;
+}
+
+static double *tensor(run *r, const char *name)
+{
+	int t = sched_tensor_find(r->graph, name);
+
+	cr_assert_geq(t, 0, "no tensor %s", name);
+	return r->values[t];
+}
+
+static void set(run *r, const char *name, const double *data)
+{
+	int t = sched_tensor_find(r->graph, name);
+
+	memcpy(r->values[t], data, sched_tensor_size(r->graph, t) * sizeof(double));
+}
+
+static void evaluate(run *r)
+{
+	cr_assert_eq(sched_interp_run(r->graph, r->values), SCHED_OK);
+}
+
+static void finish(run *r)
+{
+	sched_values_free(r->graph, r->values);
+	sched_graph_free(r->graph);
+}
+
+static void expect_values(const double *got, const double *want, int n)
+{
+	for (int i = 0; i < n; i++)
+		cr_expect_float_eq(got[i], want[i], 1e-12, "element %d: %g, want %g",
+				   i, got[i], want[i]);
+}
+
+Test(interp, matmul)
+{
+	run r = start("a f32 2,3 in; b f32 3,2 in; c f32 2,2 out",
+		      OPS("c[i, j] = sum(k) a[i, k] * b[k, j]"));
+
+	set(&r, "a", (double[]){1, 2, 3, 4, 5, 6});
+	set(&r, "b", (double[]){7, 8, 9, 10, 11, 12});
+	evaluate(&r);
+	expect_values(tensor(&r, "c"), (double[]){58, 64, 139, 154}, 4);
+	finish(&r);
+}
+
+Test(interp, padded_conv)
+{
+	/* 3x3 image 1..9, 3x3 kernel of ones, padding 1: each output is the
+	 * sum of its in-image neighbours. */
+	run r = start("x f32 1,1,3,3 in; w f32 1,1,3,3 in; y f32 1,1,3,3 out",
+		      OPS("y[n, k, p, q] = sum(c, r < 3, s < 3) "
+			  "select(p + r >= 1 && p + r <= 3 && q + s >= 1 && q + s <= 3, "
+			  "x[n, c, p + r - 1, q + s - 1], 0) * w[k, c, r, s]"));
+	double ones[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+
+	set(&r, "x", (double[]){1, 2, 3, 4, 5, 6, 7, 8, 9});
+	set(&r, "w", ones);
+	evaluate(&r);
+	expect_values(tensor(&r, "y"),
+		      (double[]){12, 21, 16, 27, 45, 33, 24, 39, 28}, 9);
+	finish(&r);
+}
+
+Test(interp, softmax)
+{
+	run r = start("x f32 1,3 in; m f32 1; e f32 1,3; z f32 1; y f32 1,3 out",
+		      OPS("m[i] = max(j) x[i, j]", "e[i, j] = exp(x[i, j] - m[i])",
+			  "z[i] = sum(j) e[i, j]", "y[i, j] = e[i, j] / z[i]"));
+	double total = 1 + exp(1) + exp(2);
+
+	set(&r, "x", (double[]){1, 2, 3});
+	evaluate(&r);
+	expect_values(tensor(&r, "m"), (double[]){3}, 1);
+	expect_values(tensor(&r, "y"),
+		      (double[]){1 / total, exp(1) / total, exp(2) / total}, 3);
+	finish(&r);
+}
+
+Test(interp, layernorm)
+{
+	run r = start("x f32 1,4 in; g f32 4 in; b f32 4 in; mu f32 1; var f32 1; "
+		      "y f32 1,4 out",
+		      OPS("mu[i] = sum(j) x[i, j] / 4",
+			  "var[i] = sum(j) (x[i, j] - mu[i]) * (x[i, j] - mu[i]) / 4",
+			  "y[i, j] = (x[i, j] - mu[i]) * rsqrt(var[i] + 0) * g[j] + b[j]"));
+	double s = sqrt(1.25);
+
+	set(&r, "x", (double[]){1, 2, 3, 4});
+	set(&r, "g", (double[]){1, 1, 2, 2});
+	set(&r, "b", (double[]){0, 0, 0, 1});
+	evaluate(&r);
+	expect_values(tensor(&r, "mu"), (double[]){2.5}, 1);
+	expect_values(tensor(&r, "var"), (double[]){1.25}, 1);
+	expect_values(tensor(&r, "y"),
+		      (double[]){-1.5 / s, -0.5 / s, 2 * 0.5 / s, 2 * 1.5 / s + 1}, 4);
+	finish(&r);
+}
+
+Test(interp, quasi_affine_reshape)
+{
+	/* Space-to-depth: y[4c + 2(p%2) + q%2, p/2, q/2] = x[c, p, q]
+	 * read the other way round. */
+	run r = start("x f32 1,4,4 in; y f32 4,2,2 out",
+		      OPS("y[c, p, q] = x[c / 4, 2 * p + (c % 4) / 2, 2 * q + c % 2]"));
+	double in[16];
+
+	for (int i = 0; i < 16; i++)
+		in[i] = i;
+	set(&r, "x", in);
+	evaluate(&r);
+	expect_values(tensor(&r, "y"),
+		      (double[]){0, 2, 8, 10, 1, 3, 9, 11, 4, 6, 12, 14, 5, 7, 13, 15},
+		      16);
+	finish(&r);
+}
+
+Test(interp, reducers_and_i32)
+{
+	run r = start("x f32 2,3 in; mx f32 2 out; mn f32 2 out; pr f32 2 out; "
+		      "t i32 2,3 out",
+		      OPS("mx[i] = max(j) x[i, j]", "mn[i] = min(j) x[i, j]",
+			  "pr[i] = prod(j) x[i, j]", "t[i, j] = x[i, j] * 1.5"));
+
+	set(&r, "x", (double[]){1, -2, 3, 4, 5, -6});
+	evaluate(&r);
+	expect_values(tensor(&r, "mx"), (double[]){3, 5}, 2);
+	expect_values(tensor(&r, "mn"), (double[]){-2, -6}, 2);
+	expect_values(tensor(&r, "pr"), (double[]){-6, -120}, 2);
+	expect_values(tensor(&r, "t"), (double[]){1, -3, 4, 6, 7, -9}, 6);
+	finish(&r);
+}
+
+Test(interp, calls)
+{
+	run r = start("x f32 1 in; y f32 13 out",
+		      OPS("y[i] = select(i == 0, exp(x[0]), select(i == 1, log(x[0]), "
+			  "select(i == 2, rsqrt(x[0]), select(i == 3, sigmoid(x[0]), "
+			  "select(i == 4, relu(-x[0]), select(i == 5, gelu(x[0]), "
+			  "select(i == 6, gelu_tanh(x[0]), select(i == 7, silu(x[0]), "
+			  "select(i == 8, pow(x[0], 3), select(i == 9, max(x[0], 1), "
+			  "select(i == 10, abs(-x[0]), select(i == 11, 7 % 3, "
+			  "-7 / 2))))))))))))"));
+	double x = 0.75;
+	double sig = 1 / (1 + exp(-x));
+
+	set(&r, "x", (double[]){x});
+	evaluate(&r);
+	expect_values(tensor(&r, "y"),
+		      (double[]){exp(x), log(x), 1 / sqrt(x), sig, 0,
+				 0.5 * x * (1 + erf(x / sqrt(2))),
+				 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))),
+				 x * sig, x * x * x, 1, x, 1, -3.5},
+		      13);
+	finish(&r);
+}
+
+Test(interp, selects_evaluate_only_the_branch_taken)
+{
+	run r = start("x f32 4 in; y f32 4 out",
+		      OPS("y[i] = select(i >= 1, x[i - 1], 100) + (i > 2 && x[i] > 0)"));
+
+	set(&r, "x", (double[]){1, 2, 3, 4});
+	evaluate(&r);
+	expect_values(tensor(&r, "y"), (double[]){100, 1, 2, 4}, 4);
+	finish(&r);
+}
