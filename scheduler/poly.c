@@ -14,6 +14,7 @@
 #include <isl/map.h>
 #include <isl/options.h>
 #include <isl/set.h>
+#include <isl/union_map.h>
 #include <isl/val.h>
 
 #include "sched_int.h"
@@ -114,6 +115,7 @@ char *sched_write_str(const sched_graph *graph, const sched_op *op)
 	return buf.str;
 }
 
+/* Reads the set "str" (taken, may be NULL). */
 static isl_set *read_set(isl_ctx *ctx, char *str)
 {
 	isl_set *set = str ? isl_set_read_from_str(ctx, str) : NULL;
@@ -285,4 +287,48 @@ int sched_graph_check_bounds(const sched_graph *graph, sched_error *err)
 	}
 	isl_ctx_free(ctx);
 	return w.rc;
+}
+
+isl_set *sched_op_domain(isl_ctx *ctx, const sched_graph *graph, int op)
+{
+	return read_set(ctx, sched_op_domain_str(graph, &graph->ops[op]));
+}
+
+static isl_map *read_map(isl_ctx *ctx, char *str)
+{
+	isl_map *map = str ? isl_map_read_from_str(ctx, str) : NULL;
+
+	free(str);
+	return map;
+}
+
+isl_map *sched_op_write(isl_ctx *ctx, const sched_graph *graph, int op)
+{
+	return read_map(ctx, sched_write_str(graph, &graph->ops[op]));
+}
+
+typedef struct read_union {
+	isl_ctx *ctx;
+	const sched_graph *graph;
+	const sched_op *op;
+	isl_union_map *reads;
+} read_union;
+
+static void add_read_map(const sched_node *access, void *user)
+{
+	read_union *r = user;
+	isl_map *map = read_map(r->ctx, sched_access_str(r->graph, r->op, access));
+
+	r->reads = isl_union_map_add_map(r->reads, map);
+}
+
+isl_union_map *sched_op_reads(isl_ctx *ctx, const sched_graph *graph, int op)
+{
+	read_union r = {ctx, graph, &graph->ops[op], NULL};
+	isl_set *domain = sched_op_domain(ctx, graph, op);
+
+	r.reads = isl_union_map_empty(isl_set_get_space(domain));
+	isl_set_free(domain);
+	sched_node_each_access(r.op->body, add_read_map, &r);
+	return r.reads;
 }

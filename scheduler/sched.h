@@ -16,6 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <isl/map.h>
+#include <isl/set.h>
+#include <isl/union_map.h>
 #include <jansson.h>
 
 #define __sched_give
@@ -86,6 +89,17 @@ const char *sched_op_text(__sched_keep const sched_graph *graph, int op);
  * of independent ops; and the key, the SHA-256 of it in hex. */
 const char *sched_graph_canonical(__sched_keep const sched_graph *graph);
 const char *sched_graph_key(__sched_keep const sched_graph *graph);
+
+/* The polyhedral forms of op "op" (an index into "ops") in "ctx": its
+ * iteration domain { S<op>[vars] : box }, its write { S<op>[vars] -> T[..] }
+ * and the union of its reads. NULL on failure. */
+__sched_give isl_set *sched_op_domain(isl_ctx *ctx,
+				      __sched_keep const sched_graph *graph, int op);
+__sched_give isl_map *sched_op_write(isl_ctx *ctx,
+				     __sched_keep const sched_graph *graph, int op);
+__sched_give isl_union_map *sched_op_reads(isl_ctx *ctx,
+					   __sched_keep const sched_graph *graph,
+					   int op);
 
 /* Per op: domain, accesses as isl maps, reduction ranges, FLOPs, bytes;
  * and the graph's totals and key. */

@@ -102,3 +102,38 @@ Test(bounds, reduction_ranges_count)
 	expect_out("x f32 8 in; y f32 - out", OPS("y[] = sum(k in 2:9) x[k]"),
 		   "op 0, column 23: index 'k' of 'x' reaches 8, past its size 8");
 }
+
+static void expect_equal_union(isl_union_map *got, const char *want_text)
+{
+	isl_union_map *want = isl_union_map_read_from_str(
+		isl_union_map_get_ctx(got), want_text);
+
+	cr_expect_eq(isl_union_map_is_equal(got, want), isl_bool_true,
+		     "want %s", want_text);
+	isl_union_map_free(want);
+	isl_union_map_free(got);
+}
+
+Test(isl_forms, domain_write_and_reads_of_an_op)
+{
+	isl_ctx *ctx = isl_ctx_alloc();
+	sched_graph *g = NULL;
+	sched_error err = {0};
+	isl_set *domain, *want;
+
+	cr_assert_eq(load_graph(HEADS "; q f16 12,384,64 out",
+				OPS("q[h, s, d] = xq[s, h * 64 + d] + bq[h * 64 + d]"),
+				&g, &err), SCHED_OK, "%s", err.message);
+	domain = sched_op_domain(ctx, g, 0);
+	want = isl_set_read_from_str(ctx, "{ S0[h, s, d] : 0 <= h < 12 and "
+				     "0 <= s < 384 and 0 <= d < 64 }");
+	cr_expect_eq(isl_set_is_equal(domain, want), isl_bool_true);
+	expect_equal_union(isl_union_map_from_map(sched_op_write(ctx, g, 0)),
+			   "{ S0[h, s, d] -> q[h, s, d] }");
+	expect_equal_union(sched_op_reads(ctx, g, 0),
+			   "{ S0[h, s, d] -> xq[s, 64h + d]; S0[h, s, d] -> bq[64h + d] }");
+	isl_set_free(want);
+	isl_set_free(domain);
+	sched_graph_free(g);
+	isl_ctx_free(ctx);
+}
