@@ -17,6 +17,8 @@
  */
 #include <ctype.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +27,7 @@
 #define MAX_VARS (2 * SCHED_MAX_RANK)
 #define MAX_ARGS 64
 #define MAX_DEPTH 200
+#define MAX_CONSTANT (INT64_C(1) << 40)
 
 enum tok_kind { TOK_END, TOK_NAME, TOK_NUM, TOK_PUNCT };
 
@@ -97,12 +100,20 @@ bool sched_name_is_reserved(const char *name)
 }
 
 /* Records the first error; later ones are consequences and are dropped. */
-static void *parse_error(parser *p, int code, int pos, const char *fmt,
-			 const char *subject)
+static void *parse_error(parser *p, int code, int pos, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static void *parse_error(parser *p, int code, int pos, const char *fmt, ...)
 {
-	if (p->rc == 0)
-		p->rc = sched_fail(p->err, code, p->op->index, pos + 1, fmt,
-				   subject);
+	char what[sizeof(p->err->message)];
+	va_list ap;
+
+	if (p->rc != 0)
+		return NULL;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	p->rc = sched_fail(p->err, code, p->op->index, pos + 1, "%s", what);
 	return NULL;
 }
 
@@ -135,14 +146,42 @@ static int lex_punct(const char *s)
 	return 0;
 }
 
+static int skip_digits(const char *s, int i)
+{
+	while (isdigit((unsigned char)s[i]))
+		i++;
+	return i;
+}
+
+/* Decimal numbers only: digits [. digits] [e [+-] digits]. */
 static void lex_number(parser *p, const char *s)
 {
-	char *end;
+	int n = skip_digits(s, 0);
 
+	p->tok.is_int = s[n] != '.';
+	if (s[n] == '.')
+		n = skip_digits(s, n + 1);
+	if ((s[n] == 'e' || s[n] == 'E') &&
+	    (isdigit((unsigned char)s[n + 1]) ||
+	     ((s[n + 1] == '+' || s[n + 1] == '-') && isdigit((unsigned char)s[n + 2])))) {
+		p->tok.is_int = false;
+		n = skip_digits(s, n + 2);
+	}
 	p->tok.kind = TOK_NUM;
-	p->tok.num = strtod(s, &end);
-	p->tok.len = (int)(end - s);
-	p->tok.is_int = strcspn(s, ".eE") >= (size_t)p->tok.len;
+	p->tok.len = n;
+	p->tok.num = strtod(s, NULL);
+}
+
+/* The length of the UTF-8 character at "s" (1 for a stray byte). */
+static int utf8_length(const char *s)
+{
+	unsigned char c = *s;
+	int n = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+
+	for (int i = 1; i < n; i++)
+		if (((unsigned char)s[i] & 0xc0) != 0x80)
+			return 1;
+	return n;
 }
 
 /* Reads the next token into p->tok. */
@@ -168,9 +207,9 @@ static void next(parser *p)
 		p->tok.kind = TOK_PUNCT;
 	} else {
 		p->tok.kind = TOK_PUNCT;
-		p->tok.len = 1;
-		parse_error(p, SCHED_ESYNTAX, p->pos, "unexpected character '%s'",
-			    (char[]){*s, 0});
+		p->tok.len = utf8_length(s);
+		parse_error(p, SCHED_ESYNTAX, p->pos, "unexpected character '%.*s'",
+			    p->tok.len, s);
 	}
 	p->pos += p->tok.len;
 }
@@ -181,11 +220,18 @@ static char *tok_text(parser *p)
 				   p->tok.len);
 }
 
+/* The current token quoted, or "the end of the op". */
 static const char *tok_describe(parser *p)
 {
+	char *quoted;
+
 	if (p->tok.kind == TOK_END)
 		return "the end of the op";
-	return tok_text(p);
+	quoted = sched_arena_alloc(&p->graph->arena, p->tok.len + 3);
+	if (quoted)
+		snprintf(quoted, p->tok.len + 3, "'%.*s'", p->tok.len,
+			 p->text + p->tok.pos);
+	return quoted ? quoted : "?";
 }
 
 static bool expect(parser *p, const char *punct)
@@ -194,14 +240,8 @@ static bool expect(parser *p, const char *punct)
 		next(p);
 		return true;
 	}
-	if (p->rc == 0) {
-		char what[64];
-
-		snprintf(what, sizeof(what), "expected '%s' but found '%%s'",
-			 punct);
-		p->rc = sched_fail(p->err, SCHED_ESYNTAX, p->op->index,
-				   p->tok.pos + 1, what, tok_describe(p));
-	}
+	parse_error(p, SCHED_ESYNTAX, p->tok.pos, "expected '%s' but found %s",
+		    punct, tok_describe(p));
 	return false;
 }
 
@@ -212,7 +252,7 @@ static sched_node *node_new(parser *p, enum sched_node_kind kind, int pos,
 
 	if (!node || !(node->args = sched_arena_alloc(&p->graph->arena,
 						      (nargs + 1) * sizeof(sched_node *))))
-		return parse_error(p, SCHED_ENOMEM, pos, "out of memory%s", "");
+		return parse_error(p, SCHED_ENOMEM, pos, "out of memory");
 	node->kind = kind;
 	node->col = pos + 1;
 	node->nargs = nargs;
@@ -227,6 +267,8 @@ static sched_node *node_finish(parser *p, sched_node *node)
 }
 
 static sched_node *parse_expr(parser *p);
+static bool starts_primary(const token *tok, const char *text);
+static token token_after_parens(const parser *p);
 
 static int find_var(const parser *p, const char *name, int len)
 {
@@ -269,14 +311,10 @@ static sched_node *parse_access(parser *p, int pos, const char *name)
 	next(p);
 	if ((n = parse_list(p, "]", args)) < 0)
 		return NULL;
-	if (n != p->graph->tensors[t].rank) {
-		char what[96];
-
-		snprintf(what, sizeof(what),
-			 "tensor '%%s' has %d dims, indexed with %d",
-			 p->graph->tensors[t].rank, n);
-		return parse_error(p, SCHED_EMEANING, pos, what, name);
-	}
+	if (n != p->graph->tensors[t].rank)
+		return parse_error(p, SCHED_EMEANING, pos,
+				   "tensor '%s' has %d dims, indexed with %d",
+				   name, p->graph->tensors[t].rank, n);
 	if (!(node = node_new(p, SCHED_NODE_ACCESS, pos, n)))
 		return NULL;
 	node->tensor = t;
@@ -298,7 +336,9 @@ static sched_node *parse_call(parser *p, int pos, const char *name)
 	sched_node *args[MAX_ARGS], *node;
 	int f = find_func(name), n;
 
-	if (f < 0 && (!strcmp(name, "sum") || !strcmp(name, "prod")))
+	if ((f < 0 && (!strcmp(name, "sum") || !strcmp(name, "prod"))) ||
+	    ((f == SCHED_MAX2 || f == SCHED_MIN2) &&
+	     starts_primary((token[]){token_after_parens(p)}, p->text)))
 		return parse_error(p, SCHED_ESYNTAX, pos,
 				   "reducer '%s' must begin the op's body, "
 				   "and an op has at most one", name);
@@ -308,13 +348,10 @@ static sched_node *parse_call(parser *p, int pos, const char *name)
 	next(p);
 	if ((n = parse_list(p, ")", args)) < 0)
 		return NULL;
-	if (n != funcs[f].arity) {
-		char what[96];
-
-		snprintf(what, sizeof(what), "'%%s' takes %d argument%s, given %d",
-			 funcs[f].arity, funcs[f].arity == 1 ? "" : "s", n);
-		return parse_error(p, SCHED_EMEANING, pos, what, name);
-	}
+	if (n != funcs[f].arity)
+		return parse_error(p, SCHED_EMEANING, pos,
+				   "'%s' takes %d argument%s, given %d", name,
+				   funcs[f].arity, funcs[f].arity == 1 ? "" : "s", n);
 	if (!(node = node_new(p, SCHED_NODE_CALL, pos, n)))
 		return NULL;
 	node->op = f;
@@ -327,6 +364,9 @@ static sched_node *parse_var(parser *p, int pos, const char *name)
 	sched_node *node;
 	int v = find_var(p, name, (int)strlen(name));
 
+	if (v < 0 && sched_tensor_find(p->graph, name) >= 0)
+		return parse_error(p, SCHED_EMEANING, pos,
+				   "'%s' is a tensor: access it as %s[...]", name, name);
 	if (v < 0)
 		return parse_error(p, SCHED_EMEANING, pos,
 				   "unknown variable '%s'", name);
@@ -342,7 +382,7 @@ static sched_node *parse_name(parser *p)
 	char *name = tok_text(p);
 
 	if (!name)
-		return parse_error(p, SCHED_ENOMEM, pos, "out of memory%s", "");
+		return parse_error(p, SCHED_ENOMEM, pos, "out of memory");
 	next(p);
 	if (tok_is(p, "["))
 		return parse_access(p, pos, name);
@@ -374,7 +414,7 @@ static sched_node *parse_primary(parser *p)
 		return node_finish(p, node);
 	}
 	return parse_error(p, SCHED_ESYNTAX, pos,
-			   "expected a number, a name or '(' but found '%s'",
+			   "expected a number, a name or '(' but found %s",
 			   tok_describe(p));
 }
 
@@ -469,7 +509,7 @@ static bool add_var(parser *p, bool reduction)
 	sched_var *var = &p->vars[p->nvars];
 
 	if (!name)
-		return parse_error(p, SCHED_ENOMEM, p->tok.pos, "out of memory%s", ""), false;
+		return parse_error(p, SCHED_ENOMEM, p->tok.pos, "out of memory"), false;
 	if (sched_name_is_reserved(name))
 		return parse_error(p, SCHED_ESYNTAX, p->tok.pos,
 				   "'%s' is a reserved word and cannot name a variable",
@@ -494,7 +534,7 @@ static bool parse_target(parser *p)
 
 	if (p->tok.kind != TOK_NAME)
 		return parse_error(p, SCHED_ESYNTAX, p->tok.pos,
-				   "expected the target tensor but found '%s'",
+				   "expected the target tensor but found %s",
 				   tok_describe(p)), false;
 	if (!(name = tok_text(p)))
 		return false;
@@ -505,25 +545,23 @@ static bool parse_target(parser *p)
 	next(p);
 	if (!expect(p, "["))
 		return false;
-	while (p->tok.kind == TOK_NAME) {
-		if (!add_var(p, false))
-			return false;
-		if (!tok_is(p, ","))
-			break;
-		next(p);
-	}
+	if (!tok_is(p, "]"))
+		do {
+			if (p->tok.kind != TOK_NAME)
+				return parse_error(p, SCHED_ESYNTAX, p->tok.pos,
+						   "expected a variable but found %s",
+						   tok_describe(p)), false;
+			if (!add_var(p, false))
+				return false;
+		} while (tok_is(p, ",") && (next(p), true));
 	if (!expect(p, "]"))
 		return false;
 	t = &p->graph->tensors[p->op->target];
-	if (p->nvars != t->rank) {
-		char what[96];
-
-		snprintf(what, sizeof(what),
-			 "target '%%s' has %d dims, given %d variables", t->rank,
-			 p->nvars);
+	if (p->nvars != t->rank)
 		return parse_error(p, SCHED_EMEANING, p->op->target_col - 1,
-				   what, t->name), false;
-	}
+				   "target '%s' has %d dims, given %d variable%s",
+				   t->name, t->rank, p->nvars,
+				   p->nvars == 1 ? "" : "s"), false;
 	return expect(p, "=");
 }
 
@@ -534,9 +572,13 @@ static bool parse_int(parser *p, int64_t *value)
 
 	if (negative)
 		next(p);
-	if (p->tok.kind != TOK_NUM || !p->tok.is_int || fabs(p->tok.num) > 1e15)
+	if (p->tok.kind != TOK_NUM || !p->tok.is_int)
 		return parse_error(p, SCHED_ESYNTAX, p->tok.pos,
-				   "expected an integer but found '%s'",
+				   "expected an integer but found %s",
+				   tok_describe(p)), false;
+	if (p->tok.num > INT32_MAX)
+		return parse_error(p, SCHED_EMEANING, p->tok.pos,
+				   "range bound %s is above 2^31 - 1",
 				   tok_describe(p)), false;
 	*value = (int64_t)p->tok.num * (negative ? -1 : 1);
 	next(p);
@@ -569,54 +611,108 @@ static bool parse_rvar_range(parser *p)
 	return true;
 }
 
-static bool starts_expr(const parser *p)
+static bool starts_primary(const token *tok, const char *text)
 {
-	return p->tok.kind == TOK_NAME || p->tok.kind == TOK_NUM ||
-	       tok_is(p, "(") || tok_is(p, "-") || tok_is(p, "!");
+	return tok->kind == TOK_NAME || tok->kind == TOK_NUM ||
+	       (tok->kind == TOK_PUNCT && text[tok->pos] == '(');
 }
 
-/* Parses "reducer(rvars)" if the body starts with one. max and min are also
- * functions: they are reducers only when every name in the parentheses is
- * fresh and an expression follows; otherwise the parser backs up. */
+static bool starts_expr(const parser *p)
+{
+	return starts_primary(&p->tok, p->text) || tok_is(p, "-") || tok_is(p, "!");
+}
+
+/* With the current token on '(', the token after its closing ')'. */
+static token token_after_parens(const parser *p)
+{
+	parser probe = *p;
+	int depth = 0;
+
+	probe.err = NULL;
+	do {
+		if (tok_is(&probe, "(") || tok_is(&probe, "["))
+			depth++;
+		else if (tok_is(&probe, ")") || tok_is(&probe, "]"))
+			depth--;
+		next(&probe);
+	} while (depth > 0 && probe.tok.kind != TOK_END);
+	return probe.tok;
+}
+
+/* How "max(...)" or "min(...)" at the current token is meant: a reducer
+ * when an operand follows the parentheses, a call when an operator or the
+ * end does, and maybe either before '-' or '!'. */
+enum reading { READ_CALL, READ_REDUCER, READ_EITHER };
+
+static enum reading read_max_min(const parser *p)
+{
+	parser probe = *p;
+	token after;
+
+	probe.err = NULL;
+	next(&probe);
+	if (!tok_is(&probe, "("))
+		return READ_CALL;
+	after = token_after_parens(&probe);
+	if (starts_primary(&after, p->text))
+		return READ_REDUCER;
+	if (after.kind == TOK_PUNCT && strchr("-!", p->text[after.pos]) &&
+	    after.len == 1)
+		return READ_EITHER;
+	return READ_CALL;
+}
+
+static bool parse_rvars(parser *p)
+{
+	if (!expect(p, "("))
+		return false;
+	do {
+		if (p->tok.kind != TOK_NAME)
+			return parse_error(p, SCHED_ESYNTAX, p->tok.pos,
+					   "expected a reduction variable but found %s",
+					   tok_describe(p)), false;
+		if (!add_var(p, true) || !parse_rvar_range(p))
+			return false;
+	} while (tok_is(p, ",") && (next(p), true));
+	if (!expect(p, ")"))
+		return false;
+	if (!starts_expr(p))
+		return parse_error(p, SCHED_ESYNTAX, p->tok.pos,
+				   "expected the reduced expression but found %s",
+				   tok_describe(p)), false;
+	return true;
+}
+
+/* Parses "reducer(rvars)" if the body starts with one. Where max or min
+ * could be either (an operand after the parentheses starting with '-' or
+ * '!'), they are a reducer when the parentheses hold only fresh variables;
+ * otherwise the parser backs up and reads a call. */
 static bool parse_reducer(parser *p)
 {
 	parser saved = *p;
+	enum reading reading = READ_REDUCER;
 	enum sched_reducer r;
-	bool must;
 
 	for (r = SCHED_RED_SUM; r <= SCHED_RED_PROD; r++)
 		if (tok_is_name(p, reducer_names[r]))
 			break;
 	if (r > SCHED_RED_PROD)
 		return true;
-	must = r == SCHED_RED_SUM || r == SCHED_RED_PROD;
-	next(p);
-	if (!tok_is(p, "(") && !must)
-		return *p = saved, true;
-	if (!must)
+	if (r == SCHED_RED_MAX || r == SCHED_RED_MIN)
+		reading = read_max_min(p);
+	if (reading == READ_CALL)
+		return true;
+	if (reading == READ_EITHER)
 		p->err = NULL;
-	if (!expect(p, "("))
-		return false;
-	do {
-		if (p->tok.kind != TOK_NAME) {
-			parse_error(p, SCHED_ESYNTAX, p->tok.pos,
-				    "expected a reduction variable but found '%s'",
-				    tok_describe(p));
-			break;
-		}
-		if (!add_var(p, true) || !parse_rvar_range(p))
-			break;
-	} while (tok_is(p, ",") && (next(p), true));
-	if (p->rc == 0 && expect(p, ")") && starts_expr(p)) {
+	next(p);
+	if (parse_rvars(p)) {
 		p->err = saved.err;
 		p->op->reducer = r;
 		return true;
 	}
-	if (must)
-		return p->rc == 0 ? (parse_error(p, SCHED_ESYNTAX, p->tok.pos,
-				"expected the reduced expression but found '%s'",
-				tok_describe(p)), false) : false;
-	return *p = saved, true;
+	if (reading == READ_EITHER)
+		return *p = saved, true;
+	return false;
 }
 
 /* Evaluates a subtree free of variables and accesses with integer
@@ -628,7 +724,7 @@ bool sched_node_int_const(const sched_node *node, int64_t *value)
 	switch (node->kind) {
 	case SCHED_NODE_NUM:
 		*value = (int64_t)node->num;
-		return node->num == floor(node->num) && fabs(node->num) < 1e15;
+		return node->num == floor(node->num) && fabs(node->num) <= MAX_CONSTANT;
 	case SCHED_NODE_UNARY:
 		if (node->op != SCHED_NEG || !sched_node_int_const(node->args[0], &a))
 			return false;
@@ -644,12 +740,20 @@ bool sched_node_int_const(const sched_node *node, int64_t *value)
 	}
 }
 
+/* Integer arithmetic of indices; false on overflow past MAX_CONSTANT or a
+ * division by a non-positive number. */
 bool sched_int_binop(int op, int64_t a, int64_t b, int64_t *value)
 {
 	switch (op) {
-	case SCHED_ADD: *value = a + b; return true;
-	case SCHED_SUB: *value = a - b; return true;
-	case SCHED_MUL: *value = a * b; return true;
+	case SCHED_ADD:
+		*value = a + b;
+		return llabs(*value) <= MAX_CONSTANT;
+	case SCHED_SUB:
+		*value = a - b;
+		return llabs(*value) <= MAX_CONSTANT;
+	case SCHED_MUL:
+		return !__builtin_mul_overflow(a, b, value) &&
+		       llabs(*value) <= MAX_CONSTANT;
 	case SCHED_DIV:
 		if (b <= 0)
 			return false;
@@ -675,6 +779,8 @@ static bool has_var(const sched_node *node)
 	return false;
 }
 
+static const char *product_problem(const sched_node *node);
+
 /* Why "node" is not a quasi-affine index, or NULL if it is one. */
 const char *sched_index_problem(const sched_node *node)
 {
@@ -682,8 +788,10 @@ const char *sched_index_problem(const sched_node *node)
 
 	switch (node->kind) {
 	case SCHED_NODE_NUM:
+		if (node->num != floor(node->num))
+			return "has a non-integer constant";
 		return sched_node_int_const(node, &c) ? NULL
-						      : "has a non-integer constant";
+						      : "has a constant larger than 2^40";
 	case SCHED_NODE_VAR:
 		return NULL;
 	case SCHED_NODE_ACCESS:
@@ -704,9 +812,7 @@ const char *sched_index_problem(const sched_node *node)
 		return why ? why : sched_index_problem(node->args[1]);
 	}
 	case SCHED_MUL:
-		if (has_var(node->args[0]) && has_var(node->args[1]))
-			return "multiplies two variables";
-		return sched_index_problem(node->args[has_var(node->args[0]) ? 0 : 1]);
+		return product_problem(node);
 	case SCHED_DIV:
 	case SCHED_MOD:
 		if (!sched_node_int_const(node->args[1], &c) || c <= 0)
@@ -717,6 +823,31 @@ const char *sched_index_problem(const sched_node *node)
 	}
 }
 
+/* A product is affine when one factor is an integer constant and the
+ * other affine. */
+static const char *product_problem(const sched_node *node)
+{
+	const sched_node *factor = node->args[0], *other = node->args[1];
+	const char *why;
+	int64_t c;
+
+	if (has_var(factor) && has_var(other))
+		return "multiplies two variables";
+	if (has_var(factor)) {
+		factor = node->args[1];
+		other = node->args[0];
+	}
+	if (!sched_node_int_const(factor, &c) && (why = sched_index_problem(factor)))
+		return why;
+	if (!sched_node_int_const(factor, &c))
+		return "has a constant larger than 2^40";
+	if ((why = sched_index_problem(other)))
+		return why;
+	if (!has_var(other) && !sched_node_int_const(node, &c))
+		return "has a constant larger than 2^40";
+	return NULL;
+}
+
 static void check_indices(const sched_node *access, void *user)
 {
 	parser *p = user;
@@ -724,15 +855,14 @@ static void check_indices(const sched_node *access, void *user)
 	for (int i = 0; i < access->nargs && p->rc == 0; i++) {
 		const sched_node *index = access->args[i];
 		const char *why = sched_index_problem(index);
-		char what[256];
+		char excerpt[SCHED_EXCERPT];
 
 		if (!why)
 			continue;
-		snprintf(what, sizeof(what),
-			 "index '%.*s' of '%%s' is not affine: it %s",
-			 index->end_col - index->col, p->text + index->col - 1, why);
-		parse_error(p, SCHED_EMEANING, index->col - 1, what,
-			    p->graph->tensors[access->tensor].name);
+		parse_error(p, SCHED_EMEANING, index->col - 1,
+			    "index '%s' of '%s' is not affine: it %s",
+			    sched_node_excerpt(index, p->text, excerpt),
+			    p->graph->tensors[access->tensor].name, why);
 	}
 }
 
@@ -768,7 +898,6 @@ static bool infer_range(parser *p, int v)
 {
 	sched_var *var = &p->vars[v];
 	range_search s = {p->graph, v, 0, -1, -1};
-	char what[256];
 
 	sched_node_each_access(p->op->body, find_var_dims, &s);
 	if (s.tensor < 0)
@@ -776,14 +905,12 @@ static bool infer_range(parser *p, int v)
 				   "cannot infer the range of reduction variable "
 				   "'%s': no access indexes a dim with it alone; "
 				   "write it as 'var < N'", var->name), false;
-	if (s.conflict >= 0) {
-		snprintf(what, sizeof(what),
-			 "reduction variable '%%s' indexes dims of different sizes "
-			 "in '%s' and '%s'", p->graph->tensors[s.tensor].name,
-			 p->graph->tensors[s.conflict].name);
-		return parse_error(p, SCHED_EMEANING, var->col - 1, what,
-				   var->name), false;
-	}
+	if (s.conflict >= 0)
+		return parse_error(p, SCHED_EMEANING, var->col - 1,
+				   "reduction variable '%s' indexes dims of "
+				   "different sizes in '%s' and '%s'", var->name,
+				   p->graph->tensors[s.tensor].name,
+				   p->graph->tensors[s.conflict].name), false;
 	var->lo = 0;
 	var->hi = s.size;
 	return true;
@@ -814,7 +941,7 @@ static bool store_vars(parser *p)
 	op->vars = sched_arena_alloc(&p->graph->arena,
 				     (p->nvars + 1) * sizeof(sched_var));
 	if (!op->vars)
-		return parse_error(p, SCHED_ENOMEM, 0, "out of memory%s", ""), false;
+		return parse_error(p, SCHED_ENOMEM, 0, "out of memory"), false;
 	memcpy(op->vars, p->vars, p->nvars * sizeof(sched_var));
 	return true;
 }
@@ -834,7 +961,7 @@ int sched_op_parse(sched_graph *graph, int index, const char *text,
 		return p.rc;
 	if (p.tok.kind != TOK_END)
 		return parse_error(&p, SCHED_ESYNTAX, p.tok.pos,
-				   "unexpected '%s' after the expression",
+				   "unexpected %s after the expression",
 				   tok_describe(&p)), p.rc;
 	sched_node_each_access(p.op->body, check_indices, &p);
 	if (p.rc == 0 && set_ranges(&p))

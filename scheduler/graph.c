@@ -91,9 +91,17 @@ static int read_shape(sched_tensor *t, json_t *shape, sched_error *err)
 	return SCHED_OK;
 }
 
+/* The string value of "value", or NULL if it is none or holds a NUL. */
+static const char *plain_string(json_t *value)
+{
+	const char *s = json_string_value(value);
+
+	return s && strlen(s) == json_string_length(value) ? s : NULL;
+}
+
 static int read_dtype(sched_tensor *t, json_t *dtype, sched_error *err)
 {
-	const char *s = json_string_value(dtype);
+	const char *s = plain_string(dtype);
 
 	for (int d = 0; s && d <= SCHED_I32; d++)
 		if (!strcmp(s, dtype_names[d])) {
@@ -107,7 +115,7 @@ static int read_dtype(sched_tensor *t, json_t *dtype, sched_error *err)
 
 static int read_role(sched_tensor *t, json_t *role, sched_error *err)
 {
-	const char *s = json_string_value(role);
+	const char *s = plain_string(role);
 
 	if (!role)
 		t->role = SCHED_INTERMEDIATE;
@@ -247,7 +255,7 @@ static int read_header(sched_graph *graph, json_t *root, sched_error *err)
 		return sched_fail(err, SCHED_ESCHEMA, -1, 0,
 				  "'version' must be 1, the only version this "
 				  "tuned reads");
-	if (name && !json_is_string(name))
+	if (name && !plain_string(name))
 		return sched_fail(err, SCHED_ESCHEMA, -1, 0,
 				  "'name' must be a string");
 	graph->name = sched_arena_strndup(&graph->arena,
@@ -277,7 +285,7 @@ int sched_graph_read_string(const char *text, sched_graph **out,
 			    sched_error *err)
 {
 	json_error_t jerr;
-	json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+	json_t *root = json_loads(text, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
 	sched_graph *graph;
 	int rc;
 

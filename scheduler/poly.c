@@ -134,10 +134,23 @@ static isl_set *universe_of(isl_ctx *ctx, const sched_op *op)
 	return read_set(ctx, buf.str);
 }
 
+static bool has_division(const sched_node *node)
+{
+	if (node->kind == SCHED_NODE_BINARY && node->op == SCHED_DIV)
+		return true;
+	for (int i = 0; i < node->nargs; i++)
+		if (has_division(node->args[i]))
+			return true;
+	return false;
+}
+
+/* A comparison of two affine sides. Division is real in conditions, not
+ * floor division as in indices, so a side that divides does not count. */
 static bool is_affine_comparison(const sched_node *cond)
 {
 	return cond->kind == SCHED_NODE_BINARY && cond->op >= SCHED_LT &&
-	       cond->op <= SCHED_NE && !sched_index_problem(cond->args[0]) &&
+	       cond->op <= SCHED_NE && !has_division(cond) &&
+	       !sched_index_problem(cond->args[0]) &&
 	       !sched_index_problem(cond->args[1]);
 }
 
@@ -190,32 +203,40 @@ typedef struct bounds_walk {
 	int rc;
 } bounds_walk;
 
-/* Fails if dim "d" of "image" (taken) leaves [0, size). */
+static int report_outside(bounds_walk *w, const sched_node *access, int d,
+			  isl_val *reach, bool past)
+{
+	const sched_tensor *t = &w->graph->tensors[access->tensor];
+	char excerpt[SCHED_EXCERPT], *value = isl_val_to_str(reach);
+	int rc;
+
+	rc = sched_fail(w->err, SCHED_EBOUNDS, w->op->index, access->args[d]->col,
+			"index '%s' of '%s' reaches %s, %s%lld",
+			sched_node_excerpt(access->args[d], w->op->text, excerpt),
+			t->name, value ? value : "?",
+			past ? "past its size " : "below ", past ? (long long)t->shape[d] : 0LL);
+	free(value);
+	return rc;
+}
+
+/* Fails if dim "d" of "image" (taken) leaves [0, size). isl's values are
+ * exact, however large. */
 static int check_dim(bounds_walk *w, const sched_node *access, int d,
 		     isl_set *image)
 {
 	const sched_tensor *t = &w->graph->tensors[access->tensor];
-	const sched_node *index = access->args[d];
 	isl_val *lo = isl_set_dim_min_val(isl_set_copy(image), d);
 	isl_val *hi = isl_set_dim_max_val(image, d);
-	long min = lo && isl_val_is_int(lo) ? isl_val_get_num_si(lo) : 0;
-	long max = hi && isl_val_is_int(hi) ? isl_val_get_num_si(hi) : 0;
 	int rc = SCHED_OK;
 
-	if (!lo || !hi)
-		rc = sched_fail(w->err, SCHED_EINTERNAL, w->op->index, index->col,
+	if (!lo || !hi || !isl_val_is_int(lo) || !isl_val_is_int(hi))
+		rc = sched_fail(w->err, SCHED_EINTERNAL, w->op->index,
+				access->args[d]->col,
 				"isl could not bound index %d of '%s'", d, t->name);
-	else if (max >= t->shape[d])
-		rc = sched_fail(w->err, SCHED_EBOUNDS, w->op->index, index->col,
-				"index '%.*s' of '%s' reaches %ld, past its size %lld",
-				index->end_col - index->col,
-				w->op->text + index->col - 1, t->name, max,
-				(long long)t->shape[d]);
-	else if (min < 0)
-		rc = sched_fail(w->err, SCHED_EBOUNDS, w->op->index, index->col,
-				"index '%.*s' of '%s' reaches %ld, below 0",
-				index->end_col - index->col,
-				w->op->text + index->col - 1, t->name, min);
+	else if (isl_val_cmp_si(hi, t->shape[d]) >= 0)
+		rc = report_outside(w, access, d, hi, true);
+	else if (isl_val_is_neg(lo))
+		rc = report_outside(w, access, d, lo, false);
 	isl_val_free(lo);
 	isl_val_free(hi);
 	return rc;

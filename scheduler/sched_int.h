@@ -123,6 +123,12 @@ struct sched_graph {
 int sched_fail(sched_error *err, int code, int op, int column,
 	       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
+/* The source text of "node" in "text", cut to about 60 bytes with "..." on
+ * a character boundary, for quoting in messages. */
+#define SCHED_EXCERPT 72
+const char *sched_node_excerpt(const sched_node *node, const char *text,
+			       char out[SCHED_EXCERPT]);
+
 /* expr.c: parses op "index" of "graph" from its text into graph->ops. */
 int sched_op_parse(sched_graph *graph, int index, const char *text,
 		   sched_error *err);

@@ -84,6 +84,34 @@ void sched_buf_release(sched_buf *buf)
 	*buf = (sched_buf){0};
 }
 
+/* The length of the valid UTF-8 character at "s", or 0. */
+static int utf8_valid(const unsigned char *s)
+{
+	int n = *s >= 0xf0 && *s < 0xf5 ? 4 : *s >= 0xe0 ? 3 : *s >= 0xc2 ? 2 : 0;
+
+	for (int i = 1; i < n; i++)
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+	return n;
+}
+
+/* Makes "message" one line of valid UTF-8: control characters become
+ * spaces, stray bytes '?'. */
+static void clean_message(char *message)
+{
+	unsigned char *s = (unsigned char *)message;
+
+	while (*s) {
+		int n = *s < 0x80 ? 1 : utf8_valid(s);
+
+		if (n == 0)
+			*s = '?', n = 1;
+		else if (*s < 0x20 || *s == 0x7f)
+			*s = ' ';
+		s += n;
+	}
+}
+
 int sched_fail(sched_error *err, int code, int op, int column,
 	       const char *fmt, ...)
 {
@@ -103,5 +131,21 @@ int sched_fail(sched_error *err, int code, int op, int column,
 	va_start(ap, fmt);
 	vsnprintf(err->message + n, sizeof(err->message) - n, fmt, ap);
 	va_end(ap);
+	clean_message(err->message);
 	return code;
+}
+
+const char *sched_node_excerpt(const sched_node *node, const char *text,
+			       char out[SCHED_EXCERPT])
+{
+	const char *start = text + node->col - 1;
+	int len = node->end_col - node->col, keep = len;
+
+	if (len > SCHED_EXCERPT - 8) {
+		keep = SCHED_EXCERPT - 12;
+		while (keep > 0 && ((unsigned char)start[keep] & 0xc0) == 0x80)
+			keep--;
+	}
+	snprintf(out, SCHED_EXCERPT, "%.*s%s", keep, start, keep < len ? "..." : "");
+	return out;
 }

@@ -164,7 +164,7 @@ Test(parse, errors_name_op_and_column)
 {
 	expect_error(MM, OPS("c[i, j] = sum(k) a[i, k] * b[k, j] +"), SCHED_ESYNTAX,
 		     "op 0, column 37: expected a number, a name or '(' but found "
-		     "'the end of the op'");
+		     "the end of the op");
 	expect_error(MM, OPS("c[i, j] = sum(k) a[i, k] * bb[k, j]"), SCHED_EMEANING,
 		     "op 0, column 28: unknown tensor 'bb'");
 	expect_error(MM, OPS("c[i, j] = a[i, j * i]"), SCHED_EMEANING,
