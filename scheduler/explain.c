@@ -61,24 +61,20 @@ static json_t *string_or_null(char *text)
 	return value;
 }
 
-/* The map "str" (taken) as isl prints it back, simplified. */
-static json_t *isl_text(isl_ctx *ctx, char *str)
+/* The map (taken) as isl prints it, simplified. */
+static json_t *map_text(isl_map *map)
 {
-	isl_map *map = str ? isl_map_read_from_str(ctx, str) : NULL;
 	json_t *value = string_or_null(isl_map_to_str(map));
 
 	isl_map_free(map);
-	free(str);
 	return value;
 }
 
-static json_t *isl_set_text(isl_ctx *ctx, char *str)
+static json_t *set_text(isl_set *set)
 {
-	isl_set *set = str ? isl_set_read_from_str(ctx, str) : NULL;
 	json_t *value = string_or_null(isl_set_to_str(set));
 
 	isl_set_free(set);
-	free(str);
 	return value;
 }
 
@@ -97,7 +93,7 @@ static void add_read(const sched_node *access, void *user)
 
 	json_array_append_new(r->reads, json_pack("{s:s, s:o}",
 		"tensor", t->name,
-		"map", isl_text(r->ctx, sched_access_str(r->graph, r->op, access))));
+		"map", map_text(sched_access_map(r->ctx, r->graph, r->op, access))));
 	r->seen[access->tensor] = true;
 }
 
@@ -141,8 +137,8 @@ static json_t *explain_op(isl_ctx *ctx, const sched_graph *graph,
 	sched_node_each_access(op->body, add_read, &r);
 	obj = json_pack("{s:i, s:s, s:o, s:o, s:o, s:o, s:I, s:I}",
 			"index", op->index, "text", op->text,
-			"domain", isl_set_text(ctx, sched_op_domain_str(graph, op)),
-			"write", isl_text(ctx, sched_write_str(graph, op)),
+			"domain", set_text(sched_op_domain(ctx, graph, op->index)),
+			"write", map_text(sched_op_write(ctx, graph, op->index)),
 			"reads", r.reads, "reduction", explain_reduction(op),
 			"flops", (json_int_t)op_flops(op),
 			"bytes", (json_int_t)op_bytes(graph, op, seen));

@@ -71,11 +71,10 @@ static void print_tuple(sched_buf *buf, const sched_op *op)
 	sched_buf_printf(buf, "]");
 }
 
-char *sched_op_domain_str(const sched_graph *graph, const sched_op *op)
+static char *domain_str(const sched_op *op)
 {
 	sched_buf buf = {0};
 
-	(void)graph;
 	sched_buf_printf(&buf, "{ ");
 	print_tuple(&buf, op);
 	for (int v = 0; v < op->nvars; v++)
@@ -86,8 +85,8 @@ char *sched_op_domain_str(const sched_graph *graph, const sched_op *op)
 	return buf.str;
 }
 
-char *sched_access_str(const sched_graph *graph, const sched_op *op,
-		       const sched_node *access)
+static char *access_str(const sched_graph *graph, const sched_op *op,
+			const sched_node *access)
 {
 	sched_buf buf = {0};
 
@@ -102,7 +101,7 @@ char *sched_access_str(const sched_graph *graph, const sched_op *op,
 	return buf.str;
 }
 
-char *sched_write_str(const sched_graph *graph, const sched_op *op)
+static char *write_str(const sched_graph *graph, const sched_op *op)
 {
 	sched_buf buf = {0};
 
@@ -122,6 +121,14 @@ static isl_set *read_set(isl_ctx *ctx, char *str)
 
 	free(str);
 	return set;
+}
+
+static isl_map *read_map(isl_ctx *ctx, char *str)
+{
+	isl_map *map = str ? isl_map_read_from_str(ctx, str) : NULL;
+
+	free(str);
+	return map;
 }
 
 static isl_set *universe_of(isl_ctx *ctx, const sched_op *op)
@@ -245,13 +252,11 @@ static int check_dim(bounds_walk *w, const sched_node *access, int d,
 static int check_access(bounds_walk *w, const sched_node *access,
 			__sched_keep isl_set *where)
 {
-	char *str = sched_access_str(w->graph, w->op, access);
-	isl_map *map = str ? isl_map_read_from_str(w->ctx, str) : NULL;
+	isl_map *map = sched_access_map(w->ctx, w->graph, w->op, access);
 	isl_set *image = isl_set_apply(isl_set_copy(where), map);
 	isl_bool empty = isl_set_is_empty(image);
 	int rc = empty < 0 ? SCHED_EINTERNAL : SCHED_OK;
 
-	free(str);
 	for (int d = 0; d < access->nargs && rc == SCHED_OK && !empty; d++)
 		rc = check_dim(w, access, d, isl_set_copy(image));
 	isl_set_free(image);
@@ -303,8 +308,7 @@ int sched_graph_check_bounds(const sched_graph *graph, sched_error *err)
 		return sched_fail(err, SCHED_ENOMEM, -1, 0, "out of memory");
 	for (int i = 0; i < graph->nops && w.rc == SCHED_OK; i++) {
 		w.op = &graph->ops[i];
-		walk(&w, w.op->body,
-		     read_set(ctx, sched_op_domain_str(graph, w.op)));
+		walk(&w, w.op->body, sched_op_domain(ctx, graph, i));
 	}
 	isl_ctx_free(ctx);
 	return w.rc;
@@ -312,20 +316,19 @@ int sched_graph_check_bounds(const sched_graph *graph, sched_error *err)
 
 isl_set *sched_op_domain(isl_ctx *ctx, const sched_graph *graph, int op)
 {
-	return read_set(ctx, sched_op_domain_str(graph, &graph->ops[op]));
+	return read_set(ctx, domain_str(&graph->ops[op]));
 }
 
-static isl_map *read_map(isl_ctx *ctx, char *str)
-{
-	isl_map *map = str ? isl_map_read_from_str(ctx, str) : NULL;
-
-	free(str);
-	return map;
-}
 
 isl_map *sched_op_write(isl_ctx *ctx, const sched_graph *graph, int op)
 {
-	return read_map(ctx, sched_write_str(graph, &graph->ops[op]));
+	return read_map(ctx, write_str(graph, &graph->ops[op]));
+}
+
+isl_map *sched_access_map(isl_ctx *ctx, const sched_graph *graph,
+			  const sched_op *op, const sched_node *access)
+{
+	return read_map(ctx, access_str(graph, op, access));
 }
 
 typedef struct read_union {
@@ -338,7 +341,7 @@ typedef struct read_union {
 static void add_read_map(const sched_node *access, void *user)
 {
 	read_union *r = user;
-	isl_map *map = read_map(r->ctx, sched_access_str(r->graph, r->op, access));
+	isl_map *map = sched_access_map(r->ctx, r->graph, r->op, access);
 
 	r->reads = isl_union_map_add_map(r->reads, map);
 }

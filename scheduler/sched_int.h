@@ -144,10 +144,8 @@ int sched_graph_check_dataflow(sched_graph *graph, sched_error *err);
 
 /* poly.c: isl forms of ops and the bounds check. */
 isl_ctx *sched_isl_ctx_new(void);
-char *sched_op_domain_str(const sched_graph *graph, const sched_op *op);
-char *sched_access_str(const sched_graph *graph, const sched_op *op,
-		       const sched_node *access);
-char *sched_write_str(const sched_graph *graph, const sched_op *op);
+isl_map *sched_access_map(isl_ctx *ctx, const sched_graph *graph,
+			  const sched_op *op, const sched_node *access);
 int sched_graph_check_bounds(const sched_graph *graph, sched_error *err);
 
 /* print.c: expressions as text, with the names given for tensors and the
