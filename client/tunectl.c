@@ -3,6 +3,7 @@
  *
  *   tunectl validate FILE [--json]   check a graph; exit 0, or 1 with the error
  *   tunectl explain FILE [--json]    domains, accesses, ranges, FLOPs, bytes, key
+ *   tunectl run FILE [options]       compile, verify and time a plan (run.c)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,25 +11,34 @@
 
 #include <jansson.h>
 
-#include "sched.h"
-
-#define EXIT_INVALID 1
-#define EXIT_USAGE 2
+#include "scheduler.h"
+#include "tunectl.h"
 
 static const char usage[] =
-	"usage: tunectl COMMAND FILE [--json]\n"
+	"usage: tunectl COMMAND FILE [options]\n"
 	"\n"
 	"commands:\n"
 	"  validate FILE   check FILE (graph.json v1); print its key, or the\n"
 	"                  first error (op index and column) and exit 1\n"
 	"  explain FILE    per op: iteration domain, write and read accesses as\n"
 	"                  isl maps, reduction ranges, FLOPs and bytes; the key\n"
+	"  run FILE        compile the plan (the default one unless --plan), check\n"
+	"                  every output against the reference interpreter on\n"
+	"                  random inputs, and time each kernel and the whole plan,\n"
+	"                  in a tuned-worker process; exit 1 unless all verified\n"
 	"\n"
 	"options:\n"
-	"  --json          print one JSON object on stdout instead of text\n"
-	"  -h, --help      show this help\n"
+	"  --json               print one JSON object on stdout instead of text\n"
+	"  --backend B          run: cpu, cuda or auto (default: auto, cuda where a\n"
+	"                       GPU is usable)\n"
+	"  --plan PLAN.json     run: the plan to run (docs/kernels.md)\n"
+	"  --seed N             run: the seed of the random inputs (default 1)\n"
+	"  --timeout SECONDS    run: the worker's time limit (default: 10 s, or\n"
+	"                       20 times a pessimistic estimate of one run)\n"
+	"  -h, --help           show this help\n"
 	"\n"
-	"exit status: 0 valid, 1 invalid graph, 2 usage error\n";
+	"exit status: 0 valid (and verified), 1 invalid graph or failed run,\n"
+	"2 usage error\n";
 
 static const char *code_name(int code)
 {
@@ -146,6 +156,8 @@ int main(int argc, char **argv)
 	const char *command = NULL, *path = NULL;
 	bool as_json = false;
 
+	if (argc > 1 && !strcmp(argv[1], "run"))
+		return tunectl_run(argc - 2, argv + 2);
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
 			return fputs(usage, stdout), EXIT_SUCCESS;

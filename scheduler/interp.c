@@ -29,6 +29,7 @@ typedef struct op_run {
 	const sched_graph *graph;
 	const sched_op *op;
 	double **values;
+	bool **needed;
 	access_plan *plans;
 	int64_t vars[MAX_VARS];
 } op_run;
@@ -256,35 +257,114 @@ static double eval_element(op_run *run)
 	return acc;
 }
 
+/* Evaluates the target's elements, or only those marked needed. */
 static void run_op(op_run *run)
 {
 	const sched_op *op = run->op;
 	const sched_tensor *target = &run->graph->tensors[op->target];
+	const bool *needed = run->needed ? run->needed[op->target] : NULL;
 	double *out = run->values[op->target];
 
-	sched_node_each_access(op->body, plan_access, run);
 	memset(run->vars, 0, sizeof(run->vars));
 	for (int64_t offset = 0; offset < target->size; offset++) {
-		double value = eval_element(run);
+		if (!needed || needed[offset]) {
+			double value = eval_element(run);
 
-		out[offset] = target->dtype == SCHED_I32 ? trunc(value) : value;
+			out[offset] = target->dtype == SCHED_I32 ? trunc(value) : value;
+		}
 		advance(op, run->vars, 0, op->ntarget_vars);
 	}
 }
 
+/* Runs "fn" on op number "n" of the dependence order, its accesses
+ * planned. */
+static int with_op(const sched_graph *graph, int n, double **values,
+		   bool **needed, void (*fn)(op_run *run))
+{
+	const sched_op *op = &graph->ops[graph->order[n]];
+	op_run run = {graph, op, values, needed,
+		      calloc(op->naccesses + 1, sizeof(access_plan)), {0}};
+
+	if (!run.plans)
+		return SCHED_ENOMEM;
+	sched_node_each_access(op->body, plan_access, &run);
+	fn(&run);
+	free(run.plans);
+	return SCHED_OK;
+}
+
 int sched_interp_run(const sched_graph *graph, double **values)
 {
-	for (int n = 0; n < graph->nops; n++) {
-		const sched_op *op = &graph->ops[graph->order[n]];
-		op_run run = {graph, op, values,
-			      calloc(op->naccesses + 1, sizeof(access_plan)), {0}};
+	return sched_interp_run_needed(graph, values, NULL);
+}
 
-		if (!run.plans)
-			return SCHED_ENOMEM;
-		run_op(&run);
-		free(run.plans);
+int sched_interp_run_needed(const sched_graph *graph, double **values,
+			    bool **needed)
+{
+	int rc = SCHED_OK;
+
+	for (int n = 0; n < graph->nops && rc == SCHED_OK; n++)
+		rc = with_op(graph, n, values, needed, run_op);
+	return rc;
+}
+
+/* True if every index of "access" is inside its tensor at the current
+ * variables; stores the offset. */
+static bool offset_inside(const op_run *run, const sched_node *access,
+			  int64_t *offset)
+{
+	const sched_tensor *t = &run->graph->tensors[access->tensor];
+
+	*offset = 0;
+	for (int d = 0; d < access->nargs; d++) {
+		int64_t i = eval_index(run, access->args[d]);
+
+		if (i < 0 || i >= t->shape[d])
+			return false;
+		*offset = *offset * t->shape[d] + i;
 	}
-	return SCHED_OK;
+	return true;
+}
+
+static void mark_reads(const sched_node *access, void *user)
+{
+	op_run *run = user;
+	bool *needed = run->needed[access->tensor];
+	int64_t offset;
+
+	if (needed && offset_inside(run, access, &offset))
+		needed[offset] = true;
+}
+
+/* Marks what the needed elements of the op's target read, at every point
+ * of their reductions; accesses a select would skip are marked when they
+ * are in bounds, which costs a little work and never misses any. */
+static void mark_op(op_run *run)
+{
+	const sched_op *op = run->op;
+	const sched_tensor *target = &run->graph->tensors[op->target];
+	const bool *needed = run->needed[op->target];
+
+	memset(run->vars, 0, sizeof(run->vars));
+	for (int64_t offset = 0; offset < target->size; offset++) {
+		if (needed[offset]) {
+			for (int v = op->ntarget_vars; v < op->nvars; v++)
+				run->vars[v] = op->vars[v].lo;
+			do {
+				sched_node_each_access(op->body, mark_reads, run);
+			} while (advance(op, run->vars, op->ntarget_vars, op->nvars));
+		}
+		advance(op, run->vars, 0, op->ntarget_vars);
+	}
+}
+
+int sched_interp_mark_needed(const sched_graph *graph, bool **needed)
+{
+	int rc = SCHED_OK;
+
+	for (int n = graph->nops - 1; n >= 0 && rc == SCHED_OK; n--)
+		rc = with_op(graph, n, NULL, needed, mark_op);
+	return rc;
 }
 
 double **sched_values_new(const sched_graph *graph)

@@ -6,7 +6,7 @@
 
 #include <isl/ctx.h>
 
-#include "sched.h"
+#include "scheduler.h"
 
 /* Every allocation of one graph comes from its arena and is freed at once. */
 typedef struct sched_arena_block sched_arena_block;

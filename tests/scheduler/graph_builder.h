@@ -10,7 +10,7 @@
 #ifndef GRAPH_BUILDER_H
 #define GRAPH_BUILDER_H
 
-#include "sched.h"
+#include "scheduler.h"
 
 char *build_graph(const char *tensors, const char *const *ops);
 

@@ -5,7 +5,7 @@
 #include <criterion/criterion.h>
 
 #include "graph_builder.h"
-#include "sched.h"
+#include "scheduler.h"
 
 static int check(const char *tensors, const char *const *ops, sched_error *err)
 {

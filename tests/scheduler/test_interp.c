@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "graph_builder.h"
-#include "sched.h"
+#include "scheduler.h"
 
 typedef struct run {
 	sched_graph *graph;

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "graph_builder.h"
-#include "sched.h"
+#include "scheduler.h"
 
 static char *key_of(const char *tensors, const char *const *ops)
 {

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched.h"
+#include "scheduler.h"
 
 typedef struct malformed_case {
 	char name[128];

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "graph_builder.h"
-#include "sched.h"
+#include "scheduler.h"
 
 static sched_graph *must_load(const char *tensors, const char *const *ops)
 {

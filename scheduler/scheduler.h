@@ -1,5 +1,5 @@
 /*
- * sched.h: the graph IR of tuned.
+ * scheduler.h: the graph IR of tuned.
  *
  * A graph is read from graph.json v1 (docs/graph-format.md), checked in full
  * (names, shapes, expressions, writes, cycles, bounds with isl), given a
@@ -9,8 +9,8 @@
  * Ownership follows isl: __sched_give returns a new object the caller frees,
  * __sched_keep borrows, __sched_take consumes.
  */
-#ifndef SCHED_H
-#define SCHED_H
+#ifndef SCHEDULER_H
+#define SCHEDULER_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -109,6 +109,17 @@ __sched_give json_t *sched_graph_explain(__sched_keep const sched_graph *graph);
  * sched_tensor_size() doubles, row-major; inputs are read, every other
  * tensor is written. Stores into i32 tensors truncate toward zero. */
 int sched_interp_run(__sched_keep const sched_graph *graph, double **values);
+
+/* The same, evaluating only the elements marked in "needed" (one mask per
+ * tensor, row-major; NULL for inputs) and leaving the others alone. */
+int sched_interp_run_needed(__sched_keep const sched_graph *graph,
+			    double **values, bool **needed);
+
+/* Given marks on some elements of the outputs (and any other tensor),
+ * marks every element of every non-input tensor they depend on. Masks of
+ * inputs must be NULL. */
+int sched_interp_mark_needed(__sched_keep const sched_graph *graph,
+			     bool **needed);
 
 /* One zero-filled buffer per tensor, and its release. */
 __sched_give double **sched_values_new(__sched_keep const sched_graph *graph);

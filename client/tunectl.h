@@ -1,0 +1,14 @@
+/*
+ * tunectl.h: the commands of tunectl, one file each.
+ */
+#ifndef TUNECTL_H
+#define TUNECTL_H
+
+#define EXIT_INVALID 1
+#define EXIT_USAGE 2
+
+/* tunectl run FILE [options]: compile, verify and time a plan in a worker
+ * process. "argv" holds what follows "run". */
+int tunectl_run(int argc, char **argv);
+
+#endif

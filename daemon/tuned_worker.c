@@ -1,0 +1,83 @@
+/*
+ * tuned-worker: the process that compiles, verifies and times candidates.
+ *
+ *   tuned-worker [--backend cpu|cuda|auto]
+ *
+ * Reads one JSON request per line on stdin, answers one JSON object per
+ * line on stdout (tuner/measure.c says what they hold). A kernel that
+ * crashes or hangs takes this process with it, and only it: the caller
+ * sees the process die or time out, and starts another.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "kgen.h"
+#include "tuner.h"
+
+static const char usage[] =
+	"usage: tuned-worker [--backend cpu|cuda|auto]\n"
+	"Reads measurement requests, one JSON object per line, on stdin and\n"
+	"answers each with one JSON object per line on stdout.\n";
+
+static void reply(json_t *obj)
+{
+	char *text = json_dumps(obj, JSON_COMPACT);
+
+	printf("%s\n", text ? text : "{\"kind\":\"error\",\"error\":\"out of memory\"}");
+	fflush(stdout);
+	free(text);
+	json_decref(obj);
+}
+
+static json_t *handle_line(kgen_backend *backend, const char *line)
+{
+	json_error_t jerr;
+	json_t *request = json_loads(line, 0, &jerr), *obj;
+
+	if (!json_is_object(request)) {
+		json_decref(request);
+		return json_pack("{s:s, s:b, s:s}", "kind", "invalid", "verified", 0,
+				 "error", "the request is not a JSON object");
+	}
+	obj = tuner_measure(backend, request);
+	json_decref(request);
+	return obj;
+}
+
+static int serve(kgen_backend *backend)
+{
+	char *line = NULL;
+	size_t cap = 0;
+
+	while (getline(&line, &cap, stdin) > 0)
+		reply(handle_line(backend, line));
+	free(line);
+	return EXIT_SUCCESS;
+}
+
+int main(int argc, char **argv)
+{
+	const char *name = "auto";
+	kgen_backend *backend;
+	kgen_error err = {0};
+	int status;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--backend") && i + 1 < argc)
+			name = argv[++i];
+		else
+			return fputs(usage, strcmp(argv[i], "--help") ? stderr : stdout),
+			       strcmp(argv[i], "--help") ? 2 : 0;
+	}
+	if (kgen_backend_open(name, &backend, &err) < 0) {
+		reply(json_pack("{s:s, s:b, s:s}", "kind", "backend_error",
+				"verified", 0, "error", err.message));
+		return EXIT_FAILURE;
+	}
+	status = serve(backend);
+	kgen_backend_close(backend);
+	return status;
+}

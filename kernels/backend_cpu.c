@@ -1,0 +1,304 @@
+/*
+ * backend_cpu.c: kernels as C, compiled by the system compiler into a
+ * shared object that is dlopen'd; timed with the monotonic clock.
+ *
+ * The compiler is $CC, or cc: cc -O3 -march=native -fopenmp -shared -fPIC.
+ * Before each timed run a buffer twice the size of the last-level cache
+ * (8 to 64 MiB) is written, so that every run starts from cold caches.
+ */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kgen_int.h"
+
+extern char **environ;
+
+typedef struct cpu_state {
+	char dir[64];     /* where sources and objects are written */
+	int compiled;     /* a counter for file names */
+	char *flush;      /* the cache flush buffer */
+	size_t flush_bytes;
+} cpu_state;
+
+typedef void (*cpu_kernel_fn)(void **tensors);
+
+static const char *compiler(void)
+{
+	const char *cc = getenv("CC");
+
+	return cc && *cc ? cc : "cc";
+}
+
+static int write_file(const char *path, const char *text, kgen_error *err)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f || fputs(text, f) < 0) {
+		if (f)
+			fclose(f);
+		return kgen_fail(err, KGEN_EIO, "cannot write '%s': %s", path,
+				 strerror(errno));
+	}
+	return fclose(f) == 0 ? KGEN_OK : kgen_fail(err, KGEN_EIO,
+						   "cannot write '%s'", path);
+}
+
+static char *read_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *text = NULL;
+	size_t len = 0;
+
+	if (!f)
+		return NULL;
+	if (getdelim(&text, &len, '\0', f) < 0) {
+		free(text);
+		text = NULL;
+	}
+	fclose(f);
+	return text;
+}
+
+/* Runs the compiler on "source_path" with its output in "log_path". */
+static int run_compiler(const char *source_path, const char *object_path,
+			const char *log_path, int *status)
+{
+	const char *argv[] = {compiler(), "-O3", "-march=native", "-fopenmp",
+			      "-shared", "-fPIC", "-o", object_path, source_path,
+			      NULL};
+	posix_spawn_file_actions_t actions;
+	pid_t pid;
+	int rc;
+
+	posix_spawn_file_actions_init(&actions);
+	posix_spawn_file_actions_addopen(&actions, 1, log_path,
+					 O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	posix_spawn_file_actions_adddup2(&actions, 1, 2);
+	rc = posix_spawnp(&pid, argv[0], &actions, NULL, (char **)argv, environ);
+	posix_spawn_file_actions_destroy(&actions);
+	if (rc != 0)
+		return rc;
+	while (waitpid(pid, status, 0) < 0)
+		if (errno != EINTR)
+			return errno;
+	return 0;
+}
+
+static int cpu_compile(kgen_backend *backend, const char *source,
+		       const char *entry, void **module, void **function,
+		       kgen_error *err)
+{
+	cpu_state *cpu = backend->state;
+	char src[128], obj[128], log[128];
+	int n = cpu->compiled++, status = 0, rc;
+
+	snprintf(src, sizeof(src), "%s/%s_%d.c", cpu->dir, entry, n);
+	snprintf(obj, sizeof(obj), "%s/%s_%d.so", cpu->dir, entry, n);
+	snprintf(log, sizeof(log), "%s/%s_%d.log", cpu->dir, entry, n);
+	if ((rc = write_file(src, source, err)) < 0)
+		return rc;
+	if ((rc = run_compiler(src, obj, log, &status)) != 0)
+		return kgen_fail(err, KGEN_EBACKEND, "cannot run the compiler '%s': %s",
+				 compiler(), strerror(rc));
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		if (err)
+			err->log = read_file(log);
+		return kgen_fail(err, KGEN_ECOMPILE, "%s failed on kernel '%s'",
+				 compiler(), entry);
+	}
+	if (!(*module = dlopen(obj, RTLD_NOW | RTLD_LOCAL)))
+		return kgen_fail(err, KGEN_EBACKEND, "cannot load '%s': %s", obj,
+				 dlerror());
+	if (!(*function = dlsym(*module, entry))) {
+		dlclose(*module);
+		return kgen_fail(err, KGEN_EBACKEND, "'%s' has no function '%s'",
+				 obj, entry);
+	}
+	return KGEN_OK;
+}
+
+static void cpu_unload(kgen_backend *backend, void *module)
+{
+	(void)backend;
+	if (module)
+		dlclose(module);
+}
+
+static int cpu_alloc(kgen_backend *backend, size_t bytes, void **buffer,
+		     kgen_error *err)
+{
+	(void)backend;
+	if (!(*buffer = aligned_alloc(64, (bytes + 63) / 64 * 64)))
+		return kgen_fail(err, KGEN_ENOMEM, "cannot allocate %zu bytes", bytes);
+	return KGEN_OK;
+}
+
+static void cpu_release(kgen_backend *backend, void *buffer)
+{
+	(void)backend;
+	free(buffer);
+}
+
+static int cpu_copy(kgen_backend *backend, void *to, const void *from,
+		    size_t bytes, kgen_error *err)
+{
+	(void)backend;
+	(void)err;
+	memcpy(to, from, bytes);
+	return KGEN_OK;
+}
+
+double kgen_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void flush_caches(cpu_state *cpu)
+{
+	static volatile char sink;
+
+	for (size_t i = 0; i < cpu->flush_bytes; i += 64)
+		cpu->flush[i] = (char)(cpu->flush[i] + 1);
+	sink = cpu->flush[cpu->flush_bytes / 2];
+	(void)sink;
+}
+
+static int cpu_run(kgen_backend *backend, const kgen_launch *launches, int n,
+		   double *ms, kgen_error *err)
+{
+	double start;
+
+	(void)err;
+	if (ms)
+		flush_caches(backend->state);
+	start = kgen_now_ms();
+	for (int i = 0; i < n; i++)
+		((cpu_kernel_fn)launches[i].function)(launches[i].tensors);
+	if (ms)
+		*ms = kgen_now_ms() - start;
+	return KGEN_OK;
+}
+
+/* Removes the files of "dir" (no subfolders) and the folder. */
+static void remove_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *entry;
+	char path[320];
+
+	while (d && (entry = readdir(d)))
+		if (entry->d_name[0] != '.') {
+			snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name);
+			unlink(path);
+		}
+	if (d)
+		closedir(d);
+	rmdir(dir);
+}
+
+static void cpu_close(kgen_backend *backend)
+{
+	cpu_state *cpu = backend->state;
+
+	remove_dir(cpu->dir);
+	free(cpu->flush);
+	free(cpu);
+}
+
+static const kgen_backend_ops cpu_ops = {
+	.name = "cpu",
+	.compile = cpu_compile,
+	.unload = cpu_unload,
+	.alloc = cpu_alloc,
+	.release = cpu_release,
+	.upload = cpu_copy,
+	.download = cpu_copy,
+	.run = cpu_run,
+	.close = cpu_close,
+};
+
+/* The first line of "model name" in /proc/cpuinfo. */
+static void cpu_model(char *out, size_t size)
+{
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	char line[256];
+
+	snprintf(out, size, "unknown cpu");
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+			snprintf(out, size, "%s", strchr(line, ':') + 2);
+			out[strcspn(out, "\n")] = 0;
+			break;
+		}
+	if (f)
+		fclose(f);
+}
+
+/* The first line of "$CC --version", run through the shell-free spawn. */
+static void compiler_version(const cpu_state *cpu, char *out, size_t size)
+{
+	const char *argv[] = {compiler(), "--version", NULL};
+	posix_spawn_file_actions_t actions;
+	char log[96], *text;
+	int status;
+	pid_t pid;
+
+	snprintf(out, size, "%s", compiler());
+	snprintf(log, sizeof(log), "%s/version.txt", cpu->dir);
+	posix_spawn_file_actions_init(&actions);
+	posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (posix_spawnp(&pid, argv[0], &actions, NULL, (char **)argv, environ) == 0 &&
+	    waitpid(pid, &status, 0) == pid && (text = read_file(log))) {
+		text[strcspn(text, "\n")] = 0;
+		snprintf(out, size, "%s", text);
+		free(text);
+	}
+	posix_spawn_file_actions_destroy(&actions);
+}
+
+/* Twice the last-level cache, between 8 and 64 MiB: a virtual machine
+ * may report its host's whole L3, of which it holds a share. */
+static size_t flush_size(void)
+{
+	long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+	size_t bytes = l3 > 0 ? 2 * (size_t)l3 : 0;
+	size_t lo = (size_t)8 << 20, hi = (size_t)64 << 20;
+
+	return bytes < lo ? lo : bytes > hi ? hi : bytes;
+}
+
+int kgen_cpu_open(kgen_backend *backend, kgen_error *err)
+{
+	cpu_state *cpu = calloc(1, sizeof(*cpu));
+	char model[128], version[128];
+
+	if (!cpu)
+		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
+	snprintf(cpu->dir, sizeof(cpu->dir), "/tmp/tuned-cpu-XXXXXX");
+	cpu->flush_bytes = flush_size();
+	if (!mkdtemp(cpu->dir) || !(cpu->flush = calloc(1, cpu->flush_bytes))) {
+		free(cpu);
+		return kgen_fail(err, KGEN_EBACKEND, "cannot make a work folder "
+				 "in /tmp: %s", strerror(errno));
+	}
+	backend->ops = &cpu_ops;
+	backend->state = cpu;
+	cpu_model(model, sizeof(model));
+	compiler_version(cpu, version, sizeof(version));
+	snprintf(backend->description, sizeof(backend->description),
+		 "cpu: %s, %ld cores, %s", model, sysconf(_SC_NPROCESSORS_ONLN),
+		 version);
+	return KGEN_OK;
+}

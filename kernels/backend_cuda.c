@@ -1,0 +1,311 @@
+/*
+ * backend_cuda.c: kernels as CUDA C, compiled by NVRTC for the device's own
+ * architecture, loaded and launched through the driver API, timed with
+ * events. libcuda.so.1 is opened with dlopen: nothing is linked.
+ *
+ * Between timed runs a buffer twice the size of L2 is cleared, so that
+ * every run starts with a cold L2.
+ */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nvrtc_int.h"
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUevent_st *CUevent;
+typedef struct CUstream_st *CUstream;
+typedef unsigned long long CUdeviceptr;
+
+enum {
+	ATTR_MULTIPROCESSORS = 16,
+	ATTR_L2_BYTES = 38,
+	ATTR_CC_MAJOR = 75,
+	ATTR_CC_MINOR = 76,
+};
+
+static struct {
+	void *lib;
+	CUresult (*init)(unsigned flags);
+	CUresult (*driver_version)(int *version);
+	CUresult (*device_count)(int *count);
+	CUresult (*device_get)(CUdevice *dev, int ordinal);
+	CUresult (*device_attribute)(int *value, int attribute, CUdevice dev);
+	CUresult (*device_name)(char *name, int len, CUdevice dev);
+	CUresult (*retain)(CUcontext *ctx, CUdevice dev);
+	CUresult (*release_ctx)(CUdevice dev);
+	CUresult (*set_current)(CUcontext ctx);
+	CUresult (*module_load)(CUmodule *module, const void *image);
+	CUresult (*module_function)(CUfunction *fn, CUmodule module, const char *name);
+	CUresult (*module_unload)(CUmodule module);
+	CUresult (*mem_alloc)(CUdeviceptr *ptr, size_t bytes);
+	CUresult (*mem_free)(CUdeviceptr ptr);
+	CUresult (*htod)(CUdeviceptr dst, const void *src, size_t bytes);
+	CUresult (*dtoh)(void *dst, CUdeviceptr src, size_t bytes);
+	CUresult (*memset8)(CUdeviceptr dst, unsigned char value, size_t n);
+	CUresult (*launch)(CUfunction fn, unsigned gx, unsigned gy, unsigned gz,
+			   unsigned bx, unsigned by, unsigned bz, unsigned shared,
+			   CUstream stream, void **params, void **extra);
+	CUresult (*synchronize)(void);
+	CUresult (*event_create)(CUevent *event, unsigned flags);
+	CUresult (*event_record)(CUevent event, CUstream stream);
+	CUresult (*event_synchronize)(CUevent event);
+	CUresult (*event_elapsed)(float *ms, CUevent start, CUevent end);
+	CUresult (*event_destroy)(CUevent event);
+	CUresult (*error_string)(CUresult error, const char **text);
+} cu;
+
+#define LOAD(field, symbol) (*(void **)&cu.field = dlsym(cu.lib, symbol))
+
+static bool load_driver_symbols(void)
+{
+	return LOAD(init, "cuInit") && LOAD(driver_version, "cuDriverGetVersion") &&
+	       LOAD(device_count, "cuDeviceGetCount") && LOAD(device_get, "cuDeviceGet") &&
+	       LOAD(device_attribute, "cuDeviceGetAttribute") &&
+	       LOAD(device_name, "cuDeviceGetName") &&
+	       LOAD(retain, "cuDevicePrimaryCtxRetain") &&
+	       LOAD(release_ctx, "cuDevicePrimaryCtxRelease_v2") &&
+	       LOAD(set_current, "cuCtxSetCurrent") &&
+	       LOAD(module_load, "cuModuleLoadData") &&
+	       LOAD(module_function, "cuModuleGetFunction") &&
+	       LOAD(module_unload, "cuModuleUnload") && LOAD(mem_alloc, "cuMemAlloc_v2") &&
+	       LOAD(mem_free, "cuMemFree_v2") && LOAD(htod, "cuMemcpyHtoD_v2") &&
+	       LOAD(dtoh, "cuMemcpyDtoH_v2") && LOAD(memset8, "cuMemsetD8_v2") &&
+	       LOAD(launch, "cuLaunchKernel") && LOAD(synchronize, "cuCtxSynchronize") &&
+	       LOAD(event_create, "cuEventCreate") && LOAD(event_record, "cuEventRecord") &&
+	       LOAD(event_synchronize, "cuEventSynchronize") &&
+	       LOAD(event_elapsed, "cuEventElapsedTime_v2") &&
+	       LOAD(event_destroy, "cuEventDestroy_v2") &&
+	       LOAD(error_string, "cuGetErrorString");
+}
+
+typedef struct cuda_state {
+	CUdevice device;
+	CUcontext context;
+	char arch[16];
+	CUdeviceptr flush;
+	size_t flush_bytes;
+	CUevent start, end;
+} cuda_state;
+
+static const char *cu_text(CUresult rc)
+{
+	const char *text = NULL;
+
+	if (cu.error_string)
+		cu.error_string(rc, &text);
+	return text ? text : "unknown error";
+}
+
+/* Fails with the driver's words unless "rc" is success. */
+static int check(CUresult rc, const char *what, kgen_error *err)
+{
+	if (rc == 0)
+		return KGEN_OK;
+	return kgen_fail(err, KGEN_EBACKEND, "%s failed: %s (CUDA error %d)", what,
+			 cu_text(rc), rc);
+}
+
+static int cuda_compile(kgen_backend *backend, const char *source,
+			const char *entry, void **module, void **function,
+			kgen_error *err)
+{
+	cuda_state *cuda = backend->state;
+	kgen_cubin cubin;
+	int rc;
+
+	if ((rc = kgen_nvrtc_compile(source, entry, cuda->arch, &cubin, err)) < 0)
+		return rc;
+	rc = check(cu.module_load((CUmodule *)module, cubin.cubin), "loading the cubin", err);
+	kgen_cubin_release(&cubin);
+	if (rc == KGEN_OK)
+		rc = check(cu.module_function((CUfunction *)function, *module, entry),
+			   "finding the kernel", err);
+	return rc;
+}
+
+static void cuda_unload(kgen_backend *backend, void *module)
+{
+	(void)backend;
+	cu.module_unload(module);
+}
+
+static int cuda_alloc(kgen_backend *backend, size_t bytes, void **buffer,
+		      kgen_error *err)
+{
+	CUdeviceptr ptr = 0;
+	int rc = check(cu.mem_alloc(&ptr, bytes ? bytes : 1), "cuMemAlloc", err);
+
+	(void)backend;
+	*buffer = (void *)(uintptr_t)ptr;
+	return rc;
+}
+
+static void cuda_release(kgen_backend *backend, void *buffer)
+{
+	(void)backend;
+	cu.mem_free((CUdeviceptr)(uintptr_t)buffer);
+}
+
+static int cuda_upload(kgen_backend *backend, void *buffer, const void *host,
+		       size_t bytes, kgen_error *err)
+{
+	(void)backend;
+	return check(cu.htod((CUdeviceptr)(uintptr_t)buffer, host, bytes),
+		     "copying to the device", err);
+}
+
+static int cuda_download(kgen_backend *backend, void *host, const void *buffer,
+			 size_t bytes, kgen_error *err)
+{
+	(void)backend;
+	return check(cu.dtoh(host, (CUdeviceptr)(uintptr_t)buffer, bytes),
+		     "copying from the device", err);
+}
+
+/* The kernel's arguments: the address of each tensor's device pointer. */
+static int launch_one(const kgen_launch *launch, kgen_error *err)
+{
+	void **params = calloc(launch->ntensors + 1, sizeof(void *));
+	int rc;
+
+	if (!params)
+		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
+	for (int t = 0; t < launch->ntensors; t++)
+		params[t] = &launch->tensors[t];
+	rc = check(cu.launch(launch->function, launch->blocks, 1, 1,
+			     launch->threads, 1, 1, 0, NULL, params, NULL),
+		   launch->name, err);
+	free(params);
+	return rc;
+}
+
+
+static int cuda_run(kgen_backend *backend, const kgen_launch *launches, int n,
+		    double *ms, kgen_error *err)
+{
+	cuda_state *cuda = backend->state;
+	float elapsed = 0;
+	int rc = KGEN_OK;
+
+	if (ms)
+		rc = check(cu.memset8(cuda->flush, 0, cuda->flush_bytes), "flushing L2", err);
+	if (rc == KGEN_OK && ms)
+		rc = check(cu.event_record(cuda->start, NULL), "cuEventRecord", err);
+	for (int i = 0; i < n && rc == KGEN_OK; i++)
+		rc = launch_one(&launches[i], err);
+	if (rc == KGEN_OK && ms)
+		rc = check(cu.event_record(cuda->end, NULL), "cuEventRecord", err);
+	if (rc == KGEN_OK)
+		rc = check(cu.synchronize(), "running the kernels", err);
+	if (rc == KGEN_OK && ms)
+		rc = check(cu.event_elapsed(&elapsed, cuda->start, cuda->end),
+			   "cuEventElapsedTime", err);
+	if (ms)
+		*ms = elapsed;
+	return rc;
+}
+
+static void cuda_close(kgen_backend *backend)
+{
+	cuda_state *cuda = backend->state;
+
+	cu.event_destroy(cuda->start);
+	cu.event_destroy(cuda->end);
+	cu.mem_free(cuda->flush);
+	cu.release_ctx(cuda->device);
+	free(cuda);
+}
+
+static const kgen_backend_ops cuda_ops = {
+	.name = "cuda",
+	.compile = cuda_compile,
+	.unload = cuda_unload,
+	.alloc = cuda_alloc,
+	.release = cuda_release,
+	.upload = cuda_upload,
+	.download = cuda_download,
+	.run = cuda_run,
+	.close = cuda_close,
+};
+
+static int open_driver(kgen_error *err)
+{
+	int count = 0;
+
+	if (!cu.lib && !(cu.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)))
+		return kgen_fail(err, KGEN_EBACKEND, "no CUDA driver: libcuda.so.1 "
+				 "cannot be opened");
+	if (!load_driver_symbols())
+		return kgen_fail(err, KGEN_EBACKEND, "libcuda.so.1 lacks a function "
+				 "tuned needs");
+	if (check(cu.init(0), "cuInit", err) < 0 ||
+	    check(cu.device_count(&count), "cuDeviceGetCount", err) < 0)
+		return KGEN_EBACKEND;
+	if (count == 0)
+		return kgen_fail(err, KGEN_EBACKEND, "the CUDA driver sees no GPU");
+	return KGEN_OK;
+}
+
+/* Device 0 (set CUDA_VISIBLE_DEVICES to choose): its primary context,
+ * architecture, L2 flush buffer and timing events. */
+static int open_device(cuda_state *cuda, kgen_error *err)
+{
+	int major = 0, minor = 0, l2 = 0;
+	int rc = check(cu.device_get(&cuda->device, 0), "cuDeviceGet", err);
+
+	if (rc == KGEN_OK)
+		rc = check(cu.retain(&cuda->context, cuda->device), "retaining a context", err);
+	if (rc == KGEN_OK)
+		rc = check(cu.set_current(cuda->context), "cuCtxSetCurrent", err);
+	if (rc < 0)
+		return rc;
+	cu.device_attribute(&major, ATTR_CC_MAJOR, cuda->device);
+	cu.device_attribute(&minor, ATTR_CC_MINOR, cuda->device);
+	cu.device_attribute(&l2, ATTR_L2_BYTES, cuda->device);
+	snprintf(cuda->arch, sizeof(cuda->arch), "sm_%d%d", major, minor);
+	cuda->flush_bytes = 2 * (size_t)(l2 > 0 ? l2 : 64 << 20);
+	if ((rc = check(cu.mem_alloc(&cuda->flush, cuda->flush_bytes), "cuMemAlloc", err)) < 0 ||
+	    (rc = check(cu.event_create(&cuda->start, 0), "cuEventCreate", err)) < 0)
+		return rc;
+	return check(cu.event_create(&cuda->end, 0), "cuEventCreate", err);
+}
+
+static void describe(kgen_backend *backend, const cuda_state *cuda)
+{
+	char name[128] = "";
+	int sms = 0, driver = 0, major, minor;
+
+	cu.device_name(name, sizeof(name), cuda->device);
+	cu.device_attribute(&sms, ATTR_MULTIPROCESSORS, cuda->device);
+	cu.driver_version(&driver);
+	kgen_nvrtc_version(&major, &minor);
+	snprintf(backend->description, sizeof(backend->description),
+		 "cuda: %s (%s, %d SMs), driver %d, nvrtc %d.%d", name, cuda->arch,
+		 sms, driver, major, minor);
+}
+
+int kgen_cuda_open(kgen_backend *backend, kgen_error *err)
+{
+	cuda_state *cuda;
+	int rc;
+
+	if ((rc = open_driver(err)) < 0 || (rc = kgen_nvrtc_open(err)) < 0)
+		return rc;
+	if (!(cuda = calloc(1, sizeof(*cuda))))
+		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
+	if ((rc = open_device(cuda, err)) < 0) {
+		free(cuda);
+		return rc;
+	}
+	backend->ops = &cuda_ops;
+	backend->state = cuda;
+	describe(backend, cuda);
+	return KGEN_OK;
+}

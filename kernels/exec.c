@@ -1,0 +1,187 @@
+/*
+ * exec.c: a plan compiled for a backend: build, run, time.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kgen_int.h"
+
+struct kgen_program {
+	kgen_backend *backend;
+	const sched_graph *graph;
+	const kgen_plan *plan;
+	void **modules;
+	kgen_launch *launches;
+	void **buffers;
+};
+
+static size_t tensor_bytes(const sched_tensor *t)
+{
+	return (size_t)t->size * sched_dtype_bytes(t->dtype);
+}
+
+static char *print_kernel(kgen_backend *backend, const sched_graph *graph,
+			  const kgen_plan *plan, int k)
+{
+	if (!strcmp(backend->ops->name, "cuda"))
+		return kgen_print_cuda(graph, plan, k);
+	return kgen_print_c(graph, plan, k);
+}
+
+static int build_kernel(kgen_program *prog, int k, const char *source,
+			kgen_error *err)
+{
+	const kgen_kernel *kernel = &prog->plan->kernels[k];
+	kgen_launch *launch = &prog->launches[k];
+	char *printed = source ? NULL : print_kernel(prog->backend, prog->graph,
+						     prog->plan, k);
+	int rc;
+
+	if (!source && !printed)
+		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
+	rc = prog->backend->ops->compile(prog->backend, source ? source : printed,
+					 kernel->name, &prog->modules[k],
+					 &launch->function, err);
+	free(printed);
+	launch->name = kernel->name;
+	launch->tensors = prog->buffers;
+	launch->ntensors = prog->graph->ntensors;
+	kgen_cuda_launch_shape(prog->graph, kernel, &launch->blocks,
+			       &launch->threads);
+	return rc;
+}
+
+static int alloc_buffers(kgen_program *prog, kgen_error *err)
+{
+	const sched_graph *g = prog->graph;
+	int rc = KGEN_OK;
+
+	for (int t = 0; t < g->ntensors && rc == KGEN_OK; t++)
+		rc = prog->backend->ops->alloc(prog->backend,
+					       tensor_bytes(&g->tensors[t]),
+					       &prog->buffers[t], err);
+	return rc;
+}
+
+int kgen_program_build(kgen_backend *backend, const sched_graph *graph,
+		       const kgen_plan *plan, const char *const *sources,
+		       kgen_program **out, kgen_error *err)
+{
+	kgen_program *prog = calloc(1, sizeof(*prog));
+	int rc = KGEN_OK;
+
+	*out = NULL;
+	if (!prog || !(prog->modules = calloc(plan->nkernels, sizeof(void *))) ||
+	    !(prog->launches = calloc(plan->nkernels, sizeof(kgen_launch))) ||
+	    !(prog->buffers = calloc(graph->ntensors, sizeof(void *)))) {
+		kgen_program_free(prog);
+		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
+	}
+	*prog = (kgen_program){backend, graph, plan, prog->modules,
+			       prog->launches, prog->buffers};
+	rc = alloc_buffers(prog, err);
+	for (int k = 0; k < plan->nkernels && rc == KGEN_OK; k++)
+		rc = build_kernel(prog, k, sources ? sources[k] : NULL, err);
+	if (rc < 0) {
+		kgen_program_free(prog);
+		return rc;
+	}
+	*out = prog;
+	return KGEN_OK;
+}
+
+void kgen_program_free(kgen_program *prog)
+{
+	if (!prog)
+		return;
+	for (int k = 0; prog->modules && k < prog->plan->nkernels; k++)
+		if (prog->modules[k])
+			prog->backend->ops->unload(prog->backend, prog->modules[k]);
+	for (int t = 0; prog->buffers && t < prog->graph->ntensors; t++)
+		if (prog->buffers[t])
+			prog->backend->ops->release(prog->backend, prog->buffers[t]);
+	free(prog->modules);
+	free(prog->launches);
+	free(prog->buffers);
+	free(prog);
+}
+
+int kgen_program_run(kgen_program *prog, void **host, kgen_error *err)
+{
+	const kgen_backend_ops *ops = prog->backend->ops;
+	const sched_graph *g = prog->graph;
+	int rc = KGEN_OK;
+
+	for (int t = 0; t < g->ntensors && rc == KGEN_OK; t++)
+		rc = ops->upload(prog->backend, prog->buffers[t], host[t],
+				 tensor_bytes(&g->tensors[t]), err);
+	if (rc == KGEN_OK)
+		rc = ops->run(prog->backend, prog->launches, prog->plan->nkernels,
+			      NULL, err);
+	for (int t = 0; t < g->ntensors && rc == KGEN_OK; t++)
+		if (g->tensors[t].role != SCHED_INPUT)
+			rc = ops->download(prog->backend, host[t], prog->buffers[t],
+					   tensor_bytes(&g->tensors[t]), err);
+	return rc;
+}
+
+static int compare_ms(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double percentile(const double *sorted, int n, double p)
+{
+	double at = p * (n - 1);
+	int lo = (int)floor(at);
+
+	return lo + 1 < n ? sorted[lo] + (at - lo) * (sorted[lo + 1] - sorted[lo])
+			  : sorted[lo];
+}
+
+/* Times "n" launches run together: warm-up, then runs until the budget
+ * of wall time (cache flushes included) is spent, within [min_runs,
+ * max_runs]. */
+static int time_launches(kgen_program *prog, const kgen_launch *launches, int n,
+			 const kgen_timing *timing, kgen_time *out, kgen_error *err)
+{
+	double *ms = calloc(timing->max_runs, sizeof(double)), start;
+	int runs = 0, rc = KGEN_OK;
+
+	if (!ms)
+		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
+	for (int i = 0; i < timing->warmup && rc == KGEN_OK; i++)
+		rc = prog->backend->ops->run(prog->backend, launches, n, NULL, err);
+	start = kgen_now_ms();
+	while (rc == KGEN_OK && runs < timing->max_runs &&
+	       (runs < timing->min_runs || kgen_now_ms() - start < timing->budget_ms))
+		rc = prog->backend->ops->run(prog->backend, launches, n, &ms[runs++], err);
+	qsort(ms, runs, sizeof(double), compare_ms);
+	if (rc == KGEN_OK)
+		*out = (kgen_time){percentile(ms, runs, 0.5),
+				   percentile(ms, runs, 0.9) - percentile(ms, runs, 0.1),
+				   runs};
+	free(ms);
+	return rc;
+}
+
+int kgen_program_time(kgen_program *prog, const kgen_timing *timing,
+		      kgen_time *times, kgen_time *total, kgen_error *err)
+{
+	int rc = KGEN_OK;
+
+	for (int k = 0; k < prog->plan->nkernels && rc == KGEN_OK; k++)
+		rc = time_launches(prog, &prog->launches[k], 1, timing, &times[k], err);
+	if (rc == KGEN_OK)
+		rc = time_launches(prog, prog->launches, prog->plan->nkernels, timing,
+				   total, err);
+	return rc;
+}
+
+const sched_graph *kgen_program_graph(const kgen_program *prog)
+{
+	return prog->graph;
+}

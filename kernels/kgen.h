@@ -1,0 +1,179 @@
+/*
+ * kgen.h: from a graph and a plan to verified, timed kernels.
+ *
+ * A plan says how a graph runs: a list of kernels in launch order, each a
+ * group of ops with a schedule. kgen lowers each kernel to a loop nest,
+ * prints it as C with OpenMP (cpu) or CUDA C (cuda), compiles it through a
+ * backend, checks its outputs against the reference interpreter and times
+ * it. See docs/kernels.md.
+ *
+ * Ownership follows scheduler.h: __sched_give, __sched_take, __sched_keep.
+ */
+#ifndef KGEN_H
+#define KGEN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "scheduler.h"
+
+#define KGEN_MAX_OPS 16
+#define KGEN_MAX_SHARED 8
+
+enum kgen_code {
+	KGEN_OK = 0,
+	KGEN_EPLAN = -20,     /* the plan is not valid for the graph */
+	KGEN_ECOMPILE = -21,  /* the compiler refused the generated code */
+	KGEN_EBACKEND = -22,  /* the backend cannot be opened or failed */
+	KGEN_EWRONG = -23,    /* a kernel's outputs do not match the reference */
+	KGEN_ENOMEM = -24,
+	KGEN_EIO = -25,
+};
+
+/* What went wrong; log holds a compiler's output when there is one. */
+typedef struct kgen_error {
+	int code;
+	char message[512];
+	char *log;
+} kgen_error;
+
+void kgen_error_release(kgen_error *err);
+
+/* How the reduction of one output element is split (cuda). */
+enum kgen_split { KGEN_SPLIT_THREAD, KGEN_SPLIT_WARP, KGEN_SPLIT_BLOCK };
+
+/* The schedule of one kernel. Per output dim: tile is the extent handled
+ * by one block (cuda) or one task (cpu); threads the threads of a block
+ * along that dim (cuda). parallel is the number of outer tile loops run in
+ * parallel (cpu, OpenMP collapse); unroll unrolls the innermost reduction
+ * loop; vector is the width of the innermost output loop (cpu: simd
+ * length; cuda: consecutive elements per thread). shared names inputs
+ * staged in shared memory (cuda). */
+typedef struct kgen_schedule {
+	int64_t tile[SCHED_MAX_RANK];
+	int threads[SCHED_MAX_RANK];
+	int parallel;
+	int unroll;
+	int vector;
+	enum kgen_split split;
+	int nshared;
+	int shared[KGEN_MAX_SHARED];
+} kgen_schedule;
+
+typedef struct kgen_kernel {
+	char name[64];
+	int nops;
+	int ops[KGEN_MAX_OPS];
+	kgen_schedule schedule;
+} kgen_kernel;
+
+typedef struct kgen_plan {
+	int nkernels;
+	kgen_kernel *kernels;
+} kgen_plan;
+
+enum kgen_target { KGEN_CPU, KGEN_CUDA };
+
+/* The plan in "json" ({"kernels": [...]}), checked against "graph"; or
+ * KGEN_EPLAN with the reason. */
+int kgen_plan_from_json(__sched_keep const sched_graph *graph,
+			__sched_keep json_t *json, __sched_give kgen_plan **out,
+			kgen_error *err);
+__sched_give json_t *kgen_plan_to_json(__sched_keep const sched_graph *graph,
+				       __sched_keep const kgen_plan *plan);
+/* One kernel per op, in dependence order, with the default schedule. */
+__sched_give kgen_plan *kgen_plan_default(__sched_keep const sched_graph *graph);
+void kgen_plan_free(__sched_take kgen_plan *plan);
+
+/* The source of kernel "k" of "plan": C with OpenMP exporting
+ * void NAME(void **tensors), or CUDA C exporting extern "C" __global__ NAME
+ * taking one pointer per tensor in graph order. NULL on failure. */
+__sched_give char *kgen_print_c(__sched_keep const sched_graph *graph,
+				__sched_keep const kgen_plan *plan, int k);
+__sched_give char *kgen_print_cuda(__sched_keep const sched_graph *graph,
+				   __sched_keep const kgen_plan *plan, int k);
+
+/* The launch shape of a cuda kernel: blocks and threads per block. */
+void kgen_cuda_launch_shape(__sched_keep const sched_graph *graph,
+			    __sched_keep const kgen_kernel *kernel,
+			    unsigned *blocks, unsigned *threads);
+
+/* Backends: "cpu" (generated C, the system compiler, dlopen) and "cuda"
+ * (NVRTC and the driver API, both opened with dlopen). "auto" picks cuda
+ * where a GPU is usable, else cpu; kgen_backend_choice says why. */
+typedef struct kgen_backend kgen_backend;
+
+int kgen_backend_open(const char *name, __sched_give kgen_backend **out,
+		      kgen_error *err);
+const char *kgen_backend_name(__sched_keep const kgen_backend *backend);
+/* One line: the device and its compiler, and for "auto" why it was picked. */
+const char *kgen_backend_description(__sched_keep const kgen_backend *backend);
+void kgen_backend_close(__sched_take kgen_backend *backend);
+
+/* The CUDA source of "source" compiled by NVRTC for "arch" (e.g. "sm_90")
+ * without a GPU; 0, or KGEN_ECOMPILE with the log, or KGEN_EBACKEND when
+ * libnvrtc cannot be opened. */
+int kgen_nvrtc_check(const char *source, const char *arch, kgen_error *err);
+
+/* A plan compiled for a backend, with a buffer on the device per tensor. */
+typedef struct kgen_program kgen_program;
+
+/* Compiles every kernel of "plan"; "sources", when not NULL, replaces the
+ * printed source of kernel k by sources[k] (if not NULL). */
+int kgen_program_build(__sched_keep kgen_backend *backend,
+		       __sched_keep const sched_graph *graph,
+		       __sched_keep const kgen_plan *plan,
+		       const char *const *sources,
+		       __sched_give kgen_program **out, kgen_error *err);
+void kgen_program_free(__sched_take kgen_program *program);
+
+/* Copies the inputs in "host" (one buffer per tensor in its storage
+ * type) to the device, runs every kernel in order and copies every other
+ * tensor back into "host". */
+int kgen_program_run(__sched_keep kgen_program *program, void **host,
+		     kgen_error *err);
+
+typedef struct kgen_timing {
+	int warmup;       /* runs before timing */
+	int min_runs;     /* at least this many timed runs */
+	int max_runs;     /* at most this many */
+	double budget_ms; /* stop adding runs once they took this long */
+} kgen_timing;
+
+/* A median over timed runs, each after the caches were flushed, and the
+ * spread: the distance between the 10th and 90th percentiles. */
+typedef struct kgen_time {
+	double median_ms;
+	double spread_ms;
+	int runs;
+} kgen_time;
+
+/* Times each kernel alone (times[k]) and the whole plan (*total). */
+int kgen_program_time(__sched_keep kgen_program *program,
+		      const kgen_timing *timing, kgen_time *times,
+		      kgen_time *total, kgen_error *err);
+
+/* One output compared with the reference interpreter. */
+typedef struct kgen_check {
+	int tensor;
+	double rel_error;  /* ||out - ref|| / ||ref|| over the checked elements */
+	double tolerance;
+	int64_t checked;   /* elements compared */
+	bool passed;
+	char problem[160]; /* why not, when not */
+} kgen_check;
+
+/* Runs the program on inputs drawn from "seed" with every other tensor
+ * poisoned first, and compares each output with the reference: whole for
+ * small graphs, on a sample of at least 1,000 elements per output for large
+ * ones. checks has one entry per output, in tensor order. 0 when all pass,
+ * KGEN_EWRONG when one does not. */
+int kgen_verify(__sched_keep kgen_program *program, unsigned seed,
+		kgen_check *checks, kgen_error *err);
+/* The tolerance for an output of dtype "dtype" in "graph". */
+double kgen_tolerance(__sched_keep const sched_graph *graph,
+		      enum sched_dtype dtype);
+
+#endif

@@ -1,0 +1,519 @@
+/*
+ * plan.c: plans as data: reading, checking, writing, and the default plan.
+ */
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kgen_int.h"
+
+#define MAX_KERNELS 4096
+#define MAX_THREADS 1024
+#define MAX_CPU_TILE 16384
+#define PARALLEL_MIN_POINTS (1 << 16)
+
+static const char *const split_names[] = {
+	[KGEN_SPLIT_THREAD] = "thread", [KGEN_SPLIT_WARP] = "warp",
+	[KGEN_SPLIT_BLOCK] = "block",
+};
+
+int kgen_fail(kgen_error *err, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err)
+		return code;
+	err->code = code;
+	va_start(ap, fmt);
+	vsnprintf(err->message, sizeof(err->message), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+void kgen_error_release(kgen_error *err)
+{
+	free(err->log);
+	err->log = NULL;
+}
+
+const sched_op *kgen_kernel_op(const sched_graph *graph, const kgen_kernel *kernel)
+{
+	return &graph->ops[kernel->ops[0]];
+}
+
+static const sched_tensor *target_of(const sched_graph *graph,
+				     const kgen_kernel *kernel)
+{
+	return &graph->tensors[kgen_kernel_op(graph, kernel)->target];
+}
+
+void kgen_plan_free(kgen_plan *plan)
+{
+	if (!plan)
+		return;
+	free(plan->kernels);
+	free(plan);
+}
+
+static kgen_plan *plan_new(int nkernels)
+{
+	kgen_plan *plan = calloc(1, sizeof(*plan));
+
+	if (plan && !(plan->kernels = calloc(nkernels, sizeof(kgen_kernel)))) {
+		free(plan);
+		return NULL;
+	}
+	if (plan)
+		plan->nkernels = nkernels;
+	return plan;
+}
+
+/* Reads an optional integer in [lo, hi]; absent leaves *value alone. */
+static int read_int(json_t *obj, const char *key, int64_t lo, int64_t hi,
+		    int64_t *value, const char *kernel, kgen_error *err)
+{
+	json_t *v = json_object_get(obj, key);
+
+	if (!v)
+		return KGEN_OK;
+	if (!json_is_integer(v) || json_integer_value(v) < lo ||
+	    json_integer_value(v) > hi)
+		return kgen_fail(err, KGEN_EPLAN,
+				 "kernel '%s': '%s' must be an integer from %lld to %lld",
+				 kernel, key, (long long)lo, (long long)hi);
+	*value = json_integer_value(v);
+	return KGEN_OK;
+}
+
+/* Reads a per-dim list "key" of "rank" integers in [1, limit[d]]. */
+static int read_dims(json_t *obj, const char *key, int rank, const int64_t *limit,
+		     int64_t *out, const char *kernel, kgen_error *err)
+{
+	json_t *list = json_object_get(obj, key), *v;
+	size_t d;
+
+	if (!list)
+		return KGEN_OK;
+	if (!json_is_array(list) || json_array_size(list) != (size_t)rank)
+		return kgen_fail(err, KGEN_EPLAN,
+				 "kernel '%s': '%s' must list %d integers, one per "
+				 "output dim", kernel, key, rank);
+	json_array_foreach(list, d, v) {
+		if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+		    json_integer_value(v) > limit[d])
+			return kgen_fail(err, KGEN_EPLAN,
+					 "kernel '%s': %s %lld of dim %zu is outside "
+					 "1..%lld", kernel, key,
+					 (long long)json_integer_value(v), d,
+					 (long long)limit[d]);
+		out[d] = json_integer_value(v);
+	}
+	return KGEN_OK;
+}
+
+static int read_split(const sched_op *op, json_t *sched, kgen_kernel *kernel,
+		      kgen_error *err)
+{
+	const char *s = json_string_value(json_object_get(sched, "split"));
+
+	if (!json_object_get(sched, "split"))
+		return KGEN_OK;
+	for (int i = 0; s && i <= KGEN_SPLIT_BLOCK; i++)
+		if (!strcmp(s, split_names[i]))
+			kernel->schedule.split = i;
+	if (!s || strcmp(s, split_names[kernel->schedule.split]))
+		return kgen_fail(err, KGEN_EPLAN,
+				 "kernel '%s': 'split' must be \"thread\", \"warp\" "
+				 "or \"block\"", kernel->name);
+	if (kernel->schedule.split != KGEN_SPLIT_THREAD &&
+	    op->reducer == SCHED_RED_NONE)
+		return kgen_fail(err, KGEN_EPLAN,
+				 "kernel '%s': split \"%s\" needs a reduction, and "
+				 "op %d has none", kernel->name, s, op->index);
+	return KGEN_OK;
+}
+
+static int check_threads(const sched_tensor *t, kgen_kernel *kernel,
+			 kgen_error *err)
+{
+	int64_t total = 1;
+
+	for (int d = 0; d < t->rank; d++)
+		total *= kernel->schedule.threads[d];
+	if (total > MAX_THREADS)
+		return kgen_fail(err, KGEN_EPLAN,
+				 "kernel '%s': %lld threads per block, more than %d",
+				 kernel->name, (long long)total, MAX_THREADS);
+	if (kernel->schedule.split == KGEN_SPLIT_WARP && total % 32)
+		return kgen_fail(err, KGEN_EPLAN,
+				 "kernel '%s': split \"warp\" needs whole warps, and "
+				 "%lld threads is not a multiple of 32", kernel->name,
+				 (long long)total);
+	return KGEN_OK;
+}
+
+static int read_shared(const sched_graph *graph, json_t *sched,
+		       kgen_kernel *kernel, kgen_error *err)
+{
+	json_t *shared = json_object_get(sched, "shared");
+
+	(void)graph;
+	if (!shared || (json_is_array(shared) && json_array_size(shared) == 0))
+		return KGEN_OK;
+	return kgen_fail(err, KGEN_EPLAN,
+			 "kernel '%s': staging inputs in shared memory is not "
+			 "supported yet; give \"shared\": []", kernel->name);
+}
+
+/* A reducing kernel keeps a tile of accumulators on the cpu's stack. */
+static int check_cpu_tile(const sched_op *op, const sched_tensor *t,
+			  const kgen_kernel *kernel, kgen_error *err)
+{
+	int64_t total = 1;
+
+	for (int d = 0; d < t->rank; d++)
+		total *= kernel->schedule.tile[d];
+	if (op->reducer != SCHED_RED_NONE && total > MAX_CPU_TILE)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': a tile of %lld "
+				 "elements, more than %d", kernel->name,
+				 (long long)total, MAX_CPU_TILE);
+	return KGEN_OK;
+}
+
+/* Up to 32 threads along the last dim and 8 along the one before. */
+static void default_threads(const sched_tensor *t, kgen_schedule *s)
+{
+	for (int d = 0; d < t->rank; d++) {
+		int64_t want = d == t->rank - 1 ? 32 : d == t->rank - 2 ? 8 : 1;
+
+		s->threads[d] = (int)(s->tile[d] < want ? s->tile[d] : want);
+	}
+}
+
+static int64_t domain_points(const sched_op *op)
+{
+	int64_t n = 1;
+
+	for (int v = 0; v < op->nvars; v++)
+		n *= op->vars[v].hi - op->vars[v].lo;
+	return n;
+}
+
+/* Tiles of 8 x 32 on the last two output dims, one block thread or one
+ * simd lane per element; the outer two tile loops in parallel unless the
+ * op is too small to pay for waking threads. */
+static void default_schedule(const sched_op *op, const sched_tensor *t,
+			     kgen_schedule *s)
+{
+	bool worth_threads = domain_points(op) >= PARALLEL_MIN_POINTS;
+
+	*s = (kgen_schedule){.parallel = !worth_threads ? 0 : t->rank < 2 ? t->rank : 2,
+			     .unroll = 4, .vector = 1, .split = KGEN_SPLIT_THREAD};
+	for (int d = 0; d < t->rank; d++) {
+		int64_t want = d == t->rank - 1 ? 32 : d == t->rank - 2 ? 8 : 1;
+
+		s->tile[d] = t->shape[d] < want ? t->shape[d] : want;
+	}
+	default_threads(t, s);
+}
+
+static int read_schedule(const sched_graph *graph, json_t *sched,
+			 kgen_kernel *kernel, kgen_error *err)
+{
+	static const char *const keys[] = {"tile", "threads", "parallel", "unroll",
+					   "vector", "split", "shared", NULL};
+	const sched_op *op = kgen_kernel_op(graph, kernel);
+	const sched_tensor *t = target_of(graph, kernel);
+	kgen_schedule *s = &kernel->schedule;
+	int64_t threads[SCHED_MAX_RANK], v;
+	const char *key;
+	json_t *value;
+	int rc;
+
+	if (!sched)
+		return KGEN_OK;
+	if (!json_is_object(sched))
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'schedule' must be "
+				 "an object", kernel->name);
+	json_object_foreach(sched, key, value) {
+		int i = 0;
+
+		while (keys[i] && strcmp(keys[i], key))
+			i++;
+		if (!keys[i])
+			return kgen_fail(err, KGEN_EPLAN, "kernel '%s': unknown "
+					 "schedule key '%s'", kernel->name, key);
+	}
+	if ((rc = read_dims(sched, "tile", t->rank, t->shape, s->tile,
+			    kernel->name, err)) < 0)
+		return rc;
+	if ((rc = check_cpu_tile(op, t, kernel, err)) < 0)
+		return rc;
+	default_threads(t, s);
+	for (int d = 0; d < t->rank; d++)
+		threads[d] = s->threads[d];
+	if ((rc = read_dims(sched, "threads", t->rank, s->tile, threads,
+			    kernel->name, err)) < 0)
+		return rc;
+	for (int d = 0; d < t->rank; d++)
+		s->threads[d] = (int)threads[d];
+	if ((rc = read_split(op, sched, kernel, err)) < 0 ||
+	    (rc = check_threads(t, kernel, err)) < 0)
+		return rc;
+	v = s->parallel;
+	if ((rc = read_int(sched, "parallel", 0, t->rank, &v, kernel->name, err)) < 0)
+		return rc;
+	s->parallel = (int)v;
+	v = s->unroll;
+	if ((rc = read_int(sched, "unroll", 1, 64, &v, kernel->name, err)) < 0)
+		return rc;
+	s->unroll = (int)v;
+	v = s->vector;
+	if ((rc = read_int(sched, "vector", 1, 8, &v, kernel->name, err)) < 0)
+		return rc;
+	if (v & (v - 1))
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'vector' must be "
+				 "1, 2, 4 or 8", kernel->name);
+	s->vector = (int)v;
+	return read_shared(graph, sched, kernel, err);
+}
+
+static bool is_identifier(const char *s)
+{
+	if (!isalpha((unsigned char)*s) && *s != '_')
+		return false;
+	while (*++s)
+		if (!isalnum((unsigned char)*s) && *s != '_')
+			return false;
+	return true;
+}
+
+static void default_name(const sched_graph *graph, int index, kgen_kernel *kernel)
+{
+	snprintf(kernel->name, sizeof(kernel->name), "k%d_%s", index,
+		 target_of(graph, kernel)->name);
+}
+
+static int read_name(json_t *name, kgen_kernel *kernel, int index, kgen_error *err)
+{
+	const char *s = json_string_value(name);
+
+	if (!name)
+		return KGEN_OK;
+	if (!s || !is_identifier(s) || strlen(s) >= sizeof(kernel->name))
+		return kgen_fail(err, KGEN_EPLAN, "kernel %d: 'name' must be an "
+				 "identifier of at most 63 characters", index);
+	strcpy(kernel->name, s);
+	return KGEN_OK;
+}
+
+static int read_ops(const sched_graph *graph, json_t *ops, kgen_kernel *kernel,
+		    int index, kgen_error *err)
+{
+	json_t *v;
+	size_t i;
+
+	if (!json_is_array(ops) || json_array_size(ops) == 0 ||
+	    json_array_size(ops) > KGEN_MAX_OPS)
+		return kgen_fail(err, KGEN_EPLAN, "kernel %d: 'ops' must list 1 to "
+				 "%d op indices", index, KGEN_MAX_OPS);
+	json_array_foreach(ops, i, v) {
+		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+		    json_integer_value(v) >= graph->nops)
+			return kgen_fail(err, KGEN_EPLAN, "kernel %d: op %lld does "
+					 "not exist (the graph has %d ops)", index,
+					 (long long)json_integer_value(v), graph->nops);
+		kernel->ops[kernel->nops++] = (int)json_integer_value(v);
+	}
+	if (kernel->nops > 1)
+		return kgen_fail(err, KGEN_EPLAN, "kernel %d groups %d ops: fused "
+				 "kernels are not supported yet, give one op per "
+				 "kernel", index, kernel->nops);
+	return KGEN_OK;
+}
+
+static int read_kernel(const sched_graph *graph, json_t *obj, kgen_kernel *kernel,
+		       int index, kgen_error *err)
+{
+	static const char *const keys[] = {"name", "ops", "schedule", NULL};
+	const char *key;
+	json_t *value;
+	int rc;
+
+	if (!json_is_object(obj))
+		return kgen_fail(err, KGEN_EPLAN, "kernel %d must be an object", index);
+	json_object_foreach(obj, key, value) {
+		int i = 0;
+
+		while (keys[i] && strcmp(keys[i], key))
+			i++;
+		if (!keys[i])
+			return kgen_fail(err, KGEN_EPLAN, "kernel %d: unknown key '%s'",
+					 index, key);
+	}
+	if ((rc = read_ops(graph, json_object_get(obj, "ops"), kernel, index, err)) < 0)
+		return rc;
+	default_name(graph, index, kernel);
+	default_schedule(kgen_kernel_op(graph, kernel), target_of(graph, kernel),
+			 &kernel->schedule);
+	if ((rc = read_name(json_object_get(obj, "name"), kernel, index, err)) < 0)
+		return rc;
+	return read_schedule(graph, json_object_get(obj, "schedule"), kernel, err);
+}
+
+/* Every op in exactly one kernel, names distinct, and each kernel after
+ * the kernels that write what it reads. */
+static int check_coverage(const sched_graph *graph, const kgen_plan *plan,
+			  kgen_error *err)
+{
+	int *kernel_of = malloc(graph->nops * sizeof(int));
+	int rc = KGEN_OK;
+
+	if (!kernel_of)
+		return KGEN_ENOMEM;
+	for (int i = 0; i < graph->nops; i++)
+		kernel_of[i] = -1;
+	for (int k = 0; k < plan->nkernels && rc == KGEN_OK; k++) {
+		int op = plan->kernels[k].ops[0];
+
+		if (kernel_of[op] >= 0)
+			rc = kgen_fail(err, KGEN_EPLAN, "op %d is in kernels %d and %d",
+				       op, kernel_of[op], k);
+		kernel_of[op] = k;
+		for (int j = 0; j < k && rc == KGEN_OK; j++)
+			if (!strcmp(plan->kernels[j].name, plan->kernels[k].name))
+				rc = kgen_fail(err, KGEN_EPLAN, "two kernels are named '%s'",
+					       plan->kernels[k].name);
+	}
+	for (int i = 0; i < graph->nops && rc == KGEN_OK; i++)
+		if (kernel_of[i] < 0)
+			rc = kgen_fail(err, KGEN_EPLAN, "op %d is in no kernel", i);
+	free(kernel_of);
+	return rc;
+}
+
+typedef struct order_check {
+	const sched_graph *graph;
+	const bool *written;
+	int missing;
+} order_check;
+
+static void find_unwritten(const sched_node *access, void *user)
+{
+	order_check *c = user;
+	const sched_tensor *t = &c->graph->tensors[access->tensor];
+
+	if (t->role != SCHED_INPUT && !c->written[access->tensor])
+		c->missing = access->tensor;
+}
+
+static int check_launch_order(const sched_graph *graph, const kgen_plan *plan,
+			      kgen_error *err)
+{
+	bool *written = calloc(graph->ntensors, sizeof(bool));
+	order_check c = {graph, written, -1};
+	int rc = KGEN_OK;
+
+	if (!written)
+		return KGEN_ENOMEM;
+	for (int k = 0; k < plan->nkernels && rc == KGEN_OK; k++) {
+		const sched_op *op = kgen_kernel_op(graph, &plan->kernels[k]);
+
+		sched_node_each_access(op->body, find_unwritten, &c);
+		if (c.missing >= 0)
+			rc = kgen_fail(err, KGEN_EPLAN, "kernel '%s' reads '%s' before "
+				       "any kernel writes it", plan->kernels[k].name,
+				       graph->tensors[c.missing].name);
+		written[op->target] = true;
+	}
+	free(written);
+	return rc;
+}
+
+int kgen_plan_from_json(const sched_graph *graph, json_t *json, kgen_plan **out,
+			kgen_error *err)
+{
+	json_t *kernels = json_object_get(json, "kernels"), *obj;
+	kgen_plan *plan;
+	size_t i;
+	int rc = KGEN_OK;
+
+	*out = NULL;
+	if (!json_is_object(json) || !json_is_array(kernels) ||
+	    json_array_size(kernels) == 0 || json_array_size(kernels) > MAX_KERNELS)
+		return kgen_fail(err, KGEN_EPLAN, "a plan is an object whose "
+				 "'kernels' lists 1 to %d kernels", MAX_KERNELS);
+	if (!(plan = plan_new((int)json_array_size(kernels))))
+		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
+	json_array_foreach(kernels, i, obj)
+		if (rc == KGEN_OK)
+			rc = read_kernel(graph, obj, &plan->kernels[i], (int)i, err);
+	if (rc == KGEN_OK)
+		rc = check_coverage(graph, plan, err);
+	if (rc == KGEN_OK)
+		rc = check_launch_order(graph, plan, err);
+	if (rc < 0) {
+		kgen_plan_free(plan);
+		return rc == KGEN_ENOMEM ? kgen_fail(err, rc, "out of memory") : rc;
+	}
+	*out = plan;
+	return KGEN_OK;
+}
+
+kgen_plan *kgen_plan_default(const sched_graph *graph)
+{
+	kgen_plan *plan = plan_new(graph->nops);
+
+	for (int k = 0; plan && k < graph->nops; k++) {
+		kgen_kernel *kernel = &plan->kernels[k];
+
+		kernel->ops[kernel->nops++] = graph->order[k];
+		default_name(graph, k, kernel);
+		default_schedule(kgen_kernel_op(graph, kernel), target_of(graph, kernel),
+			 &kernel->schedule);
+	}
+	return plan;
+}
+
+static json_t *dims_json(const int64_t *values, int rank)
+{
+	json_t *list = json_array();
+
+	for (int d = 0; d < rank; d++)
+		json_array_append_new(list, json_integer(values[d]));
+	return list;
+}
+
+static json_t *schedule_json(const sched_tensor *t, const kgen_schedule *s)
+{
+	int64_t threads[SCHED_MAX_RANK];
+
+	for (int d = 0; d < t->rank; d++)
+		threads[d] = s->threads[d];
+	return json_pack("{s:o, s:o, s:i, s:i, s:i, s:s, s:[]}",
+			 "tile", dims_json(s->tile, t->rank),
+			 "threads", dims_json(threads, t->rank),
+			 "parallel", s->parallel, "unroll", s->unroll,
+			 "vector", s->vector, "split", split_names[s->split],
+			 "shared");
+}
+
+json_t *kgen_plan_to_json(const sched_graph *graph, const kgen_plan *plan)
+{
+	json_t *kernels = json_array();
+
+	for (int k = 0; k < plan->nkernels; k++) {
+		const kgen_kernel *kernel = &plan->kernels[k];
+		json_t *ops = json_array();
+
+		for (int i = 0; i < kernel->nops; i++)
+			json_array_append_new(ops, json_integer(kernel->ops[i]));
+		json_array_append_new(kernels, json_pack("{s:s, s:o, s:o}",
+			"name", kernel->name, "ops", ops,
+			"schedule", schedule_json(target_of(graph, kernel),
+						  &kernel->schedule)));
+	}
+	return json_pack("{s:o}", "kernels", kernels);
+}

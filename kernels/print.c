@@ -1,0 +1,375 @@
+/*
+ * print.c: what the C and CUDA printers share: the helpers every kernel
+ * starts with, and expressions, indices and element accesses in C syntax.
+ *
+ * Values are computed in float; indices in idx_t (int64 on the cpu; int or
+ * long long on cuda, by the size of the tensors). Tensors are named
+ * t_<name> and variables v_<name> in the generated code.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "print_int.h"
+
+static const char c_helpers[] =
+	"#include <math.h>\n"
+	"#include <stdint.h>\n"
+	"#include <string.h>\n"
+	"typedef int64_t idx_t;\n"
+	"typedef _Float16 f16_t;\n"
+	"typedef uint16_t bf16_t;\n"
+	"static inline float f16_load(f16_t h) { return (float)h; }\n"
+	"static inline f16_t f16_store(float f) { return (f16_t)f; }\n"
+	"static inline float bf16_load(bf16_t b)\n"
+	"{ uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }\n"
+	"static inline bf16_t bf16_store(float f)\n"
+	"{\n"
+	"\tuint32_t u;\n"
+	"\tmemcpy(&u, &f, 4);\n"
+	"\tif ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;\n"
+	"\treturn (bf16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
+	"}\n"
+	"#define KFN static inline\n"
+	"#define KINF INFINITY\n";
+
+static const char cuda_helpers[] =
+	"typedef unsigned short f16_t;\n"
+	"typedef unsigned short bf16_t;\n"
+	"__device__ __forceinline__ float f16_load(f16_t h)\n"
+	"{ float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
+	"__device__ __forceinline__ f16_t f16_store(float f)\n"
+	"{ f16_t h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
+	"__device__ __forceinline__ float bf16_load(bf16_t b)\n"
+	"{ return __uint_as_float((unsigned)b << 16); }\n"
+	"__device__ __forceinline__ bf16_t bf16_store(float f)\n"
+	"{\n"
+	"\tunsigned u = __float_as_uint(f);\n"
+	"\tif ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;\n"
+	"\treturn (bf16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
+	"}\n"
+	"#define KFN __device__ __forceinline__\n"
+	"#define KINF __int_as_float(0x7f800000)\n";
+
+/* Shared by both: floor division and remainder of indices, and the
+ * activation functions, defined as the reference interpreter defines them. */
+static const char common_helpers[] =
+	"KFN idx_t kfloordiv(idx_t a, idx_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }\n"
+	"KFN idx_t kfloormod(idx_t a, idx_t b) { idx_t r = a % b; return r < 0 ? r + b : r; }\n"
+	"KFN idx_t kmin(idx_t a, idx_t b) { return a < b ? a : b; }\n"
+	"KFN float kfmod(float a, float b) { return a - b * floorf(a / b); }\n"
+	"KFN float ksigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }\n"
+	"KFN float krelu(float x) { return x < 0.0f ? 0.0f : x; }\n"
+	"KFN float krsqrt(float x) { return 1.0f / sqrtf(x); }\n"
+	"KFN float kgelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }\n"
+	"KFN float kgelu_tanh(float x)\n"
+	"{ return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x))); }\n"
+	"KFN float ksilu(float x) { return x * ksigmoid(x); }\n"
+	"KFN float kmax(float a, float b) { return b > a ? b : a; }\n"
+	"KFN float kmin_f(float a, float b) { return b < a ? b : a; }\n";
+
+void kgen_print_helpers(sched_buf *buf, bool cuda, bool wide_indices)
+{
+	if (cuda)
+		sched_buf_printf(buf, "%stypedef %s idx_t;\n", cuda_helpers,
+				 wide_indices ? "long long" : "int");
+	else
+		sched_buf_printf(buf, "%s", c_helpers);
+	sched_buf_printf(buf, "%s\n", common_helpers);
+}
+
+static const char *const ctype_names[] = {
+	[SCHED_F32] = "float", [SCHED_F16] = "f16_t", [SCHED_BF16] = "bf16_t",
+	[SCHED_I32] = "int32_t",
+};
+
+const char *kgen_ctype(enum sched_dtype dtype, bool cuda)
+{
+	return cuda && dtype == SCHED_I32 ? "int" : ctype_names[dtype];
+}
+
+static const char *const binop_c[] = {
+	[SCHED_ADD] = "+", [SCHED_SUB] = "-", [SCHED_MUL] = "*",
+	[SCHED_DIV] = "/", [SCHED_LT] = "<", [SCHED_LE] = "<=",
+	[SCHED_GT] = ">", [SCHED_GE] = ">=", [SCHED_EQ] = "==",
+	[SCHED_NE] = "!=",
+};
+
+/* An integer expression of the op's variables (quasi-affine). */
+void kgen_print_index(sched_buf *buf, const kgen_printer *pr,
+		      const sched_node *node)
+{
+	int64_t c;
+
+	if (sched_node_int_const(node, &c))
+		return sched_buf_printf(buf, "%lld", (long long)c);
+	if (node->kind == SCHED_NODE_VAR)
+		return sched_buf_printf(buf, "v_%s", pr->op->vars[node->var].name);
+	if (node->kind == SCHED_NODE_UNARY) {
+		sched_buf_printf(buf, "(-");
+		kgen_print_index(buf, pr, node->args[0]);
+		return sched_buf_printf(buf, ")");
+	}
+	sched_buf_printf(buf, node->op == SCHED_DIV ? "kfloordiv(" :
+			      node->op == SCHED_MOD ? "kfloormod(" : "(");
+	kgen_print_index(buf, pr, node->args[0]);
+	sched_buf_printf(buf, node->op == SCHED_DIV || node->op == SCHED_MOD ?
+				      ", " : " %s ", binop_c[node->op]);
+	kgen_print_index(buf, pr, node->args[1]);
+	sched_buf_printf(buf, ")");
+}
+
+/* The element offset of "access", row-major in Horner form:
+ * ((i0 * n1 + i1) * n2 + i2). */
+void kgen_print_offset(sched_buf *buf, const kgen_printer *pr,
+		       const sched_node *access)
+{
+	const sched_tensor *t = &pr->graph->tensors[access->tensor];
+
+	if (t->rank == 0)
+		return sched_buf_printf(buf, "0");
+	for (int d = 1; d < t->rank; d++)
+		sched_buf_printf(buf, "(");
+	for (int d = 0; d < t->rank; d++) {
+		if (d > 0)
+			sched_buf_printf(buf, ") * %lld + ", (long long)t->shape[d]);
+		kgen_print_index(buf, pr, access->args[d]);
+	}
+}
+
+static void print_load(sched_buf *buf, const kgen_printer *pr,
+		       const sched_node *access)
+{
+	const sched_tensor *t = &pr->graph->tensors[access->tensor];
+	const char *open = t->dtype == SCHED_F16 ? "f16_load(" :
+			   t->dtype == SCHED_BF16 ? "bf16_load(" :
+			   t->dtype == SCHED_I32 ? "(float)(" : "(";
+
+	sched_buf_printf(buf, "%st_%s[", open, t->name);
+	kgen_print_offset(buf, pr, access);
+	sched_buf_printf(buf, "])");
+}
+
+/* The conversion of a float value to the storage type of tensor "t". */
+const char *kgen_store_open(const sched_tensor *t)
+{
+	switch (t->dtype) {
+	case SCHED_F16: return "f16_store(";
+	case SCHED_BF16: return "bf16_store(";
+	case SCHED_I32: return "(int)(";
+	default: return "(";
+	}
+}
+
+static void print_number(sched_buf *buf, double num)
+{
+	char text[48];
+
+	snprintf(text, sizeof(text), "%.9g", num);
+	if (!strpbrk(text, ".eEn"))
+		strcat(text, ".0");
+	sched_buf_printf(buf, "%sf", text);
+}
+
+static const char *const call_c[SCHED_FUNC_COUNT] = {
+	[SCHED_EXP] = "expf", [SCHED_LOG] = "logf", [SCHED_SQRT] = "sqrtf",
+	[SCHED_RSQRT] = "krsqrt", [SCHED_TANH] = "tanhf",
+	[SCHED_SIGMOID] = "ksigmoid", [SCHED_RELU] = "krelu",
+	[SCHED_GELU] = "kgelu", [SCHED_GELU_TANH] = "kgelu_tanh",
+	[SCHED_SILU] = "ksilu", [SCHED_ERF] = "erff", [SCHED_ABS] = "fabsf",
+	[SCHED_MAX2] = "kmax", [SCHED_MIN2] = "kmin_f", [SCHED_POW] = "powf",
+};
+
+static bool is_int_comparison(const sched_node *node)
+{
+	for (int i = 0; i < 2; i++)
+		if (sched_index_problem(node->args[i]) || kgen_has_division(node->args[i]))
+			return false;
+	return true;
+}
+
+bool kgen_has_division(const sched_node *node)
+{
+	if (node->kind == SCHED_NODE_BINARY && node->op == SCHED_DIV)
+		return true;
+	for (int i = 0; i < node->nargs; i++)
+		if (kgen_has_division(node->args[i]))
+			return true;
+	return false;
+}
+
+static bool is_logic(const sched_node *node)
+{
+	return (node->kind == SCHED_NODE_BINARY && node->op >= SCHED_LT) ||
+	       (node->kind == SCHED_NODE_UNARY && node->op == SCHED_NOT);
+}
+
+/* A C truth value: comparisons and logic as they are (comparisons of
+ * variables alone on integers), any other value compared with zero. */
+static void print_cond(sched_buf *buf, const kgen_printer *pr,
+		       const sched_node *node)
+{
+	bool logic = node->kind == SCHED_NODE_BINARY &&
+		     (node->op == SCHED_AND || node->op == SCHED_OR);
+	bool ints = is_logic(node) && !logic && node->kind == SCHED_NODE_BINARY &&
+		    is_int_comparison(node);
+
+	if (!is_logic(node)) {
+		kgen_print_value(buf, pr, node);
+		return sched_buf_printf(buf, " != 0.0f");
+	}
+	if (node->kind == SCHED_NODE_UNARY) {
+		sched_buf_printf(buf, "!(");
+		print_cond(buf, pr, node->args[0]);
+		return sched_buf_printf(buf, ")");
+	}
+	sched_buf_printf(buf, "(");
+	for (int i = 0; i < 2; i++) {
+		if (i)
+			sched_buf_printf(buf, " %s ", node->op == SCHED_AND ? "&&" :
+					 node->op == SCHED_OR ? "||" : binop_c[node->op]);
+		if (logic)
+			print_cond(buf, pr, node->args[i]);
+		else if (ints)
+			kgen_print_index(buf, pr, node->args[i]);
+		else
+			kgen_print_value(buf, pr, node->args[i]);
+	}
+	sched_buf_printf(buf, ")");
+}
+
+static void print_call(sched_buf *buf, const kgen_printer *pr,
+		       const sched_node *node)
+{
+	if (node->op == SCHED_SELECT) {
+		sched_buf_printf(buf, "(");
+		print_cond(buf, pr, node->args[0]);
+		sched_buf_printf(buf, " ? ");
+		kgen_print_value(buf, pr, node->args[1]);
+		sched_buf_printf(buf, " : ");
+		kgen_print_value(buf, pr, node->args[2]);
+		return sched_buf_printf(buf, ")");
+	}
+	sched_buf_printf(buf, "%s(", call_c[node->op]);
+	for (int i = 0; i < node->nargs; i++) {
+		sched_buf_printf(buf, i ? ", " : "");
+		kgen_print_value(buf, pr, node->args[i]);
+	}
+	sched_buf_printf(buf, ")");
+}
+
+/* Comparisons and logic give 1.0f or 0.0f. */
+static void print_logic(sched_buf *buf, const kgen_printer *pr,
+			const sched_node *node)
+{
+	sched_buf_printf(buf, "(");
+	print_cond(buf, pr, node);
+	sched_buf_printf(buf, " ? 1.0f : 0.0f)");
+}
+
+static void print_binary(sched_buf *buf, const kgen_printer *pr,
+			 const sched_node *node)
+{
+	if (node->op >= SCHED_LT)
+		return print_logic(buf, pr, node);
+	sched_buf_printf(buf, node->op == SCHED_MOD ? "kfmod(" : "(");
+	kgen_print_value(buf, pr, node->args[0]);
+	sched_buf_printf(buf, node->op == SCHED_MOD ? ", " : " %s ", binop_c[node->op]);
+	kgen_print_value(buf, pr, node->args[1]);
+	sched_buf_printf(buf, ")");
+}
+
+/* A float expression of the op's body at the current variables. */
+void kgen_print_value(sched_buf *buf, const kgen_printer *pr,
+		      const sched_node *node)
+{
+	switch (node->kind) {
+	case SCHED_NODE_NUM:
+		return print_number(buf, node->num);
+	case SCHED_NODE_VAR:
+		return sched_buf_printf(buf, "((float)v_%s)",
+					pr->op->vars[node->var].name);
+	case SCHED_NODE_ACCESS:
+		return print_load(buf, pr, node);
+	case SCHED_NODE_CALL:
+		return print_call(buf, pr, node);
+	case SCHED_NODE_UNARY:
+		if (node->op == SCHED_NOT)
+			return print_logic(buf, pr, node);
+		sched_buf_printf(buf, "(-");
+		kgen_print_value(buf, pr, node->args[0]);
+		return sched_buf_printf(buf, ")");
+	case SCHED_NODE_BINARY:
+		return print_binary(buf, pr, node);
+	}
+}
+
+static const char *const identities[] = {
+	[SCHED_RED_NONE] = "0.0f", [SCHED_RED_SUM] = "0.0f",
+	[SCHED_RED_MAX] = "-KINF", [SCHED_RED_MIN] = "KINF",
+	[SCHED_RED_PROD] = "1.0f",
+};
+
+const char *kgen_reducer_identity(enum sched_reducer reducer)
+{
+	return identities[reducer];
+}
+
+/* "acc = acc (+) x" for the op's reducer, as one statement. */
+void kgen_print_combine(sched_buf *buf, enum sched_reducer reducer,
+			const char *acc, const char *x)
+{
+	switch (reducer) {
+	case SCHED_RED_MAX:
+		return sched_buf_printf(buf, "%s = kmax(%s, %s);", acc, acc, x);
+	case SCHED_RED_MIN:
+		return sched_buf_printf(buf, "%s = kmin_f(%s, %s);", acc, acc, x);
+	case SCHED_RED_PROD:
+		return sched_buf_printf(buf, "%s *= %s;", acc, x);
+	default:
+		return sched_buf_printf(buf, "%s += %s;", acc, x);
+	}
+}
+
+/* The comment that opens a kernel: its name, the graph key, the op. */
+void kgen_print_header(sched_buf *buf, const kgen_printer *pr, const char *name)
+{
+	sched_buf_printf(buf, "/* tuned kernel %s, graph %.16s\n * op %d: %s\n */\n",
+			 name, pr->graph->key, pr->op->index, pr->op->text);
+}
+
+/* The offset of the element at the op's target variables, in Horner form. */
+void kgen_print_target_offset(sched_buf *buf, const kgen_printer *pr)
+{
+	const sched_tensor *t = &pr->graph->tensors[pr->op->target];
+
+	if (t->rank == 0)
+		return sched_buf_printf(buf, "0");
+	for (int d = 1; d < t->rank; d++)
+		sched_buf_printf(buf, "(");
+	for (int d = 0; d < t->rank; d++) {
+		if (d > 0)
+			sched_buf_printf(buf, ") * %lld + ", (long long)t->shape[d]);
+		sched_buf_printf(buf, "v_%s", pr->op->vars[d].name);
+	}
+}
+
+typedef struct touch {
+	int tensor;
+	bool found;
+} touch;
+
+static void find_tensor(const sched_node *access, void *user)
+{
+	touch *t = user;
+
+	t->found |= access->tensor == t->tensor;
+}
+
+bool kgen_op_touches(const sched_op *op, int tensor)
+{
+	touch t = {tensor, op->target == tensor};
+
+	sched_node_each_access(op->body, find_tensor, &t);
+	return t.found;
+}

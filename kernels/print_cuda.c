@@ -1,0 +1,289 @@
+/*
+ * print_cuda.c: a kernel as CUDA C, for NVRTC.
+ *
+ *   extern "C" __global__ void NAME(T0 *t_a, T1 *t_b, ...)  one pointer per
+ *                                                          tensor, graph order
+ *
+ * One block per output tile (blockIdx.x walks the tiles row-major); the
+ * block's threads are laid over the tile's dims. How one element's
+ * reduction is split: "thread", each thread reduces its elements alone;
+ * "warp", a warp per element, lanes split the reduction and combine with
+ * shuffles; "block", the whole block per element, combined through shared
+ * memory.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "print_int.h"
+
+typedef struct cuda_kernel {
+	kgen_printer pr;
+	const kgen_kernel *kernel;
+	const sched_tensor *target;
+	sched_buf *buf;
+	unsigned threads;
+} cuda_kernel;
+
+static const char *var_name(const cuda_kernel *k, int v)
+{
+	return k->pr.op->vars[v].name;
+}
+
+static int64_t tiles_along(const cuda_kernel *k, int d)
+{
+	int64_t tile = k->kernel->schedule.tile[d];
+
+	return (k->target->shape[d] + tile - 1) / tile;
+}
+
+void kgen_cuda_launch_shape(const sched_graph *graph, const kgen_kernel *kernel,
+			    unsigned *blocks, unsigned *threads)
+{
+	const sched_tensor *t = &graph->tensors[kgen_kernel_op(graph, kernel)->target];
+	int64_t b = 1, n = 1;
+
+	for (int d = 0; d < t->rank; d++) {
+		b *= (t->shape[d] + kernel->schedule.tile[d] - 1) / kernel->schedule.tile[d];
+		n *= kernel->schedule.threads[d];
+	}
+	*blocks = (unsigned)b;
+	*threads = (unsigned)n;
+}
+
+static bool wide_indices(const sched_graph *graph)
+{
+	for (int t = 0; t < graph->ntensors; t++)
+		if (graph->tensors[t].size >= INT32_MAX)
+			return true;
+	return false;
+}
+
+static void print_params(const cuda_kernel *k)
+{
+	const sched_graph *g = k->pr.graph;
+
+	sched_buf_printf(k->buf, "extern \"C\" __global__ void __launch_bounds__(%u)\n%s(",
+			 k->threads, k->kernel->name);
+	for (int t = 0; t < g->ntensors; t++)
+		sched_buf_printf(k->buf, "%s%s%s *__restrict__ t_%s", t ? ",\n\t" : "",
+				 t == k->pr.op->target ? "" : "const ",
+				 kgen_ctype(g->tensors[t].dtype, true), g->tensors[t].name);
+	sched_buf_printf(k->buf, ")\n{\n");
+}
+
+/* o_d: the origin of this block's tile; h_d: this thread's place in it. */
+static void print_coordinates(const cuda_kernel *k)
+{
+	const kgen_schedule *s = &k->kernel->schedule;
+
+	sched_buf_printf(k->buf, "\tidx_t tile = blockIdx.x;\n\tint lane = threadIdx.x;\n");
+	for (int d = k->target->rank - 1; d >= 0; d--)
+		sched_buf_printf(k->buf, "\tconst idx_t o_%d = (tile %% %lld) * %lld;\n"
+				 "\ttile /= %lld;\n\tconst int h_%d = lane %% %d;\n"
+				 "\tlane /= %d;\n", d, (long long)tiles_along(k, d),
+				 (long long)s->tile[d], (long long)tiles_along(k, d), d,
+				 s->threads[d], s->threads[d]);
+	sched_buf_printf(k->buf, "\t(void)tile;\n\t(void)lane;\n");
+}
+
+static void print_end(const cuda_kernel *k, int d, const char *what)
+{
+	sched_buf_printf(k->buf, "kmin(o_%d + %lld, %lld)%s", d,
+			 (long long)k->kernel->schedule.tile[d],
+			 (long long)k->target->shape[d], what);
+}
+
+static void print_store(const cuda_kernel *k, const char *indent, const char *value)
+{
+	sched_buf_printf(k->buf, "%st_%s[", indent, k->target->name);
+	kgen_print_target_offset(k->buf, &k->pr);
+	sched_buf_printf(k->buf, "] = %s%s);\n", kgen_store_open(k->target), value);
+}
+
+/* Decodes the flat reduction index "r" into the reduction variables. */
+static void print_reduction_decode(const cuda_kernel *k, const char *indent)
+{
+	const sched_op *op = k->pr.op;
+	int64_t stride = 1;
+
+	for (int v = op->nvars - 1; v >= op->ntarget_vars; v--) {
+		int64_t extent = op->vars[v].hi - op->vars[v].lo;
+
+		sched_buf_printf(k->buf, "%sconst idx_t v_%s = %lld + (r / %lld) %% %lld;\n",
+				 indent, var_name(k, v), (long long)op->vars[v].lo,
+				 (long long)stride, (long long)extent);
+		stride *= extent;
+	}
+}
+
+static int64_t reduction_points(const sched_op *op)
+{
+	int64_t n = 1;
+
+	for (int v = op->ntarget_vars; v < op->nvars; v++)
+		n *= op->vars[v].hi - op->vars[v].lo;
+	return n;
+}
+
+/* acc folded over the reduction points r = first, first + step, ... */
+static void print_strided_reduction(const cuda_kernel *k, const char *first,
+				    const char *step, const char *indent)
+{
+	const sched_op *op = k->pr.op;
+
+	sched_buf_printf(k->buf, "%sfloat acc = %s;\n%s#pragma unroll %d\n"
+			 "%sfor (idx_t r = %s; r < %lld; r += %s) {\n", indent,
+			 kgen_reducer_identity(op->reducer), indent,
+			 k->kernel->schedule.unroll, indent, first,
+			 (long long)reduction_points(op), step);
+	print_reduction_decode(k, "\t\t\t\t");
+	sched_buf_printf(k->buf, "\t\t\t\tconst float x = ");
+	kgen_print_value(k->buf, &k->pr, op->body);
+	sched_buf_printf(k->buf, ";\n\t\t\t\t");
+	kgen_print_combine(k->buf, op->reducer, "acc", "x");
+	sched_buf_printf(k->buf, "\n%s}\n", indent);
+}
+
+/* Split "thread": each thread walks its elements of the tile, "vector"
+ * consecutive ones along the last dim at a time. */
+static void print_thread_split(const cuda_kernel *k)
+{
+	const kgen_schedule *s = &k->kernel->schedule;
+	int last = k->target->rank - 1;
+
+	for (int d = 0; d < last; d++) {
+		sched_buf_printf(k->buf, "\tfor (idx_t v_%s = o_%d + h_%d; v_%s < ",
+				 var_name(k, d), d, d, var_name(k, d));
+		print_end(k, d, "; ");
+		sched_buf_printf(k->buf, "v_%s += %d)\n", var_name(k, d), s->threads[d]);
+	}
+	sched_buf_printf(k->buf, "\t{\n");
+	if (last >= 0) {
+		sched_buf_printf(k->buf, "\tfor (idx_t c = o_%d + h_%d * %d; c < ", last,
+				 last, s->vector);
+		print_end(k, last, "; ");
+		sched_buf_printf(k->buf, "c += %d)\n\t#pragma unroll\n\tfor (int w = 0; w < %d; w++) {\n"
+				 "\t\tconst idx_t v_%s = c + w;\n\t\tif (v_%s >= ",
+				 s->threads[last] * s->vector, s->vector,
+				 var_name(k, last), var_name(k, last));
+		print_end(k, last, ")\n\t\t\tbreak;\n");
+	} else {
+		sched_buf_printf(k->buf, "\t{\n");
+	}
+	sched_buf_printf(k->buf, "\t\t{\n");
+	if (k->pr.op->reducer == SCHED_RED_NONE) {
+		sched_buf_printf(k->buf, "\t\t\tconst float acc = ");
+		kgen_print_value(k->buf, &k->pr, k->pr.op->body);
+		sched_buf_printf(k->buf, ";\n");
+	} else {
+		print_strided_reduction(k, "0", "1", "\t\t\t");
+	}
+	print_store(k, "\t\t\t", "acc");
+	sched_buf_printf(k->buf, "\t\t}\n\t}\n\t}\n");
+}
+
+/* Sets the target variables from "e", a flat index into the tile, and
+ * skips elements past the tensor's edge. */
+static void print_element_decode(const cuda_kernel *k)
+{
+	const kgen_schedule *s = &k->kernel->schedule;
+	int64_t stride = 1;
+
+	for (int d = k->target->rank - 1; d >= 0; d--) {
+		sched_buf_printf(k->buf, "\t\tconst idx_t v_%s = o_%d + (e / %lld) %% %lld;\n"
+				 "\t\tif (v_%s >= %lld)\n\t\t\tcontinue;\n",
+				 var_name(k, d), d, (long long)stride,
+				 (long long)s->tile[d], var_name(k, d),
+				 (long long)k->target->shape[d]);
+		stride *= s->tile[d];
+	}
+}
+
+static int64_t tile_elements(const cuda_kernel *k)
+{
+	int64_t n = 1;
+
+	for (int d = 0; d < k->target->rank; d++)
+		n *= k->kernel->schedule.tile[d];
+	return n;
+}
+
+/* Split "warp": warp w takes the tile's elements w, w + warps, ...; its
+ * lanes split each reduction and combine by shuffles. */
+static void print_warp_split(const cuda_kernel *k)
+{
+	sched_buf_printf(k->buf, "\tconst int warp = threadIdx.x / 32, wlane = threadIdx.x %% 32;\n"
+			 "\tfor (idx_t e = warp; e < %lld; e += %u) {\n",
+			 (long long)tile_elements(k), k->threads / 32);
+	print_element_decode(k);
+	print_strided_reduction(k, "wlane", "32", "\t\t");
+	sched_buf_printf(k->buf, "\t\tfor (int offset = 16; offset > 0; offset /= 2) {\n"
+			 "\t\t\tconst float x = __shfl_down_sync(0xffffffffu, acc, offset);\n\t\t\t");
+	kgen_print_combine(k->buf, k->pr.op->reducer, "acc", "x");
+	sched_buf_printf(k->buf, "\n\t\t}\n\t\tif (wlane == 0)\n\t\t{\n");
+	print_store(k, "\t\t\t", "acc");
+	sched_buf_printf(k->buf, "\t\t}\n\t}\n");
+}
+
+static unsigned power_of_two_below(unsigned n)
+{
+	unsigned p = 1;
+
+	while (p * 2 <= n)
+		p *= 2;
+	return p;
+}
+
+/* Split "block": the block takes the tile's elements one by one, its
+ * threads split the reduction and combine through shared memory. */
+static void print_block_split(const cuda_kernel *k)
+{
+	unsigned p = power_of_two_below(k->threads);
+
+	sched_buf_printf(k->buf, "\t__shared__ float partial[%u];\n"
+			 "\tfor (idx_t e = 0; e < %lld; e++) {\n", k->threads,
+			 (long long)tile_elements(k));
+	print_element_decode(k);
+	print_strided_reduction(k, "threadIdx.x", "blockDim.x", "\t\t");
+	sched_buf_printf(k->buf, "\t\tpartial[threadIdx.x] = acc;\n\t\t__syncthreads();\n");
+	if (p < k->threads) {
+		char folded[64];
+
+		snprintf(folded, sizeof(folded), "partial[threadIdx.x - %u]", p);
+		sched_buf_printf(k->buf, "\t\tif (threadIdx.x >= %u)\n\t\t{\n\t\t\t", p);
+		kgen_print_combine(k->buf, k->pr.op->reducer, folded,
+				   "partial[threadIdx.x]");
+		sched_buf_printf(k->buf, "\n\t\t}\n\t\t__syncthreads();\n");
+	}
+	sched_buf_printf(k->buf, "\t\tfor (unsigned s = %u; s > 0; s /= 2) {\n"
+			 "\t\t\tif (threadIdx.x < s)\n\t\t\t{\n\t\t\t\t", p / 2);
+	kgen_print_combine(k->buf, k->pr.op->reducer, "partial[threadIdx.x]",
+			   "partial[threadIdx.x + s]");
+	sched_buf_printf(k->buf, "\n\t\t\t}\n\t\t\t__syncthreads();\n\t\t}\n"
+			 "\t\tif (threadIdx.x == 0)\n\t\t{\n");
+	print_store(k, "\t\t\t", "partial[0]");
+	sched_buf_printf(k->buf, "\t\t}\n\t\t__syncthreads();\n\t}\n");
+}
+
+char *kgen_print_cuda(const sched_graph *graph, const kgen_plan *plan, int index)
+{
+	const kgen_kernel *kernel = &plan->kernels[index];
+	const sched_op *op = kgen_kernel_op(graph, kernel);
+	sched_buf buf = {0};
+	cuda_kernel k = {{graph, op}, kernel, &graph->tensors[op->target], &buf, 0};
+	unsigned blocks;
+
+	kgen_cuda_launch_shape(graph, kernel, &blocks, &k.threads);
+	kgen_print_helpers(&buf, true, wide_indices(graph));
+	kgen_print_header(&buf, &k.pr, kernel->name);
+	print_params(&k);
+	print_coordinates(&k);
+	if (kernel->schedule.split == KGEN_SPLIT_WARP)
+		print_warp_split(&k);
+	else if (kernel->schedule.split == KGEN_SPLIT_BLOCK)
+		print_block_split(&k);
+	else
+		print_thread_split(&k);
+	sched_buf_printf(&buf, "}\n");
+	return buf.str;
+}
