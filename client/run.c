@@ -85,13 +85,13 @@ static void find_worker(char *path, size_t size)
 		snprintf(path, size, "%s/../daemon/tuned-worker", self);
 }
 
-/* 10 s, or 20 times a pessimistic guess of one run of the plan (1 GFLOP/s
+/* 10 s, or 20 times a pessimistic guess of one run of the plan (0.2 GFLOP/s
  * on a cpu, 1 TFLOP/s on a GPU) plus 2 s per op to compile. */
 static double default_timeout(const sched_graph *graph, const char *backend)
 {
 	json_t *explain = sched_graph_explain(graph);
 	double flops = (double)json_integer_value(json_object_get(explain, "flops"));
-	double rate = strcmp(backend, "cuda") ? 1e9 : 1e12;
+	double rate = strcmp(backend, "cuda") ? 2e8 : 1e12;
 	double limit = 20 * flops / rate + 2.0 * sched_graph_op_count(graph);
 
 	json_decref(explain);

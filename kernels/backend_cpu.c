@@ -279,6 +279,17 @@ static size_t flush_size(void)
 	return bytes < lo ? lo : bytes > hi ? hi : bytes;
 }
 
+/* Kernels are unloaded after use, and the last one to go would take the
+ * OpenMP runtime with it while its idle threads still run in it: keep
+ * the runtime loaded for the life of the process. */
+static void pin_openmp_runtime(void)
+{
+	static void *runtime;
+
+	if (!runtime)
+		runtime = dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE);
+}
+
 int kgen_cpu_open(kgen_backend *backend, kgen_error *err)
 {
 	cpu_state *cpu = calloc(1, sizeof(*cpu));
@@ -293,6 +304,7 @@ int kgen_cpu_open(kgen_backend *backend, kgen_error *err)
 		return kgen_fail(err, KGEN_EBACKEND, "cannot make a work folder "
 				 "in /tmp: %s", strerror(errno));
 	}
+	pin_openmp_runtime();
 	backend->ops = &cpu_ops;
 	backend->state = cpu;
 	cpu_model(model, sizeof(model));

@@ -3,7 +3,8 @@
  *
  * Each op is evaluated point by point over its domain, in double precision,
  * in dependence order: for every output element, the reducer folds the
- * body over the reduction variables. The only preparation is to turn each
+ * body over the reduction variables, and the result is rounded to the
+ * target's dtype as it is stored (tensors are storage). The only preparation is to turn each
  * access's indices into an element offset: affine indices become one linear
  * form in the variables; quasi-affine ones are evaluated per point.
  */
@@ -257,6 +258,31 @@ static double eval_element(op_run *run)
 	return acc;
 }
 
+static double round_bf16(double x)
+{
+	float f = (float)x;
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return x;
+	u = ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* What a tensor of "dtype" holds after "x" is stored in it: tensors are
+ * storage, so the reference rounds where the kernels round. */
+static double store_value(enum sched_dtype dtype, double x)
+{
+	switch (dtype) {
+	case SCHED_F16: return (double)(_Float16)x;
+	case SCHED_BF16: return round_bf16(x);
+	case SCHED_I32: return trunc(x);
+	default: return (double)(float)x;
+	}
+}
+
 /* Evaluates the target's elements, or only those marked needed. */
 static void run_op(op_run *run)
 {
@@ -270,7 +296,7 @@ static void run_op(op_run *run)
 		if (!needed || needed[offset]) {
 			double value = eval_element(run);
 
-			out[offset] = target->dtype == SCHED_I32 ? trunc(value) : value;
+			out[offset] = store_value(target->dtype, value);
 		}
 		advance(op, run->vars, 0, op->ntarget_vars);
 	}

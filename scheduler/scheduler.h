@@ -107,7 +107,9 @@ __sched_give json_t *sched_graph_explain(__sched_keep const sched_graph *graph);
 
 /* Reference interpreter. "values" has one buffer per tensor, each of
  * sched_tensor_size() doubles, row-major; inputs are read, every other
- * tensor is written. Stores into i32 tensors truncate toward zero. */
+ * tensor is written. Arithmetic is in double; each stored element is
+ * rounded to its tensor's dtype (f32, f16, bf16 to nearest even; i32
+ * truncated toward zero). */
 int sched_interp_run(__sched_keep const sched_graph *graph, double **values);
 
 /* The same, evaluating only the elements marked in "needed" (one mask per

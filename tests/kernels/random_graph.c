@@ -100,6 +100,9 @@ typedef struct gen {
 	const char *names[NVAR_POOL];
 	var v[MAX_VARS];
 	int nv, ntv;
+	/* Accesses in the op so far, and the number after which leaves are
+	 * variables and numbers only: the bounds check costs per access. */
+	int naccess, max_access;
 } gen;
 
 /* ---- randomness ---- */
@@ -138,6 +141,14 @@ static void shuffle(gen *g, int *a, int n)
 		a[i] = a[j];
 		a[j] = x;
 	}
+}
+
+/* A rank in 0..4, mostly 1 to 3: the bounds check costs more with rank. */
+static int rand_rank(gen *g)
+{
+	int r = rnd(g, 100);
+
+	return r < 10 ? 0 : r < 35 ? 1 : r < 70 ? 2 : r < 92 ? 3 : 4;
 }
 
 /* A dim size in 1..12, mostly small. */
@@ -350,7 +361,8 @@ static int new_tensor(gen *g, bool input, int rank, const int *shape, int dtype)
 	snprintf(t->name, sizeof(t->name), "%s%d",
 		 input ? inputs[rnd(g, 9)] : computed[rnd(g, 8)], g->serial++);
 	t->rank = rank;
-	memcpy(t->shape, shape, rank * sizeof(int));
+	if (rank)
+		memcpy(t->shape, shape, rank * sizeof(int));
 	t->dtype = dtype;
 	t->input = input;
 	t->lo = -1;
@@ -423,7 +435,9 @@ static int pick_primary(gen *g, int min_rank, int max_rank, bool int_mode)
 			cand[n++] = t;
 	if (n && chance(g, 25))
 		return cand[rnd(g, n)];
-	rank = between(g, min_rank, max_rank);
+	do
+		rank = rand_rank(g);
+	while (rank < min_rank || rank > max_rank);
 	for (int d = 0; d < rank; d++)
 		shape[d] = rand_dim(g);
 	return new_input(g, rank, shape, int_mode ? I32 : input_dtype(g));
@@ -439,6 +453,8 @@ static void begin_op(gen *g)
 	for (int i = 0; i < NVAR_POOL; i++)
 		g->names[i] = var_pool[order[i]];
 	g->nv = g->ntv = 0;
+	g->naccess = 0;
+	g->max_access = between(g, 2, 5);
 }
 
 static int add_var(gen *g, int lo, int hi)
@@ -477,7 +493,7 @@ static long floor_div(long a, long q)
 static char *affine_index(gen *g, int D)
 {
 	static const int coefs[] = {1, 1, 2, 3, -1, -2};
-	int vars[2], n = g->nv >= 2 && chance(g, 40) ? 2 : 1;
+	int vars[2], n = g->nv >= 2 && chance(g, 40) ? 2 : 1, last_coef = 0;
 	long tm = 0, tM = 0, k;
 	char *text = sfmt("%s", "");
 	int mode;
@@ -491,6 +507,7 @@ static char *affine_index(gen *g, int D)
 		int c = coefs[rnd(g, 6)], a = abs(c);
 		char *term;
 
+		last_coef = c;
 		tm += c > 0 ? (long)c * v->lo : (long)c * (v->hi - 1);
 		tM += c > 0 ? (long)c * (v->hi - 1) : (long)c * v->lo;
 		if (a == 1)
@@ -507,8 +524,16 @@ static char *affine_index(gen *g, int D)
 	mode = rnd(g, 3);
 	if (tM - tm + 1 > D && mode == 0)
 		mode = 1 + rnd(g, 2);
-	if (mode == 0)
-		return plus_const(text, between(g, (int)-tm, (int)(D - 1 - tM)));
+	if (D < 2 && mode == 2) /* a floor division across 0 spans 2 values */
+		mode = 1;
+	if (mode == 0) {
+		k = between(g, (int)-tm, (int)(D - 1 - tM));
+		if (n == 1 && last_coef == 1 && k == 0) { /* the variable alone */
+			free(text);
+			return alone(g, vars[0], D);
+		}
+		return plus_const(text, k);
+	}
 	k = between(g, -3, 3);
 	text = plus_const(text, k);
 	if (strchr(text, '+') || strstr(text, " - ")) {
@@ -518,7 +543,7 @@ static char *affine_index(gen *g, int D)
 		text = s;
 	}
 	if (mode == 1) {
-		int q = between(g, 1, D);
+		int q = between(g, D < 2 || chance(g, 10) ? 1 : 2, D);
 		char *s = sfmt("%s %% %d", text, q);
 
 		free(text);
@@ -543,8 +568,12 @@ static char *gen_index(gen *g, int D)
 {
 	int r = rnd(g, 100), cand[MAX_VARS], n = 0, exact[MAX_VARS], ne = 0;
 
-	if (g->nv == 0 || (r >= 55 && r < 62))
-		return sfmt("%d", rnd(g, D));
+	if (g->nv == 0 || (r >= 55 && r < 62)) {
+		int c = rnd(g, D), k = between(g, 1, 3);
+
+		/* a constant, sometimes folded from an expression */
+		return chance(g, 80) ? sfmt("%d", c) : sfmt("%d - %d", c + k, k);
+	}
 	for (int i = 0; i < g->nv; i++) {
 		if (g->v[i].hi - g->v[i].lo <= D)
 			cand[n++] = i;
@@ -594,6 +623,7 @@ static ex read_with(gen *g, int t, char **idx, double limit)
 	ex e = mk(access_text(T, idx), T->lo, T->hi, P_ATOM);
 
 	T->read = true;
+	g->naccess++;
 	return limit > 0 ? scale_to(g, e, limit) : e;
 }
 
@@ -650,9 +680,12 @@ static ex slice_leaf(gen *g)
 			idx[d] = plus_const(sfmt(chance(g, 50) ? "2 * %s" : "%s * 2", v->name),
 					    between(g, -2 * v->lo, shape[d] - 1 - top));
 		} else {
+			int c;
+
 			shape[d] = between(g, v->hi, v->hi + 4 < MAX_DIM ? v->hi + 4 : MAX_DIM);
-			idx[d] = plus_const(sfmt("%s", v->name),
-					    between(g, -v->lo, shape[d] - v->hi));
+			c = between(g, -v->lo, shape[d] - v->hi);
+			idx[d] = c ? plus_const(sfmt("%s", v->name), c)
+				   : alone(g, order[d], shape[d]);
 		}
 	}
 	t = new_input(g, k, shape, input_dtype(g));
@@ -756,7 +789,7 @@ static ex gen_cond(gen *g, int depth)
 	}
 	if (depth > 0 && r < 32)
 		return not_(gen_cond(g, depth - 1));
-	if (g->nv && r < 70)
+	if (g->nv && (r < 70 || g->naccess >= g->max_access))
 		return var_cond(g);
 	return input_cond(g);
 }
@@ -771,9 +804,9 @@ static ex guarded_leaf(gen *g)
 	int vi, c, t, d, D, shape[MAX_RANK], lo_v, hi_v;
 	char *idx[MAX_RANK];
 	const var *v;
-	char *lower[4], *upper[4], *nlower[2], *nupper[2], *sc;
+	char *lower[6], *upper[4], *nlower[2], *nupper[2], *sc;
 	bool need_lo, need_hi;
-	ex x, alt;
+	ex x;
 	int form;
 
 	if (g->nv == 0)
@@ -810,6 +843,10 @@ static ex guarded_leaf(gen *g)
 	lower[1] = sfmt("%s >= %d", v->name, -c);
 	lower[2] = sfmt("%s > -1", sc);
 	lower[3] = sfmt("%d <= %s", -c, v->name);
+	/* Stronger guards, != and quasi-affine (v >= 0 in the domain). */
+	lower[4] = c == -1 ? sfmt("%s != 0", v->name) : sfmt("%s >= %d", v->name, -c);
+	lower[5] = c < 0 ? sfmt("%s %% %d == %d", v->name, 1 - c, -c)
+			 : sfmt("%s >= %d", v->name, -c);
 	upper[0] = sfmt("%s < %d", sc, D);
 	upper[1] = sfmt("%s <= %d", sc, D - 1);
 	upper[2] = sfmt("%s < %d", v->name, D - c);
@@ -820,15 +857,13 @@ static ex guarded_leaf(gen *g)
 	nupper[1] = sfmt("%s > %d", sc, D - 1);
 	free(sc);
 
-	alt = chance(g, 60) ? inum(0) : chance(g, 50) ? const_leaf(g) : leaf(g);
 	form = rnd(g, 6);
-	if (!need_lo && !need_hi && chance(g, 30)) {
-		/* In bounds everywhere: no guard needed. */
-		free(alt.s);
-	} else {
-		ex guard;
+	if (need_lo || need_hi || chance(g, 70)) {
+		ex guard, alt = chance(g, 60)	? inum(0)
+				: chance(g, 50) ? const_leaf(g)
+						: leaf(g);
 		double lo = fmin(x.lo, alt.lo), hi = fmax(x.hi, alt.hi);
-		int a = rnd(g, 4), b = rnd(g, 4), na = rnd(g, 2), nb = rnd(g, 2);
+		int a = rnd(g, 6), b = rnd(g, 4), na = rnd(g, 2), nb = rnd(g, 2);
 
 		if (!need_lo && !need_hi)
 			need_lo = true;
@@ -881,10 +916,10 @@ static ex guarded_leaf(gen *g)
 			break;
 		}
 	}
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < 6; i++)
 		free(lower[i]);
+	for (int i = 0; i < 4; i++)
 		free(upper[i]);
-	}
 	for (int i = 0; i < 2; i++) {
 		free(nlower[i]);
 		free(nupper[i]);
@@ -896,6 +931,8 @@ static ex leaf(gen *g)
 {
 	int r = rnd(g, 100), t;
 
+	if (g->naccess >= g->max_access)
+		return g->nv && chance(g, 50) ? var_leaf(g) : const_leaf(g);
 	if (r < 25 && (t = pick_existing(g, false)) >= 0)
 		return read_any(g, t, READ_LIMIT);
 	if (r < 45)
@@ -1058,13 +1095,14 @@ static ex arith(gen *g, ex a, ex b)
 			b = binop(inum(1), "+", call1("exp", b, exp(b.lo), exp(b.hi)),
 				  P_ADD, 1, 1 + exp(b.hi));
 			break;
-		default:
-			free(b.s);
-			b = rnd(g, 2) ? mk(sfmt("4"), 4, 4, P_ATOM)
-				      : mk(sfmt("0.5"), 0.5, 0.5, P_ATOM);
-			lo = fmin(a.lo / b.lo, a.lo);
-			hi = fmax(a.hi / b.lo, a.hi);
-			break;
+		default: {
+			/* a / 4 + b or a / 0.5 + b */
+			double c = rnd(g, 2) ? 4 : 0.5;
+
+			a = binop(a, "/", mk(sfmt("%g", c), c, c, P_ATOM), P_MUL,
+				  a.lo / c, a.hi / c);
+			return binop(a, "+", b, P_ADD, a.lo + b.lo, a.hi + b.hi);
+		}
 		}
 		return binop(a, "/", b, P_MUL, lo, hi);
 	}
@@ -1127,8 +1165,8 @@ static ex body_around(gen *g, ex primary, int depth)
 	case 2:
 		return arith(g, unary_call(g, primary), e);
 	default:
-		free(e.s);
-		return chance(g, 50) ? unary_call(g, primary) : primary;
+		return call2(chance(g, 50) ? "max" : "min", primary, e,
+			     fmin(primary.lo, e.lo), fmax(primary.hi, e.hi));
 	}
 }
 
@@ -1146,6 +1184,8 @@ static ex int_leaf(gen *g)
 {
 	int r = rnd(g, 100), t;
 
+	if (g->naccess >= g->max_access)
+		r = 70;
 	if (r < 35 && (t = pick_existing(g, true)) >= 0)
 		return int_clamp(read_any(g, t, 0));
 	if (r < 65)
@@ -1444,9 +1484,11 @@ static bool t_matmul(gen *g)
 		nfree = between(g, 0, 2);
 		if (nk + nfree > MAX_RANK)
 			nfree = MAX_RANK - nk;
+		if (ncon + nfree > MAX_RANK)
+			nfree = MAX_RANK - ncon;
 		for (int i = 0; i < nfree; i++)
 			free_ext[i] = rand_dim(g);
-		if (nk && chance(g, 25))
+		if (nk && ncon + nfree < MAX_RANK && chance(g, 25))
 			batch = order[ncon + rnd(g, nk)];
 	}
 	begin_op(g);

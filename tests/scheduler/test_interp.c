@@ -52,11 +52,13 @@ static void finish(run *r)
 	sched_graph_free(r->graph);
 }
 
+/* The tensors here are f32: the reference stores each element rounded
+ * to the nearest float, so it must equal the exact value so rounded. */
 static void expect_values(const double *got, const double *want, int n)
 {
 	for (int i = 0; i < n; i++)
-		cr_expect_float_eq(got[i], want[i], 1e-12, "element %d: %g, want %g",
-				   i, got[i], want[i]);
+		cr_expect_eq(got[i], (double)(float)want[i], "element %d: %.9g, want %.9g",
+			     i, got[i], (double)(float)want[i]);
 }
 
 Test(interp, matmul)
@@ -190,5 +192,24 @@ Test(interp, selects_evaluate_only_the_branch_taken)
 	set(&r, "x", (double[]){1, 2, 3, 4});
 	evaluate(&r);
 	expect_values(tensor(&r, "y"), (double[]){100, 1, 2, 4}, 4);
+	finish(&r);
+}
+
+Test(interp, stores_round_to_the_dtype)
+{
+	run r = start("x f32 4 in; h f16 4 out; b bf16 4 out; i i32 4 out",
+		      OPS("h[k] = x[k] / 3", "b[k] = x[k] / 3", "i[k] = x[k] / 3"));
+
+	set(&r, "x", (double[]){1, -2, 1000, 70000});
+	evaluate(&r);
+	for (int k = 0; k < 4; k++) {
+		double exact = (double)(float)((double[]){1, -2, 1000, 70000})[k] / 3;
+
+		cr_expect_eq(tensor(&r, "h")[k], (double)(_Float16)exact);
+		cr_expect_eq(tensor(&r, "i")[k], trunc(exact));
+	}
+	/* bf16 keeps 8 bits of mantissa: 1/3 = 0.333984375 */
+	cr_expect_eq(tensor(&r, "b")[0], 0.333984375);
+	cr_expect_eq(tensor(&r, "b")[1], -0.66796875);
 	finish(&r);
 }

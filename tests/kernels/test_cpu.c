@@ -1,0 +1,202 @@
+/*
+ * test_cpu.c: the cpu backend end to end: every example's small variant,
+ * random graphs, schedules whose tiles do not divide the shapes, and
+ * kernels planted to be wrong, to leave elements unwritten or not to
+ * compile.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_builder.h"
+#include "kgen.h"
+#include "random_graph.h"
+
+typedef struct bench {
+	kgen_backend *backend;
+	sched_graph *graph;
+	kgen_plan *plan;
+	kgen_program *prog;
+	kgen_check checks[16];
+	kgen_error err;
+} bench;
+
+static void open_cpu(bench *b)
+{
+	cr_assert_eq(kgen_backend_open("cpu", &b->backend, &b->err), KGEN_OK, "%s",
+		     b->err.message);
+}
+
+static void close_bench(bench *b)
+{
+	kgen_program_free(b->prog);
+	kgen_plan_free(b->plan);
+	sched_graph_free(b->graph);
+	kgen_backend_close(b->backend);
+	kgen_error_release(&b->err);
+	*b = (bench){0};
+}
+
+/* Builds and verifies; returns the code and leaves the bench open. */
+static int build_and_verify(bench *b, const char *const *sources, unsigned seed)
+{
+	int rc = kgen_program_build(b->backend, b->graph, b->plan, sources,
+				    &b->prog, &b->err);
+
+	return rc < 0 ? rc : kgen_verify(b->prog, seed, b->checks, &b->err);
+}
+
+static void expect_verified_file(const char *name)
+{
+	bench b = {0};
+	sched_error serr = {0};
+	char path[512];
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/examples/%s.json", getenv("TUNED_SOURCE_ROOT"),
+		 name);
+	open_cpu(&b);
+	cr_assert_eq(sched_graph_read_file(path, &b.graph, &serr), SCHED_OK, "%s",
+		     serr.message);
+	b.plan = kgen_plan_default(b.graph);
+	rc = build_and_verify(&b, NULL, 7);
+	cr_expect_eq(rc, KGEN_OK, "%s: %s\n%s", name, b.err.message,
+		     b.err.log ? b.err.log : "");
+	close_bench(&b);
+}
+
+Test(cpu, every_example_small_variant_verifies, .timeout = 300)
+{
+	static const char *const names[] = {
+		"bert_qkv_small", "conv_pair_small", "gpt3_mlp_small", "llama_mlp_small",
+		"lstm_cell_small", "mi_lstm_cell_small", "ln_residual_small",
+		"softmax_scores_small",
+	};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		expect_verified_file(names[i]);
+}
+
+Test(cpu, random_graphs_verify, .timeout = 600)
+{
+	for (unsigned seed = 1; seed <= 24; seed++) {
+		char *text = random_graph_json(seed);
+		bench b = {0};
+		sched_error serr = {0};
+		int rc;
+
+		open_cpu(&b);
+		cr_assert_eq(sched_graph_read_string(text, &b.graph, &serr), SCHED_OK,
+			     "seed %u: %s", seed, serr.message);
+		b.plan = kgen_plan_default(b.graph);
+		rc = build_and_verify(&b, NULL, seed);
+		cr_expect_eq(rc, KGEN_OK, "seed %u: %s\n%s\n%s", seed, b.err.message,
+			     text, b.err.log ? b.err.log : "");
+		close_bench(&b);
+		free(text);
+	}
+}
+
+#define ODD "x f32 37,29 in; w f32 29,23 in; b f32 23 in; y f32 37,23 out; " \
+	    "z f32 37,23 out"
+
+static void verify_with_plan(const char *plan_text)
+{
+	bench b = {0};
+	sched_error serr = {0};
+	json_t *json = json_loads(plan_text, 0, NULL);
+	int rc;
+
+	open_cpu(&b);
+	cr_assert_eq(load_graph(ODD, OPS("y[i, j] = sum(k) x[i, k] * w[k, j]",
+					 "z[i, j] = max(y[i, j] + b[j], 0)"),
+				&b.graph, &serr), SCHED_OK);
+	cr_assert_eq(kgen_plan_from_json(b.graph, json, &b.plan, &b.err), KGEN_OK,
+		     "%s", b.err.message);
+	rc = build_and_verify(&b, NULL, 3);
+	cr_expect_eq(rc, KGEN_OK, "%s: %s", plan_text, b.err.message);
+	json_decref(json);
+	close_bench(&b);
+}
+
+Test(cpu, tiles_that_do_not_divide_the_shape)
+{
+	verify_with_plan("{\"kernels\": [{\"ops\": [0], \"schedule\": {\"tile\": [5, 7], "
+			 "\"parallel\": 2, \"unroll\": 8, \"vector\": 4}}, {\"ops\": [1], "
+			 "\"schedule\": {\"tile\": [37, 23], \"parallel\": 0}}]}");
+	verify_with_plan("{\"kernels\": [{\"ops\": [0], \"schedule\": {\"tile\": [1, 1], "
+			 "\"parallel\": 1}}, {\"ops\": [1], \"schedule\": {\"tile\": [3, 2], "
+			 "\"vector\": 8}}]}");
+}
+
+static const char *const one_op[] = {"y[i] = x[i] * 2 + 1", NULL};
+
+static bench planted(const char *source)
+{
+	bench b = {0};
+	sched_error serr = {0};
+	const char *sources[] = {source};
+
+	open_cpu(&b);
+	cr_assert_eq(load_graph("x f32 100 in; y f32 100 out", one_op, &b.graph, &serr),
+		     SCHED_OK);
+	b.plan = kgen_plan_default(b.graph);
+	b.err.code = build_and_verify(&b, sources, 5);
+	return b;
+}
+
+Test(cpu, a_wrong_kernel_is_caught)
+{
+	bench b = planted("void k0_y(void **t)\n{ float *x = t[0], *y = t[1];\n"
+			  "for (int i = 0; i < 100; i++) y[i] = x[i] * 2 + (i == 42 ? 1.5f : 1); }\n");
+
+	cr_expect_eq(b.err.code, KGEN_EWRONG);
+	cr_expect_not(b.checks[0].passed);
+	cr_expect(strstr(b.err.message, "relative error") != NULL, "%s", b.err.message);
+	close_bench(&b);
+}
+
+Test(cpu, an_unwritten_element_is_caught)
+{
+	bench b = planted("void k0_y(void **t)\n{ float *x = t[0], *y = t[1];\n"
+			  "for (int i = 0; i < 99; i++) y[i] = x[i] * 2 + 1; }\n");
+
+	cr_expect_eq(b.err.code, KGEN_EWRONG);
+	cr_expect_str_eq(b.err.message, "output 'y' does not match the reference: "
+			 "y[99] is NaN (not written, or not a number)");
+	close_bench(&b);
+}
+
+Test(cpu, a_compile_error_comes_back_with_the_log)
+{
+	bench b = planted("void k0_y(void **t) { this is not C; }\n");
+
+	cr_expect_eq(b.err.code, KGEN_ECOMPILE);
+	cr_assert_not_null(b.err.log);
+	cr_expect(strstr(b.err.log, "error") != NULL, "%s", b.err.log);
+	close_bench(&b);
+}
+
+Test(cpu, timing_gives_medians_and_spreads)
+{
+	bench b = {0};
+	sched_error serr = {0};
+	kgen_timing timing = {.warmup = 1, .min_runs = 5, .max_runs = 9, .budget_ms = 50};
+	kgen_time times[2], total;
+
+	open_cpu(&b);
+	cr_assert_eq(load_graph(ODD, OPS("y[i, j] = sum(k) x[i, k] * w[k, j]",
+					 "z[i, j] = max(y[i, j] + b[j], 0)"),
+				&b.graph, &serr), SCHED_OK);
+	b.plan = kgen_plan_default(b.graph);
+	cr_assert_eq(build_and_verify(&b, NULL, 1), KGEN_OK, "%s", b.err.message);
+	cr_assert_eq(kgen_program_time(b.prog, &timing, times, &total, &b.err), KGEN_OK);
+	for (int k = 0; k < 2; k++) {
+		cr_expect_gt(times[k].median_ms, 0);
+		cr_expect_geq(times[k].spread_ms, 0);
+		cr_expect(times[k].runs >= 5 && times[k].runs <= 9);
+	}
+	cr_expect_gt(total.median_ms, 0);
+	close_bench(&b);
+}

@@ -1,0 +1,117 @@
+/*
+ * test_measure.c: tuned-worker under supervision: a planted crashing
+ * kernel and a planted hanging kernel each kill only the worker, and the
+ * next candidate is measured correctly by a fresh one; compile errors,
+ * wrong kernels and bad requests come back as answers.
+ */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tuner.h"
+
+#define GRAPH "{\"version\": 1, \"tensors\": {\"x\": {\"shape\": [64], \"dtype\": " \
+	      "\"f32\", \"role\": \"input\"}, \"y\": {\"shape\": [64], \"dtype\": " \
+	      "\"f32\", \"role\": \"output\"}}, \"ops\": [\"y[i] = x[i] * 2 + 1\"]}"
+
+static tuner_worker *cpu_worker(void)
+{
+	const char *argv[] = {"tuned-worker", "--backend", "cpu", NULL};
+	tuner_worker *worker = tuner_worker_new(getenv("TUNED_WORKER"), argv);
+
+	cr_assert_not_null(worker);
+	return worker;
+}
+
+/* A request for the graph, with kernel 0's source replaced by "source"
+ * unless it is NULL. */
+static json_t *request(const char *graph, const char *source)
+{
+	json_t *req = json_pack("{s:s, s:i, s:{s:i, s:i, s:i, s:f}}", "graph", graph,
+				"seed", 3, "timing", "warmup", 0, "min_runs", 2,
+				"max_runs", 3, "budget_ms", 10.0);
+
+	if (source)
+		json_object_set_new(req, "sources", json_pack("[s]", source));
+	return req;
+}
+
+static tuner_reply ask(tuner_worker *worker, json_t *req, double timeout_s)
+{
+	tuner_reply reply = {0};
+
+	cr_assert_eq(tuner_worker_ask(worker, req, timeout_s, &reply), 0, "%s",
+		     reply.detail);
+	json_decref(req);
+	return reply;
+}
+
+static const char *kind_of(const tuner_reply *reply)
+{
+	return json_string_value(json_object_get(reply->answer, "kind"));
+}
+
+static void expect_measured(tuner_worker *worker)
+{
+	tuner_reply reply = ask(worker, request(GRAPH, NULL), 60);
+
+	cr_assert_eq(reply.outcome, TUNER_ANSWERED, "%s", reply.detail);
+	cr_expect_str_eq(kind_of(&reply), "ok");
+	cr_expect(json_is_true(json_object_get(reply.answer, "verified")));
+	cr_expect_gt(json_real_value(json_object_get(reply.answer, "total_ms")), 0);
+	json_decref(reply.answer);
+}
+
+Test(measure, a_crashing_kernel_kills_only_the_worker)
+{
+	tuner_worker *worker = cpu_worker();
+	tuner_reply reply = ask(worker, request(GRAPH, "void k0_y(void **t)\n"
+					"{ (void)t; *(volatile int *)0 = 1; }\n"), 60);
+
+	cr_expect_eq(reply.outcome, TUNER_CRASHED, "%s", reply.detail);
+	cr_expect_eq(reply.term_signal, SIGSEGV, "%s", reply.detail);
+	expect_measured(worker);
+	cr_expect_eq(tuner_worker_starts(worker), 2);
+	tuner_worker_free(worker);
+}
+
+Test(measure, a_hanging_kernel_times_out_and_the_next_is_measured)
+{
+	tuner_worker *worker = cpu_worker();
+	tuner_reply reply = ask(worker, request(GRAPH, "void k0_y(void **t)\n"
+					"{ (void)t; for (volatile int i = 0;; i++) ; }\n"), 5);
+
+	cr_expect_eq(reply.outcome, TUNER_TIMED_OUT, "%s", reply.detail);
+	expect_measured(worker);
+	cr_expect_eq(tuner_worker_starts(worker), 2);
+	tuner_worker_free(worker);
+}
+
+Test(measure, failures_are_answers)
+{
+	tuner_worker *worker = cpu_worker();
+	tuner_reply reply = ask(worker, request(GRAPH, "void k0_y(void **t) { oops }\n"), 60);
+
+	cr_assert_eq(reply.outcome, TUNER_ANSWERED, "%s", reply.detail);
+	cr_expect_str_eq(kind_of(&reply), "compile_error");
+	cr_expect_not_null(json_object_get(reply.answer, "log"));
+	json_decref(reply.answer);
+
+	reply = ask(worker, request(GRAPH, "void k0_y(void **t)\n{ float *x = t[0], "
+				    "*y = t[1]; for (int i = 0; i < 64; i++) y[i] = x[i]; }\n"), 60);
+	cr_expect_str_eq(kind_of(&reply), "wrong");
+	cr_expect(json_is_false(json_object_get(reply.answer, "verified")));
+	json_decref(reply.answer);
+
+	reply = ask(worker, request("{\"version\": 2}", NULL), 60);
+	cr_expect_str_eq(kind_of(&reply), "invalid");
+	json_decref(reply.answer);
+
+	reply = ask(worker, json_pack("{s:s, s:{s:[]}}", "graph", GRAPH, "plan",
+				      "kernels"), 60);
+	cr_expect_str_eq(kind_of(&reply), "invalid_plan");
+	json_decref(reply.answer);
+	cr_expect_eq(tuner_worker_starts(worker), 1);
+	tuner_worker_free(worker);
+}
