@@ -120,6 +120,7 @@ static int cpu_compile(kgen_backend *backend, const char *source,
 				 dlerror());
 	if (!(*function = dlsym(*module, entry))) {
 		dlclose(*module);
+		*module = NULL;
 		return kgen_fail(err, KGEN_EBACKEND, "'%s' has no function '%s'",
 				 obj, entry);
 	}

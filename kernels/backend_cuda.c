@@ -112,28 +112,41 @@ static int check(CUresult rc, const char *what, kgen_error *err)
 			 cu_text(rc), rc);
 }
 
+/* A loaded kernel, with the cubin and PTX NVRTC made of it kept. */
+typedef struct cuda_module {
+	CUmodule module;
+	kgen_cubin binary;
+} cuda_module;
+
 static int cuda_compile(kgen_backend *backend, const char *source,
 			const char *entry, void **module, void **function,
 			kgen_error *err)
 {
 	cuda_state *cuda = backend->state;
-	kgen_cubin cubin;
+	cuda_module *m = calloc(1, sizeof(*m));
 	int rc;
 
-	if ((rc = kgen_nvrtc_compile(source, entry, cuda->arch, &cubin, err)) < 0)
+	if (!m)
+		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
+	*module = m;
+	if ((rc = kgen_nvrtc_compile(source, entry, cuda->arch, &m->binary, err)) < 0)
 		return rc;
-	rc = check(cu.module_load((CUmodule *)module, cubin.cubin), "loading the cubin", err);
-	kgen_cubin_release(&cubin);
+	rc = check(cu.module_load(&m->module, m->binary.cubin), "loading the cubin", err);
 	if (rc == KGEN_OK)
-		rc = check(cu.module_function((CUfunction *)function, *module, entry),
+		rc = check(cu.module_function((CUfunction *)function, m->module, entry),
 			   "finding the kernel", err);
 	return rc;
 }
 
 static void cuda_unload(kgen_backend *backend, void *module)
 {
+	cuda_module *m = module;
+
 	(void)backend;
-	cu.module_unload(module);
+	if (m->module)
+		cu.module_unload(m->module);
+	kgen_cubin_release(&m->binary);
+	free(m);
 }
 
 static int cuda_alloc(kgen_backend *backend, size_t bytes, void **buffer,

@@ -1268,8 +1268,12 @@ static void finish_op(gen *g, int reducer, ex body, int dtype)
 
 	for (int i = g->ntv; i < g->nv; i++)
 		count *= g->v[i].hi - g->v[i].lo;
+	/* Stored values stay far inside f16's range (max, min and no reducer
+	 * commute with the scaling; prod folds values near 1). */
 	if (reducer == RED_SUM && dtype != I32)
 		body = scale_to(g, body, VALUE_LIMIT / count);
+	else if (reducer != RED_PROD && dtype != I32)
+		body = scale_to(g, body, VALUE_LIMIT);
 	if (dtype == I32 && mag(body) > 1e4)
 		body = int_clamp(body);
 	for (int i = 0; i < g->ntv; i++) {
