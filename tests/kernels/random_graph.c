@@ -454,7 +454,7 @@ static void begin_op(gen *g)
 		g->names[i] = var_pool[order[i]];
 	g->nv = g->ntv = 0;
 	g->naccess = 0;
-	g->max_access = between(g, 2, 5);
+	g->max_access = between(g, 2, 4);
 }
 
 static int add_var(gen *g, int lo, int hi)
