@@ -218,14 +218,6 @@ static void print_result(json_t *result)
 		print_times(result);
 }
 
-static void print_json(json_t *result)
-{
-	char *text = json_dumps(result, JSON_INDENT(2));
-
-	puts(text ? text : "{}");
-	free(text);
-}
-
 static int ask_worker(const run_options *o, const sched_graph *graph,
 		      json_t *request, json_t **result)
 {
@@ -270,7 +262,7 @@ int tunectl_run(int argc, char **argv)
 	else if ((request = build_request(&o, text)) &&
 		 ask_worker(&o, graph, request, &result) == 0) {
 		if (o.as_json)
-			print_json(result);
+			tunectl_print_json(json_incref(result));
 		else
 			print_result(result);
 		status = json_is_true(json_object_get(result, "verified")) ?

@@ -55,7 +55,7 @@ static const char *code_name(int code)
 	}
 }
 
-static void print_json(json_t *obj)
+void tunectl_print_json(json_t *obj)
 {
 	char *text = json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 
@@ -68,7 +68,7 @@ static void print_json(json_t *obj)
 static int report_error(const char *path, const sched_error *err, bool as_json)
 {
 	if (as_json)
-		print_json(json_pack("{s:b, s:s, s:{s:s, s:i, s:i, s:s}}",
+		tunectl_print_json(json_pack("{s:b, s:s, s:{s:s, s:i, s:i, s:s}}",
 				     "valid", 0, "file", path,
 				     "error", "code", code_name(err->code),
 				     "op", err->op, "column", err->column,
@@ -81,7 +81,7 @@ static int report_error(const char *path, const sched_error *err, bool as_json)
 static int validate(const char *path, const sched_graph *graph, bool as_json)
 {
 	if (as_json)
-		print_json(json_pack("{s:b, s:s, s:s, s:i, s:i, s:s}", "valid", 1,
+		tunectl_print_json(json_pack("{s:b, s:s, s:s, s:i, s:i, s:s}", "valid", 1,
 				     "file", path, "name", sched_graph_name(graph),
 				     "tensors", sched_graph_tensor_count(graph),
 				     "ops", sched_graph_op_count(graph),
@@ -124,7 +124,7 @@ static int explain(const sched_graph *graph, bool as_json)
 	if (!obj)
 		return fprintf(stderr, "tunectl: out of memory\n"), EXIT_INVALID;
 	if (as_json)
-		return print_json(obj), EXIT_SUCCESS;
+		return tunectl_print_json(obj), EXIT_SUCCESS;
 	printf("graph '%s'\nkey %s\n", sched_graph_name(graph), sched_graph_key(graph));
 	json_array_foreach(json_object_get(obj, "ops"), i, op)
 		print_op_text(op);

@@ -20,7 +20,6 @@
 #include "scheduler.h"
 
 #define KGEN_MAX_OPS 16
-#define KGEN_MAX_SHARED 8
 
 enum kgen_code {
 	KGEN_OK = 0,
@@ -49,8 +48,9 @@ enum kgen_split { KGEN_SPLIT_THREAD, KGEN_SPLIT_WARP, KGEN_SPLIT_BLOCK };
  * along that dim (cuda). parallel is the number of outer tile loops run in
  * parallel (cpu, OpenMP collapse); unroll unrolls the innermost reduction
  * loop; vector is the width of the innermost output loop (cpu: simd
- * length; cuda: consecutive elements per thread). shared names inputs
- * staged in shared memory (cuda). */
+ * length; cuda: consecutive elements per thread). A plan's "shared" (inputs
+ * staged in shared memory) is refused until the shared-memory planner
+ * exists. */
 typedef struct kgen_schedule {
 	int64_t tile[SCHED_MAX_RANK];
 	int threads[SCHED_MAX_RANK];
@@ -58,8 +58,6 @@ typedef struct kgen_schedule {
 	int unroll;
 	int vector;
 	enum kgen_split split;
-	int nshared;
-	int shared[KGEN_MAX_SHARED];
 } kgen_schedule;
 
 typedef struct kgen_kernel {
@@ -73,8 +71,6 @@ typedef struct kgen_plan {
 	int nkernels;
 	kgen_kernel *kernels;
 } kgen_plan;
-
-enum kgen_target { KGEN_CPU, KGEN_CUDA };
 
 /* The plan in "json" ({"kernels": [...]}), checked against "graph"; or
  * KGEN_EPLAN with the reason. */

@@ -154,12 +154,10 @@ static int check_threads(const sched_tensor *t, kgen_kernel *kernel,
 	return KGEN_OK;
 }
 
-static int read_shared(const sched_graph *graph, json_t *sched,
-		       kgen_kernel *kernel, kgen_error *err)
+static int read_shared(json_t *sched, kgen_kernel *kernel, kgen_error *err)
 {
 	json_t *shared = json_object_get(sched, "shared");
 
-	(void)graph;
 	if (!shared || (json_is_array(shared) && json_array_size(shared) == 0))
 		return KGEN_OK;
 	return kgen_fail(err, KGEN_EPLAN,
@@ -277,17 +275,7 @@ static int read_schedule(const sched_graph *graph, json_t *sched,
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'vector' must be "
 				 "1, 2, 4 or 8", kernel->name);
 	s->vector = (int)v;
-	return read_shared(graph, sched, kernel, err);
-}
-
-static bool is_identifier(const char *s)
-{
-	if (!isalpha((unsigned char)*s) && *s != '_')
-		return false;
-	while (*++s)
-		if (!isalnum((unsigned char)*s) && *s != '_')
-			return false;
-	return true;
+	return read_shared(sched, kernel, err);
 }
 
 static void default_name(const sched_graph *graph, int index, kgen_kernel *kernel)
@@ -302,7 +290,7 @@ static int read_name(json_t *name, kgen_kernel *kernel, int index, kgen_error *e
 
 	if (!name)
 		return KGEN_OK;
-	if (!s || !is_identifier(s) || strlen(s) >= sizeof(kernel->name))
+	if (!s || !sched_is_identifier(s) || strlen(s) >= sizeof(kernel->name))
 		return kgen_fail(err, KGEN_EPLAN, "kernel %d: 'name' must be an "
 				 "identifier of at most 63 characters", index);
 	strcpy(kernel->name, s);

@@ -119,13 +119,11 @@ void kgen_print_index(sched_buf *buf, const kgen_printer *pr,
 	sched_buf_printf(buf, ")");
 }
 
-/* The element offset of "access", row-major in Horner form:
- * ((i0 * n1 + i1) * n2 + i2). */
-void kgen_print_offset(sched_buf *buf, const kgen_printer *pr,
-		       const sched_node *access)
+/* The offset of an element of "t", row-major in Horner form
+ * ((i0 * n1 + i1) * n2 + i2), index d printed by "index". */
+static void print_horner(sched_buf *buf, const kgen_printer *pr,
+			 const sched_tensor *t, const sched_node *access)
 {
-	const sched_tensor *t = &pr->graph->tensors[access->tensor];
-
 	if (t->rank == 0)
 		return sched_buf_printf(buf, "0");
 	for (int d = 1; d < t->rank; d++)
@@ -133,8 +131,18 @@ void kgen_print_offset(sched_buf *buf, const kgen_printer *pr,
 	for (int d = 0; d < t->rank; d++) {
 		if (d > 0)
 			sched_buf_printf(buf, ") * %lld + ", (long long)t->shape[d]);
-		kgen_print_index(buf, pr, access->args[d]);
+		if (access)
+			kgen_print_index(buf, pr, access->args[d]);
+		else
+			sched_buf_printf(buf, "v_%s", pr->op->vars[d].name);
 	}
+}
+
+/* The element offset of "access". */
+void kgen_print_offset(sched_buf *buf, const kgen_printer *pr,
+		       const sched_node *access)
+{
+	print_horner(buf, pr, &pr->graph->tensors[access->tensor], access);
 }
 
 static void print_load(sched_buf *buf, const kgen_printer *pr,
@@ -338,20 +346,10 @@ void kgen_print_header(sched_buf *buf, const kgen_printer *pr, const char *name)
 			 name, pr->graph->key, pr->op->index, pr->op->text);
 }
 
-/* The offset of the element at the op's target variables, in Horner form. */
+/* The offset of the element at the op's target variables. */
 void kgen_print_target_offset(sched_buf *buf, const kgen_printer *pr)
 {
-	const sched_tensor *t = &pr->graph->tensors[pr->op->target];
-
-	if (t->rank == 0)
-		return sched_buf_printf(buf, "0");
-	for (int d = 1; d < t->rank; d++)
-		sched_buf_printf(buf, "(");
-	for (int d = 0; d < t->rank; d++) {
-		if (d > 0)
-			sched_buf_printf(buf, ") * %lld + ", (long long)t->shape[d]);
-		sched_buf_printf(buf, "v_%s", pr->op->vars[d].name);
-	}
+	print_horner(buf, pr, &pr->graph->tensors[pr->op->target], NULL);
 }
 
 typedef struct touch {

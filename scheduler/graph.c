@@ -35,7 +35,7 @@ int sched_dtype_bytes(enum sched_dtype dtype)
 	return dtype_bytes[dtype];
 }
 
-static bool is_identifier(const char *s)
+bool sched_is_identifier(const char *s)
 {
 	if (!isalpha((unsigned char)*s) && *s != '_')
 		return false;
@@ -137,7 +137,7 @@ static int read_tensor(sched_graph *graph, sched_tensor *t, const char *name,
 	char where[160];
 	int rc;
 
-	if (!is_identifier(name) || sched_name_is_reserved(name) ||
+	if (!sched_is_identifier(name) || sched_name_is_reserved(name) ||
 	    strlen(name) > 64)
 		return sched_fail(err, SCHED_ESCHEMA, -1, 0,
 				  "tensor name '%.80s' is not a usable name: letters, "

@@ -138,6 +138,8 @@ bool sched_int_binop(int op, int64_t a, int64_t b, int64_t *value);
 const char *sched_index_problem(const sched_node *node);
 const char *sched_reducer_name(enum sched_reducer reducer);
 bool sched_name_is_reserved(const char *name);
+/* Letters, digits and '_', not starting with a digit (graph.c). */
+bool sched_is_identifier(const char *s);
 
 /* graph.c: checks that need the whole graph: writes, reads, cycles. */
 int sched_graph_check_dataflow(sched_graph *graph, sched_error *err);
