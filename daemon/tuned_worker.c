@@ -8,9 +8,12 @@
  * crashes or hangs takes this process with it, and only it: the caller
  * sees the process die or time out, and starts another.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -58,6 +61,17 @@ static int serve(kgen_backend *backend)
 	return EXIT_SUCCESS;
 }
 
+/* A worker outlives nothing: it is killed with the process that started
+ * it, even one that could not clean up (killed itself). */
+static void die_with_parent(void)
+{
+	pid_t parent = getppid();
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(EXIT_FAILURE);
+}
+
 int main(int argc, char **argv)
 {
 	const char *name = "auto";
@@ -72,6 +86,7 @@ int main(int argc, char **argv)
 			return fputs(usage, strcmp(argv[i], "--help") ? stderr : stdout),
 			       strcmp(argv[i], "--help") ? 2 : 0;
 	}
+	die_with_parent();
 	if (kgen_backend_open(name, &backend, &err) < 0) {
 		reply(json_pack("{s:s, s:b, s:s}", "kind", "backend_error",
 				"verified", 0, "error", err.message));
