@@ -72,14 +72,15 @@ int kgen_program_build(kgen_backend *backend, const sched_graph *graph,
 	int rc = KGEN_OK;
 
 	*out = NULL;
-	if (!prog || !(prog->modules = calloc(plan->nkernels, sizeof(void *))) ||
-	    !(prog->launches = calloc(plan->nkernels, sizeof(kgen_launch))) ||
-	    !(prog->buffers = calloc(graph->ntensors, sizeof(void *)))) {
+	if (prog)
+		*prog = (kgen_program){backend, graph, plan,
+				       calloc(plan->nkernels, sizeof(void *)),
+				       calloc(plan->nkernels, sizeof(kgen_launch)),
+				       calloc(graph->ntensors, sizeof(void *))};
+	if (!prog || !prog->modules || !prog->launches || !prog->buffers) {
 		kgen_program_free(prog);
 		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
 	}
-	*prog = (kgen_program){backend, graph, plan, prog->modules,
-			       prog->launches, prog->buffers};
 	rc = alloc_buffers(prog, err);
 	for (int k = 0; k < plan->nkernels && rc == KGEN_OK; k++)
 		rc = build_kernel(prog, k, sources ? sources[k] : NULL, err);
