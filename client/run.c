@@ -85,19 +85,6 @@ static void find_worker(char *path, size_t size)
 		snprintf(path, size, "%s/../daemon/tuned-worker", self);
 }
 
-/* 10 s, or 20 times a pessimistic guess of one run of the plan (0.2 GFLOP/s
- * on a cpu, 1 TFLOP/s on a GPU) plus 2 s per op to compile. */
-static double default_timeout(const sched_graph *graph, const char *backend)
-{
-	json_t *explain = sched_graph_explain(graph);
-	double flops = (double)json_integer_value(json_object_get(explain, "flops"));
-	double rate = strcmp(backend, "cuda") ? 2e8 : 1e12;
-	double limit = 20 * flops / rate + 2.0 * sched_graph_op_count(graph);
-
-	json_decref(explain);
-	return limit > 10 ? limit : 10;
-}
-
 static char *read_text(const char *path)
 {
 	FILE *f = fopen(path, "rb");
@@ -232,7 +219,7 @@ static int ask_worker(const run_options *o, const sched_graph *graph,
 		return fprintf(stderr, "tunectl run: out of memory\n"), -1;
 	rc = tuner_worker_ask(worker, request,
 			      o->timeout_s > 0 ? o->timeout_s :
-			      default_timeout(graph, o->backend), &reply);
+			      tuner_time_limit(graph, o->backend), &reply);
 	if (rc < 0)
 		fprintf(stderr, "tunectl run: cannot start the worker: %s\n",
 			reply.detail);

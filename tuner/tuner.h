@@ -82,9 +82,25 @@ int tuner_worker_ask(__tuner_keep tuner_worker *worker,
 /* How many times the worker process of "worker" has been started. */
 int tuner_worker_starts(__tuner_keep const tuner_worker *worker);
 
+/* The worker process's pid while it runs, else 0. Another thread may read
+ * it to kill a worker stuck in a long ask (the ask then reports a crash). */
+int tuner_worker_pid(__tuner_keep const tuner_worker *worker);
+
 /* Kills the process of "worker" if it runs (SIGKILL), waits for it and
  * frees everything. NULL does nothing. */
 void tuner_worker_free(__tuner_take tuner_worker *worker);
+
+/* strategy.c: which plan a job tries next. A strategy proposes a plan
+ * (a JSON plan, or JSON null for the default plan), sees the worker's
+ * answer, and proposes the next, until it returns NULL: the search is
+ * over. Only "default" exists yet: the default plan, once. */
+typedef struct tuner_strategy tuner_strategy;
+
+__tuner_give tuner_strategy *tuner_strategy_new(const char *name);
+__tuner_give json_t *tuner_strategy_next(__tuner_keep tuner_strategy *strategy,
+					 __tuner_keep const json_t *last_answer);
+const char *tuner_strategy_name(__tuner_keep const tuner_strategy *strategy);
+void tuner_strategy_free(__tuner_take tuner_strategy *strategy);
 
 /* measure.c: the measurement protocol a worker process runs for one
  * request {"graph": TEXT, "plan": PLAN or null, "seed": N, "timing":
@@ -94,5 +110,13 @@ void tuner_worker_free(__tuner_take tuner_worker *worker);
 struct kgen_backend;
 __tuner_give json_t *tuner_measure(struct kgen_backend *backend,
 				   __tuner_keep const json_t *request);
+
+/* The time limit of one request for "graph" on "backend" ("cpu", "cuda"
+ * or "auto"): 10 s, or 20 times a pessimistic estimate of one run of the
+ * plan (0.2 GFLOP/s on a cpu, 1 TFLOP/s on a GPU) plus 2 s per op to
+ * compile, whichever is longer. */
+struct sched_graph;
+double tuner_time_limit(__tuner_keep const struct sched_graph *graph,
+			const char *backend);
 
 #endif

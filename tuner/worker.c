@@ -130,6 +130,11 @@ int tuner_worker_starts(const tuner_worker *worker)
 	return worker->starts;
 }
 
+int tuner_worker_pid(const tuner_worker *worker)
+{
+	return worker->running && !worker->exited ? worker->process.pid : 0;
+}
+
 static void on_close(uv_handle_t *handle)
 {
 	tuner_worker *worker = handle->data;

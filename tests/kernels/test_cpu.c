@@ -200,3 +200,39 @@ Test(cpu, timing_gives_medians_and_spreads)
 	cr_expect_gt(total.median_ms, 0);
 	close_bench(&b);
 }
+
+/* The cpu kernels widen f16 by bit arithmetic (it vectorizes): it must
+ * agree with the hardware conversion on all 65,536 patterns, NaNs as NaN. */
+Test(cpu, f16_widening_is_exact_for_every_bit_pattern)
+{
+	bench b = {0};
+	sched_error serr = {0};
+	uint16_t *x = malloc(65536 * sizeof(uint16_t));
+	float *y = malloc(65536 * sizeof(float));
+	void *host[2] = {x, y};
+
+	open_cpu(&b);
+	cr_assert_eq(load_graph("x f16 65536 in; y f32 65536 out", OPS("y[i] = x[i]"),
+				&b.graph, &serr), SCHED_OK);
+	b.plan = kgen_plan_default(b.graph);
+	cr_assert_eq(kgen_program_build(b.backend, b.graph, b.plan, NULL, &b.prog,
+					&b.err), KGEN_OK, "%s", b.err.message);
+	for (uint32_t i = 0; i < 65536; i++)
+		x[i] = (uint16_t)i;
+	cr_assert_eq(kgen_program_run(b.prog, host, &b.err), KGEN_OK);
+	for (uint32_t i = 0; i < 65536; i++) {
+		_Float16 h;
+		float want;
+
+		memcpy(&h, &x[i], 2);
+		want = (float)h;
+		if (want != want)
+			cr_expect(y[i] != y[i], "0x%04x: %g, want NaN", i, y[i]);
+		else
+			cr_expect(memcmp(&y[i], &want, 4) == 0, "0x%04x: %a, want %a",
+				  i, y[i], want);
+	}
+	free(x);
+	free(y);
+	close_bench(&b);
+}

@@ -1,0 +1,272 @@
+/*
+ * cache.h: the function cache of tuned, one SQLite file (docs/cache.md).
+ *
+ * The cache keeps what tuning found: the graphs seen, the devices, the
+ * published plans of each (graph key, device signature, codegen version),
+ * numbered 1, 2, 3 in the order they were published (each better than the
+ * last), the history of trials, and the quarantine of plans that crashed
+ * or hung a worker. A plan is found only under its complete key: a fetch
+ * for another device or another codegen version never returns it.
+ *
+ * Threads. A cache has two SQLite connections. The writer does every write
+ * and checkpoint, each write in one BEGIN IMMEDIATE transaction; it belongs
+ * to the thread that called cache_open, and a write from any other thread
+ * is refused with CACHE_ETHREAD (SQLite 3.40's WAL bug needs concurrent
+ * writers; there is one). The reader is opened SQLITE_OPEN_READONLY and
+ * serves cache_fetch_best, cache_is_quarantined, cache_list, cache_show and
+ * cache_stat; any thread may call those, one call at a time: the caller
+ * guards them (one mutex for the reads of one cache), and a read may run
+ * while the owner writes. A second cache_open of the same file, from this
+ * process or another, fails with CACHE_EBUSY while the first is open.
+ *
+ * Errors. Functions return 0 (or a count or version) on success and a
+ * negative cache_code on failure; then the optional "err" says what went
+ * wrong in one lowercase line.
+ *
+ * Ownership follows isl: __cache_give returns a new object the caller
+ * frees, __cache_keep borrows, __cache_take consumes. Strings passed in are
+ * copied; strings in callbacks are valid only during the call.
+ */
+#ifndef CACHE_H
+#define CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#define __cache_give
+#define __cache_take
+#define __cache_keep
+
+/* The schema version this build writes (PRAGMA user_version). */
+#define CACHE_SCHEMA_VERSION 1
+
+/* Trial details are cut to this many bytes (on a UTF-8 boundary). */
+#define CACHE_DETAIL_MAX 200
+
+enum cache_code {
+	CACHE_OK = 0,
+	CACHE_RECOVERED = 1,  /* cache_open: the old file was damaged, moved
+			       * aside, and a fresh cache started */
+	CACHE_NOT_FOUND = -1, /* no such graph, plan or version */
+	CACHE_EINVAL = -2,    /* a bad argument: NULL, empty, not JSON */
+	CACHE_ENOMEM = -3,
+	CACHE_EIO = -4,       /* the file cannot be opened, read or written */
+	CACHE_EBUSY = -5,     /* another connection holds the file */
+	CACHE_ECORRUPT = -6,  /* damage found after open: reopen to recover */
+	CACHE_ESCHEMA = -7,   /* the file's schema is newer than this build */
+	CACHE_ETHREAD = -8,   /* a write from a thread that does not own it */
+	CACHE_ESQLITE = -9,   /* any other SQLite failure */
+};
+
+/* The name of "code", e.g. "CACHE_EBUSY"; "unknown" for others. */
+const char *cache_strerror(int code);
+
+typedef struct cache_error {
+	int code;
+	char message[512];
+} cache_error;
+
+/* Levels of the log callback: the syslog values. */
+enum cache_log_level {
+	CACHE_LOG_ERR = 3,
+	CACHE_LOG_WARNING = 4,
+	CACHE_LOG_INFO = 6,
+};
+
+/* How to open a cache; NULL or zeroed fields take the defaults. */
+typedef struct cache_options {
+	/* How long a connection waits for a lock held by another (5000). */
+	int busy_timeout_ms;
+	/* Files up to this size get PRAGMA integrity_check at open, larger
+	 * ones the faster quick_check (0: 64 MiB; negative: always quick). */
+	int64_t full_check_bytes;
+	/* Told about a damaged file moved aside, migrations; may be NULL. */
+	void (*log)(void *user, int level, const char *message);
+	void *log_user;
+	/* Unix time in seconds for created_at and pruning (NULL: time()). */
+	int64_t (*clock)(void *user);
+	void *clock_user;
+} cache_options;
+
+typedef struct cache cache;
+
+/* Opens or creates the cache in file "path" ("path" is copied): checks it
+ * (integrity_check, or quick_check when large), sets WAL, synchronous=FULL,
+ * foreign_keys=ON and the busy timeout, and brings the schema up to
+ * CACHE_SCHEMA_VERSION, one transaction per migration step. The calling
+ * thread becomes the owner (the one writer).
+ *
+ * A damaged file, or one that is not SQLite, is renamed to
+ * "<path>.damaged-<unix time>" (its -wal with it), a fresh cache is started
+ * in "path", the log callback gets one CACHE_LOG_ERR line naming both paths,
+ * and CACHE_RECOVERED is returned with that line in "err" too. A path that
+ * cannot be opened (a directory, no permission, a read-only file) is left
+ * alone: a negative code and *out NULL. */
+int cache_open(const char *path, const cache_options *options,
+	       __cache_give cache **out, cache_error *err);
+
+/* Closes both connections and frees "c"; call it from the owner once no
+ * read is in flight. NULL does nothing. */
+void cache_close(__cache_take cache *c);
+
+/* Writes. Each is one transaction on the writer, from the owner thread. */
+
+/* Records graph "key" with its canonical text and "name" (may be NULL), or
+ * marks a known graph as used now (for pruning, least recently used go
+ * first), updating its name when one is given. The daemon calls it for
+ * every submitted graph. A known key with another canonical text is
+ * CACHE_EINVAL. */
+int cache_put_graph(__cache_keep cache *c, const char *key,
+		    const char *canonical, const char *name, cache_error *err);
+
+enum cache_outcome {
+	CACHE_TRIAL_OK,
+	CACHE_TRIAL_WRONG,
+	CACHE_TRIAL_COMPILE_ERROR,
+	CACHE_TRIAL_TIMEOUT,
+	CACHE_TRIAL_CRASH,
+	CACHE_TRIAL_ERROR,
+	CACHE_TRIAL_OUTCOMES
+};
+
+/* "ok", "wrong", "compile_error", "timeout", "crash", "error"; NULL when
+ * "outcome" is out of range. */
+const char *cache_outcome_name(enum cache_outcome outcome);
+
+/* One measured candidate. The plan is stored as compact JSON with sorted
+ * keys; "detail" (may be NULL) is cut to CACHE_DETAIL_MAX bytes; a NaN
+ * "median_ms" is stored as NULL. */
+typedef struct cache_trial {
+	const char *graph;   /* graph key, put before */
+	const char *device;  /* device signature */
+	const char *codegen; /* codegen version */
+	const char *plan;    /* plan JSON */
+	enum cache_outcome outcome;
+	double median_ms;
+	const char *detail;
+} cache_trial;
+
+int cache_record_trial(__cache_keep cache *c,
+		       __cache_keep const cache_trial *trial, cache_error *err);
+
+/* A published plan. For cache_publish the caller fills everything but
+ * "version" and "created_at"; cache_fetch_best returns one in a single
+ * allocation, all strings inside it, freed with cache_plan_free. */
+typedef struct cache_plan {
+	const char *graph;     /* graph key */
+	const char *device;    /* device signature */
+	const char *codegen;   /* codegen version */
+	int version;           /* 1, 2, 3 per (graph, device, codegen) */
+	const char *plan;      /* plan JSON (stored compact, keys sorted) */
+	const char *sources;   /* JSON array of strings, one per kernel */
+	const void *binaries;  /* may be NULL */
+	size_t binaries_len;
+	const char *launch;    /* JSON, may be NULL */
+	double median_ms;      /* NaN: unknown */
+	double spread_ms;      /* NaN: unknown */
+	const char *found_by;  /* e.g. "default", "genetic round 3" */
+	int64_t created_at;    /* unix seconds */
+} cache_plan;
+
+/* Publishes "plan" as the next version of its (graph, device, codegen) and
+ * sets *version (may be NULL) to that number. The graph must have been
+ * put (CACHE_NOT_FOUND otherwise); the device is added when new. */
+int cache_publish(__cache_keep cache *c, __cache_keep const cache_plan *plan,
+		  int *version, cache_error *err);
+
+/* A plan that crashed or hung a worker, never to be tried again. */
+typedef struct cache_quarantine_entry {
+	const char *graph;
+	const char *device;
+	const char *codegen;
+	const char *plan;   /* plan JSON; matched in its compact sorted form */
+	const char *reason; /* e.g. "worker killed by signal 11" */
+	const char *source; /* the offending kernel source, may be NULL */
+} cache_quarantine_entry;
+
+/* Quarantines a plan; quarantining it again keeps the first entry. */
+int cache_quarantine(__cache_keep cache *c,
+		     __cache_keep const cache_quarantine_entry *entry,
+		     cache_error *err);
+
+/* Deleted rows and file sizes of one cache_prune. */
+typedef struct cache_prune_stats {
+	int64_t trials, plans, graphs, quarantine, devices;
+	int64_t bytes_before, bytes_after; /* the database file */
+} cache_prune_stats;
+
+/* Shrinks the cache. With "max_age_s" > 0 everything older goes: trials,
+ * plans (latest versions too), quarantine entries, and graphs not put or
+ * written for that long with all they hold. Then, with "max_bytes" > 0,
+ * while the data takes more than "max_bytes": the oldest trials, then the
+ * oldest plan versions that are not the latest of their (graph, device,
+ * codegen), then whole graphs, least recently used first. The file is then
+ * shrunk (incremental vacuum and a truncating checkpoint). "stats" may be
+ * NULL. */
+int cache_prune(__cache_keep cache *c, int64_t max_age_s, int64_t max_bytes,
+		cache_prune_stats *stats, cache_error *err);
+
+/* Copies the WAL into the database and truncates it. CACHE_EBUSY when a
+ * reader kept it from finishing within the busy timeout. */
+int cache_checkpoint(__cache_keep cache *c, cache_error *err);
+
+/* Reads. Any thread, one at a time (see above). */
+
+/* The newest version of the plan for (graph, device, codegen) when it is at
+ * least "min_version" (a client that holds version n asks for n + 1):
+ * returns that version and, when "out" is not NULL, sets *out to the plan.
+ * CACHE_NOT_FOUND when there is none, or none that new. */
+int cache_fetch_best(__cache_keep cache *c, const char *graph,
+		     const char *device, const char *codegen, int min_version,
+		     __cache_give cache_plan **out, cache_error *err);
+
+void cache_plan_free(__cache_take cache_plan *plan);
+
+/* Whether "plan_json" is quarantined for (graph, device, codegen), in any
+ * formatting of the same JSON. On failure returns false and fills "err"
+ * (err->code is 0 otherwise). */
+bool cache_is_quarantined(__cache_keep cache *c, const char *graph,
+			  const char *device, const char *codegen,
+			  const char *plan_json, cache_error *err);
+
+/* The latest version of one (graph, device, codegen). */
+typedef struct cache_entry {
+	const char *graph;
+	const char *name;   /* may be NULL */
+	const char *device;
+	const char *codegen;
+	int version;
+	double median_ms;   /* NaN: unknown */
+	int64_t updated_at; /* when that version was published */
+} cache_entry;
+
+/* Calls "fn" for the latest version of every (graph, device, codegen), in
+ * order of graph key, device and codegen, until "fn" returns nonzero.
+ * Returns the number of calls. "fn" may write (from the owner) but must not
+ * read through "c". */
+int cache_list(__cache_keep cache *c,
+	       int (*fn)(void *user, const cache_entry *entry), void *user,
+	       cache_error *err);
+
+/* Everything about graph "key" as JSON: {"graph", "name", "canonical",
+ * "first_seen", "last_used", "plans": [every version: "device", "codegen",
+ * "version", "plan", "kernels", "binary_bytes", "median_ms", "spread_ms",
+ * "found_by", "created_at"], "trials": [per device and codegen: "device",
+ * "codegen", "total", "outcomes": {"ok": n, ...}], "quarantined": n}.
+ * CACHE_NOT_FOUND for an unknown key. */
+int cache_show(__cache_keep cache *c, const char *key,
+	       __cache_give json_t **out, cache_error *err);
+
+typedef struct cache_stats {
+	int64_t file_bytes; /* the database file */
+	int64_t wal_bytes;  /* its -wal file, 0 when absent */
+	int64_t page_size, page_count, freelist_count;
+	int64_t graphs, devices, plans, trials, quarantine; /* rows */
+} cache_stats;
+
+int cache_stat(__cache_keep cache *c, cache_stats *out, cache_error *err);
+
+#endif

@@ -1,0 +1,74 @@
+/*
+ * cache_int.h: the cache's private forms, shared by its files.
+ *
+ * open.c opens, checks and recovers the file; schema.c holds the
+ * migrations; write.c the writes; read.c the reads; prune.c pruning and
+ * checkpoints; util.c errors, statements, transactions and JSON.
+ *
+ * Memory of our own comes from sqlite3_malloc64 and goes back with
+ * sqlite3_free, so that tests that fail SQLite's allocations fail ours too.
+ */
+#ifndef CACHE_INT_H
+#define CACHE_INT_H
+
+#include <pthread.h>
+#include <stdarg.h>
+
+#include <sqlite3.h>
+
+#include "cache.h"
+
+/* ALWAYS(X) and NEVER(X) mark conditions the code holds to be true and
+ * false. A caller's misuse can break them, so unlike SQLite's they are
+ * checked in every build and the misuse is refused, never asserted. */
+#define ALWAYS(X) __builtin_expect(!!(X), 1)
+#define NEVER(X) __builtin_expect(!!(X), 0)
+
+#define CACHE_DEFAULT_BUSY_MS 5000
+#define CACHE_DEFAULT_FULL_CHECK_BYTES ((int64_t)64 << 20)
+
+struct cache {
+	sqlite3 *writer;   /* the owner's; every write and checkpoint */
+	sqlite3 *reader;   /* SQLITE_OPEN_READONLY; reads, any thread */
+	pthread_t owner;   /* the thread that opened the cache */
+	char *path;        /* sqlite3_malloc'd copy */
+	int lock_fd;       /* flock'd "<path>-lock", or -1 */
+	cache_options options;
+};
+
+/* util.c */
+void cache_set_error(cache_error *err, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+int cache_sqlite_code(int rc);
+int cache_db_error(sqlite3 *db, int rc, cache_error *err, const char *what);
+int64_t cache_now(const cache *c);
+void cache_log(const cache_options *options, int level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+int cache_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **out,
+		  cache_error *err);
+int cache_exec(sqlite3 *db, const char *sql, cache_error *err);
+int cache_query_int(sqlite3 *db, const char *sql, int64_t *out,
+		    cache_error *err);
+void cache_bind_text(sqlite3_stmt *stmt, int i, const char *text);
+void cache_bind_real(sqlite3_stmt *stmt, int i, double value);
+double cache_column_real(sqlite3_stmt *stmt, int i);
+
+int cache_check_owner(const cache *c, const char *what, cache_error *err);
+int cache_check_text(const char *text, const char *what, cache_error *err);
+int cache_begin(cache *c, cache_error *err);
+int cache_end(cache *c, int rc, cache_error *err);
+
+int cache_json_canonical(const char *text, const char *what, bool array_of_strings,
+			 __cache_give char **out, cache_error *err);
+void cache_json_free(__cache_take char *text);
+size_t cache_utf8_cut(const char *text, size_t max);
+
+/* schema.c */
+int cache_migrate(cache *c, cache_error *err);
+
+/* write.c */
+int cache_device_id(cache *c, const char *signature, int64_t *id,
+		    cache_error *err);
+
+#endif

@@ -1,0 +1,121 @@
+/*
+ * schema.c: the schema, as a list of migrations applied in order.
+ *
+ * PRAGMA user_version is the number of steps applied. Step n (from 1)
+ * runs in its own BEGIN IMMEDIATE transaction that also sets user_version
+ * to n, so a crash leaves the file at a whole version. A new step is
+ * appended to "migrations"; a step, once released, never changes.
+ */
+#include "cache_int.h"
+
+/* Times are unix seconds. graphs.last_used is the last put or write for
+ * the graph (pruning evicts the least recently used). Plans are published
+ * versions; trials the history of measured candidates, kept small (no
+ * sources, no binaries); quarantine the plans never to try again. */
+static const char *const migrations[] = {
+	/* 1: the first schema. */
+	"CREATE TABLE graphs ("
+	" key TEXT PRIMARY KEY NOT NULL,"
+	" canonical TEXT NOT NULL,"
+	" name TEXT,"
+	" first_seen INTEGER NOT NULL,"
+	" last_used INTEGER NOT NULL);"
+	"CREATE TABLE devices ("
+	" id INTEGER PRIMARY KEY,"
+	" signature TEXT NOT NULL UNIQUE,"
+	" first_seen INTEGER NOT NULL);"
+	"CREATE TABLE plans ("
+	" id INTEGER PRIMARY KEY,"
+	" graph TEXT NOT NULL REFERENCES graphs(key) ON DELETE CASCADE,"
+	" device INTEGER NOT NULL REFERENCES devices(id),"
+	" codegen TEXT NOT NULL,"
+	" version INTEGER NOT NULL CHECK (version >= 1),"
+	" plan TEXT NOT NULL,"
+	" sources TEXT NOT NULL,"
+	" binaries BLOB,"
+	" launch TEXT,"
+	" median_ms REAL,"
+	" spread_ms REAL,"
+	" found_by TEXT NOT NULL,"
+	" created_at INTEGER NOT NULL,"
+	" UNIQUE (graph, device, codegen, version));"
+	"CREATE TABLE trials ("
+	" id INTEGER PRIMARY KEY,"
+	" graph TEXT NOT NULL REFERENCES graphs(key) ON DELETE CASCADE,"
+	" device INTEGER NOT NULL REFERENCES devices(id),"
+	" codegen TEXT NOT NULL,"
+	" plan TEXT NOT NULL,"
+	" outcome TEXT NOT NULL CHECK (outcome IN"
+	"  ('ok', 'wrong', 'compile_error', 'timeout', 'crash', 'error')),"
+	" median_ms REAL,"
+	" detail TEXT CHECK (length(CAST(detail AS BLOB)) <= 200),"
+	" created_at INTEGER NOT NULL);"
+	"CREATE INDEX trials_key ON trials (graph, device, codegen);"
+	"CREATE TABLE quarantine ("
+	" id INTEGER PRIMARY KEY,"
+	" graph TEXT NOT NULL REFERENCES graphs(key) ON DELETE CASCADE,"
+	" device INTEGER NOT NULL REFERENCES devices(id),"
+	" codegen TEXT NOT NULL,"
+	" plan TEXT NOT NULL,"
+	" reason TEXT NOT NULL,"
+	" source TEXT,"
+	" created_at INTEGER NOT NULL,"
+	" UNIQUE (graph, device, codegen, plan));",
+};
+
+#define MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))
+
+_Static_assert(MIGRATIONS == CACHE_SCHEMA_VERSION,
+	       "one migration per schema version");
+
+/* Applies the step after the version found under the write lock (another
+ * process may have migrated meanwhile) and sets *version to the result. */
+static int migrate_step(cache *c, int64_t *version, cache_error *err)
+{
+	char sql[64];
+	int rc;
+
+	rc = cache_begin(c, err);
+	if (rc)
+		return rc;
+	rc = cache_query_int(c->writer, "PRAGMA user_version", version, err);
+	if (rc || *version >= MIGRATIONS)
+		goto end;
+	rc = cache_exec(c->writer, migrations[*version], err);
+	if (rc)
+		goto end;
+	snprintf(sql, sizeof(sql), "PRAGMA user_version = %d", (int)*version + 1);
+	rc = cache_exec(c->writer, sql, err);
+	if (!rc)
+		++*version;
+end:
+	return cache_end(c, rc, err);
+}
+
+int cache_migrate(cache *c, cache_error *err)
+{
+	int64_t version, from;
+	int rc;
+
+	rc = cache_query_int(c->writer, "PRAGMA user_version", &version, err);
+	if (rc)
+		return rc;
+	if (version > MIGRATIONS) {
+		cache_set_error(err, CACHE_ESCHEMA,
+				"cache '%s' has schema version %lld, newer than "
+				"this build's %d", c->path, (long long)version,
+				MIGRATIONS);
+		return CACHE_ESCHEMA;
+	}
+	from = version;
+	while (version < MIGRATIONS) {
+		rc = migrate_step(c, &version, err);
+		if (rc)
+			return rc;
+	}
+	if (version != from)
+		cache_log(&c->options, CACHE_LOG_INFO,
+			  "cache '%s': schema migrated from version %lld to %lld",
+			  c->path, (long long)from, (long long)version);
+	return 0;
+}

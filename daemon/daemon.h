@@ -1,0 +1,107 @@
+/*
+ * daemon.h: the parts of tuned, the daemon, one file each.
+ */
+#ifndef TUNED_DAEMON_H
+#define TUNED_DAEMON_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* log.c: a level-checked log, to stderr or a file that SIGHUP reopens. */
+enum tuned_level { TUNED_ERROR, TUNED_WARN, TUNED_INFO, TUNED_DEBUG };
+
+extern enum tuned_level tuned_log_level;
+
+#define tuned_log(level, ...)                                                 \
+	do {                                                                  \
+		if ((level) <= tuned_log_level)                               \
+			tuned_log_write(level, __VA_ARGS__);                  \
+	} while (0)
+
+void tuned_log_write(enum tuned_level level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+int tuned_log_open(const char *path);
+void tuned_log_reopen(void);
+int tuned_log_level_parse(const char *name, enum tuned_level *level);
+
+/* options.c: the command line and the configuration file. */
+#define TUNED_MAX_ALLOWED 16
+
+typedef struct tuned_options {
+	int gpu;
+	char backend[16];
+	char socket_path[256];
+	char cache_path[256];
+	char log_path[256];
+	char config_path[256];
+	enum tuned_level log_level;
+	int jobs;
+	int nallow_uids, nallow_gids;
+	uid_t allow_uids[TUNED_MAX_ALLOWED];
+	gid_t allow_gids[TUNED_MAX_ALLOWED];
+	size_t max_frame;
+	int max_clients;
+	int max_in_flight;
+	double hello_timeout_s;
+} tuned_options;
+
+/* Fills "o" from the defaults, the configuration file (--config, when
+ * given) and the command line, in that order of precedence (last wins).
+ * Returns 0, 1 when --help or --version was printed, or -1 with the error
+ * printed. */
+int tuned_options_parse(int argc, char **argv, tuned_options *o);
+
+/* socket.c: the socket's folder (0750) made ready and a stale socket
+ * removed; 0 or a negative errno (EEXIST: a non-socket is in the way). */
+int tuned_socket_prepare(const char *path);
+/* Reads the peer of "fd" with SO_PEERCRED into "peer"; true when it may
+ * connect: root, the daemon's own uid, or an allowed uid or gid. */
+struct ucred;
+bool tuned_peer_allowed(const tuned_options *o, int fd, struct ucred *peer);
+
+/* jobs.c: the job queue, persisted beside the cache. */
+enum tuned_job_state {
+	TUNED_JOB_QUEUED, TUNED_JOB_RUNNING, TUNED_JOB_DONE, TUNED_JOB_FAILED,
+	TUNED_JOB_CANCELLED,
+};
+
+typedef struct tuned_job {
+	int64_t id;
+	char key[65];
+	char name[128];
+	char *graph; /* the graph.json text */
+	double budget_s;
+	int priority;
+	enum tuned_job_state state;
+	int trials;
+	double best_ms;
+	int version;
+	char error[256];
+	double created_at, finished_at;
+	struct tuned_job *next;
+} tuned_job;
+
+typedef struct tuned_jobs {
+	tuned_job *head;
+	int64_t next_id;
+	char path[300];
+} tuned_jobs;
+
+int tuned_jobs_load(tuned_jobs *jobs, const char *path);
+int tuned_jobs_save(tuned_jobs *jobs);
+void tuned_jobs_release(tuned_jobs *jobs);
+tuned_job *tuned_jobs_add(tuned_jobs *jobs, const char *key, const char *name,
+			  const char *graph, double budget_s, int priority);
+tuned_job *tuned_jobs_find(const tuned_jobs *jobs, int64_t id);
+tuned_job *tuned_jobs_next_queued(const tuned_jobs *jobs);
+void tuned_job_finish(tuned_job *job, enum tuned_job_state state, const char *error);
+const char *tuned_job_state_name(enum tuned_job_state state);
+struct json_t;
+struct json_t *tuned_job_json(const tuned_job *job, bool with_graph);
+
+/* notify.c: systemd's notification datagram, without libsystemd. */
+void tuned_notify(const char *state);
+
+#endif

@@ -1,0 +1,78 @@
+/*
+ * log.c: one line per event, "2026-11-22T10:32:27Z tuned[pid] level: text",
+ * to stderr (journald adds its own time) or to a file reopened on SIGHUP.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+enum tuned_level tuned_log_level = TUNED_INFO;
+
+static FILE *log_file;
+static char log_path[256];
+
+static const char *const level_names[] = {
+	[TUNED_ERROR] = "error", [TUNED_WARN] = "warning",
+	[TUNED_INFO] = "info", [TUNED_DEBUG] = "debug",
+};
+
+int tuned_log_level_parse(const char *name, enum tuned_level *level)
+{
+	for (int l = TUNED_ERROR; l <= TUNED_DEBUG; l++)
+		if (!strcmp(name, level_names[l]) ||
+		    (l == TUNED_WARN && !strcmp(name, "warn"))) {
+			*level = l;
+			return 0;
+		}
+	return -1;
+}
+
+void tuned_log_write(enum tuned_level level, const char *fmt, ...)
+{
+	FILE *out = log_file ? log_file : stderr;
+	char stamp[32];
+	time_t now = time(NULL);
+	struct tm tm;
+	va_list ap;
+
+	strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+	fprintf(out, "%s tuned[%d] %s: ", stamp, (int)getpid(), level_names[level]);
+	va_start(ap, fmt);
+	vfprintf(out, fmt, ap);
+	va_end(ap);
+	fputc('\n', out);
+	fflush(out);
+}
+
+int tuned_log_open(const char *path)
+{
+	FILE *f;
+
+	if (!path || !*path)
+		return 0;
+	if (!(f = fopen(path, "a")))
+		return -errno;
+	if (log_file)
+		fclose(log_file);
+	log_file = f;
+	snprintf(log_path, sizeof(log_path), "%s", path);
+	return 0;
+}
+
+/* After logrotate moved the file: start a new one under the same name. */
+void tuned_log_reopen(void)
+{
+	int rc;
+
+	if (!log_path[0])
+		return;
+	if ((rc = tuned_log_open(log_path)) < 0)
+		tuned_log(TUNED_ERROR, "cannot reopen the log '%s': %s", log_path,
+			  strerror(-rc));
+	else
+		tuned_log(TUNED_INFO, "log reopened");
+}
