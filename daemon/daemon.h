@@ -42,6 +42,7 @@ typedef struct tuned_options {
 	uid_t allow_uids[TUNED_MAX_ALLOWED];
 	gid_t allow_gids[TUNED_MAX_ALLOWED];
 	size_t max_frame;
+	size_t max_unread;
 	int max_clients;
 	int max_in_flight;
 	double hello_timeout_s;

@@ -34,6 +34,8 @@ static const char usage[] =
 	"  --max-frame BYTES    the longest request line (default 16777216)\n"
 	"  --max-clients N      clients connected at once (default 256)\n"
 	"  --max-in-flight N    requests in flight per client (default 64)\n"
+	"  --max-unread BYTES   close a client whose unread replies pass this\n"
+	"                       (default 67108864)\n"
 	"  --hello-timeout S    close connections silent this long before hello\n"
 	"                       (default 10)\n"
 	"  -h, --help           show this help\n"
@@ -148,6 +150,15 @@ static int set_max_frame(tuned_options *o, const char *v)
 	return rc;
 }
 
+static int set_max_unread(tuned_options *o, const char *v)
+{
+	long long n;
+	int rc = parse_number(v, 4096, 1LL << 34, &n);
+
+	o->max_unread = (size_t)n;
+	return rc;
+}
+
 static int set_max_clients(tuned_options *o, const char *v)
 {
 	long long n;
@@ -190,6 +201,7 @@ static const struct {
 	{"allow-uid", set_allow_uid, "a user name or uid (at most 16)"},
 	{"allow-gid", set_allow_gid, "a group name or gid (at most 16)"},
 	{"max-frame", set_max_frame, "a byte count from 1024 to 2^30"},
+	{"max-unread", set_max_unread, "a byte count from 4096 to 2^34"},
 	{"max-clients", set_max_clients, "a number from 1 to 65536"},
 	{"max-in-flight", set_max_in_flight, "a number from 1 to 65536"},
 	{"hello-timeout", set_hello_timeout, "a positive number of seconds"},
@@ -281,7 +293,8 @@ static void default_path(char *out, size_t size, const char *system_dir,
 static void set_defaults(tuned_options *o)
 {
 	*o = (tuned_options){.backend = "auto", .log_level = TUNED_INFO, .jobs = 1,
-			     .max_frame = 16u << 20, .max_clients = 256,
+			     .max_frame = 16u << 20, .max_unread = 64u << 20,
+			     .max_clients = 256,
 			     .max_in_flight = 64, .hello_timeout_s = 10};
 }
 

@@ -118,11 +118,15 @@ static void run_job(tuned_runner *r, tuner_worker *worker, runner_task *task)
 {
 	tuner_strategy *strategy = tuner_strategy_new("default");
 	double limit = limit_for(task->graph, r->backend);
-	tuned_result *end = result_new(task->job);
+	tuned_result *end = result_new(task->job), *start = result_new(task->job);
 	uint64_t deadline = uv_hrtime() + (uint64_t)(task->budget_s * 1e9);
 	json_t *plan;
 	int trial = 0;
 
+	if (start) {
+		start->started = true;
+		push_result(r, start);
+	}
 	while (strategy && !is_cancelled(r, task->job) &&
 	       (task->budget_s <= 0 || trial == 0 || uv_hrtime() < deadline) &&
 	       (plan = tuner_strategy_next(strategy, NULL))) {

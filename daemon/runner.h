@@ -19,6 +19,7 @@ typedef struct tuned_result {
 	char detail[256];
 	json_t *answer;   /* the worker's answer, when it gave one */
 	json_t *plan;     /* the plan tried (null: the default plan) */
+	bool started;     /* a thread took the job (no trial yet) */
 	bool last;        /* the job is over: its strategy is done, or */
 	bool cancelled;   /* it was cancelled, or */
 	bool stopped;     /* the daemon is stopping */

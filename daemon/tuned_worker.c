@@ -4,7 +4,8 @@
  *   tuned-worker [--backend cpu|cuda|auto]
  *
  * Reads one JSON request per line on stdin, answers one JSON object per
- * line on stdout (tuner/measure.c says what they hold). A kernel that
+ * line on stdout (tuner/measure.c says what they hold). {"describe": true}
+ * is answered with the backend and the device it drives. A kernel that
  * crashes or hangs takes this process with it, and only it: the caller
  * sees the process die or time out, and starts another.
  */
@@ -45,7 +46,12 @@ static json_t *handle_line(kgen_backend *backend, const char *line)
 		return json_pack("{s:s, s:b, s:s}", "kind", "invalid", "verified", 0,
 				 "error", "the request is not a JSON object");
 	}
-	obj = tuner_measure(backend, request);
+	if (json_is_true(json_object_get(request, "describe")))
+		obj = json_pack("{s:s, s:s, s:s}", "kind", "device",
+				"backend", kgen_backend_name(backend),
+				"device", kgen_backend_description(backend));
+	else
+		obj = tuner_measure(backend, request);
 	json_decref(request);
 	return obj;
 }

@@ -21,6 +21,11 @@
 
 #define KGEN_MAX_OPS 16
 
+/* The version of the code generators: part of every cache key, so that a
+ * change of generated code never serves a stale kernel. Bump it with any
+ * change of the printers or of what a plan means. */
+#define KGEN_CODEGEN_VERSION "kgen-1"
+
 enum kgen_code {
 	KGEN_OK = 0,
 	KGEN_EPLAN = -20,     /* the plan is not valid for the graph */

@@ -131,6 +131,25 @@ static const char **request_sources(const json_t *request, int nkernels)
 	return sources;
 }
 
+/* The source of every kernel, as compiled. */
+static json_t *sources_json(kgen_backend *backend, const sched_graph *graph,
+			    const kgen_plan *plan, const char **given)
+{
+	bool cuda = !strcmp(kgen_backend_name(backend), "cuda");
+	json_t *list = json_array();
+
+	for (int k = 0; k < plan->nkernels; k++) {
+		char *text = given && given[k] ? NULL :
+			     cuda ? kgen_print_cuda(graph, plan, k) :
+				    kgen_print_c(graph, plan, k);
+
+		json_array_append_new(list, json_string(text ? text :
+							 given && given[k] ? given[k] : ""));
+		free(text);
+	}
+	return list;
+}
+
 static json_t *run_plan(kgen_backend *backend, const sched_graph *graph,
 			const kgen_plan *plan, const json_t *request)
 {
@@ -144,6 +163,9 @@ static json_t *run_plan(kgen_backend *backend, const sched_graph *graph,
 		obj = failure(rc == KGEN_ECOMPILE ? "compile_error" : "error", &err);
 	else
 		obj = verify_and_time(prog, graph, plan, request);
+	if (rc == 0)
+		json_object_set_new(obj, "sources", sources_json(backend, graph, plan,
+								 sources));
 	json_object_set_new(obj, "plan", kgen_plan_to_json(graph, plan));
 	kgen_program_free(prog);
 	kgen_error_release(&err);

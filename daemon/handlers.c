@@ -1,0 +1,352 @@
+/*
+ * handlers.c: what the daemon answers to each request (docs/protocol.md).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kgen.h"
+#include "scheduler.h"
+#include "server.h"
+
+#define TUNED_SERVER_VERSION "0.1.0"
+
+static void reply(tuned_client *client, proto_request *req, json_t *result)
+{
+	tuned_client_send(client, proto_reply_result(req->id, result));
+	proto_session_done(&client->session);
+}
+
+static void reply_error(tuned_client *client, proto_request *req, int code,
+			const char *message)
+{
+	tuned_client_send(client, proto_reply_error(req->id, code, "%s", message));
+	proto_session_done(&client->session);
+}
+
+static void on_hello(tuned_client *client, proto_request *req)
+{
+	if (req->version != PROTO_VERSION) {
+		proto_error err = {0};
+
+		proto_error_set(&err, PROTO_EVERSION_MISMATCH, "this daemon speaks "
+				"version %d, not %lld", PROTO_VERSION,
+				(long long)req->version);
+		tuned_client_send(client, proto_reply_from_error(req->id, &err));
+		return tuned_client_close(client);
+	}
+	uv_timer_stop(&client->hello_timer);
+	reply(client, req, proto_hello_result(TUNED_SERVER_VERSION));
+}
+
+/* The graph of a submit as text, whether it came as an object or text. */
+static char *graph_text(const json_t *graph)
+{
+	if (json_is_string(graph))
+		return strdup(json_string_value(graph));
+	return json_dumps(graph, JSON_COMPACT | JSON_PRESERVE_ORDER);
+}
+
+static void on_submit(tuned_client *client, proto_request *req)
+{
+	tuned_daemon *d = client->daemon;
+	char *text = graph_text(req->graph);
+	sched_graph *graph = NULL;
+	sched_error err = {0};
+	cache_error cerr = {0};
+	tuned_job *job = NULL;
+
+	if (!text || sched_graph_read_string(text, &graph, &err) < 0) {
+		reply_error(client, req, PROTO_EBAD_REQUEST, text ? err.message : "out of memory");
+	} else if (cache_put_graph(d->cache, sched_graph_key(graph),
+				   sched_graph_canonical(graph),
+				   sched_graph_name(graph), &cerr) < 0) {
+		reply_error(client, req, PROTO_EINTERNAL, cerr.message);
+	} else if (!(job = tuned_jobs_add(&d->jobs, sched_graph_key(graph),
+					  sched_graph_name(graph), text,
+					  req->budget_s, (int)req->priority)) ||
+		   tuned_jobs_save(&d->jobs) < 0 ||
+		   tuned_runner_submit(&d->runner, job->id, text, req->budget_s) < 0) {
+		reply_error(client, req, PROTO_EINTERNAL, "cannot queue the job");
+	} else {
+		tuned_log(TUNED_INFO, "job %lld: '%s' %s submitted by pid %d",
+			  (long long)job->id, job->name, job->key, (int)client->peer.pid);
+		reply(client, req, tuned_job_json(job, false));
+	}
+	sched_graph_free(graph);
+	free(text);
+}
+
+static tuned_job *find_job(tuned_client *client, proto_request *req)
+{
+	tuned_job *job = tuned_jobs_find(&client->daemon->jobs, req->job);
+
+	if (!job) {
+		char message[64];
+
+		snprintf(message, sizeof(message), "no job %lld", (long long)req->job);
+		reply_error(client, req, PROTO_ENOT_FOUND, message);
+	}
+	return job;
+}
+
+static void on_status(tuned_client *client, proto_request *req)
+{
+	tuned_job *job = find_job(client, req);
+
+	if (job)
+		reply(client, req, tuned_job_json(job, false));
+}
+
+static void on_list(tuned_client *client, proto_request *req)
+{
+	json_t *list = json_array();
+
+	for (tuned_job *job = client->daemon->jobs.head; job; job = job->next)
+		json_array_append_new(list, tuned_job_json(job, false));
+	reply(client, req, json_pack("{s:o}", "jobs", list));
+}
+
+static void on_cancel(tuned_client *client, proto_request *req)
+{
+	tuned_daemon *d = client->daemon;
+	tuned_job *job = find_job(client, req);
+
+	if (!job)
+		return;
+	if (job->state == TUNED_JOB_QUEUED || job->state == TUNED_JOB_RUNNING) {
+		tuned_runner_cancel(&d->runner, job->id);
+		if (job->state == TUNED_JOB_QUEUED)
+			tuned_job_finish(job, TUNED_JOB_CANCELLED, "cancelled");
+		tuned_jobs_save(&d->jobs);
+		tuned_log(TUNED_INFO, "job %lld cancelled", (long long)job->id);
+	}
+	reply(client, req, tuned_job_json(job, false));
+}
+
+/* The fetch result: the newest plan of "key" on this daemon's device and
+ * code generator, if it is at least "min_version". NULL when none. */
+static json_t *fetch_result(tuned_daemon *d, const char *key, int64_t min_version)
+{
+	cache_plan *plan = NULL;
+	cache_error err = {0};
+	json_t *result;
+
+	if (cache_fetch_best(d->cache, key, d->device, KGEN_CODEGEN_VERSION,
+			     (int)min_version, &plan, &err) < 0)
+		return NULL;
+	result = json_pack("{s:s, s:i, s:s, s:s, s:f, s:f, s:s, s:o, s:o, s:o}",
+			   "key", key, "version", plan->version, "device", d->device,
+			   "codegen", KGEN_CODEGEN_VERSION, "median_ms", plan->median_ms,
+			   "spread_ms", plan->spread_ms, "found_by", plan->found_by ?: "",
+			   "plan", json_loads(plan->plan, 0, NULL) ?: json_null(),
+			   "sources", json_loads(plan->sources ?: "[]", 0, NULL) ?: json_array(),
+			   "launch", plan->launch ? json_loads(plan->launch, 0, NULL) ?: json_null()
+						  : json_null());
+	cache_plan_free(plan);
+	return result;
+}
+
+static void on_waiter_closed(uv_handle_t *handle)
+{
+	tuned_waiter *w = handle->data;
+
+	json_decref(w->id);
+	free(w);
+}
+
+static void unlink_waiter(tuned_daemon *d, tuned_waiter *w)
+{
+	for (tuned_waiter **at = &d->waiters; *at; at = &(*at)->next)
+		if (*at == w) {
+			*at = w->next;
+			break;
+		}
+	uv_close((uv_handle_t *)&w->timer, on_waiter_closed);
+}
+
+static void on_waiter_timeout(uv_timer_t *timer)
+{
+	tuned_waiter *w = timer->data;
+	tuned_daemon *d = w->client->daemon;
+
+	tuned_client_send(w->client, proto_reply_error(w->id, PROTO_ETIMEOUT,
+		"no version of %s newer than %lld came in time", w->key,
+		(long long)(w->min_version > 0 ? w->min_version - 1 : 0)));
+	proto_session_done(&w->client->session);
+	unlink_waiter(d, w);
+}
+
+static void add_waiter(tuned_client *client, proto_request *req, const char *key)
+{
+	tuned_daemon *d = client->daemon;
+	tuned_waiter *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return reply_error(client, req, PROTO_EINTERNAL, "out of memory");
+	w->client = client;
+	w->id = json_incref(req->id);
+	w->min_version = req->min_version;
+	snprintf(w->key, sizeof(w->key), "%s", key);
+	uv_timer_init(d->loop, &w->timer);
+	w->timer.data = w;
+	uv_timer_start(&w->timer, on_waiter_timeout, (uint64_t)req->timeout_ms, 0);
+	w->next = d->waiters;
+	d->waiters = w;
+}
+
+void tuned_wake_waiters(tuned_daemon *d, const char *key, int version)
+{
+	for (tuned_waiter *w = d->waiters, *next; w; w = next) {
+		json_t *result;
+
+		next = w->next;
+		if (strcmp(w->key, key) || version < w->min_version ||
+		    !(result = fetch_result(d, key, w->min_version)))
+			continue;
+		tuned_client_send(w->client, proto_reply_result(w->id, result));
+		proto_session_done(&w->client->session);
+		unlink_waiter(d, w);
+	}
+}
+
+void tuned_drop_waiters(tuned_daemon *d, tuned_client *client)
+{
+	for (tuned_waiter *w = d->waiters, *next; w; w = next) {
+		next = w->next;
+		if (w->client == client)
+			unlink_waiter(d, w);
+	}
+}
+
+static void on_fetch(tuned_client *client, proto_request *req)
+{
+	tuned_daemon *d = client->daemon;
+	const char *key = req->key;
+	json_t *result;
+
+	if (req->job > 0) {
+		tuned_job *job = find_job(client, req);
+
+		if (!job)
+			return;
+		key = job->key;
+	}
+	if ((result = fetch_result(d, key, req->min_version)))
+		reply(client, req, result);
+	else if (req->timeout_ms > 0)
+		add_waiter(client, req, key);
+	else
+		reply_error(client, req, PROTO_ENOT_FOUND, "no plan for this key on "
+			    "this device yet (version at least min_version)");
+}
+
+static void on_watch(tuned_client *client, proto_request *req)
+{
+	if (client->nwatches == TUNED_MAX_WATCHES)
+		return reply_error(client, req, PROTO_ETOO_MANY, "at most 64 watches "
+				   "per connection");
+	snprintf(client->watches[client->nwatches++], PROTO_KEY_HEX + 1, "%s", req->key);
+	reply(client, req, json_pack("{s:s}", "watching", req->key));
+}
+
+void tuned_broadcast(tuned_daemon *d, const char *key, const char *event,
+		     json_t *data)
+{
+	for (tuned_client *c = d->clients; c; c = c->next)
+		for (int i = 0; i < c->nwatches && !c->closing; i++)
+			if (!strcmp(c->watches[i], key)) {
+				tuned_client_send(c, proto_event(event, json_incref(data)));
+				break;
+			}
+	json_decref(data);
+}
+
+/* Resident memory from /proc/self/statm, in bytes. */
+static long long resident_bytes(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	long long pages = 0, resident = 0;
+
+	if (f && fscanf(f, "%lld %lld", &pages, &resident) != 2)
+		resident = 0;
+	if (f)
+		fclose(f);
+	return resident * sysconf(_SC_PAGESIZE);
+}
+
+static void on_stats(tuned_client *client, proto_request *req)
+{
+	tuned_daemon *d = client->daemon;
+	int states[TUNED_JOB_CANCELLED + 1] = {0};
+	cache_stats cs = {0};
+	json_t *jobs = json_object();
+
+	for (tuned_job *job = d->jobs.head; job; job = job->next)
+		states[job->state]++;
+	for (int s = 0; s <= TUNED_JOB_CANCELLED; s++)
+		json_object_set_new(jobs, tuned_job_state_name(s), json_integer(states[s]));
+	cache_stat(d->cache, &cs, NULL);
+	reply(client, req, json_pack("{s:s, s:i, s:I, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
+		"device", d->device, "clients", d->nclients,
+		"resident_bytes", (json_int_t)resident_bytes(), "jobs", jobs,
+		"cache", "file_bytes", (json_int_t)cs.file_bytes,
+		"wal_bytes", (json_int_t)cs.wal_bytes, "graphs", (json_int_t)cs.graphs,
+		"devices", (json_int_t)cs.devices, "plans", (json_int_t)cs.plans,
+		"trials", (json_int_t)cs.trials, "quarantine", (json_int_t)cs.quarantine));
+}
+
+static int add_entry(void *user, const cache_entry *e)
+{
+	json_array_append_new(user, json_pack("{s:s, s:s?, s:s, s:s, s:i, s:f, s:I}",
+		"key", e->graph, "name", e->name, "device", e->device,
+		"codegen", e->codegen, "version", e->version,
+		"median_ms", e->median_ms, "updated_at", (json_int_t)e->updated_at));
+	return 0;
+}
+
+static void on_cache(tuned_client *client, proto_request *req)
+{
+	tuned_daemon *d = client->daemon;
+	cache_error err = {0};
+	cache_prune_stats ps = {0};
+	json_t *out = NULL;
+	int rc;
+
+	if (req->op == PROTO_OP_CACHE_LIST) {
+		out = json_array();
+		rc = cache_list(d->cache, add_entry, out, &err);
+		out = json_pack("{s:o}", "entries", out);
+	} else if (req->op == PROTO_OP_CACHE_SHOW) {
+		rc = cache_show(d->cache, req->key, &out, &err);
+	} else {
+		rc = cache_prune(d->cache, req->max_age_s, req->max_bytes, &ps, &err);
+		out = json_pack("{s:I, s:I, s:I, s:I, s:I}", "trials", (json_int_t)ps.trials,
+				"plans", (json_int_t)ps.plans, "graphs", (json_int_t)ps.graphs,
+				"bytes_before", (json_int_t)ps.bytes_before,
+				"bytes_after", (json_int_t)ps.bytes_after);
+	}
+	if (rc < 0) {
+		json_decref(out);
+		return reply_error(client, req, rc == CACHE_NOT_FOUND ? PROTO_ENOT_FOUND :
+				   PROTO_EINTERNAL, err.message);
+	}
+	reply(client, req, out);
+}
+
+void tuned_handle(tuned_client *client, proto_request *req)
+{
+	switch (req->op) {
+	case PROTO_OP_HELLO: return on_hello(client, req);
+	case PROTO_OP_PING: return reply(client, req, json_object());
+	case PROTO_OP_SUBMIT: return on_submit(client, req);
+	case PROTO_OP_STATUS: return on_status(client, req);
+	case PROTO_OP_LIST: return on_list(client, req);
+	case PROTO_OP_CANCEL: return on_cancel(client, req);
+	case PROTO_OP_FETCH: return on_fetch(client, req);
+	case PROTO_OP_WATCH: return on_watch(client, req);
+	case PROTO_OP_STATS: return on_stats(client, req);
+	default: return on_cache(client, req);
+	}
+}

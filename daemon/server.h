@@ -1,0 +1,85 @@
+/*
+ * server.h: the daemon's state, its clients, and the handlers of the
+ * protocol's requests (server.c, handlers.c, results.c).
+ */
+#ifndef TUNED_SERVER_H
+#define TUNED_SERVER_H
+
+#include <sys/socket.h>
+#include <uv.h>
+
+#include "cache.h"
+#include "daemon.h"
+#include "proto.h"
+#include "runner.h"
+
+#define TUNED_MAX_WATCHES 64
+
+typedef struct tuned_daemon tuned_daemon;
+
+typedef struct tuned_client {
+	uv_pipe_t pipe;
+	uv_timer_t hello_timer;
+	tuned_daemon *daemon;
+	proto_framer *framer;
+	proto_session session;
+	struct ucred peer;
+	size_t queued_bytes;
+	int handles_open;
+	bool closing;
+	int nwatches;
+	char watches[TUNED_MAX_WATCHES][PROTO_KEY_HEX + 1];
+	struct tuned_client *next;
+} tuned_client;
+
+/* A fetch waiting for a version newer than it was given. */
+typedef struct tuned_waiter {
+	uv_timer_t timer;
+	tuned_client *client;
+	json_t *id;
+	char key[PROTO_KEY_HEX + 1];
+	int64_t min_version;
+	struct tuned_waiter *next;
+} tuned_waiter;
+
+struct tuned_daemon {
+	uv_loop_t *loop;
+	tuned_options options;
+	proto_limits limits;
+	uv_pipe_t server;
+	uv_signal_t sigterm, sigint, sighup;
+	uv_timer_t watchdog;
+	uv_async_t results;
+	tuned_runner runner;
+	tuned_jobs jobs;
+	cache *cache;
+	char device[384];
+	char worker_path[4096];
+	tuned_client *clients;
+	int nclients;
+	tuned_waiter *waiters;
+	bool stopping;
+	int exit_status;
+};
+
+/* server.c */
+int tuned_server_listen(tuned_daemon *d);
+void tuned_server_close(tuned_daemon *d);
+/* Sends "line" (taken) to the client; a client that lets replies pile up
+ * past --max-unread bytes is closed. */
+void tuned_client_send(tuned_client *client, char *line);
+void tuned_client_close(tuned_client *client);
+
+/* handlers.c: one request, admitted by the session. */
+void tuned_handle(tuned_client *client, proto_request *req);
+/* Sends an event to every client watching "key". */
+void tuned_broadcast(tuned_daemon *d, const char *key, const char *event,
+		     json_t *data);
+/* Answers the fetches waiting on "key" that "version" satisfies. */
+void tuned_wake_waiters(tuned_daemon *d, const char *key, int version);
+void tuned_drop_waiters(tuned_daemon *d, tuned_client *client);
+
+/* results.c: the runner's results, on the loop thread. */
+void tuned_on_results(uv_async_t *async);
+
+#endif

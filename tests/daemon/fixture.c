@@ -1,0 +1,228 @@
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fixture.h"
+
+extern char **environ;
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+void fixture_init(fixture *f)
+{
+	*f = (fixture){0};
+	snprintf(f->dir, sizeof(f->dir), "/tmp/tuned-test-XXXXXX");
+	cr_assert_not_null(mkdtemp(f->dir));
+	snprintf(f->socket, sizeof(f->socket), "%s/run/gpu0.sock", f->dir);
+	snprintf(f->cache, sizeof(f->cache), "%s/state/cache.db", f->dir);
+	snprintf(f->log, sizeof(f->log), "%s/tuned.log", f->dir);
+}
+
+static bool accepts(const char *path)
+{
+	conn c;
+	bool ok = conn_open(&c, path);
+
+	if (ok)
+		conn_close(&c);
+	return ok;
+}
+
+void fixture_start(fixture *f, const char *const *extra)
+{
+	const char *argv[32] = {getenv("TUNED"), "--backend", "cpu", "--socket",
+				f->socket, "--cache", f->cache, "--log", f->log};
+	int n = 9;
+	double start = now_s();
+
+	for (int i = 0; extra && extra[i] && n < 31; i++)
+		argv[n++] = extra[i];
+	argv[n] = NULL;
+	cr_assert_eq(posix_spawn(&f->pid, argv[0], NULL, NULL, (char **)argv, environ), 0,
+		     "cannot start %s", argv[0]);
+	while (!accepts(f->socket)) {
+		int status;
+
+		cr_assert_eq(waitpid(f->pid, &status, WNOHANG), 0,
+			     "tuned exited at start (see %s)", f->log);
+		cr_assert_lt(now_s() - start, 30, "tuned did not listen in 30 s");
+		usleep(20000);
+	}
+}
+
+int fixture_stop(fixture *f, int signum, double *seconds)
+{
+	double start = now_s();
+	int status = 0;
+
+	if (f->pid <= 0)
+		return -1;
+	kill(f->pid, signum);
+	waitpid(f->pid, &status, 0);
+	f->pid = 0;
+	if (seconds)
+		*seconds = now_s() - start;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+void fixture_cleanup(fixture *f)
+{
+	char command[160];
+
+	if (f->pid > 0)
+		fixture_stop(f, SIGKILL, NULL);
+	snprintf(command, sizeof(command), "rm -rf '%s'", f->dir);
+	if (system(command) != 0)
+		fprintf(stderr, "cannot remove %s\n", f->dir);
+}
+
+bool conn_open(conn *c, const char *socket_path)
+{
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+
+	*c = (conn){.fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), .next_id = 1};
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket_path);
+	if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+		if (c->fd >= 0)
+			close(c->fd);
+		c->fd = -1;
+		return false;
+	}
+	return true;
+}
+
+void conn_close(conn *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+}
+
+void conn_send(conn *c, const char *text)
+{
+	size_t len = strlen(text), done = 0;
+
+	while (done < len) {
+		ssize_t n = send(c->fd, text + done, len - done, MSG_NOSIGNAL);
+
+		if (n <= 0)
+			return;
+		done += (size_t)n;
+	}
+}
+
+/* Returns a line from the buffer when one is complete. */
+static char *take_line(conn *c)
+{
+	char *nl = memchr(c->buf, '\n', c->len), *line;
+	size_t n;
+
+	if (!nl)
+		return NULL;
+	n = (size_t)(nl - c->buf);
+	line = strndup(c->buf, n);
+	memmove(c->buf, nl + 1, c->len - n - 1);
+	c->len -= n + 1;
+	return line;
+}
+
+json_t *conn_read(conn *c, int timeout_ms)
+{
+	double deadline = now_s() + timeout_ms / 1e3;
+	char *line;
+
+	while (!(line = take_line(c))) {
+		struct pollfd p = {c->fd, POLLIN, 0};
+		int wait = (int)((deadline - now_s()) * 1e3);
+		ssize_t n;
+
+		if (wait <= 0 || poll(&p, 1, wait) <= 0 || c->len == sizeof(c->buf))
+			return NULL;
+		if ((n = recv(c->fd, c->buf + c->len, sizeof(c->buf) - c->len, 0)) <= 0)
+			return NULL;
+		c->len += (size_t)n;
+	}
+	json_t *obj = json_loads(line, 0, NULL);
+
+	free(line);
+	return obj;
+}
+
+json_t *conn_call(conn *c, const char *op, json_t *params)
+{
+	int id = c->next_id++;
+	json_t *req = json_pack("{s:i, s:s}", "id", id, "op", op), *reply;
+	char *text;
+
+	if (params)
+		json_object_set_new(req, "params", params);
+	text = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
+	conn_send(c, text);
+	conn_send(c, "\n");
+	free(text);
+	while ((reply = conn_read(c, 120000))) {
+		if (json_integer_value(json_object_get(reply, "id")) == id &&
+		    !json_object_get(reply, "event"))
+			return reply;
+		json_decref(reply);
+	}
+	return NULL;
+}
+
+void conn_hello(conn *c)
+{
+	json_t *reply = conn_call(c, "hello", json_pack("{s:i}", "version", 1));
+
+	cr_assert_not_null(json_object_get(reply, "result"), "hello failed");
+	json_decref(reply);
+}
+
+char *example_text(const char *name)
+{
+	char path[512];
+	FILE *f;
+	char *text = NULL;
+	size_t len = 0;
+
+	snprintf(path, sizeof(path), "%s/examples/%s.json", getenv("TUNED_SOURCE_ROOT"), name);
+	cr_assert_not_null(f = fopen(path, "r"), "cannot read %s", path);
+	cr_assert_gt(getdelim(&text, &len, '\0', f), 0);
+	fclose(f);
+	return text;
+}
+
+json_t *wait_job(conn *c, json_int_t job, int timeout_s)
+{
+	double deadline = now_s() + timeout_s;
+
+	for (;;) {
+		json_t *reply = conn_call(c, "status", json_pack("{s:I}", "job", job));
+		const char *state = json_string_value(json_object_get(
+			json_object_get(reply, "result"), "state"));
+
+		cr_assert_not_null(state, "no status for job %lld", (long long)job);
+		if (strcmp(state, "queued") && strcmp(state, "running"))
+			return reply;
+		json_decref(reply);
+		cr_assert_lt(now_s(), deadline, "job %lld still %s after %d s",
+			     (long long)job, state, timeout_s);
+		usleep(100000);
+	}
+}

@@ -1,0 +1,56 @@
+/*
+ * fixture.h: a real tuned on a temporary socket and cache, and raw
+ * protocol connections to it, for the integration tests.
+ */
+#ifndef TUNED_FIXTURE_H
+#define TUNED_FIXTURE_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+typedef struct fixture {
+	char dir[64];
+	char socket[128];
+	char cache[128];
+	char log[128];
+	pid_t pid;
+} fixture;
+
+/* A fresh folder for one daemon's socket, cache and log. */
+void fixture_init(fixture *f);
+/* Starts tuned on the cpu backend with extra arguments (NULL-terminated)
+ * and waits until it accepts connections. */
+void fixture_start(fixture *f, const char *const *extra);
+/* Sends "signum" and waits: the exit status (or 128 + signal), and the
+ * seconds it took. */
+int fixture_stop(fixture *f, int signum, double *seconds);
+void fixture_cleanup(fixture *f);
+
+typedef struct conn {
+	int fd;
+	char buf[1 << 16];
+	size_t len;
+	int next_id;
+} conn;
+
+/* Connects; false when the daemon refuses the connection itself. */
+bool conn_open(conn *c, const char *socket_path);
+void conn_close(conn *c);
+void conn_send(conn *c, const char *text);
+/* The next line as JSON (events included), or NULL at the end of the
+ * stream or after "timeout_ms". */
+json_t *conn_read(conn *c, int timeout_ms);
+/* Sends {"id": N, "op": op, "params": params (taken; may be NULL)} and
+ * returns the reply with that id, skipping events. */
+json_t *conn_call(conn *c, const char *op, json_t *params);
+/* hello, asserted to succeed. */
+void conn_hello(conn *c);
+
+/* The text of examples/NAME.json. */
+char *example_text(const char *name);
+/* Polls status until the job is no longer queued or running. */
+json_t *wait_job(conn *c, json_int_t job, int timeout_s);
+
+#endif

@@ -1,0 +1,348 @@
+/*
+ * test_daemon.c: a real tuned, driven over its socket: the protocol,
+ * jobs from submit to fetch, events, limits, stopping and restarting.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fixture.h"
+
+static const char *error_code(json_t *reply)
+{
+	return json_string_value(json_object_get(json_object_get(reply, "error"), "code"));
+}
+
+static json_t *result_of(json_t *reply)
+{
+	return json_object_get(reply, "result");
+}
+
+static json_int_t submit(conn *c, const char *example)
+{
+	char *text = example_text(example);
+	json_t *reply = conn_call(c, "submit", json_pack("{s:s}", "graph", text));
+	json_int_t job = json_integer_value(json_object_get(result_of(reply), "id"));
+
+	cr_assert_gt(job, 0, "submit failed: %s", json_dumps(reply, 0));
+	json_decref(reply);
+	free(text);
+	return job;
+}
+
+Test(daemon, protocol_basics, .timeout = 120)
+{
+	fixture f;
+	conn c;
+	json_t *reply;
+
+	fixture_init(&f);
+	fixture_start(&f, NULL);
+	cr_assert(conn_open(&c, f.socket));
+	reply = conn_call(&c, "ping", NULL);
+	cr_expect_str_eq(error_code(reply), "not_ready");
+	json_decref(reply);
+	conn_hello(&c);
+	reply = conn_call(&c, "ping", NULL);
+	cr_expect_not_null(result_of(reply));
+	json_decref(reply);
+	reply = conn_call(&c, "frobnicate", NULL);
+	cr_expect_str_eq(error_code(reply), "unknown_op");
+	json_decref(reply);
+	conn_send(&c, "{this is not json\n");
+	reply = conn_read(&c, 5000);
+	cr_expect_str_eq(error_code(reply), "bad_request");
+	json_decref(reply);
+	reply = conn_call(&c, "status", json_pack("{s:i}", "job", 999));
+	cr_expect_str_eq(error_code(reply), "not_found");
+	json_decref(reply);
+	reply = conn_call(&c, "submit", json_pack("{s:s}", "graph", "{\"version\": 2}"));
+	cr_expect_str_eq(error_code(reply), "bad_request");
+	cr_expect(strstr(json_string_value(json_object_get(json_object_get(reply, "error"),
+							   "message")), "version") != NULL);
+	json_decref(reply);
+	conn_close(&c);
+	cr_expect_eq(fixture_stop(&f, SIGTERM, NULL), 0);
+	fixture_cleanup(&f);
+}
+
+Test(daemon, submit_wait_fetch_watch, .timeout = 300)
+{
+	fixture f;
+	conn c, w;
+	json_t *reply, *event;
+	json_int_t job;
+	const char *key;
+	bool saw_end = false;
+
+	fixture_init(&f);
+	fixture_start(&f, NULL);
+	cr_assert(conn_open(&c, f.socket) && conn_open(&w, f.socket));
+	conn_hello(&c);
+	conn_hello(&w);
+	job = submit(&c, "softmax_scores_small");
+	reply = wait_job(&c, job, 240);
+	cr_assert_str_eq(json_string_value(json_object_get(result_of(reply), "state")),
+			 "done", "%s", json_dumps(reply, 0));
+	key = json_string_value(json_object_get(result_of(reply), "key"));
+	json_decref(conn_call(&w, "watch", json_pack("{s:s}", "key", key)));
+	json_decref(reply);
+	reply = conn_call(&c, "fetch", json_pack("{s:I}", "job", job));
+	cr_expect_eq(json_integer_value(json_object_get(result_of(reply), "version")), 1);
+	cr_expect_gt(json_array_size(json_object_get(result_of(reply), "sources")), 0);
+	cr_expect_gt(json_number_value(json_object_get(result_of(reply), "median_ms")), 0);
+	json_decref(reply);
+	reply = conn_call(&c, "fetch", json_pack("{s:I, s:i, s:i}", "job", job,
+						 "min_version", 2, "timeout_ms", 200));
+	cr_expect_str_eq(error_code(reply), "timeout");
+	json_decref(reply);
+	/* the same graph again: the watcher sees its progress and its end */
+	job = submit(&c, "softmax_scores_small");
+	while (!saw_end && (event = conn_read(&w, 240000))) {
+		json_t *data = json_object_get(event, "data");
+
+		saw_end = !strcmp(json_string_value(json_object_get(event, "event")) ?: "", "job") &&
+			  !strcmp(json_string_value(json_object_get(data, "state")) ?: "", "done");
+		json_decref(event);
+	}
+	cr_expect(saw_end, "the watcher did not see the second job end");
+	reply = conn_call(&c, "stats", NULL);
+	cr_expect_eq(json_integer_value(json_object_get(json_object_get(
+		result_of(reply), "jobs"), "done")), 2, "%s", json_dumps(reply, 0));
+	cr_expect_gt(json_integer_value(json_object_get(json_object_get(
+		result_of(reply), "cache"), "plans")), 0);
+	json_decref(reply);
+	conn_close(&c);
+	conn_close(&w);
+	cr_expect_eq(fixture_stop(&f, SIGTERM, NULL), 0);
+	fixture_cleanup(&f);
+}
+
+Test(daemon, an_oversized_frame_closes_only_its_client, .timeout = 120)
+{
+	const char *const extra[] = {"--max-frame", "1024", NULL};
+	char big[2100];
+	fixture f;
+	conn a, b;
+	json_t *reply;
+
+	fixture_init(&f);
+	fixture_start(&f, extra);
+	cr_assert(conn_open(&a, f.socket) && conn_open(&b, f.socket));
+	conn_hello(&a);
+	conn_hello(&b);
+	memset(big, 'x', sizeof(big) - 1);
+	big[sizeof(big) - 1] = 0;
+	conn_send(&a, big);
+	reply = conn_read(&a, 5000);
+	cr_expect_str_eq(error_code(reply), "too_large");
+	json_decref(reply);
+	cr_expect_null(conn_read(&a, 2000), "the connection stayed open");
+	reply = conn_call(&b, "ping", NULL);
+	cr_expect_not_null(result_of(reply));
+	json_decref(reply);
+	conn_close(&a);
+	conn_close(&b);
+	fixture_stop(&f, SIGTERM, NULL);
+	fixture_cleanup(&f);
+}
+
+Test(daemon, a_client_that_stops_reading_is_closed, .timeout = 120)
+{
+	const char *const extra[] = {"--max-unread", "65536", "--max-in-flight", "65536",
+				     NULL};
+	fixture f;
+	conn a, b;
+	json_t *reply;
+
+	fixture_init(&f);
+	fixture_start(&f, extra);
+	cr_assert(conn_open(&a, f.socket) && conn_open(&b, f.socket));
+	conn_hello(&a);
+	conn_hello(&b);
+	for (int i = 0; i < 40000; i++)
+		conn_send(&a, "{\"id\": 1, \"op\": \"ping\"}\n");
+	reply = conn_call(&b, "ping", NULL);
+	cr_expect_not_null(result_of(reply), "the other client was affected");
+	json_decref(reply);
+	reply = conn_call(&b, "stats", NULL);
+	cr_expect_eq(json_integer_value(json_object_get(result_of(reply), "clients")), 1,
+		     "the silent reader is still connected");
+	json_decref(reply);
+	conn_close(&a);
+	conn_close(&b);
+	fixture_stop(&f, SIGTERM, NULL);
+	fixture_cleanup(&f);
+}
+
+typedef struct pinger {
+	const char *socket;
+	int requests;
+	int errors;
+} pinger;
+
+static void *ping_many(void *arg)
+{
+	pinger *p = arg;
+	conn c;
+
+	if (!conn_open(&c, p->socket)) {
+		p->errors = p->requests;
+		return NULL;
+	}
+	json_decref(conn_call(&c, "hello", json_pack("{s:i}", "version", 1)));
+	for (int i = 0; i < p->requests; i++) {
+		json_t *reply = conn_call(&c, "ping", NULL);
+
+		p->errors += !reply || !json_object_get(reply, "result");
+		json_decref(reply);
+	}
+	conn_close(&c);
+	return NULL;
+}
+
+Test(daemon, fifty_clients_a_thousand_requests_each, .timeout = 300)
+{
+	enum { CLIENTS = 50, REQUESTS = 1000 };
+	pthread_t threads[CLIENTS];
+	pinger pingers[CLIENTS];
+	fixture f;
+	int errors = 0;
+
+	fixture_init(&f);
+	fixture_start(&f, NULL);
+	for (int i = 0; i < CLIENTS; i++) {
+		pingers[i] = (pinger){f.socket, REQUESTS, 0};
+		pthread_create(&threads[i], NULL, ping_many, &pingers[i]);
+	}
+	for (int i = 0; i < CLIENTS; i++) {
+		pthread_join(threads[i], NULL);
+		errors += pingers[i].errors;
+	}
+	cr_expect_eq(errors, 0, "%d of %d requests failed", errors, CLIENTS * REQUESTS);
+	fixture_stop(&f, SIGTERM, NULL);
+	fixture_cleanup(&f);
+}
+
+Test(daemon, sigterm_during_a_job_then_it_resumes, .timeout = 300)
+{
+	fixture f;
+	conn c;
+	json_t *reply;
+	json_int_t job;
+	double seconds;
+
+	fixture_init(&f);
+	fixture_start(&f, NULL);
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	job = submit(&c, "bert_qkv_small");
+	usleep(500000);
+	conn_close(&c);
+	cr_expect_eq(fixture_stop(&f, SIGTERM, &seconds), 0);
+	cr_expect_lt(seconds, 10, "stopping took %.1f s", seconds);
+	fixture_start(&f, NULL);
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	reply = wait_job(&c, job, 240);
+	cr_expect_str_eq(json_string_value(json_object_get(result_of(reply), "state")),
+			 "done", "%s", json_dumps(reply, 0));
+	json_decref(reply);
+	conn_close(&c);
+	fixture_stop(&f, SIGTERM, NULL);
+	fixture_cleanup(&f);
+}
+
+static void expect_integrity(const char *path)
+{
+	sqlite3 *db;
+	sqlite3_stmt *st;
+
+	cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+	cr_assert_eq(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, NULL), SQLITE_OK);
+	cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+	cr_expect_str_eq((const char *)sqlite3_column_text(st, 0), "ok");
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+}
+
+/* kill -9 at moments spread over a job's writes: on restart the cache is
+ * whole and every version acknowledged before the kill is still there. */
+Test(daemon, kill_9_during_writes_loses_nothing_acknowledged, .timeout = 900)
+{
+	fixture f;
+	conn c;
+	json_t *reply;
+	int acknowledged = 0;
+
+	fixture_init(&f);
+	for (int round = 0; round < 20; round++) {
+		fixture_start(&f, NULL);
+		cr_assert(conn_open(&c, f.socket));
+		conn_hello(&c);
+		if (acknowledged > 0) {
+			reply = conn_call(&c, "fetch", json_pack("{s:s, s:i}", "key",
+				"17e2c25a8a2ad708689d897eb8fcb7f988b952e1087524c32d83be98aa4cd0d6",
+				"min_version", acknowledged));
+			cr_expect_not_null(result_of(reply), "round %d: version %d lost: %s",
+					   round, acknowledged, json_dumps(reply, 0));
+			json_decref(reply);
+		}
+		json_int_t job = submit(&c, "softmax_scores_small");
+		if (round % 2 == 0) {
+			reply = wait_job(&c, job, 240);
+			acknowledged = (int)json_integer_value(json_object_get(
+				json_object_get(result_of(reply), "progress"), "version"));
+			json_decref(reply);
+		}
+		usleep((useconds_t)(round * 37000 % 400000));
+		conn_close(&c);
+		fixture_stop(&f, SIGKILL, NULL);
+		expect_integrity(f.cache);
+	}
+	fixture_cleanup(&f);
+}
+
+Test(daemon, other_users_are_refused, .timeout = 120)
+{
+	const char *const extra[] = {NULL};
+	fixture f;
+	pid_t child;
+	int status;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to switch to another uid; skipped");
+	fixture_init(&f);
+	fixture_start(&f, extra);
+	/* Let others through the folder, as a group member would be: the
+	 * daemon's own check must still refuse them. */
+	chmod(f.dir, 0755);
+	chmod(f.socket, 0666);
+	{
+		char run_dir[160];
+
+		snprintf(run_dir, sizeof(run_dir), "%s/run", f.dir);
+		chmod(run_dir, 0755);
+	}
+	if ((child = fork()) == 0) {
+		conn c;
+		json_t *reply;
+
+		if (setgid(65534) < 0 || setuid(65534) < 0)
+			_exit(3);
+		if (!conn_open(&c, f.socket))
+			_exit(4);
+		reply = conn_read(&c, 5000);
+		_exit(reply && !strcmp(error_code(reply) ?: "", "unauthorized") ? 0 : 5);
+	}
+	waitpid(child, &status, 0);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "uid 65534 was not refused (status %d)", WEXITSTATUS(status));
+	fixture_stop(&f, SIGTERM, NULL);
+	fixture_cleanup(&f);
+}
