@@ -25,17 +25,9 @@ static void reply_error(tuned_client *client, proto_request *req, int code,
 	proto_session_done(&client->session);
 }
 
+/* The parser has refused other versions already (version_mismatch). */
 static void on_hello(tuned_client *client, proto_request *req)
 {
-	if (req->version != PROTO_VERSION) {
-		proto_error err = {0};
-
-		proto_error_set(&err, PROTO_EVERSION_MISMATCH, "this daemon speaks "
-				"version %d, not %lld", PROTO_VERSION,
-				(long long)req->version);
-		tuned_client_send(client, proto_reply_from_error(req->id, &err));
-		return tuned_client_close(client);
-	}
 	uv_timer_stop(&client->hello_timer);
 	reply(client, req, proto_hello_result(TUNED_SERVER_VERSION));
 }

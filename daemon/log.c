@@ -66,12 +66,14 @@ int tuned_log_open(const char *path)
 /* After logrotate moved the file: start a new one under the same name. */
 void tuned_log_reopen(void)
 {
+	char path[sizeof(log_path)];
 	int rc;
 
 	if (!log_path[0])
 		return;
-	if ((rc = tuned_log_open(log_path)) < 0)
-		tuned_log(TUNED_ERROR, "cannot reopen the log '%s': %s", log_path,
+	memcpy(path, log_path, sizeof(path));
+	if ((rc = tuned_log_open(path)) < 0)
+		tuned_log(TUNED_ERROR, "cannot reopen the log '%s': %s", path,
 			  strerror(-rc));
 	else
 		tuned_log(TUNED_INFO, "log reopened");

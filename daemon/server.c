@@ -141,7 +141,6 @@ static void on_hello_timeout(uv_timer_t *timer)
 		return;
 	proto_error_hello_timeout(&err, &client->daemon->limits);
 	send_error(client, NULL, &err);
-	tuned_client_close(client);
 }
 
 /* Who may connect, how many: refusals get one error line, then close. */
@@ -155,9 +154,7 @@ static bool admit_client(tuned_client *client)
 	    !tuned_peer_allowed(&d->options, fd, &client->peer)) {
 		tuned_log(TUNED_WARN, "refused uid %d (pid %d): not allowed",
 			  (int)client->peer.uid, (int)client->peer.pid);
-		proto_error_set(&err, PROTO_EUNAUTHORIZED, "uid %d may not use this "
-				"daemon (see --allow-uid and --allow-gid)",
-				(int)client->peer.uid);
+		proto_error_peer_refused(&err, (long)client->peer.uid);
 	} else if (d->nclients > d->limits.clients || d->stopping) {
 		proto_error_too_many_clients(&err, &d->limits);
 	} else {

@@ -53,6 +53,14 @@ int proto_error_hello_timeout(proto_error *err, const proto_limits *limits)
 	return PROTO_ETIMEOUT;
 }
 
+int proto_error_peer_refused(proto_error *err, long uid)
+{
+	proto_error_set(err, PROTO_EUNAUTHORIZED, "uid %ld may not connect", uid);
+	if (err)
+		err->closes = true;
+	return PROTO_EUNAUTHORIZED;
+}
+
 void proto_session_init(proto_session *session, const proto_limits *limits)
 {
 	session->limits = limits;

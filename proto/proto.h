@@ -105,18 +105,22 @@ void proto_limits_init(proto_limits *limits);
 int proto_limits_check(__proto_keep const proto_limits *limits,
 		       proto_error *err);
 
-/* The errors the daemon sends (with id null) before closing a connection:
- * a client over limits->clients (too_many), a connection that did not say
- * hello within limits->hello_timeout_s (timeout). Return the code. */
+/* The errors the daemon sends (with id null) before closing a connection,
+ * each with err->closes set: a client over limits->clients (too_many), a
+ * connection that did not say hello within limits->hello_timeout_s
+ * (timeout). Return the code. */
 int proto_error_too_many_clients(proto_error *err,
 				 __proto_keep const proto_limits *limits);
 int proto_error_hello_timeout(proto_error *err,
 			      __proto_keep const proto_limits *limits);
+/* The error for a peer the daemon does not allow, sent at connect before
+ * closing (unauthorized); "uid" is the peer's. Returns the code. */
+int proto_error_peer_refused(proto_error *err, long uid);
 
 /* The framer: splits a byte stream into lines. Bytes are fed as they come;
  * proto_framer_next hands out one complete line at a time without its
  * '\n' (nor a '\r' before it); blank lines (nothing but spaces, tabs and
- * a '\r') are skipped. A line longer than the limit is refused as soon as
+ * '\r') are skipped. A line longer than the limit is refused as soon as
  * limit + 1 bytes without '\n' have been seen; the framer never holds
  * more than "limit" bytes, and then fails for good (the daemon closes the
  * connection). Lines that lie whole in one fed buffer are not copied. */
