@@ -69,11 +69,11 @@ typedef struct cache_error {
 	char message[512];
 } cache_error;
 
-/* Levels of the log callback: the syslog values. */
+/* Levels of the log callback, most severe first. */
 enum cache_log_level {
-	CACHE_LOG_ERR = 3,
-	CACHE_LOG_WARNING = 4,
-	CACHE_LOG_INFO = 6,
+	CACHE_LOG_ERR = 0,
+	CACHE_LOG_WARNING = 1,
+	CACHE_LOG_INFO = 2,
 };
 
 /* How to open a cache; NULL or zeroed fields take the defaults. */
@@ -83,7 +83,8 @@ typedef struct cache_options {
 	/* Files up to this size get PRAGMA integrity_check at open, larger
 	 * ones the faster quick_check (0: 64 MiB; negative: always quick). */
 	int64_t full_check_bytes;
-	/* Told about a damaged file moved aside, migrations; may be NULL. */
+	/* Told about a damaged file moved aside and about migrations, from
+	 * within cache_open on its thread; may be NULL. */
 	void (*log)(void *user, int level, const char *message);
 	void *log_user;
 	/* Unix time in seconds for created_at and pruning (NULL: time()). */
@@ -100,7 +101,8 @@ typedef struct cache cache;
  * thread becomes the owner (the one writer).
  *
  * A damaged file, or one that is not SQLite, is renamed to
- * "<path>.damaged-<unix time>" (its -wal with it), a fresh cache is started
+ * "<path>.damaged-<unix time>" (with its -wal when one is left; "-2", "-3"
+ * are appended when that name is taken), a fresh cache is started
  * in "path", the log callback gets one CACHE_LOG_ERR line naming both paths,
  * and CACHE_RECOVERED is returned with that line in "err" too. A path that
  * cannot be opened (a directory, no permission, a read-only file) is left
@@ -161,7 +163,8 @@ typedef struct cache_plan {
 	const char *codegen;   /* codegen version */
 	int version;           /* 1, 2, 3 per (graph, device, codegen) */
 	const char *plan;      /* plan JSON (stored compact, keys sorted) */
-	const char *sources;   /* JSON array of strings, one per kernel */
+	const char *sources;   /* JSON array, one string (the source) or one
+				* object holding it per kernel */
 	const void *binaries;  /* may be NULL */
 	size_t binaries_len;
 	const char *launch;    /* JSON, may be NULL */
@@ -183,7 +186,8 @@ typedef struct cache_quarantine_entry {
 	const char *device;
 	const char *codegen;
 	const char *plan;   /* plan JSON; matched in its compact sorted form */
-	const char *reason; /* e.g. "worker killed by signal 11" */
+	const char *reason; /* e.g. "worker killed by signal 11"; may be
+			     * NULL, so that no quarantine is lost for it */
 	const char *source; /* the offending kernel source, may be NULL */
 } cache_quarantine_entry;
 
@@ -192,10 +196,11 @@ int cache_quarantine(__cache_keep cache *c,
 		     __cache_keep const cache_quarantine_entry *entry,
 		     cache_error *err);
 
-/* Deleted rows and file sizes of one cache_prune. */
+/* Rows deleted by one cache_prune, and the database's size (pages times
+ * page size: the file's size once checkpointed) before and after. */
 typedef struct cache_prune_stats {
 	int64_t trials, plans, graphs, quarantine, devices;
-	int64_t bytes_before, bytes_after; /* the database file */
+	int64_t bytes_before, bytes_after;
 } cache_prune_stats;
 
 /* Shrinks the cache. With "max_age_s" > 0 everything older goes: trials,

@@ -27,9 +27,23 @@
 #define CACHE_DEFAULT_BUSY_MS 5000
 #define CACHE_DEFAULT_FULL_CHECK_BYTES ((int64_t)64 << 20)
 
+/* The statements that open and close transactions, prepared once at open
+ * so that ending a transaction needs no memory: a transaction left open
+ * by a failure would hold a snapshot (reader) or the write lock (writer)
+ * for good. */
+enum cache_txn {
+	CACHE_BEGIN_WRITE,  /* writer: BEGIN IMMEDIATE */
+	CACHE_COMMIT,       /* writer: COMMIT */
+	CACHE_ROLLBACK,     /* writer: ROLLBACK */
+	CACHE_BEGIN_READ,   /* reader: BEGIN */
+	CACHE_END_READ,     /* reader: COMMIT */
+	CACHE_TXN_STMTS
+};
+
 struct cache {
 	sqlite3 *writer;   /* the owner's; every write and checkpoint */
 	sqlite3 *reader;   /* SQLITE_OPEN_READONLY; reads, any thread */
+	sqlite3_stmt *txn[CACHE_TXN_STMTS];
 	pthread_t owner;   /* the thread that opened the cache */
 	char *path;        /* sqlite3_malloc'd copy */
 	int lock_fd;       /* flock'd "<path>-lock", or -1 */
@@ -47,7 +61,10 @@ void cache_log(const cache_options *options, int level, const char *fmt, ...)
 
 int cache_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **out,
 		  cache_error *err);
-int cache_exec(sqlite3 *db, const char *sql, cache_error *err);
+int cache_exec(sqlite3 *db, const char *sql, const char *what,
+	       cache_error *err);
+int cache_run(sqlite3 *db, sqlite3_stmt *stmt, const char *what,
+	      cache_error *err);
 int cache_query_int(sqlite3 *db, const char *sql, int64_t *out,
 		    cache_error *err);
 void cache_bind_text(sqlite3_stmt *stmt, int i, const char *text);
@@ -56,19 +73,20 @@ double cache_column_real(sqlite3_stmt *stmt, int i);
 
 int cache_check_owner(const cache *c, const char *what, cache_error *err);
 int cache_check_text(const char *text, const char *what, cache_error *err);
+int cache_check_key(const char *graph, const char *device, const char *codegen,
+		    cache_error *err);
+int cache_prepare_txn(cache *c, bool reader, cache_error *err);
 int cache_begin(cache *c, cache_error *err);
 int cache_end(cache *c, int rc, cache_error *err);
+int cache_read_begin(cache *c, const char *what, cache_error *err);
+void cache_read_end(cache *c);
 
-int cache_json_canonical(const char *text, const char *what, bool array_of_strings,
+int cache_json_canonical(const char *text, const char *what, bool sources,
 			 __cache_give char **out, cache_error *err);
 void cache_json_free(__cache_take char *text);
 size_t cache_utf8_cut(const char *text, size_t max);
 
 /* schema.c */
 int cache_migrate(cache *c, cache_error *err);
-
-/* write.c */
-int cache_device_id(cache *c, const char *signature, int64_t *id,
-		    cache_error *err);
 
 #endif

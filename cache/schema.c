@@ -6,6 +6,8 @@
  * to n, so a crash leaves the file at a whole version. A new step is
  * appended to "migrations"; a step, once released, never changes.
  */
+#include <stdio.h>
+
 #include "cache_int.h"
 
 /* Times are unix seconds. graphs.last_used is the last put or write for
@@ -48,7 +50,7 @@ static const char *const migrations[] = {
 	" outcome TEXT NOT NULL CHECK (outcome IN"
 	"  ('ok', 'wrong', 'compile_error', 'timeout', 'crash', 'error')),"
 	" median_ms REAL,"
-	" detail TEXT CHECK (length(CAST(detail AS BLOB)) <= 200),"
+	" detail TEXT CHECK (length(CAST(detail AS BLOB)) <= 200)," /* DETAIL_MAX */
 	" created_at INTEGER NOT NULL);"
 	"CREATE INDEX trials_key ON trials (graph, device, codegen);"
 	"CREATE TABLE quarantine ("
@@ -81,11 +83,12 @@ static int migrate_step(cache *c, int64_t *version, cache_error *err)
 	rc = cache_query_int(c->writer, "PRAGMA user_version", version, err);
 	if (rc || *version >= MIGRATIONS)
 		goto end;
-	rc = cache_exec(c->writer, migrations[*version], err);
+	rc = cache_exec(c->writer, migrations[*version],
+			"cannot migrate the cache schema", err);
 	if (rc)
 		goto end;
 	snprintf(sql, sizeof(sql), "PRAGMA user_version = %d", (int)*version + 1);
-	rc = cache_exec(c->writer, sql, err);
+	rc = cache_exec(c->writer, sql, "cannot migrate the cache schema", err);
 	if (!rc)
 		++*version;
 end:

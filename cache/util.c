@@ -123,12 +123,14 @@ int cache_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **out,
 	return 0;
 }
 
-int cache_exec(sqlite3 *db, const char *sql, cache_error *err)
+/* Runs "sql"; on failure "what" says what could not be done. */
+int cache_exec(sqlite3 *db, const char *sql, const char *what,
+	       cache_error *err)
 {
 	int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
 
 	if (rc != SQLITE_OK)
-		return cache_db_error(db, rc, err, "cannot run statement");
+		return cache_db_error(db, rc, err, what);
 	return 0;
 }
 
@@ -206,13 +208,77 @@ int cache_check_text(const char *text, const char *what, cache_error *err)
 	return 0;
 }
 
+/* A complete key: graph key, device signature, codegen version. */
+int cache_check_key(const char *graph, const char *device, const char *codegen,
+		    cache_error *err)
+{
+	int rc = cache_check_text(graph, "graph key", err);
+
+	if (rc == 0)
+		rc = cache_check_text(device, "device signature", err);
+	if (rc == 0)
+		rc = cache_check_text(codegen, "codegen version", err);
+	return rc;
+}
+
+/* Steps "stmt" of "db" to its first row or its end and finalizes it;
+ * "what" says what failed. */
+int cache_run(sqlite3 *db, sqlite3_stmt *stmt, const char *what,
+	      cache_error *err)
+{
+	int rc = sqlite3_step(stmt);
+
+	if (rc == SQLITE_ROW || rc == SQLITE_DONE)
+		rc = 0;
+	else
+		rc = cache_db_error(db, rc, err, what);
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+static const char *const txn_sql[CACHE_TXN_STMTS] = {
+	"BEGIN IMMEDIATE", "COMMIT", "ROLLBACK", "BEGIN", "COMMIT",
+};
+
+/* Prepares the transaction statements of the writer, or of the reader. */
+int cache_prepare_txn(cache *c, bool reader, cache_error *err)
+{
+	int first = reader ? CACHE_BEGIN_READ : CACHE_BEGIN_WRITE;
+	int last = reader ? CACHE_END_READ : CACHE_ROLLBACK;
+	int rc = 0;
+
+	for (int i = first; rc == 0 && i <= last; i++)
+		rc = cache_prepare(reader ? c->reader : c->writer, txn_sql[i],
+				   &c->txn[i], err);
+	return rc;
+}
+
+/* Steps transaction statement "i" once; returns SQLite's result. */
+static int step_txn(cache *c, enum cache_txn i)
+{
+	int rc = sqlite3_step(c->txn[i]);
+
+	sqlite3_reset(c->txn[i]);
+	return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+static void rollback(cache *c)
+{
+	if (!sqlite3_get_autocommit(c->writer))
+		step_txn(c, CACHE_ROLLBACK);
+}
+
+/* Begins a write. A transaction some failure left open is rolled back
+ * first (NEVER: cache_end always ends them). */
 int cache_begin(cache *c, cache_error *err)
 {
-	int rc = sqlite3_exec(c->writer, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+	int rc;
 
+	if (NEVER(!sqlite3_get_autocommit(c->writer)))
+		rollback(c);
+	rc = step_txn(c, CACHE_BEGIN_WRITE);
 	if (rc != SQLITE_OK)
-		return cache_db_error(c->writer, rc, err,
-				      "cannot begin a write");
+		return cache_db_error(c->writer, rc, err, "cannot begin a write");
 	return 0;
 }
 
@@ -223,17 +289,39 @@ int cache_end(cache *c, int rc, cache_error *err)
 	int src;
 
 	if (rc == 0) {
-		src = sqlite3_exec(c->writer, "COMMIT", NULL, NULL, NULL);
+		src = step_txn(c, CACHE_COMMIT);
 		if (src != SQLITE_OK)
-			rc = cache_db_error(c->writer, src, err,
-					    "cannot commit");
+			rc = cache_db_error(c->writer, src, err, "cannot commit");
 	}
-	if (rc != 0 && !sqlite3_get_autocommit(c->writer))
-		sqlite3_exec(c->writer, "ROLLBACK", NULL, NULL, NULL);
+	if (rc != 0)
+		rollback(c);
 	return rc;
 }
 
-static bool is_array_of_strings(const json_t *value)
+/* Begins a read of several statements on one snapshot; "what" says what
+ * could not be done. End it with cache_read_end. */
+int cache_read_begin(cache *c, const char *what, cache_error *err)
+{
+	int rc;
+
+	cache_read_end(c);
+	rc = step_txn(c, CACHE_BEGIN_READ);
+	if (rc != SQLITE_OK)
+		return cache_db_error(c->reader, rc, err, what);
+	return 0;
+}
+
+/* Ends the reader's transaction if one is open: a snapshot held on would
+ * keep checkpoints from finishing and the wal growing. */
+void cache_read_end(cache *c)
+{
+	if (!sqlite3_get_autocommit(c->reader))
+		step_txn(c, CACHE_END_READ);
+}
+
+/* Kernel sources: one element per kernel, its text or an object that
+ * holds it (e.g. {"kernel", "language", "source"}). */
+static bool is_sources(const json_t *value)
 {
 	json_t *item;
 	size_t i;
@@ -241,16 +329,17 @@ static bool is_array_of_strings(const json_t *value)
 	if (!json_is_array(value))
 		return false;
 	json_array_foreach(value, i, item)
-		if (!json_is_string(item))
+		if (!json_is_string(item) && !json_is_object(item))
 			return false;
 	return true;
 }
 
 /* Sets *out to "text" parsed and printed again compact with sorted keys,
  * so that equal JSON is equal text; "what" names the text in errors. With
- * "array_of_strings", anything else is refused. Free with cache_json_free. */
+ * "sources", anything but a JSON array of strings or objects is refused.
+ * Free with cache_json_free. */
 int cache_json_canonical(const char *text, const char *what,
-			 bool array_of_strings, __cache_give char **out,
+			 bool sources, __cache_give char **out,
 			 cache_error *err)
 {
 	json_error_t jerr;
@@ -271,9 +360,10 @@ int cache_json_canonical(const char *text, const char *what,
 				what, jerr.text, jerr.line, jerr.column);
 		return CACHE_EINVAL;
 	}
-	if (array_of_strings && !is_array_of_strings(value)) {
+	if (sources && !is_sources(value)) {
 		rc = CACHE_EINVAL;
-		cache_set_error(err, rc, "%s: not a JSON array of strings", what);
+		cache_set_error(err, rc, "%s: not a JSON array of strings or "
+				"objects", what);
 		goto out;
 	}
 	*out = json_dumps(value, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);

@@ -4,6 +4,8 @@
  *   tunectl validate FILE [--json]   check a graph; exit 0, or 1 with the error
  *   tunectl explain FILE [--json]    domains, accesses, ranges, FLOPs, bytes, key
  *   tunectl run FILE [options]       compile, verify and time a plan (run.c)
+ *   tunectl submit|status|list|wait|cancel|fetch|stats|cache ...
+ *                                    talk to a daemon (service.c)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +17,7 @@
 #include "tunectl.h"
 
 static const char usage[] =
-	"usage: tunectl COMMAND FILE [options]\n"
+	"usage: tunectl COMMAND [FILE|JOB|KEY] [options]\n"
 	"\n"
 	"commands:\n"
 	"  validate FILE   check FILE (graph.json v1); print its key, or the\n"
@@ -27,6 +29,21 @@ static const char usage[] =
 	"                  random inputs, and time each kernel and the whole plan,\n"
 	"                  in a tuned-worker process; exit 1 unless all verified\n"
 	"\n"
+	"commands that talk to a daemon (tuned):\n"
+	"  submit FILE     queue FILE for tuning; print the job id and its key;\n"
+	"                  with --wait, follow it and exit 1 unless it ends done\n"
+	"  status JOB      the job's state, progress, best time and version\n"
+	"  list            every job the daemon knows\n"
+	"  wait JOB        follow the job as submit --wait does\n"
+	"  cancel JOB      cancel the job\n"
+	"  fetch KEY|JOB   the best result so far: key, version, median_ms and\n"
+	"                  device; with --out DIR, write plan.json (for run\n"
+	"                  --plan), kernel_<n>.c or .cu, launch.json and binaries\n"
+	"  stats           the daemon's counters\n"
+	"  cache ls        every cached key, its latest version and time\n"
+	"  cache show KEY  one key's graph, versions and trials\n"
+	"  cache prune     remove old entries (--max-age, --max-bytes)\n"
+	"\n"
 	"options:\n"
 	"  --json               print one JSON object on stdout instead of text\n"
 	"  --backend B          run: cpu, cuda or auto (default: auto, cuda where a\n"
@@ -35,10 +52,22 @@ static const char usage[] =
 	"  --seed N             run: the seed of the random inputs (default 1)\n"
 	"  --timeout SECONDS    run: the worker's time limit (default: 10 s, or\n"
 	"                       20 times a pessimistic estimate of one run)\n"
+	"  --socket PATH        daemon commands: the daemon's socket (default\n"
+	"                       $TUNED_SOCKET, else /run/tuned/gpu0.sock for root,\n"
+	"                       $XDG_RUNTIME_DIR/tuned/gpu0.sock otherwise)\n"
+	"  --wait               submit: follow the job until it ends\n"
+	"  --budget S           submit: tuning time (s; or with m, h, d)\n"
+	"  --priority N         submit: -1000 to 1000, higher first (default 0)\n"
+	"  --out DIR            fetch: write the result's files into DIR\n"
+	"  --min-version N      fetch: only a version at least N\n"
+	"  --timeout MS         fetch: wait up to MS for one (default: answer at\n"
+	"                       once)\n"
+	"  --max-age S          cache prune: remove what is older (s, m, h, d)\n"
+	"  --max-bytes N        cache prune: shrink to N bytes (or K, M, G, T)\n"
 	"  -h, --help           show this help\n"
 	"\n"
-	"exit status: 0 valid (and verified), 1 invalid graph or failed run,\n"
-	"2 usage error\n";
+	"exit status: 0 valid (and verified, or the daemon command succeeded),\n"
+	"1 invalid graph, failed run, failed command or no daemon, 2 usage error\n";
 
 static const char *code_name(int code)
 {
@@ -158,6 +187,8 @@ int main(int argc, char **argv)
 
 	if (argc > 1 && !strcmp(argv[1], "run"))
 		return tunectl_run(argc - 2, argv + 2);
+	if (argc > 1 && tunectl_is_service(argv[1]))
+		return tunectl_service(argc - 1, argv + 1);
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
 			return fputs(usage, stdout), EXIT_SUCCESS;

@@ -4,6 +4,8 @@
 #ifndef TUNECTL_H
 #define TUNECTL_H
 
+#include <stdbool.h>
+
 #include <jansson.h>
 
 #define EXIT_INVALID 1
@@ -15,5 +17,12 @@ void tunectl_print_json(json_t *obj);
 /* tunectl run FILE [options]: compile, verify and time a plan in a worker
  * process. "argv" holds what follows "run". */
 int tunectl_run(int argc, char **argv);
+
+/* The commands that talk to a daemon (service.c): submit, status, list,
+ * wait, cancel, fetch, stats, cache ls|show|prune. */
+bool tunectl_is_service(const char *command);
+/* Runs one; "argv" starts with the command's name ("cache" and its
+ * subcommand for the cache). Returns the exit status. */
+int tunectl_service(int argc, char **argv);
 
 #endif

@@ -100,7 +100,10 @@ tuned_job *tuned_jobs_next_queued(const tuned_jobs *jobs);
 void tuned_job_finish(tuned_job *job, enum tuned_job_state state, const char *error);
 const char *tuned_job_state_name(enum tuned_job_state state);
 struct json_t;
-struct json_t *tuned_job_json(const tuned_job *job, bool with_graph);
+/* A job as the protocol shows it (docs/protocol.md, "A job"). */
+struct json_t *tuned_job_json(const tuned_job *job);
+/* The queued or running job for "key", if any. */
+tuned_job *tuned_jobs_find_active(const tuned_jobs *jobs, const char *key);
 
 /* notify.c: systemd's notification datagram, without libsystemd. */
 void tuned_notify(const char *state);

@@ -1,12 +1,16 @@
 /*
  * handlers.c: what the daemon answers to each request (docs/protocol.md).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include "kgen.h"
+#include "tuner.h"
 #include "scheduler.h"
 #include "server.h"
 
@@ -40,6 +44,44 @@ static char *graph_text(const json_t *graph)
 	return json_dumps(graph, JSON_COMPACT | JSON_PRESERVE_ORDER);
 }
 
+/* The best version the cache holds for "key" on this device, or 0. */
+static int cached_version(tuned_daemon *d, const char *key)
+{
+	cache_plan *plan = NULL;
+	int version = 0;
+
+	if (cache_fetch_best(d->cache, key, d->device, KGEN_CODEGEN_VERSION, 0, &plan,
+			     NULL) == 0)
+		version = plan->version;
+	cache_plan_free(plan);
+	return version;
+}
+
+static void subscribe(tuned_client *client, const char *key)
+{
+	for (int i = 0; i < client->nwatches; i++)
+		if (!strcmp(client->watches[i], key))
+			return;
+	if (client->nwatches < TUNED_MAX_WATCHES)
+		snprintf(client->watches[client->nwatches++], PROTO_KEY_HEX + 1, "%s", key);
+}
+
+/* A new job, or the one already queued or running for the same key. */
+static tuned_job *queue_job(tuned_daemon *d, const sched_graph *graph,
+			    const char *text, proto_request *req)
+{
+	tuned_job *job = tuned_jobs_find_active(&d->jobs, sched_graph_key(graph));
+
+	if (job)
+		return job;
+	job = tuned_jobs_add(&d->jobs, sched_graph_key(graph), sched_graph_name(graph),
+			     text, req->budget_s, (int)req->priority);
+	if (!job || tuned_jobs_save(&d->jobs) < 0 ||
+	    tuned_runner_submit(&d->runner, job->id, text, req->budget_s) < 0)
+		return NULL;
+	return job;
+}
+
 static void on_submit(tuned_client *client, proto_request *req)
 {
 	tuned_daemon *d = client->daemon;
@@ -47,24 +89,29 @@ static void on_submit(tuned_client *client, proto_request *req)
 	sched_graph *graph = NULL;
 	sched_error err = {0};
 	cache_error cerr = {0};
-	tuned_job *job = NULL;
+	tuned_job *job;
+	json_t *result;
 
 	if (!text || sched_graph_read_string(text, &graph, &err) < 0) {
-		reply_error(client, req, PROTO_EBAD_REQUEST, text ? err.message : "out of memory");
+		char message[600];
+
+		snprintf(message, sizeof(message), "params.graph: %s",
+			 text ? err.message : "out of memory");
+		reply_error(client, req, PROTO_EBAD_REQUEST, message);
 	} else if (cache_put_graph(d->cache, sched_graph_key(graph),
 				   sched_graph_canonical(graph),
 				   sched_graph_name(graph), &cerr) < 0) {
 		reply_error(client, req, PROTO_EINTERNAL, cerr.message);
-	} else if (!(job = tuned_jobs_add(&d->jobs, sched_graph_key(graph),
-					  sched_graph_name(graph), text,
-					  req->budget_s, (int)req->priority)) ||
-		   tuned_jobs_save(&d->jobs) < 0 ||
-		   tuned_runner_submit(&d->runner, job->id, text, req->budget_s) < 0) {
+	} else if (!(job = queue_job(d, graph, text, req))) {
 		reply_error(client, req, PROTO_EINTERNAL, "cannot queue the job");
 	} else {
 		tuned_log(TUNED_INFO, "job %lld: '%s' %s submitted by pid %d",
 			  (long long)job->id, job->name, job->key, (int)client->peer.pid);
-		reply(client, req, tuned_job_json(job, false));
+		subscribe(client, job->key);
+		result = tuned_job_json(job);
+		json_object_set_new(result, "cached_version",
+				    json_integer(cached_version(d, job->key)));
+		reply(client, req, result);
 	}
 	sched_graph_free(graph);
 	free(text);
@@ -88,7 +135,7 @@ static void on_status(tuned_client *client, proto_request *req)
 	tuned_job *job = find_job(client, req);
 
 	if (job)
-		reply(client, req, tuned_job_json(job, false));
+		reply(client, req, tuned_job_json(job));
 }
 
 static void on_list(tuned_client *client, proto_request *req)
@@ -96,7 +143,7 @@ static void on_list(tuned_client *client, proto_request *req)
 	json_t *list = json_array();
 
 	for (tuned_job *job = client->daemon->jobs.head; job; job = job->next)
-		json_array_append_new(list, tuned_job_json(job, false));
+		json_array_insert_new(list, 0, tuned_job_json(job));
 	reply(client, req, json_pack("{s:o}", "jobs", list));
 }
 
@@ -109,12 +156,22 @@ static void on_cancel(tuned_client *client, proto_request *req)
 		return;
 	if (job->state == TUNED_JOB_QUEUED || job->state == TUNED_JOB_RUNNING) {
 		tuned_runner_cancel(&d->runner, job->id);
-		if (job->state == TUNED_JOB_QUEUED)
+		if (job->state == TUNED_JOB_QUEUED) {
 			tuned_job_finish(job, TUNED_JOB_CANCELLED, "cancelled");
+			tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
+			tuned_fail_waiters(d, job->key, PROTO_ECANCELLED,
+					   "the job was cancelled");
+		}
 		tuned_jobs_save(&d->jobs);
 		tuned_log(TUNED_INFO, "job %lld cancelled", (long long)job->id);
 	}
-	reply(client, req, tuned_job_json(job, false));
+	reply(client, req, tuned_job_json(job));
+}
+
+/* A number, or null for the cache's NaN (unknown); JSON has no NaN. */
+static json_t *number_or_null(double x)
+{
+	return isfinite(x) ? json_real(x) : json_null();
 }
 
 /* The fetch result: the newest plan of "key" on this daemon's device and
@@ -128,14 +185,16 @@ static json_t *fetch_result(tuned_daemon *d, const char *key, int64_t min_versio
 	if (cache_fetch_best(d->cache, key, d->device, KGEN_CODEGEN_VERSION,
 			     (int)min_version, &plan, &err) < 0)
 		return NULL;
-	result = json_pack("{s:s, s:i, s:s, s:s, s:f, s:f, s:s, s:o, s:o, s:o}",
+	result = json_pack("{s:s, s:i, s:s, s:s, s:o, s:o, s:s, s:o, s:o, s:o}",
 			   "key", key, "version", plan->version, "device", d->device,
-			   "codegen", KGEN_CODEGEN_VERSION, "median_ms", plan->median_ms,
-			   "spread_ms", plan->spread_ms, "found_by", plan->found_by ?: "",
+			   "codegen", KGEN_CODEGEN_VERSION,
+			   "median_ms", number_or_null(plan->median_ms),
+			   "spread_ms", number_or_null(plan->spread_ms),
+			   "found_by", plan->found_by ?: "",
 			   "plan", json_loads(plan->plan, 0, NULL) ?: json_null(),
 			   "sources", json_loads(plan->sources ?: "[]", 0, NULL) ?: json_array(),
-			   "launch", plan->launch ? json_loads(plan->launch, 0, NULL) ?: json_null()
-						  : json_null());
+			   "launch", plan->launch ? json_loads(plan->launch, 0, NULL) ?: json_array()
+						  : json_array());
 	cache_plan_free(plan);
 	return result;
 }
@@ -203,6 +262,19 @@ void tuned_wake_waiters(tuned_daemon *d, const char *key, int version)
 	}
 }
 
+void tuned_fail_waiters(tuned_daemon *d, const char *key, int code,
+			const char *message)
+{
+	for (tuned_waiter *w = d->waiters, *next; w; w = next) {
+		next = w->next;
+		if (strcmp(w->key, key))
+			continue;
+		tuned_client_send(w->client, proto_reply_error(w->id, code, "%s", message));
+		proto_session_done(&w->client->session);
+		unlink_waiter(d, w);
+	}
+}
+
 void tuned_drop_waiters(tuned_daemon *d, tuned_client *client)
 {
 	for (tuned_waiter *w = d->waiters, *next; w; w = next) {
@@ -225,13 +297,20 @@ static void on_fetch(tuned_client *client, proto_request *req)
 			return;
 		key = job->key;
 	}
-	if ((result = fetch_result(d, key, req->min_version)))
-		reply(client, req, result);
+	if ((result = fetch_result(d, key, req->min_version))) {
+		d->fetch_hits++;
+		return reply(client, req, result);
+	}
+	d->fetch_misses++;
+	if (!tuned_jobs_find_active(&d->jobs, key) && !cached_version(d, key) &&
+	    req->job <= 0)
+		reply_error(client, req, PROTO_ENOT_FOUND, "no job and no cached "
+			    "kernel for this key");
 	else if (req->timeout_ms > 0)
 		add_waiter(client, req, key);
 	else
-		reply_error(client, req, PROTO_ENOT_FOUND, "no plan for this key on "
-			    "this device yet (version at least min_version)");
+		reply_error(client, req, PROTO_ETIMEOUT, "no version of this key at "
+			    "least min_version yet");
 }
 
 static void on_watch(tuned_client *client, proto_request *req)
@@ -239,8 +318,9 @@ static void on_watch(tuned_client *client, proto_request *req)
 	if (client->nwatches == TUNED_MAX_WATCHES)
 		return reply_error(client, req, PROTO_ETOO_MANY, "at most 64 watches "
 				   "per connection");
-	snprintf(client->watches[client->nwatches++], PROTO_KEY_HEX + 1, "%s", req->key);
-	reply(client, req, json_pack("{s:s}", "watching", req->key));
+	subscribe(client, req->key);
+	reply(client, req, json_pack("{s:s, s:i}", "key", req->key,
+				     "version", cached_version(client->daemon, req->key)));
 }
 
 void tuned_broadcast(tuned_daemon *d, const char *key, const char *event,
@@ -268,10 +348,22 @@ static long long resident_bytes(void)
 	return resident * sysconf(_SC_PAGESIZE);
 }
 
+/* Worker processes alive, and restarts (starts past the first). */
+static void worker_counts(tuned_daemon *d, int *running, int *restarts)
+{
+	*running = *restarts = 0;
+	for (int i = 0; i < d->runner.started; i++) {
+		tuner_worker *w = tuned_runner_worker(&d->runner, i);
+
+		*running += tuner_worker_pid(w) > 0;
+		*restarts += tuner_worker_starts(w) > 1 ? tuner_worker_starts(w) - 1 : 0;
+	}
+}
+
 static void on_stats(tuned_client *client, proto_request *req)
 {
 	tuned_daemon *d = client->daemon;
-	int states[TUNED_JOB_CANCELLED + 1] = {0};
+	int states[TUNED_JOB_CANCELLED + 1] = {0}, running, restarts;
 	cache_stats cs = {0};
 	json_t *jobs = json_object();
 
@@ -280,21 +372,38 @@ static void on_stats(tuned_client *client, proto_request *req)
 	for (int s = 0; s <= TUNED_JOB_CANCELLED; s++)
 		json_object_set_new(jobs, tuned_job_state_name(s), json_integer(states[s]));
 	cache_stat(d->cache, &cs, NULL);
-	reply(client, req, json_pack("{s:s, s:i, s:I, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
-		"device", d->device, "clients", d->nclients,
-		"resident_bytes", (json_int_t)resident_bytes(), "jobs", jobs,
-		"cache", "file_bytes", (json_int_t)cs.file_bytes,
-		"wal_bytes", (json_int_t)cs.wal_bytes, "graphs", (json_int_t)cs.graphs,
-		"devices", (json_int_t)cs.devices, "plans", (json_int_t)cs.plans,
-		"trials", (json_int_t)cs.trials, "quarantine", (json_int_t)cs.quarantine));
+	worker_counts(d, &running, &restarts);
+	reply(client, req, json_pack("{s:s, s:s, s:I, s:i, s:I, s:o, "
+		"s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:i, s:i}}",
+		"server", "tuned " TUNED_SERVER_VERSION, "device", d->device,
+		"uptime_s", (json_int_t)(uv_now(d->loop) / 1000 - d->started_ms / 1000),
+		"clients", d->nclients, "resident_bytes", (json_int_t)resident_bytes(),
+		"jobs", jobs, "cache", "entries", (json_int_t)cs.graphs,
+		"bytes", (json_int_t)(cs.file_bytes + cs.wal_bytes),
+		"hits", (json_int_t)d->fetch_hits, "misses", (json_int_t)d->fetch_misses,
+		"graphs", (json_int_t)cs.graphs, "devices", (json_int_t)cs.devices,
+		"plans", (json_int_t)cs.plans, "trials", (json_int_t)cs.trials,
+		"quarantine", (json_int_t)cs.quarantine, "wal_bytes", (json_int_t)cs.wal_bytes,
+		"workers", "running", running, "restarts", restarts));
+}
+
+static json_t *rfc3339(int64_t seconds)
+{
+	time_t t = (time_t)seconds;
+	struct tm tm;
+	char text[32];
+
+	strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+	return json_string(text);
 }
 
 static int add_entry(void *user, const cache_entry *e)
 {
-	json_array_append_new(user, json_pack("{s:s, s:s?, s:s, s:s, s:i, s:f, s:I}",
-		"key", e->graph, "name", e->name, "device", e->device,
+	json_array_append_new(user, json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:o}",
+		"key", e->graph, "name", e->name ? e->name : "", "device", e->device,
 		"codegen", e->codegen, "version", e->version,
-		"median_ms", e->median_ms, "updated_at", (json_int_t)e->updated_at));
+		"median_ms", number_or_null(e->median_ms),
+		"updated_at", rfc3339(e->updated_at)));
 	return 0;
 }
 
@@ -313,11 +422,16 @@ static void on_cache(tuned_client *client, proto_request *req)
 	} else if (req->op == PROTO_OP_CACHE_SHOW) {
 		rc = cache_show(d->cache, req->key, &out, &err);
 	} else {
+		cache_stats cs = {0};
+
 		rc = cache_prune(d->cache, req->max_age_s, req->max_bytes, &ps, &err);
-		out = json_pack("{s:I, s:I, s:I, s:I, s:I}", "trials", (json_int_t)ps.trials,
-				"plans", (json_int_t)ps.plans, "graphs", (json_int_t)ps.graphs,
-				"bytes_before", (json_int_t)ps.bytes_before,
-				"bytes_after", (json_int_t)ps.bytes_after);
+		cache_stat(d->cache, &cs, NULL);
+		out = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}",
+				"removed", (json_int_t)ps.graphs,
+				"freed_bytes", (json_int_t)(ps.bytes_before - ps.bytes_after),
+				"entries", (json_int_t)cs.graphs, "bytes", (json_int_t)ps.bytes_after,
+				"trials_removed", (json_int_t)ps.trials,
+				"versions_removed", (json_int_t)ps.plans);
 	}
 	if (rc < 0) {
 		json_decref(out);

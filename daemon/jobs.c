@@ -37,22 +37,44 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-json_t *tuned_job_json(const tuned_job *job, bool with_graph)
+/* Seconds since 1970 as RFC 3339 in UTC. */
+static json_t *rfc3339(double seconds)
 {
-	json_t *obj = json_pack("{s:I, s:s, s:s, s:s, s:f, s:i, s:{s:i, s:f, s:i}, "
-				"s:f, s:f}",
+	time_t t = (time_t)seconds;
+	struct tm tm;
+	char text[32];
+
+	strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+	return json_string(text);
+}
+
+/* A job as the protocol shows it (docs/protocol.md, "A job"). */
+json_t *tuned_job_json(const tuned_job *job)
+{
+	json_t *obj = json_pack("{s:I, s:s, s:s, s:s, s:{s:i, s:o, s:i}, s:o}",
 				"id", (json_int_t)job->id, "key", job->key,
 				"name", job->name, "state", state_names[job->state],
-				"budget_s", job->budget_s, "priority", job->priority,
-				"progress", "trials", job->trials, "best_ms", job->best_ms,
-				"version", job->version, "created_at", job->created_at,
-				"finished_at", job->finished_at);
+				"progress", "trials", job->trials,
+				"best_ms", job->best_ms > 0 ? json_real(job->best_ms) : json_null(),
+				"version", job->version,
+				"created_at", rfc3339(job->created_at));
 
-	if (job->error[0])
+	if (job->state == TUNED_JOB_FAILED && job->error[0])
 		json_object_set_new(obj, "error", json_string(job->error));
-	if (with_graph)
-		json_object_set_new(obj, "graph", json_string(job->graph));
 	return obj;
+}
+
+/* A job as the queue file keeps it: everything, times as numbers. */
+static json_t *job_storage_json(const tuned_job *job)
+{
+	return json_pack("{s:I, s:s, s:s, s:s, s:s, s:f, s:i, s:i, s:f, s:i, s:s, "
+			 "s:f, s:f}",
+			 "id", (json_int_t)job->id, "key", job->key, "name", job->name,
+			 "graph", job->graph, "state", state_names[job->state],
+			 "budget_s", job->budget_s, "priority", job->priority,
+			 "trials", job->trials, "best_ms", job->best_ms,
+			 "version", job->version, "error", job->error,
+			 "created_at", job->created_at, "finished_at", job->finished_at);
 }
 
 static bool is_finished(const tuned_job *job)
@@ -106,6 +128,14 @@ tuned_job *tuned_jobs_find(const tuned_jobs *jobs, int64_t id)
 {
 	for (tuned_job *job = jobs->head; job; job = job->next)
 		if (job->id == id)
+			return job;
+	return NULL;
+}
+
+tuned_job *tuned_jobs_find_active(const tuned_jobs *jobs, const char *key)
+{
+	for (tuned_job *job = jobs->head; job; job = job->next)
+		if (job->state <= TUNED_JOB_RUNNING && !strcmp(job->key, key))
 			return job;
 	return NULL;
 }
@@ -181,7 +211,7 @@ int tuned_jobs_save(tuned_jobs *jobs)
 
 	forget_old(jobs);
 	for (tuned_job *job = jobs->head; job; job = job->next)
-		json_array_append_new(list, tuned_job_json(job, true));
+		json_array_append_new(list, job_storage_json(job));
 	text = json_dumps(list, JSON_COMPACT);
 	json_decref(list);
 	if (!text)
@@ -205,7 +235,6 @@ static enum tuned_job_state state_of(const char *name)
 static tuned_job *job_from_json(json_t *obj)
 {
 	tuned_job *job = job_new();
-	json_t *progress = json_object_get(obj, "progress");
 	const char *graph = json_string_value(json_object_get(obj, "graph"));
 
 	if (!job || !graph || !(job->graph = strdup(graph))) {
@@ -219,9 +248,9 @@ static tuned_job *job_from_json(json_t *obj)
 	job->state = state_of(json_string_value(json_object_get(obj, "state")));
 	job->budget_s = json_number_value(json_object_get(obj, "budget_s"));
 	job->priority = (int)json_integer_value(json_object_get(obj, "priority"));
-	job->trials = (int)json_integer_value(json_object_get(progress, "trials"));
-	job->best_ms = json_number_value(json_object_get(progress, "best_ms"));
-	job->version = (int)json_integer_value(json_object_get(progress, "version"));
+	job->trials = (int)json_integer_value(json_object_get(obj, "trials"));
+	job->best_ms = json_number_value(json_object_get(obj, "best_ms"));
+	job->version = (int)json_integer_value(json_object_get(obj, "version"));
 	job->created_at = json_number_value(json_object_get(obj, "created_at"));
 	job->finished_at = json_number_value(json_object_get(obj, "finished_at"));
 	if (job->state == TUNED_JOB_RUNNING)

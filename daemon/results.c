@@ -48,22 +48,28 @@ static void record_trial(tuned_daemon *d, tuned_job *job, const tuned_result *r,
 	}
 }
 
+/* "array" as compact text, "[]" when it is missing. */
+static char *array_text(const json_t *array)
+{
+	return array ? json_dumps(array, JSON_COMPACT) : strdup("[]");
+}
+
 /* A verified trial faster than the job's best becomes the next version. */
 static void publish_if_better(tuned_daemon *d, tuned_job *job, const tuned_result *r,
 			      const char *plan)
 {
 	double median = json_number_value(json_object_get(r->answer, "total_ms"));
-	char *sources = json_dumps(json_object_get(r->answer, "sources") ?: json_array(),
-				   JSON_COMPACT);
+	double spread = json_number_value(json_object_get(r->answer, "total_spread_ms"));
+	char *sources = array_text(json_object_get(r->answer, "sources"));
+	char *launch = array_text(json_object_get(r->answer, "launch"));
 	cache_plan p = {job->key, d->device, KGEN_CODEGEN_VERSION, 0, plan, sources,
-			NULL, 0, NULL, median,
-			json_number_value(json_object_get(r->answer, "total_spread_ms")),
-			"default", 0};
+			NULL, 0, launch, median, spread, "default", 0};
 	cache_error err = {0};
 	int version;
 
 	if (job->best_ms > 0 && median >= job->best_ms) {
 		free(sources);
+		free(launch);
 		return;
 	}
 	if (cache_publish(d->cache, &p, &version, &err) < 0) {
@@ -75,12 +81,14 @@ static void publish_if_better(tuned_daemon *d, tuned_job *job, const tuned_resul
 		tuned_log(TUNED_INFO, "job %lld: %s version %d, %.4f ms", (long long)job->id,
 			  job->key, version, median);
 		tuned_broadcast(d, job->key, PROTO_EVENT_VERSION,
-				json_pack("{s:s, s:i, s:f, s:I}", "key", job->key,
-					  "version", version, "median_ms", median,
+				json_pack("{s:s, s:i, s:s, s:f, s:f, s:I}", "key", job->key,
+					  "version", version, "device", d->device,
+					  "median_ms", median, "spread_ms", spread,
 					  "job", (json_int_t)job->id));
 		tuned_wake_waiters(d, job->key, version);
 	}
 	free(sources);
+	free(launch);
 }
 
 static void on_trial(tuned_daemon *d, tuned_job *job, const tuned_result *r)
@@ -93,7 +101,11 @@ static void on_trial(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 		publish_if_better(d, job, r, plan ? plan : "null");
 	else
 		snprintf(job->error, sizeof(job->error), "%.15s: %.230s", r->outcome, r->detail);
-	tuned_broadcast(d, job->key, PROTO_EVENT_PROGRESS, tuned_job_json(job, false));
+	tuned_broadcast(d, job->key, PROTO_EVENT_PROGRESS,
+			json_pack("{s:I, s:s, s:i, s:o, s:i}", "job", (json_int_t)job->id,
+				  "key", job->key, "trials", job->trials,
+				  "best_ms", job->best_ms > 0 ? json_real(job->best_ms) : json_null(),
+				  "version", job->version));
 	free(plan);
 }
 
@@ -112,7 +124,11 @@ static void on_end(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 				 "no candidate verified");
 	tuned_log(TUNED_INFO, "job %lld %s", (long long)job->id,
 		  tuned_job_state_name(job->state));
-	tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job, false));
+	tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
+	if (job->state == TUNED_JOB_CANCELLED)
+		tuned_fail_waiters(d, job->key, PROTO_ECANCELLED, "the job was cancelled");
+	else if (job->state == TUNED_JOB_FAILED)
+		tuned_fail_waiters(d, job->key, PROTO_EINTERNAL, job->error);
 }
 
 void tuned_on_results(uv_async_t *async)
@@ -126,7 +142,7 @@ void tuned_on_results(uv_async_t *async)
 		next = r->next;
 		if (job && r->started && job->state == TUNED_JOB_QUEUED) {
 			job->state = TUNED_JOB_RUNNING;
-			tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job, false));
+			tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
 		} else if (job && r->last)
 			on_end(d, job, r);
 		else if (job)

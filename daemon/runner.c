@@ -287,3 +287,8 @@ void tuned_runner_stop(tuned_runner *r)
 	uv_cond_destroy(&r->wake);
 	uv_mutex_destroy(&r->lock);
 }
+
+struct tuner_worker *tuned_runner_worker(tuned_runner *r, int i)
+{
+	return ((runner_thread *)r->threads)[i].worker;
+}

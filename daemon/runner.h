@@ -52,5 +52,7 @@ void tuned_runner_cancel(tuned_runner *r, int64_t job);
 tuned_result *tuned_runner_take_results(tuned_runner *r);
 void tuned_result_free(tuned_result *result);
 void tuned_runner_stop(tuned_runner *r);
+/* The worker of thread "i", for counting (tuner_worker_pid, _starts). */
+struct tuner_worker *tuned_runner_worker(tuned_runner *r, int i);
 
 #endif

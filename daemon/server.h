@@ -59,7 +59,8 @@ struct tuned_daemon {
 	int nclients;
 	tuned_waiter *waiters;
 	bool stopping;
-	int exit_status;
+	uint64_t started_ms;
+	int64_t fetch_hits, fetch_misses;
 };
 
 /* server.c */
@@ -78,6 +79,10 @@ void tuned_broadcast(tuned_daemon *d, const char *key, const char *event,
 /* Answers the fetches waiting on "key" that "version" satisfies. */
 void tuned_wake_waiters(tuned_daemon *d, const char *key, int version);
 void tuned_drop_waiters(tuned_daemon *d, tuned_client *client);
+/* Ends the fetches waiting on "key" with an error: its job ended without
+ * the version they wait for. */
+void tuned_fail_waiters(tuned_daemon *d, const char *key, int code,
+			const char *message);
 
 /* results.c: the runner's results, on the loop thread. */
 void tuned_on_results(uv_async_t *async);

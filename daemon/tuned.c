@@ -240,6 +240,7 @@ int main(int argc, char **argv)
 		return EXIT_FAILURE;
 	}
 	d.loop = uv_default_loop();
+	d.started_ms = uv_now(d.loop);
 	apply_limits(&d);
 	find_worker(&d);
 	if (start(&d) < 0) {

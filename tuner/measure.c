@@ -131,7 +131,7 @@ static const char **request_sources(const json_t *request, int nkernels)
 	return sources;
 }
 
-/* The source of every kernel, as compiled. */
+/* Each kernel's source as compiled: {kernel, language, source}. */
 static json_t *sources_json(kgen_backend *backend, const sched_graph *graph,
 			    const kgen_plan *plan, const char **given)
 {
@@ -142,11 +142,36 @@ static json_t *sources_json(kgen_backend *backend, const sched_graph *graph,
 		char *text = given && given[k] ? NULL :
 			     cuda ? kgen_print_cuda(graph, plan, k) :
 				    kgen_print_c(graph, plan, k);
+		const char *source = text ? text : given && given[k] ? given[k] : "";
 
-		json_array_append_new(list, json_string(text ? text :
-							 given && given[k] ? given[k] : ""));
+		json_array_append_new(list, json_pack("{s:s, s:s, s:s}",
+			"kernel", plan->kernels[k].name, "language", cuda ? "cuda" : "c",
+			"source", source));
 		free(text);
 	}
+	return list;
+}
+
+/* How to launch each kernel: {kernel, grid, block, shared_bytes, args},
+ * args being every tensor in graph order (docs/protocol.md, fetch). */
+static json_t *launch_json(kgen_backend *backend, const sched_graph *graph,
+			   const kgen_plan *plan)
+{
+	bool cuda = !strcmp(kgen_backend_name(backend), "cuda");
+	json_t *list = json_array(), *args = json_array();
+
+	for (int t = 0; t < sched_graph_tensor_count(graph); t++)
+		json_array_append_new(args, json_string(sched_tensor_name(graph, t)));
+	for (int k = 0; k < plan->nkernels; k++) {
+		unsigned blocks = 1, threads = 1;
+
+		if (cuda)
+			kgen_cuda_launch_shape(graph, &plan->kernels[k], &blocks, &threads);
+		json_array_append_new(list, json_pack("{s:s, s:[i,i,i], s:[i,i,i], s:i, s:O}",
+			"kernel", plan->kernels[k].name, "grid", blocks, 1, 1,
+			"block", threads, 1, 1, "shared_bytes", 0, "args", args));
+	}
+	json_decref(args);
 	return list;
 }
 
@@ -163,9 +188,11 @@ static json_t *run_plan(kgen_backend *backend, const sched_graph *graph,
 		obj = failure(rc == KGEN_ECOMPILE ? "compile_error" : "error", &err);
 	else
 		obj = verify_and_time(prog, graph, plan, request);
-	if (rc == 0)
+	if (rc == 0) {
 		json_object_set_new(obj, "sources", sources_json(backend, graph, plan,
 								 sources));
+		json_object_set_new(obj, "launch", launch_json(backend, graph, plan));
+	}
 	json_object_set_new(obj, "plan", kgen_plan_to_json(graph, plan));
 	kgen_program_free(prog);
 	kgen_error_release(&err);

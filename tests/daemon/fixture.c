@@ -226,3 +226,15 @@ json_t *wait_job(conn *c, json_int_t job, int timeout_s)
 		usleep(100000);
 	}
 }
+
+void fixture_print_log(const fixture *f)
+{
+	FILE *log = fopen(f->log, "r");
+	char line[1024];
+
+	fprintf(stderr, "--- %s\n", f->log);
+	while (log && fgets(line, sizeof(line), log))
+		fputs(line, stderr);
+	if (log)
+		fclose(log);
+}

@@ -27,6 +27,8 @@ void fixture_start(fixture *f, const char *const *extra);
  * seconds it took. */
 int fixture_stop(fixture *f, int signum, double *seconds);
 void fixture_cleanup(fixture *f);
+/* Copies the daemon's log to stderr (for a failing test). */
+void fixture_print_log(const fixture *f);
 
 typedef struct conn {
 	int fd;

@@ -250,6 +250,8 @@ Test(daemon, sigterm_during_a_job_then_it_resumes, .timeout = 300)
 	cr_assert(conn_open(&c, f.socket));
 	conn_hello(&c);
 	reply = wait_job(&c, job, 240);
+	if (strcmp(json_string_value(json_object_get(result_of(reply), "state")), "done"))
+		fixture_print_log(&f);
 	cr_expect_str_eq(json_string_value(json_object_get(result_of(reply), "state")),
 			 "done", "%s", json_dumps(reply, 0));
 	json_decref(reply);

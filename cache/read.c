@@ -1,0 +1,546 @@
+/*
+ * read.c: fetch, quarantine lookups, list, show and stat, through the
+ * read-only connection. Any thread may read; the caller serializes reads
+ * of one cache. A read of several statements runs in one read
+ * transaction, so it sees one snapshot whatever the writer commits.
+ */
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cache_int.h"
+
+static int check_cache(cache *c, const char *what, cache_error *err)
+{
+	if (NEVER(!c)) {
+		cache_set_error(err, CACHE_EINVAL, "cannot %s: no cache", what);
+		return CACHE_EINVAL;
+	}
+	cache_read_end(c);
+	return 0;
+}
+
+/* The strings of a cache_plan, to size and copy them in one loop. */
+#define PLAN_TEXTS 7
+static const char **plan_text(cache_plan *p, int i)
+{
+	const char **texts[PLAN_TEXTS] = {
+		&p->graph, &p->device, &p->codegen, &p->plan, &p->sources,
+		&p->launch, &p->found_by,
+	};
+	return texts[i];
+}
+
+/* Copies "from", whose pointers are borrowed, into one allocation. */
+static cache_plan *plan_copy(cache_plan *from)
+{
+	size_t size = sizeof(*from) + from->binaries_len;
+	cache_plan *p;
+	char *cursor;
+
+	for (int i = 0; i < PLAN_TEXTS; i++)
+		if (*plan_text(from, i))
+			size += strlen(*plan_text(from, i)) + 1;
+	p = sqlite3_malloc64(size);
+	if (!p)
+		return NULL;
+	*p = *from;
+	cursor = (char *)(p + 1);
+	if (from->binaries) {
+		memcpy(cursor, from->binaries, from->binaries_len);
+		p->binaries = cursor;
+		cursor += from->binaries_len;
+	}
+	for (int i = 0; i < PLAN_TEXTS; i++) {
+		const char **text = plan_text(p, i);
+		size_t n;
+
+		if (!*text)
+			continue;
+		n = strlen(*text) + 1;
+		memcpy(cursor, *text, n);
+		*text = cursor;
+		cursor += n;
+	}
+	return p;
+}
+
+/* The plan in the current row of "stmt" (the columns of fetch_sql) into
+ * *out. A zero-length blob reads as NULL: it is pointed at "empty". */
+static int plan_from_row(sqlite3_stmt *stmt, const char *graph,
+			 const char *device, const char *codegen,
+			 cache_plan **out, cache_error *err)
+{
+	static const char empty[1];
+	bool has_binaries = sqlite3_column_type(stmt, 3) != SQLITE_NULL;
+	bool has_launch = sqlite3_column_type(stmt, 4) != SQLITE_NULL;
+	cache_plan row = {
+		.graph = graph,
+		.device = device,
+		.codegen = codegen,
+		.version = sqlite3_column_int(stmt, 0),
+		.plan = (const char *)sqlite3_column_text(stmt, 1),
+		.sources = (const char *)sqlite3_column_text(stmt, 2),
+		.binaries = sqlite3_column_blob(stmt, 3),
+		.binaries_len = (size_t)sqlite3_column_bytes(stmt, 3),
+		.launch = (const char *)sqlite3_column_text(stmt, 4),
+		.median_ms = cache_column_real(stmt, 5),
+		.spread_ms = cache_column_real(stmt, 6),
+		.found_by = (const char *)sqlite3_column_text(stmt, 7),
+		.created_at = sqlite3_column_int64(stmt, 8),
+	};
+
+	if (has_binaries && !row.binaries)
+		row.binaries = empty;
+	if (row.plan && row.sources && row.found_by &&
+	    (row.launch || !has_launch))
+		*out = plan_copy(&row);
+	if (!*out) {
+		cache_set_error(err, CACHE_ENOMEM, "cannot fetch a plan: out of "
+				"memory");
+		return CACHE_ENOMEM;
+	}
+	return 0;
+}
+
+static const char fetch_sql[] =
+	"SELECT p.version, p.plan, p.sources, p.binaries, p.launch, "
+	"p.median_ms, p.spread_ms, p.found_by, p.created_at "
+	"FROM plans p JOIN devices d ON d.id = p.device "
+	"WHERE p.graph = ?1 AND d.signature = ?2 AND p.codegen = ?3 "
+	"ORDER BY p.version DESC LIMIT 1";
+
+int cache_fetch_best(__cache_keep cache *c, const char *graph,
+		     const char *device, const char *codegen, int min_version,
+		     __cache_give cache_plan **out, cache_error *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc;
+
+	if (out)
+		*out = NULL;
+	rc = check_cache(c, "fetch a plan", err);
+	if (rc == 0)
+		rc = cache_check_key(graph, device, codegen, err);
+	if (rc == 0)
+		rc = cache_prepare(c->reader, fetch_sql, &stmt, err);
+	if (rc)
+		return rc;
+	cache_bind_text(stmt, 1, graph);
+	cache_bind_text(stmt, 2, device);
+	cache_bind_text(stmt, 3, codegen);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW && sqlite3_column_int(stmt, 0) >= min_version) {
+		rc = sqlite3_column_int(stmt, 0);
+		if (out && plan_from_row(stmt, graph, device, codegen, out, err))
+			rc = CACHE_ENOMEM;
+	} else if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
+		cache_set_error(err, CACHE_NOT_FOUND, "no plan for graph '%s' "
+				"on '%s' with codegen '%s'%s", graph, device,
+				codegen, rc == SQLITE_ROW ? " newer" : "");
+		rc = CACHE_NOT_FOUND;
+	} else {
+		rc = cache_db_error(c->reader, rc, err, "cannot fetch a plan");
+	}
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+void cache_plan_free(__cache_take cache_plan *plan)
+{
+	sqlite3_free(plan);
+}
+
+static int find_quarantined(cache *c, const char *graph, const char *device,
+			    const char *codegen, const char *plan,
+			    cache_error *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc;
+
+	rc = cache_prepare(c->reader, "SELECT 1 FROM quarantine q JOIN devices d "
+			   "ON d.id = q.device WHERE q.graph = ?1 AND "
+			   "d.signature = ?2 AND q.codegen = ?3 AND q.plan = ?4",
+			   &stmt, err);
+	if (rc)
+		return rc;
+	cache_bind_text(stmt, 1, graph);
+	cache_bind_text(stmt, 2, device);
+	cache_bind_text(stmt, 3, codegen);
+	cache_bind_text(stmt, 4, plan);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW || rc == SQLITE_DONE)
+		rc = rc == SQLITE_ROW;
+	else
+		rc = cache_db_error(c->reader, rc, err, "cannot read the "
+				    "quarantine");
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+bool cache_is_quarantined(__cache_keep cache *c, const char *graph,
+			  const char *device, const char *codegen,
+			  const char *plan_json, cache_error *err)
+{
+	char *plan = NULL;
+	int rc;
+
+	cache_set_error(err, 0, "%s", "");
+	rc = check_cache(c, "read the quarantine", err);
+	if (rc == 0)
+		rc = cache_check_key(graph, device, codegen, err);
+	if (rc == 0)
+		rc = cache_json_canonical(plan_json, "plan", false, &plan, err);
+	if (rc == 0)
+		rc = find_quarantined(c, graph, device, codegen, plan, err);
+	cache_json_free(plan);
+	return rc > 0;
+}
+
+static const char list_sql[] =
+	"SELECT p.graph, g.name, d.signature, p.codegen, p.version, "
+	"p.median_ms, p.created_at "
+	"FROM plans p JOIN graphs g ON g.key = p.graph "
+	"JOIN devices d ON d.id = p.device "
+	"WHERE p.version = (SELECT max(q.version) FROM plans q "
+	" WHERE q.graph = p.graph AND q.device = p.device "
+	" AND q.codegen = p.codegen) "
+	"ORDER BY p.graph, d.signature, p.codegen";
+
+int cache_list(__cache_keep cache *c,
+	       int (*fn)(void *user, const cache_entry *entry), void *user,
+	       cache_error *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	cache_entry entry;
+	int rc, calls = 0;
+
+	rc = check_cache(c, "list the cache", err);
+	if (rc == 0 && !fn) {
+		rc = CACHE_EINVAL;
+		cache_set_error(err, rc, "cannot list the cache: no callback");
+	}
+	if (rc == 0)
+		rc = cache_prepare(c->reader, list_sql, &stmt, err);
+	if (rc)
+		return rc;
+	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+		entry.graph = (const char *)sqlite3_column_text(stmt, 0);
+		entry.name = (const char *)sqlite3_column_text(stmt, 1);
+		entry.device = (const char *)sqlite3_column_text(stmt, 2);
+		entry.codegen = (const char *)sqlite3_column_text(stmt, 3);
+		entry.version = sqlite3_column_int(stmt, 4);
+		entry.median_ms = cache_column_real(stmt, 5);
+		entry.updated_at = sqlite3_column_int64(stmt, 6);
+		if (!entry.graph || !entry.device || !entry.codegen) {
+			rc = SQLITE_NOMEM;
+			break;
+		}
+		calls++;
+		if (fn(user, &entry) != 0) {
+			rc = SQLITE_DONE;
+			break;
+		}
+	}
+	if (rc == SQLITE_DONE)
+		rc = calls;
+	else
+		rc = cache_db_error(c->reader, rc, err, "cannot list the cache");
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+/* NaN as null: json_real refuses it. */
+static json_t *real_or_null(double value)
+{
+	return isnan(value) ? json_null() : json_real(value);
+}
+
+/* A stored JSON text as a value (as a string if it does not parse). */
+static json_t *stored_json(const char *text)
+{
+	json_t *value = json_loads(text, JSON_DECODE_ANY, NULL);
+
+	return value ? value : json_string(text);
+}
+
+static const char *column(sqlite3_stmt *stmt, int i)
+{
+	return (const char *)sqlite3_column_text(stmt, i);
+}
+
+/* Sets *out to the graph's own fields; CACHE_NOT_FOUND for no such key. */
+static int show_graph(cache *c, const char *key, json_t **out,
+		      cache_error *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc;
+
+	rc = cache_prepare(c->reader, "SELECT key, canonical, name, first_seen, "
+			   "last_used FROM graphs WHERE key = ?1", &stmt, err);
+	if (rc)
+		return rc;
+	cache_bind_text(stmt, 1, key);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW) {
+		*out = json_pack("{s:s, s:s?, s:s?, s:I, s:I}", "graph", key,
+				 "name", column(stmt, 2), "canonical",
+				 column(stmt, 1), "first_seen",
+				 (json_int_t)sqlite3_column_int64(stmt, 3),
+				 "last_used",
+				 (json_int_t)sqlite3_column_int64(stmt, 4));
+		rc = *out ? 0 : CACHE_ENOMEM;
+	} else if (rc == SQLITE_DONE) {
+		rc = CACHE_NOT_FOUND;
+		cache_set_error(err, rc, "graph '%s' is not in the cache", key);
+	} else {
+		rc = cache_db_error(c->reader, rc, err, "cannot show a graph");
+	}
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+static json_t *plan_row(sqlite3_stmt *stmt)
+{
+	return json_pack("{s:s?, s:s?, s:i, s:o, s:I, s:I, s:o, s:o, s:s?, s:I}",
+			 "device", column(stmt, 0), "codegen", column(stmt, 1),
+			 "version", sqlite3_column_int(stmt, 2),
+			 "plan", stored_json(column(stmt, 3)),
+			 "kernels", (json_int_t)sqlite3_column_int64(stmt, 4),
+			 "binary_bytes", (json_int_t)sqlite3_column_int64(stmt, 5),
+			 "median_ms", real_or_null(cache_column_real(stmt, 6)),
+			 "spread_ms", real_or_null(cache_column_real(stmt, 7)),
+			 "found_by", column(stmt, 8),
+			 "created_at", (json_int_t)sqlite3_column_int64(stmt, 9));
+}
+
+/* Appends every version of every plan of graph "key" to "plans". */
+static int show_plans(cache *c, const char *key, json_t *plans,
+		      cache_error *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc;
+
+	rc = cache_prepare(c->reader, "SELECT d.signature, p.codegen, "
+			   "p.version, p.plan, json_array_length(p.sources), "
+			   "coalesce(length(p.binaries), 0), p.median_ms, "
+			   "p.spread_ms, p.found_by, p.created_at FROM plans p "
+			   "JOIN devices d ON d.id = p.device WHERE p.graph = ?1 "
+			   "ORDER BY d.signature, p.codegen, p.version",
+			   &stmt, err);
+	if (rc)
+		return rc;
+	cache_bind_text(stmt, 1, key);
+	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW)
+		if (json_array_append_new(plans, plan_row(stmt)) != 0)
+			break;
+	if (rc == SQLITE_DONE)
+		rc = 0;
+	else if (rc == SQLITE_ROW)
+		rc = CACHE_ENOMEM;
+	else
+		rc = cache_db_error(c->reader, rc, err, "cannot show the plans");
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+static bool is_group(json_t *group, const char *device, const char *codegen)
+{
+	const char *d = json_string_value(json_object_get(group, "device"));
+	const char *g = json_string_value(json_object_get(group, "codegen"));
+
+	return d && g && strcmp(d, device) == 0 && strcmp(g, codegen) == 0;
+}
+
+/* The entry of "trials" for (device, codegen): the last one, or a new one
+ * with every outcome at 0 (rows come ordered by device and codegen). */
+static json_t *trial_group(json_t *trials, const char *device,
+			   const char *codegen)
+{
+	json_t *group = json_array_get(trials, json_array_size(trials) - 1);
+	json_t *outcomes;
+
+	if (group && is_group(group, device, codegen))
+		return group;
+	outcomes = json_object();
+	for (int i = 0; outcomes && i < CACHE_TRIAL_OUTCOMES; i++)
+		json_object_set_new(outcomes, cache_outcome_name(i),
+				    json_integer(0));
+	group = json_pack("{s:s, s:s, s:I, s:o}", "device", device, "codegen",
+			  codegen, "total", (json_int_t)0, "outcomes", outcomes);
+	if (json_array_append_new(trials, group) != 0)
+		return NULL;
+	return group;
+}
+
+/* Adds "count" trials of "outcome" to the group of the current row. */
+static int count_trials(json_t *trials, sqlite3_stmt *stmt)
+{
+	const char *device = column(stmt, 0), *codegen = column(stmt, 1);
+	const char *outcome = column(stmt, 2);
+	json_int_t count = sqlite3_column_int64(stmt, 3);
+	json_t *group, *total;
+
+	if (!device || !codegen || !outcome)
+		return CACHE_ENOMEM;
+	group = trial_group(trials, device, codegen);
+	total = json_object_get(group, "total");
+	if (!total || json_object_set_new(json_object_get(group, "outcomes"),
+					  outcome, json_integer(count)) != 0)
+		return CACHE_ENOMEM;
+	json_integer_set(total, json_integer_value(total) + count);
+	return 0;
+}
+
+/* Appends the trial counts of graph "key" by device, codegen and outcome
+ * to "trials". */
+static int show_trials(cache *c, const char *key, json_t *trials,
+		       cache_error *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc;
+
+	rc = cache_prepare(c->reader, "SELECT d.signature, t.codegen, t.outcome, "
+			   "count(*) FROM trials t JOIN devices d ON d.id = "
+			   "t.device WHERE t.graph = ?1 GROUP BY 1, 2, 3 "
+			   "ORDER BY 1, 2, 3", &stmt, err);
+	if (rc)
+		return rc;
+	cache_bind_text(stmt, 1, key);
+	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW)
+		if (count_trials(trials, stmt) != 0)
+			break;
+	if (rc == SQLITE_DONE)
+		rc = 0;
+	else if (rc == SQLITE_ROW)
+		rc = CACHE_ENOMEM;
+	else
+		rc = cache_db_error(c->reader, rc, err, "cannot show the trials");
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+static int count_quarantined(cache *c, const char *key, json_int_t *count,
+			     cache_error *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc;
+
+	rc = cache_prepare(c->reader, "SELECT count(*) FROM quarantine WHERE "
+			   "graph = ?1", &stmt, err);
+	if (rc)
+		return rc;
+	cache_bind_text(stmt, 1, key);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW) {
+		*count = sqlite3_column_int64(stmt, 0);
+		rc = 0;
+	} else {
+		rc = cache_db_error(c->reader, rc, err, "cannot show the "
+				    "quarantine");
+	}
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+/* The body of cache_show, inside its read transaction. */
+static int show(cache *c, const char *key, json_t **out, cache_error *err)
+{
+	json_t *plans = json_array(), *trials = json_array();
+	json_int_t quarantined = 0;
+	int rc;
+
+	rc = show_graph(c, key, out, err);
+	if (rc == 0 && (!plans || !trials))
+		rc = CACHE_ENOMEM;
+	if (rc == 0)
+		rc = show_plans(c, key, plans, err);
+	if (rc == 0)
+		rc = show_trials(c, key, trials, err);
+	if (rc == 0)
+		rc = count_quarantined(c, key, &quarantined, err);
+	if (rc == 0 && (json_object_set(*out, "plans", plans) != 0 ||
+			json_object_set(*out, "trials", trials) != 0 ||
+			json_object_set_new(*out, "quarantined",
+					    json_integer(quarantined)) != 0))
+		rc = CACHE_ENOMEM;
+	json_decref(plans);
+	json_decref(trials);
+	return rc;
+}
+
+int cache_show(__cache_keep cache *c, const char *key,
+	       __cache_give json_t **out, cache_error *err)
+{
+	int rc;
+
+	if (!out) {
+		cache_set_error(err, CACHE_EINVAL, "cannot show a graph: no out");
+		return CACHE_EINVAL;
+	}
+	*out = NULL;
+	rc = check_cache(c, "show a graph", err);
+	if (rc == 0)
+		rc = cache_check_text(key, "graph key", err);
+	if (rc == 0)
+		rc = cache_read_begin(c, "cannot show a graph", err);
+	if (rc)
+		return rc;
+	rc = show(c, key, out, err);
+	cache_read_end(c);
+	if (rc == CACHE_ENOMEM)
+		cache_set_error(err, rc, "cannot show graph '%s': out of memory",
+				key);
+	if (rc) {
+		json_decref(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
+static int64_t file_bytes(const char *path)
+{
+	struct stat st;
+
+	return path && stat(path, &st) == 0 ? (int64_t)st.st_size : 0;
+}
+
+static const char stat_sql[] =
+	"SELECT (SELECT page_size FROM pragma_page_size), "
+	"(SELECT page_count FROM pragma_page_count), "
+	"(SELECT freelist_count FROM pragma_freelist_count), "
+	"(SELECT count(*) FROM graphs), (SELECT count(*) FROM devices), "
+	"(SELECT count(*) FROM plans), (SELECT count(*) FROM trials), "
+	"(SELECT count(*) FROM quarantine)";
+
+int cache_stat(__cache_keep cache *c, cache_stats *out, cache_error *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int64_t *fields[] = {
+		&out->page_size, &out->page_count, &out->freelist_count,
+		&out->graphs, &out->devices, &out->plans, &out->trials,
+		&out->quarantine,
+	};
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	rc = check_cache(c, "read the cache's numbers", err);
+	if (rc == 0)
+		rc = cache_prepare(c->reader, stat_sql, &stmt, err);
+	if (rc)
+		return rc;
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW) {
+		for (int i = 0; i < 8; i++)
+			*fields[i] = sqlite3_column_int64(stmt, i);
+		rc = 0;
+	} else {
+		rc = cache_db_error(c->reader, rc, err, "cannot read the "
+				    "cache's numbers");
+	}
+	sqlite3_finalize(stmt);
+	out->file_bytes = file_bytes(c->path);
+	out->wal_bytes = file_bytes(sqlite3_filename_wal(
+		sqlite3_db_filename(c->reader, "main")));
+	return rc;
+}

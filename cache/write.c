@@ -1,0 +1,361 @@
+/*
+ * write.c: graphs, trials, published plans and quarantine, written by the
+ * owner thread through the writer, one BEGIN IMMEDIATE transaction each.
+ *
+ * Every public write checks the owner, checks and canonicalizes its
+ * arguments outside the transaction, then runs one static function of
+ * statements inside it; cache_end commits or rolls back.
+ */
+#include <string.h>
+
+#include "cache_int.h"
+
+/* Marks graph "key" as used at "now"; CACHE_NOT_FOUND when it is unknown. */
+static int touch_graph(cache *c, const char *key, int64_t now,
+		       cache_error *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc;
+
+	rc = cache_prepare(c->writer, "UPDATE graphs SET last_used = ?2 "
+			   "WHERE key = ?1", &stmt, err);
+	if (rc)
+		return rc;
+	cache_bind_text(stmt, 1, key);
+	sqlite3_bind_int64(stmt, 2, now);
+	rc = cache_run(c->writer, stmt, "cannot update a graph", err);
+	if (rc == 0 && sqlite3_changes(c->writer) == 0) {
+		rc = CACHE_NOT_FOUND;
+		cache_set_error(err, rc, "graph '%s' is not in the cache "
+				"(put it first)", key);
+	}
+	return rc;
+}
+
+/* Sets *id to the row of device "signature", adding it when new (a
+ * lookup first, so that a known device costs no write). */
+static int device_id(cache *c, const char *signature, int64_t now,
+		     int64_t *id, cache_error *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc;
+
+	rc = cache_prepare(c->writer, "SELECT id FROM devices WHERE "
+			   "signature = ?1", &stmt, err);
+	if (rc)
+		return rc;
+	cache_bind_text(stmt, 1, signature);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW)
+		*id = sqlite3_column_int64(stmt, 0);
+	else if (rc != SQLITE_DONE)
+		rc = cache_db_error(c->writer, rc, err, "cannot find a device");
+	sqlite3_finalize(stmt);
+	if (rc != SQLITE_DONE)
+		return rc == SQLITE_ROW ? 0 : rc;
+	rc = cache_prepare(c->writer, "INSERT INTO devices (signature, "
+			   "first_seen) VALUES (?1, ?2)", &stmt, err);
+	if (rc)
+		return rc;
+	cache_bind_text(stmt, 1, signature);
+	sqlite3_bind_int64(stmt, 2, now);
+	rc = cache_run(c->writer, stmt, "cannot add a device", err);
+	*id = sqlite3_last_insert_rowid(c->writer);
+	return rc;
+}
+
+/* Inserts graph "key", or marks it used and renames it when it has the
+ * same canonical text. */
+static int put_graph(cache *c, const char *key, const char *canonical,
+		     const char *name, cache_error *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc;
+
+	rc = cache_prepare(c->writer, "INSERT INTO graphs (key, canonical, "
+			   "name, first_seen, last_used) VALUES (?1, ?2, ?3, ?4, "
+			   "?4) ON CONFLICT (key) DO UPDATE SET last_used = ?4, "
+			   "name = coalesce(?3, name) WHERE canonical = ?2",
+			   &stmt, err);
+	if (rc)
+		return rc;
+	cache_bind_text(stmt, 1, key);
+	cache_bind_text(stmt, 2, canonical);
+	cache_bind_text(stmt, 3, name);
+	sqlite3_bind_int64(stmt, 4, cache_now(c));
+	rc = cache_run(c->writer, stmt, "cannot put a graph", err);
+	if (rc == 0 && sqlite3_changes(c->writer) == 0) {
+		rc = CACHE_EINVAL;
+		cache_set_error(err, rc, "graph '%s': canonical text differs "
+				"from the cached one", key);
+	}
+	return rc;
+}
+
+int cache_put_graph(__cache_keep cache *c, const char *key,
+		    const char *canonical, const char *name, cache_error *err)
+{
+	int rc;
+
+	rc = cache_check_owner(c, "put a graph", err);
+	if (rc)
+		return rc;
+	rc = cache_check_text(key, "graph key", err);
+	if (rc)
+		return rc;
+	rc = cache_check_text(canonical, "canonical text", err);
+	if (rc)
+		return rc;
+	rc = cache_begin(c, err);
+	if (rc)
+		return rc;
+	rc = put_graph(c, key, canonical, name, err);
+	return cache_end(c, rc, err);
+}
+
+/* "plan" is the trial's plan in canonical form. */
+static int insert_trial(cache *c, const cache_trial *trial, const char *plan,
+			cache_error *err)
+{
+	int64_t now = cache_now(c), device;
+	sqlite3_stmt *stmt = NULL;
+	int rc;
+
+	rc = touch_graph(c, trial->graph, now, err);
+	if (rc)
+		return rc;
+	rc = device_id(c, trial->device, now, &device, err);
+	if (rc)
+		return rc;
+	rc = cache_prepare(c->writer, "INSERT INTO trials (graph, device, "
+			   "codegen, plan, outcome, median_ms, detail, created_at) "
+			   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)", &stmt, err);
+	if (rc)
+		return rc;
+	cache_bind_text(stmt, 1, trial->graph);
+	sqlite3_bind_int64(stmt, 2, device);
+	cache_bind_text(stmt, 3, trial->codegen);
+	cache_bind_text(stmt, 4, plan);
+	cache_bind_text(stmt, 5, cache_outcome_name(trial->outcome));
+	cache_bind_real(stmt, 6, trial->median_ms);
+	if (trial->detail && *trial->detail)
+		sqlite3_bind_text(stmt, 7, trial->detail,
+				  (int)cache_utf8_cut(trial->detail,
+						      CACHE_DETAIL_MAX),
+				  SQLITE_STATIC);
+	sqlite3_bind_int64(stmt, 8, now);
+	return cache_run(c->writer, stmt, "cannot record a trial", err);
+}
+
+int cache_record_trial(__cache_keep cache *c,
+		       __cache_keep const cache_trial *trial, cache_error *err)
+{
+	char *plan = NULL;
+	int rc;
+
+	rc = cache_check_owner(c, "record a trial", err);
+	if (rc)
+		return rc;
+	if (!trial || !cache_outcome_name(trial->outcome)) {
+		cache_set_error(err, CACHE_EINVAL, "cannot record a trial: %s",
+				trial ? "unknown outcome" : "no trial");
+		return CACHE_EINVAL;
+	}
+	rc = cache_check_key(trial->graph, trial->device, trial->codegen, err);
+	if (rc)
+		return rc;
+	rc = cache_json_canonical(trial->plan, "trial plan", false, &plan, err);
+	if (rc)
+		goto out;
+	rc = cache_begin(c, err);
+	if (rc)
+		goto out;
+	rc = insert_trial(c, trial, plan, err);
+	rc = cache_end(c, rc, err);
+out:
+	cache_json_free(plan);
+	return rc;
+}
+
+/* The JSON texts of a plan in canonical form, each freed with
+ * cache_json_free. */
+typedef struct plan_texts {
+	char *plan, *sources, *launch;
+} plan_texts;
+
+static void plan_texts_release(plan_texts *t)
+{
+	cache_json_free(t->plan);
+	cache_json_free(t->sources);
+	cache_json_free(t->launch);
+}
+
+static int plan_check(const cache_plan *p, plan_texts *t, cache_error *err)
+{
+	int rc;
+
+	rc = cache_check_key(p->graph, p->device, p->codegen, err);
+	if (rc == 0)
+		rc = cache_check_text(p->found_by, "found_by", err);
+	if (rc == 0)
+		rc = cache_json_canonical(p->plan, "plan", false, &t->plan, err);
+	if (rc == 0)
+		rc = cache_json_canonical(p->sources, "sources", true,
+					  &t->sources, err);
+	if (rc == 0 && p->launch)
+		rc = cache_json_canonical(p->launch, "launch", false,
+					  &t->launch, err);
+	return rc;
+}
+
+/* Sets *version to the next version of the plan's (graph, device,
+ * codegen): one more than the newest, 1 for the first. */
+static int next_version(cache *c, const cache_plan *p, int64_t device,
+			int *version, cache_error *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc;
+
+	rc = cache_prepare(c->writer, "SELECT coalesce(max(version), 0) + 1 "
+			   "FROM plans WHERE graph = ?1 AND device = ?2 AND "
+			   "codegen = ?3", &stmt, err);
+	if (rc)
+		return rc;
+	cache_bind_text(stmt, 1, p->graph);
+	sqlite3_bind_int64(stmt, 2, device);
+	cache_bind_text(stmt, 3, p->codegen);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW) {
+		*version = sqlite3_column_int(stmt, 0);
+		rc = 0;
+	} else {
+		rc = cache_db_error(c->writer, rc, err, "cannot number a plan");
+	}
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+static int insert_plan(cache *c, const cache_plan *p, const plan_texts *t,
+		       int *version, cache_error *err)
+{
+	int64_t now = cache_now(c), device;
+	sqlite3_stmt *stmt = NULL;
+	int rc;
+
+	rc = touch_graph(c, p->graph, now, err);
+	if (rc == 0)
+		rc = device_id(c, p->device, now, &device, err);
+	if (rc == 0)
+		rc = next_version(c, p, device, version, err);
+	if (rc == 0)
+		rc = cache_prepare(c->writer, "INSERT INTO plans (graph, "
+				   "device, codegen, version, plan, sources, "
+				   "binaries, launch, median_ms, spread_ms, "
+				   "found_by, created_at) VALUES (?1, ?2, ?3, "
+				   "?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+				   &stmt, err);
+	if (rc)
+		return rc;
+	cache_bind_text(stmt, 1, p->graph);
+	sqlite3_bind_int64(stmt, 2, device);
+	cache_bind_text(stmt, 3, p->codegen);
+	sqlite3_bind_int(stmt, 4, *version);
+	cache_bind_text(stmt, 5, t->plan);
+	cache_bind_text(stmt, 6, t->sources);
+	if (p->binaries)
+		sqlite3_bind_blob64(stmt, 7, p->binaries, p->binaries_len,
+				    SQLITE_STATIC);
+	cache_bind_text(stmt, 8, t->launch);
+	cache_bind_real(stmt, 9, p->median_ms);
+	cache_bind_real(stmt, 10, p->spread_ms);
+	cache_bind_text(stmt, 11, p->found_by);
+	sqlite3_bind_int64(stmt, 12, now);
+	return cache_run(c->writer, stmt, "cannot publish a plan", err);
+}
+
+int cache_publish(__cache_keep cache *c, __cache_keep const cache_plan *plan,
+		  int *version, cache_error *err)
+{
+	plan_texts texts = { NULL, NULL, NULL };
+	int v = 0, rc;
+
+	rc = cache_check_owner(c, "publish a plan", err);
+	if (rc)
+		return rc;
+	if (!plan) {
+		cache_set_error(err, CACHE_EINVAL, "cannot publish: no plan");
+		return CACHE_EINVAL;
+	}
+	rc = plan_check(plan, &texts, err);
+	if (rc)
+		goto out;
+	rc = cache_begin(c, err);
+	if (rc)
+		goto out;
+	rc = insert_plan(c, plan, &texts, &v, err);
+	rc = cache_end(c, rc, err);
+	if (rc == 0 && version)
+		*version = v;
+out:
+	plan_texts_release(&texts);
+	return rc;
+}
+
+static int insert_quarantine(cache *c, const cache_quarantine_entry *q,
+			     const char *plan, cache_error *err)
+{
+	int64_t now = cache_now(c), device;
+	sqlite3_stmt *stmt = NULL;
+	int rc;
+
+	rc = touch_graph(c, q->graph, now, err);
+	if (rc == 0)
+		rc = device_id(c, q->device, now, &device, err);
+	if (rc == 0)
+		rc = cache_prepare(c->writer, "INSERT INTO quarantine (graph, "
+				   "device, codegen, plan, reason, source, "
+				   "created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
+				   "?7) ON CONFLICT DO NOTHING", &stmt, err);
+	if (rc)
+		return rc;
+	cache_bind_text(stmt, 1, q->graph);
+	sqlite3_bind_int64(stmt, 2, device);
+	cache_bind_text(stmt, 3, q->codegen);
+	cache_bind_text(stmt, 4, plan);
+	cache_bind_text(stmt, 5, q->reason && *q->reason ? q->reason :
+			"no reason given");
+	cache_bind_text(stmt, 6, q->source);
+	sqlite3_bind_int64(stmt, 7, now);
+	return cache_run(c->writer, stmt, "cannot quarantine a plan", err);
+}
+
+int cache_quarantine(__cache_keep cache *c,
+		     __cache_keep const cache_quarantine_entry *entry,
+		     cache_error *err)
+{
+	char *plan = NULL;
+	int rc;
+
+	rc = cache_check_owner(c, "quarantine a plan", err);
+	if (rc)
+		return rc;
+	if (!entry) {
+		cache_set_error(err, CACHE_EINVAL, "cannot quarantine: no entry");
+		return CACHE_EINVAL;
+	}
+	rc = cache_check_key(entry->graph, entry->device, entry->codegen, err);
+	if (rc)
+		return rc;
+	rc = cache_json_canonical(entry->plan, "quarantined plan", false, &plan,
+				  err);
+	if (rc)
+		goto out;
+	rc = cache_begin(c, err);
+	if (rc)
+		goto out;
+	rc = insert_quarantine(c, entry, plan, err);
+	rc = cache_end(c, rc, err);
+out:
+	cache_json_free(plan);
+	return rc;
+}

@@ -1,0 +1,744 @@
+/*
+ * client.c: the client library (tuned_client.h). One connection, one
+ * request at a time: a call writes its line, then reads lines until the
+ * reply with its id, queueing the events and dropping stale replies.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tuned_client.h"
+
+#define READ_CHUNK 65536
+
+typedef struct event_node {
+	struct event_node *next;
+	tuned_client_event event;
+} event_node;
+
+struct tuned_client {
+	int fd;
+	int timeout_ms;
+	bool broken;        /* a request was cut short: nothing more can go */
+	int64_t next_id;
+	proto_framer *framer;
+	event_node *head, *tail;
+	int nevents;
+	char path[TUNED_CLIENT_PATH_MAX];
+	char server[128];
+	char buf[READ_CHUNK];
+};
+
+__attribute__((format(printf, 3, 4)))
+static int set_error(tuned_client_error *err, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err)
+		return code;
+	err->code = code;
+	va_start(ap, fmt);
+	vsnprintf(err->message, sizeof(err->message), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+static int from_proto(tuned_client_error *err, const proto_error *perr)
+{
+	return set_error(err, perr->code, "%s", perr->message);
+}
+
+static int no_memory(tuned_client_error *err)
+{
+	return set_error(err, TUNED_CLIENT_ENOMEM, "out of memory");
+}
+
+const char *tuned_client_code_name(int code)
+{
+	switch (code) {
+	case TUNED_CLIENT_ENO_DAEMON: return "no_daemon";
+	case TUNED_CLIENT_EIO: return "io";
+	case TUNED_CLIENT_ECLOSED: return "closed";
+	case TUNED_CLIENT_EPROTOCOL: return "protocol";
+	case TUNED_CLIENT_EINVAL: return "invalid";
+	case TUNED_CLIENT_ENOMEM: return "nomem";
+	default: return proto_code_name(code) ? proto_code_name(code) : "unknown";
+	}
+}
+
+/* Where the daemon of GPU 0 listens when not told otherwise (its own
+ * default, daemon/options.c). */
+static void daemon_path(char *out, size_t size)
+{
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+
+	if (geteuid() == 0)
+		snprintf(out, size, "/run/tuned/gpu0.sock");
+	else if (xdg && *xdg)
+		snprintf(out, size, "%s/tuned/gpu0.sock", xdg);
+	else
+		snprintf(out, size, "/tmp/tuned-%d/gpu0.sock", (int)getuid());
+}
+
+void tuned_client_default_path(char *out, size_t size)
+{
+	const char *env = getenv("TUNED_SOCKET");
+
+	if (env && *env)
+		snprintf(out, size, "%s", env);
+	else
+		daemon_path(out, size);
+}
+
+/* Time, in milliseconds of the monotonic clock; a deadline of -1 is none. */
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t deadline_after(int timeout_ms)
+{
+	return timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+}
+
+/* What is left of "deadline", as poll() takes it. */
+static int time_left(int64_t deadline)
+{
+	int64_t left;
+
+	if (deadline < 0)
+		return -1;
+	left = deadline - now_ms();
+	return left < 0 ? 0 : left > INT32_MAX ? INT32_MAX : (int)left;
+}
+
+/* strerror, lowercase first letter, for messages. */
+static const char *reason(int errnum, char out[128])
+{
+	snprintf(out, 128, "%s", strerror(errnum));
+	out[0] = (char)tolower((unsigned char)out[0]);
+	return out;
+}
+
+static int refuse_connect(const char *path, int errnum, tuned_client_error *err)
+{
+	char why[128], usual[TUNED_CLIENT_PATH_MAX + 64];
+
+	reason(errnum, why);
+	daemon_path(usual, sizeof(usual));
+	if ((errnum == ENOENT || errnum == ECONNREFUSED || errnum == ENOTDIR) &&
+	    !strcmp(path, usual))
+		return set_error(err, TUNED_CLIENT_ENO_DAEMON,
+				 "no tuned daemon at %s (%s): start one with "
+				 "'tuned --backend auto' or 'systemctl start "
+				 "tuned-gpu@0'", path, why);
+	if (errnum == ENOENT || errnum == ECONNREFUSED || errnum == ENOTDIR)
+		return set_error(err, TUNED_CLIENT_ENO_DAEMON,
+				 "no tuned daemon at %s (%s): start one with "
+				 "'tuned --backend auto --socket %s'", path, why,
+				 path);
+	if (errnum == EACCES || errnum == EPERM)
+		return set_error(err, PROTO_EUNAUTHORIZED,
+				 "cannot connect to tuned at %s (%s): ask for "
+				 "its allow_uids or allow_gids to name you",
+				 path, why);
+	return set_error(err, TUNED_CLIENT_EIO,
+			 "cannot connect to tuned at %s (%s)", path, why);
+}
+
+/* Connects "fd" to "addr", retrying while the daemon's backlog is full. */
+static int connect_until(int fd, const struct sockaddr_un *addr,
+			 int64_t deadline, const char *path,
+			 tuned_client_error *err)
+{
+	const struct timespec pause = {0, 10 * 1000000};
+
+	while (connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) < 0) {
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN)
+			return refuse_connect(path, errno, err);
+		if (time_left(deadline) == 0)
+			return set_error(err, PROTO_ETIMEOUT,
+					 "tuned at %s accepts no connection "
+					 "(its backlog is full)", path);
+		nanosleep(&pause, NULL);
+	}
+	return 0;
+}
+
+static int open_socket(const char *path, int64_t deadline, int *out,
+		       tuned_client_error *err)
+{
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	char why[128];
+	int fd, rc;
+
+	if (strlen(path) >= sizeof(addr.sun_path))
+		return set_error(err, TUNED_CLIENT_EINVAL,
+				 "socket path '%.200s' is longer than %zu bytes",
+				 path, sizeof(addr.sun_path) - 1);
+	memcpy(addr.sun_path, path, strlen(path) + 1);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return set_error(err, TUNED_CLIENT_EIO, "cannot make a socket (%s)",
+				 reason(errno, why));
+	if ((rc = connect_until(fd, &addr, deadline, path, err)) < 0) {
+		close(fd);
+		return rc;
+	}
+	*out = fd;
+	return 0;
+}
+
+static int closed(tuned_client *client, tuned_client_error *err)
+{
+	return set_error(err, TUNED_CLIENT_ECLOSED,
+			 "the daemon at %s closed the connection", client->path);
+}
+
+static int timed_out(tuned_client *client, const char *what,
+		     tuned_client_error *err)
+{
+	return set_error(err, PROTO_ETIMEOUT, "no reply to '%s' from %s in time",
+			 what, client->path);
+}
+
+/* Waits until "fd" is ready for "events"; 1, 0 when the deadline passed,
+ * or a negative code. */
+static int wait_fd(tuned_client *client, short events, int64_t deadline,
+		   tuned_client_error *err)
+{
+	struct pollfd p = {.fd = client->fd, .events = events};
+	char why[128];
+	int n;
+
+	do
+		n = poll(&p, 1, time_left(deadline));
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return set_error(err, TUNED_CLIENT_EIO, "poll failed (%s)",
+				 reason(errno, why));
+	return n;
+}
+
+static int write_line(tuned_client *client, const char *line, const char *op,
+		      int64_t deadline, tuned_client_error *err)
+{
+	size_t len = strlen(line), done = 0;
+	char why[128];
+	ssize_t n;
+	int rc;
+
+	while (done < len) {
+		n = send(client->fd, line + done, len - done, MSG_NOSIGNAL);
+		if (n >= 0) {
+			done += (size_t)n;
+			continue;
+		}
+		client->broken = done > 0;
+		if (errno == EPIPE || errno == ECONNRESET)
+			return closed(client, err);
+		if (errno != EAGAIN && errno != EINTR)
+			return set_error(err, TUNED_CLIENT_EIO,
+					 "cannot write to %s (%s)", client->path,
+					 reason(errno, why));
+		if ((rc = wait_fd(client, POLLOUT, deadline, err)) <= 0)
+			return rc < 0 ? rc :
+			       set_error(err, PROTO_ETIMEOUT, "cannot send '%s' "
+					 "to %s in time", op, client->path);
+	}
+	client->broken = false;
+	return 0;
+}
+
+/* Reads what the socket has into the framer: 1, 0 when nothing came
+ * before the deadline, or a negative code. */
+static int fill(tuned_client *client, int64_t deadline, tuned_client_error *err)
+{
+	char why[128];
+	ssize_t n;
+	int rc;
+
+	for (;;) {
+		n = read(client->fd, client->buf, sizeof(client->buf));
+		if (n > 0)
+			break;
+		if (n == 0 || errno == ECONNRESET)
+			return closed(client, err);
+		if (errno != EAGAIN && errno != EINTR)
+			return set_error(err, TUNED_CLIENT_EIO,
+					 "cannot read from %s (%s)",
+					 client->path, reason(errno, why));
+		if ((rc = wait_fd(client, POLLIN, deadline, err)) <= 0)
+			return rc;
+	}
+	proto_framer_feed(client->framer, client->buf, (size_t)n);
+	return 1;
+}
+
+/* The next message from the daemon in "reply" (release it): 1, 0 when
+ * none came before the deadline, or a negative code. */
+static int read_message(tuned_client *client, int64_t deadline,
+			proto_reply *reply, tuned_client_error *err)
+{
+	proto_error perr;
+	const char *line;
+	size_t len;
+	int rc;
+
+	while ((rc = proto_framer_next(client->framer, &line, &len, &perr)) == 0)
+		if ((rc = fill(client, deadline, err)) <= 0)
+			return rc;
+	if (rc < 0)
+		return set_error(err, TUNED_CLIENT_EPROTOCOL,
+				 "the daemon at %s sent a line over %zu bytes",
+				 client->path,
+				 proto_framer_limit(client->framer));
+	if (proto_parse_reply(line, len, reply, &perr) < 0) {
+		proto_reply_release(reply);
+		return set_error(err, TUNED_CLIENT_EPROTOCOL,
+				 "the daemon at %s sent a garbled line: %s",
+				 client->path, perr.message);
+	}
+	return 1;
+}
+
+static void queue_event(tuned_client *client, proto_reply *reply)
+{
+	event_node *node = calloc(1, sizeof(*node)), *oldest;
+
+	if (!node)
+		return;
+	memcpy(node->event.name, reply->event, sizeof(node->event.name));
+	node->event.data = reply->value;
+	reply->value = NULL;
+	if (client->tail)
+		client->tail->next = node;
+	else
+		client->head = node;
+	client->tail = node;
+	if (++client->nevents <= TUNED_CLIENT_EVENTS_MAX)
+		return;
+	oldest = client->head;
+	client->head = oldest->next;
+	client->nevents--;
+	json_decref(oldest->event.data);
+	free(oldest);
+}
+
+static bool pop_event(tuned_client *client, tuned_client_event *event)
+{
+	event_node *node = client->head;
+
+	if (!node)
+		return false;
+	client->head = node->next;
+	if (!client->head)
+		client->tail = NULL;
+	client->nevents--;
+	*event = node->event;
+	free(node);
+	return true;
+}
+
+/* Whether "reply" answers the request "id": its id, or null on an error
+ * (the daemon could not read a request, or closes the connection). */
+static bool answers(const proto_reply *reply, int64_t id)
+{
+	if (json_is_integer(reply->id))
+		return json_integer_value(reply->id) == id;
+	return reply->kind == PROTO_REPLY_ERROR && json_is_null(reply->id);
+}
+
+/* Reads until the reply to "id", queueing events on the way. */
+static int await_reply(tuned_client *client, int64_t id, const char *op,
+		       int64_t deadline, json_t **result,
+		       tuned_client_error *err)
+{
+	proto_reply reply;
+	int rc;
+
+	for (;;) {
+		if ((rc = read_message(client, deadline, &reply, err)) <= 0)
+			return rc < 0 ? rc : timed_out(client, op, err);
+		if (reply.kind == PROTO_REPLY_EVENT)
+			queue_event(client, &reply);
+		else if (answers(&reply, id))
+			break;
+		proto_reply_release(&reply);
+	}
+	rc = 0;
+	if (reply.kind == PROTO_REPLY_ERROR)
+		rc = from_proto(err, &reply.error);
+	else if (result) {
+		*result = reply.value;
+		reply.value = NULL;
+	}
+	proto_reply_release(&reply);
+	return rc;
+}
+
+/* The request line of "op", or a negative code: a refusal of the
+ * arguments is the caller's error, TUNED_CLIENT_EINVAL. */
+static int request_line(tuned_client *client, enum proto_op op, json_t *params,
+			char **line, tuned_client_error *err)
+{
+	json_t *id = json_integer(client->next_id++);
+	proto_error perr;
+
+	if (!id) {
+		json_decref(params);
+		return no_memory(err);
+	}
+	*line = proto_request_line(op, id, params, &perr);
+	json_decref(id);
+	if (*line)
+		return 0;
+	if (perr.code == PROTO_EBAD_REQUEST)
+		perr.code = TUNED_CLIENT_EINVAL;
+	if (perr.code == PROTO_EINTERNAL)
+		perr.code = TUNED_CLIENT_ENOMEM;
+	return from_proto(err, &perr);
+}
+
+static int call_within(tuned_client *client, enum proto_op op, json_t *params,
+		       int timeout_ms, json_t **result, tuned_client_error *err)
+{
+	int64_t id = client->next_id, deadline = deadline_after(timeout_ms);
+	const char *name = proto_op_name(op);
+	char *line = NULL;
+	int rc;
+
+	if (result)
+		*result = NULL;
+	if (client->broken) {
+		json_decref(params);
+		return set_error(err, TUNED_CLIENT_EIO, "a request to %s was cut "
+				 "short: connect again", client->path);
+	}
+	if ((rc = request_line(client, op, params, &line, err)) < 0)
+		return rc;
+	rc = write_line(client, line, name, deadline, err);
+	free(line);
+	if (rc == 0)
+		rc = await_reply(client, id, name, deadline, result, err);
+	return rc;
+}
+
+int tuned_client_call(tuned_client *client, enum proto_op op, json_t *params,
+		      int extra_ms, json_t **result, tuned_client_error *err)
+{
+	int timeout_ms = client->timeout_ms;
+
+	if (timeout_ms >= 0 && extra_ms > 0)
+		timeout_ms = extra_ms > INT32_MAX - timeout_ms ? INT32_MAX :
+			     timeout_ms + extra_ms;
+	return call_within(client, op, params, timeout_ms, result, err);
+}
+
+/* Says hello and reads the server's name from the reply. */
+static int hello(tuned_client *client, tuned_client_error *err)
+{
+	json_t *result = NULL;
+	const char *server;
+	int rc;
+
+	rc = tuned_client_call(client, PROTO_OP_HELLO,
+			       json_pack("{s:i}", "version", PROTO_VERSION), 0,
+			       &result, err);
+	if (rc < 0)
+		return rc;
+	if (json_integer_value(json_object_get(result, "version")) !=
+	    PROTO_VERSION)
+		rc = set_error(err, TUNED_CLIENT_EPROTOCOL,
+			       "the daemon at %s does not speak protocol "
+			       "version %d", client->path, PROTO_VERSION);
+	server = json_string_value(json_object_get(result, "server"));
+	snprintf(client->server, sizeof(client->server), "%s",
+		 server ? server : "");
+	json_decref(result);
+	return rc;
+}
+
+static tuned_client *client_new(const char *path,
+				const tuned_client_options *options)
+{
+	size_t frame = options && options->frame_bytes ? options->frame_bytes :
+		       PROTO_FRAME_MAX;
+	tuned_client *client = calloc(1, sizeof(*client));
+
+	if (!client)
+		return NULL;
+	client->fd = -1;
+	client->next_id = 1;
+	client->timeout_ms = options && options->timeout_ms ?
+			     options->timeout_ms : TUNED_CLIENT_TIMEOUT_DEFAULT_MS;
+	snprintf(client->path, sizeof(client->path), "%s", path);
+	if (!(client->framer = proto_framer_new(frame))) {
+		free(client);
+		return NULL;
+	}
+	return client;
+}
+
+int tuned_client_connect(const char *path, const tuned_client_options *options,
+			 tuned_client **out, tuned_client_error *err)
+{
+	char fallback[TUNED_CLIENT_PATH_MAX + 64];
+	tuned_client *client;
+	int rc;
+
+	*out = NULL;
+	if (!path) {
+		tuned_client_default_path(fallback, sizeof(fallback));
+		path = fallback;
+	}
+	if (strlen(path) >= TUNED_CLIENT_PATH_MAX)
+		return set_error(err, TUNED_CLIENT_EINVAL,
+				 "socket path '%.200s' is longer than %d bytes",
+				 path, TUNED_CLIENT_PATH_MAX - 1);
+	if (!(client = client_new(path, options)))
+		return no_memory(err);
+	rc = open_socket(path, deadline_after(client->timeout_ms), &client->fd,
+			 err);
+	if (rc == 0)
+		rc = hello(client, err);
+	if (rc < 0) {
+		tuned_client_close(client);
+		return rc;
+	}
+	*out = client;
+	return 0;
+}
+
+void tuned_client_close(tuned_client *client)
+{
+	tuned_client_event event;
+
+	if (!client)
+		return;
+	while (pop_event(client, &event))
+		json_decref(event.data);
+	if (client->fd >= 0)
+		close(client->fd);
+	proto_framer_free(client->framer);
+	free(client);
+}
+
+const char *tuned_client_path(const tuned_client *client)
+{
+	return client->path;
+}
+
+const char *tuned_client_server(const tuned_client *client)
+{
+	return client->server;
+}
+
+int tuned_client_fd(const tuned_client *client)
+{
+	return client->fd;
+}
+
+int tuned_client_next_event(tuned_client *client, int timeout_ms,
+			    tuned_client_event *event, tuned_client_error *err)
+{
+	int64_t deadline = deadline_after(timeout_ms);
+	proto_reply reply;
+	int rc;
+
+	event->data = NULL;
+	while (!pop_event(client, event)) {
+		if ((rc = read_message(client, deadline, &reply, err)) <= 0)
+			return rc;
+		if (reply.kind == PROTO_REPLY_EVENT)
+			queue_event(client, &reply);
+		else if (reply.kind == PROTO_REPLY_ERROR && json_is_null(reply.id))
+			rc = from_proto(err, &reply.error);
+		proto_reply_release(&reply);
+		if (rc < 0)
+			return rc;
+	}
+	return 1;
+}
+
+/* The job the daemon made (or found) for a submit: id, key and the
+ * version the cache holds already. */
+static int read_submitted(tuned_client *client, json_t *result,
+			  tuned_client_job *out, tuned_client_error *err)
+{
+	json_t *id = json_object_get(result, "id");
+	const char *key = json_string_value(json_object_get(result, "key"));
+
+	if (!json_is_integer(id) || !key || strlen(key) != PROTO_KEY_HEX)
+		return set_error(err, TUNED_CLIENT_EPROTOCOL,
+				 "the daemon at %s answered submit without a "
+				 "job id and a key", client->path);
+	out->id = json_integer_value(id);
+	memcpy(out->key, key, PROTO_KEY_HEX + 1);
+	out->cached_version =
+		json_integer_value(json_object_get(result, "cached_version"));
+	return 0;
+}
+
+int tuned_client_submit(tuned_client *client, const char *graph,
+			double budget_s, int priority, tuned_client_job *out,
+			tuned_client_error *err)
+{
+	json_t *params, *result = NULL;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if (!graph)
+		return set_error(err, TUNED_CLIENT_EINVAL, "no graph to submit");
+	params = json_pack("{s:s, s:i}", "graph", graph, "priority", priority);
+	if (params && budget_s != 0 &&
+	    json_object_set_new(params, "budget", json_real(budget_s)) < 0) {
+		json_decref(params);
+		params = NULL;
+	}
+	if (!params)
+		return set_error(err, TUNED_CLIENT_EINVAL,
+				 "the graph is not valid UTF-8, or memory ran out");
+	rc = tuned_client_call(client, PROTO_OP_SUBMIT, params, 0, &result, err);
+	if (rc == 0)
+		rc = read_submitted(client, result, out, err);
+	json_decref(result);
+	return rc;
+}
+
+static int call_job(tuned_client *client, enum proto_op op, int64_t job,
+		    json_t **out, tuned_client_error *err)
+{
+	return tuned_client_call(client, op, json_pack("{s:I}", "job",
+						       (json_int_t)job),
+				 0, out, err);
+}
+
+int tuned_client_status(tuned_client *client, int64_t job, json_t **out,
+			tuned_client_error *err)
+{
+	return call_job(client, PROTO_OP_STATUS, job, out, err);
+}
+
+int tuned_client_list(tuned_client *client, json_t **out,
+		      tuned_client_error *err)
+{
+	return tuned_client_call(client, PROTO_OP_LIST, NULL, 0, out, err);
+}
+
+int tuned_client_cancel(tuned_client *client, int64_t job, json_t **out,
+			tuned_client_error *err)
+{
+	return call_job(client, PROTO_OP_CANCEL, job, out, err);
+}
+
+/* *params = {"key": what} or {"job": what}, from a key or a job id. */
+static int key_or_job(const char *what, json_t **params, tuned_client_error *err)
+{
+	char key[PROTO_KEY_HEX + 1];
+	size_t len = what ? strlen(what) : 0, i;
+	char *end;
+	long long job;
+
+	for (i = 0; len == PROTO_KEY_HEX && isxdigit((unsigned char)what[i]); i++)
+		key[i] = (char)tolower((unsigned char)what[i]);
+	key[i] = 0;
+	errno = 0;
+	job = len ? strtoll(what, &end, 10) : 0;
+	if (i == PROTO_KEY_HEX)
+		*params = json_pack("{s:s}", "key", key);
+	else if (len && isdigit((unsigned char)what[0]) && !*end && job > 0 &&
+		 !errno)
+		*params = json_pack("{s:I}", "job", (json_int_t)job);
+	else
+		return set_error(err, TUNED_CLIENT_EINVAL, "'%.80s' is neither "
+				 "a key (64 hex digits) nor a job id",
+				 what ? what : "");
+	return *params ? 0 : no_memory(err);
+}
+
+static int add_count(json_t *params, const char *name, int64_t value)
+{
+	if (value < 0)
+		return 0;
+	return json_object_set_new(params, name, json_integer(value));
+}
+
+int tuned_client_fetch(tuned_client *client, const char *what,
+		       int64_t min_version, int timeout_ms, json_t **out,
+		       tuned_client_error *err)
+{
+	json_t *params;
+	int rc;
+
+	*out = NULL;
+	if ((rc = key_or_job(what, &params, err)) < 0)
+		return rc;
+	if ((min_version > 0 && add_count(params, "min_version", min_version) < 0) ||
+	    (timeout_ms > 0 && add_count(params, "timeout_ms", timeout_ms) < 0)) {
+		json_decref(params);
+		return no_memory(err);
+	}
+	return tuned_client_call(client, PROTO_OP_FETCH, params,
+				 timeout_ms > 0 ? timeout_ms : 0, out, err);
+}
+
+int tuned_client_watch(tuned_client *client, const char *key,
+		       tuned_client_error *err)
+{
+	if (!key)
+		return set_error(err, TUNED_CLIENT_EINVAL, "no key to watch");
+	return tuned_client_call(client, PROTO_OP_WATCH,
+				 json_pack("{s:s}", "key", key), 0, NULL, err);
+}
+
+int tuned_client_stats(tuned_client *client, json_t **out,
+		       tuned_client_error *err)
+{
+	return tuned_client_call(client, PROTO_OP_STATS, NULL, 0, out, err);
+}
+
+int tuned_client_cache_list(tuned_client *client, json_t **out,
+			    tuned_client_error *err)
+{
+	return tuned_client_call(client, PROTO_OP_CACHE_LIST, NULL, 0, out, err);
+}
+
+int tuned_client_cache_show(tuned_client *client, const char *key,
+			    json_t **out, tuned_client_error *err)
+{
+	*out = NULL;
+	if (!key)
+		return set_error(err, TUNED_CLIENT_EINVAL, "no key to show");
+	return tuned_client_call(client, PROTO_OP_CACHE_SHOW,
+				 json_pack("{s:s}", "key", key), 0, out, err);
+}
+
+int tuned_client_cache_prune(tuned_client *client, int64_t max_age_s,
+			     int64_t max_bytes, json_t **out,
+			     tuned_client_error *err)
+{
+	json_t *params = json_object();
+
+	*out = NULL;
+	if (!params || add_count(params, "max_age_s", max_age_s) < 0 ||
+	    add_count(params, "max_bytes", max_bytes) < 0) {
+		json_decref(params);
+		return no_memory(err);
+	}
+	return tuned_client_call(client, PROTO_OP_CACHE_PRUNE, params, 0, out,
+				 err);
+}

@@ -1,0 +1,1048 @@
+/*
+ * service.c: the tunectl commands that talk to a daemon, through the
+ * client library (tuned_client.h).
+ *
+ *   tunectl submit FILE [--wait] [--budget S] [--priority N]
+ *   tunectl status JOB | list | wait JOB | cancel JOB
+ *   tunectl fetch KEY|JOB [--out DIR] [--min-version N] [--timeout MS]
+ *   tunectl stats | cache ls | cache show KEY | cache prune [--max-age S]
+ *                                                          [--max-bytes N]
+ *
+ * Each takes --json (one JSON object on stdout) and --socket PATH. Exit 0
+ * on success, 1 on failure (no daemon included), 2 for a usage error.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "tunectl.h"
+#include "tuned_client.h"
+
+#define POLL_MS 500
+#define PLAIN_EVERY_S 10.0
+
+typedef struct service_options {
+	const char *command; /* "submit", ..., "cache ls" */
+	const char *arg;     /* FILE, JOB, KEY */
+	const char *socket;
+	bool as_json;
+	bool wait;
+	double budget_s;
+	int priority;
+	const char *out_dir;
+	int64_t min_version;
+	int timeout_ms;
+	int64_t max_age_s, max_bytes;
+} service_options;
+
+typedef struct service_command {
+	const char *name;
+	const char *arg;     /* the name of its argument, or NULL */
+	const char *options; /* its own options, space-separated */
+	int (*run)(tuned_client *client, const service_options *o);
+} service_command;
+
+static const char service_usage[] =
+	"usage: tunectl submit FILE [--wait] [--budget S] [--priority N]\n"
+	"       tunectl status JOB | list | wait JOB | cancel JOB\n"
+	"       tunectl fetch KEY|JOB [--out DIR] [--min-version N] "
+	"[--timeout MS]\n"
+	"       tunectl stats | cache ls | cache show KEY\n"
+	"       tunectl cache prune [--max-age S] [--max-bytes N]\n"
+	"each also takes --json and --socket PATH\n";
+
+/* Reporting. */
+
+/* The error "err" of "o"'s command: on stderr, and as JSON with --json. */
+static int fail(const service_options *o, const tuned_client_error *err)
+{
+	fprintf(stderr, "tunectl %s: %s\n", o->command, err->message);
+	if (o->as_json)
+		tunectl_print_json(json_pack("{s:{s:s, s:s}}", "error", "code",
+					     tuned_client_code_name(err->code),
+					     "message", err->message));
+	return EXIT_INVALID;
+}
+
+__attribute__((format(printf, 2, 3)))
+static int fail_with(const service_options *o, const char *fmt, ...)
+{
+	tuned_client_error err = {.code = TUNED_CLIENT_EIO};
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err.message, sizeof(err.message), fmt, ap);
+	va_end(ap);
+	return fail(o, &err);
+}
+
+static const char *str(json_t *obj, const char *key)
+{
+	const char *s = json_string_value(json_object_get(obj, key));
+
+	return s ? s : "";
+}
+
+static double num(json_t *obj, const char *key)
+{
+	json_t *v = json_object_get(obj, key);
+
+	return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+/* A scalar as text, for the flat printer. */
+static void print_scalar(json_t *v)
+{
+	if (json_is_string(v))
+		fputs(json_string_value(v), stdout);
+	else if (json_is_integer(v))
+		printf("%lld", (long long)json_integer_value(v));
+	else if (json_is_real(v))
+		printf("%g", json_real_value(v));
+	else if (json_is_boolean(v))
+		fputs(json_is_true(v) ? "true" : "false", stdout);
+	else
+		fputs("null", stdout);
+}
+
+/* "obj" as lines "a.b.c value", for results whose shape is the daemon's. */
+static void print_flat(const char *prefix, json_t *v)
+{
+	char name[256];
+	const char *key;
+	json_t *item;
+	size_t i;
+
+	if (json_is_object(v)) {
+		json_object_foreach(v, key, item) {
+			snprintf(name, sizeof(name), "%s%s%s", prefix,
+				 *prefix ? "." : "", key);
+			print_flat(name, item);
+		}
+	} else if (json_is_array(v)) {
+		json_array_foreach(v, i, item) {
+			snprintf(name, sizeof(name), "%s[%zu]", prefix, i);
+			print_flat(name, item);
+		}
+	} else {
+		printf("%-32s ", prefix);
+		print_scalar(v);
+		putchar('\n');
+	}
+}
+
+/* Files. */
+
+static char *read_text(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	char *text = NULL;
+	size_t len = 0;
+
+	if (!f)
+		return NULL;
+	if (getdelim(&text, &len, '\0', f) < 0) {
+		free(text);
+		text = NULL;
+	}
+	fclose(f);
+	return text;
+}
+
+static int write_bytes(const char *path, const void *bytes, size_t len)
+{
+	FILE *f = fopen(path, "wb");
+	int rc;
+
+	if (!f)
+		return -1;
+	rc = fwrite(bytes, 1, len, f) == len ? 0 : -1;
+	if (fclose(f) != 0)
+		rc = -1;
+	return rc;
+}
+
+static int write_json(const char *path, json_t *value)
+{
+	char *text = json_dumps(value, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
+				       JSON_ENCODE_ANY);
+	size_t len = text ? strlen(text) : 0;
+	int rc;
+
+	if (!text)
+		return -1;
+	text[len] = '\n'; /* over the NUL: the dump ends with a newline */
+	rc = write_bytes(path, text, len + 1);
+	free(text);
+	return rc;
+}
+
+static int b64_value(int c)
+{
+	static const char digits[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	const char *p = c ? strchr(digits, c) : NULL;
+
+	return p ? (int)(p - digits) : -1;
+}
+
+/* Decodes the base64 "text" into a new buffer: *len bytes; NULL when it is
+ * not base64 or memory runs out. */
+static unsigned char *b64_decode(const char *text, size_t *len)
+{
+	size_t n = strlen(text), out = 0;
+	unsigned char *bytes = malloc(n / 4 * 3 + 3);
+	unsigned bits = 0;
+	int nbits = 0, v;
+
+	for (size_t i = 0; bytes && i < n; i++) {
+		if (text[i] == '=' || text[i] == '\n' || text[i] == '\r')
+			continue;
+		if ((v = b64_value(text[i])) < 0) {
+			free(bytes);
+			return NULL;
+		}
+		bits = (bits << 6 | (unsigned)v) & 0xffffff;
+		if ((nbits += 6) >= 8) {
+			nbits -= 8;
+			bytes[out++] = (unsigned char)(bits >> nbits);
+		}
+	}
+	*len = out;
+	return bytes;
+}
+
+/* Progress of a job, for submit --wait and wait. */
+
+typedef struct progress {
+	FILE *out;
+	bool bar;             /* a terminal: one line redrawn */
+	json_t *job;          /* the last known state of the job */
+	double budget_s;      /* asked for, or the job's; 0: unknown */
+	double running_since; /* when it was first seen running */
+	char state[16];       /* of the last plain line printed */
+	int64_t version;
+	double last_at;
+} progress;
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static bool is_final(const char *state)
+{
+	return !strcmp(state, "done") || !strcmp(state, "failed") ||
+	       !strcmp(state, "cancelled");
+}
+
+/* The part of the budget spent, from 0 to 1, or -1 when unknown. */
+static double fraction(const progress *pg)
+{
+	double budget = num(pg->job, "budget_s");
+
+	if (!(budget > 0))
+		budget = pg->budget_s;
+	if (!strcmp(str(pg->job, "state"), "done"))
+		return 1;
+	if (!(budget > 0) || !(pg->running_since > 0))
+		return -1;
+	return fmin((now_s() - pg->running_since) / budget, 0.99);
+}
+
+/* "running, 120 trials, best 0.0123 ms, version 3" */
+static void describe(json_t *job, char *out, size_t size)
+{
+	json_t *p = json_object_get(job, "progress");
+	double best = num(p, "best_ms");
+	int n;
+
+	n = snprintf(out, size, "%s, %lld trials", str(job, "state"),
+		     (long long)json_integer_value(json_object_get(p, "trials")));
+	if (best > 0 && n > 0 && (size_t)n < size)
+		n += snprintf(out + n, size - n, ", best %.4f ms", best);
+	if (json_integer_value(json_object_get(p, "version")) > 0 && n > 0 &&
+	    (size_t)n < size)
+		snprintf(out + n, size - n, ", version %lld",
+			 (long long)json_integer_value(json_object_get(p, "version")));
+}
+
+static long long job_number(json_t *job)
+{
+	return (long long)json_integer_value(json_object_get(job, "id"));
+}
+
+/* On a terminal: one line, redrawn, with a bar of the budget spent. */
+static void render_bar(progress *pg, const char *text)
+{
+	double f = fraction(pg);
+	int filled = f < 0 ? 0 : (int)(f * 30 + 0.5);
+	char bar[31], percent[8] = "";
+
+	memset(bar, '#', filled);
+	memset(bar + filled, '.', 30 - filled);
+	bar[30] = 0;
+	if (f >= 0)
+		snprintf(percent, sizeof(percent), " %3d%%", (int)(f * 100));
+	fprintf(pg->out, "\r\033[Kjob %lld [%s]%s %s", job_number(pg->job), bar,
+		percent, text);
+	fflush(pg->out);
+}
+
+/* Elsewhere: a line when the state or the version changes, or now and
+ * then. */
+static void render_line(progress *pg, const char *text)
+{
+	json_t *p = json_object_get(pg->job, "progress");
+	int64_t version = json_integer_value(json_object_get(p, "version"));
+	const char *state = str(pg->job, "state");
+
+	if (!strcmp(state, pg->state) && version == pg->version &&
+	    now_s() - pg->last_at < PLAIN_EVERY_S)
+		return;
+	fprintf(pg->out, "job %lld: %s\n", job_number(pg->job), text);
+	fflush(pg->out);
+	snprintf(pg->state, sizeof(pg->state), "%s", state);
+	pg->version = version;
+	pg->last_at = now_s();
+}
+
+static void render(progress *pg)
+{
+	char text[200];
+
+	if (!pg->running_since && !strcmp(str(pg->job, "state"), "running"))
+		pg->running_since = now_s();
+	describe(pg->job, text, sizeof(text));
+	if (pg->bar)
+		render_bar(pg, text);
+	else
+		render_line(pg, text);
+}
+
+/* Merges what an event says of the job "id" into pg->job: a "job" event
+ * is the job; "progress" and "version" events update its progress. */
+static void merge_event(progress *pg, int64_t id, const tuned_client_event *ev)
+{
+	json_t *data = ev->data, *p = json_object_get(pg->job, "progress");
+	json_t *which = json_object_get(data, "job");
+
+	if (!strcmp(ev->name, PROTO_EVENT_JOB)) {
+		if (json_integer_value(json_object_get(data, "id")) == id &&
+		    json_is_string(json_object_get(data, "state"))) {
+			json_decref(pg->job);
+			pg->job = json_incref(data);
+		}
+		return;
+	}
+	if (json_integer_value(which) != id || !json_is_object(p))
+		return;
+	if (json_is_integer(json_object_get(data, "trials")))
+		json_object_set(p, "trials", json_object_get(data, "trials"));
+	if (json_is_integer(json_object_get(data, "version")))
+		json_object_set(p, "version", json_object_get(data, "version"));
+	if (json_is_number(json_object_get(data, "best_ms")))
+		json_object_set(p, "best_ms", json_object_get(data, "best_ms"));
+	else if (json_is_number(json_object_get(data, "median_ms")))
+		json_object_set(p, "best_ms", json_object_get(data, "median_ms"));
+}
+
+/* Events for up to POLL_MS; each one redraws. Connection errors end it. */
+static int follow_events(tuned_client *client, progress *pg, int64_t id,
+			 tuned_client_error *err)
+{
+	double until = now_s() + POLL_MS / 1000.0;
+	tuned_client_event ev;
+	int rc, left;
+
+	while ((left = (int)((until - now_s()) * 1000)) > 0) {
+		if ((rc = tuned_client_next_event(client, left, &ev, err)) <= 0)
+			return rc;
+		merge_event(pg, id, &ev);
+		json_decref(ev.data);
+		render(pg);
+	}
+	return 0;
+}
+
+static void finish_line(const service_options *o, json_t *job)
+{
+	const char *error = str(job, "error");
+	char text[200];
+
+	if (o->as_json) {
+		tunectl_print_json(json_incref(job));
+		return;
+	}
+	describe(job, text, sizeof(text));
+	printf("job %lld %s: key %s%s%s\n", job_number(job), str(job, "state"), str(job, "key"), *error ? ": " : "", error);
+	printf("  %s\n", strchr(text, ',') ? strchr(text, ',') + 2 : text);
+}
+
+/* Follows the job "id" until it ends, with its events (the submitter
+ * gets them; others watch the key) and its status every POLL_MS; exit 0
+ * when it ended done. */
+static int wait_job(tuned_client *client, const service_options *o, int64_t id)
+{
+	progress pg = {.out = o->as_json ? stderr : stdout,
+		       .budget_s = o->budget_s};
+	tuned_client_error err;
+	int rc = 0, status;
+
+	pg.bar = isatty(fileno(pg.out));
+	for (;;) {
+		json_t *job = NULL;
+
+		if ((rc = tuned_client_status(client, id, &job, &err)) < 0)
+			break;
+		json_decref(pg.job);
+		pg.job = job;
+		render(&pg);
+		if (is_final(str(job, "state")) ||
+		    (rc = follow_events(client, &pg, id, &err)) < 0)
+			break;
+	}
+	if (pg.bar)
+		fputc('\n', pg.out);
+	if (rc < 0) {
+		json_decref(pg.job);
+		return fail(o, &err);
+	}
+	finish_line(o, pg.job);
+	status = strcmp(str(pg.job, "state"), "done") ? EXIT_INVALID : EXIT_SUCCESS;
+	json_decref(pg.job);
+	return status;
+}
+
+/* The commands. */
+
+/* "text" as a job id: a positive integer; 0 when it is not one. */
+static int64_t job_id(const char *text)
+{
+	char *end;
+	long long n;
+
+	errno = 0;
+	n = strtoll(text, &end, 10);
+	return *end || end == text || n <= 0 || errno ? 0 : n;
+}
+
+static void print_submitted(const service_options *o,
+			    const tuned_client_job *job)
+{
+	FILE *out = o->as_json ? stderr : stdout;
+
+	fprintf(out, "job %lld key %s\n", (long long)job->id, job->key);
+	if (job->cached_version > 0)
+		fprintf(out, "version %lld is cached already: tunectl fetch %s\n",
+			(long long)job->cached_version, job->key);
+	fflush(out);
+}
+
+static int cmd_submit(tuned_client *client, const service_options *o)
+{
+	char *graph = read_text(o->arg);
+	tuned_client_error err;
+	tuned_client_job job;
+	int rc;
+
+	if (!graph)
+		return fail_with(o, "%s: cannot read the file (%s)", o->arg,
+				 strerror(errno));
+	rc = tuned_client_submit(client, graph, o->budget_s, o->priority, &job,
+				 &err);
+	free(graph);
+	if (rc < 0)
+		return fail(o, &err);
+	if (o->wait) {
+		print_submitted(o, &job);
+		return wait_job(client, o, job.id);
+	}
+	if (o->as_json)
+		tunectl_print_json(json_pack("{s:I, s:s, s:I}", "job",
+					     (json_int_t)job.id, "key", job.key,
+					     "cached_version",
+					     (json_int_t)job.cached_version));
+	else
+		print_submitted(o, &job);
+	return EXIT_SUCCESS;
+}
+
+static void print_job(json_t *job)
+{
+	char text[200];
+
+	describe(job, text, sizeof(text));
+	printf("job %lld: %s\n", job_number(job), text);
+	printf("  key       %s\n", str(job, "key"));
+	if (*str(job, "name"))
+		printf("  name      %s\n", str(job, "name"));
+	if (*str(job, "created_at"))
+		printf("  created   %s\n", str(job, "created_at"));
+	if (num(job, "budget_s") > 0)
+		printf("  budget    %g s\n", num(job, "budget_s"));
+	printf("  priority  %lld\n",
+	       (long long)json_integer_value(json_object_get(job, "priority")));
+	if (*str(job, "error"))
+		printf("  error     %s\n", str(job, "error"));
+}
+
+static int cmd_status(tuned_client *client, const service_options *o)
+{
+	tuned_client_error err;
+	json_t *job;
+	int64_t id = job_id(o->arg);
+
+	if (tuned_client_status(client, id, &job, &err) < 0)
+		return fail(o, &err);
+	if (o->as_json)
+		tunectl_print_json(job);
+	else {
+		print_job(job);
+		json_decref(job);
+	}
+	return EXIT_SUCCESS;
+}
+
+static int cmd_wait(tuned_client *client, const service_options *o)
+{
+	tuned_client_error err;
+	int64_t id = job_id(o->arg);
+	json_t *job;
+	int rc;
+
+	if (tuned_client_status(client, id, &job, &err) < 0)
+		return fail(o, &err);
+	rc = is_final(str(job, "state")) ? 0 :
+	     tuned_client_watch(client, str(job, "key"), &err);
+	json_decref(job);
+	return rc < 0 ? fail(o, &err) : wait_job(client, o, id);
+}
+
+static int cmd_cancel(tuned_client *client, const service_options *o)
+{
+	tuned_client_error err;
+	int64_t id = job_id(o->arg);
+	json_t *job;
+
+	if (tuned_client_cancel(client, id, &job, &err) < 0)
+		return fail(o, &err);
+	if (o->as_json)
+		return tunectl_print_json(job), EXIT_SUCCESS;
+	if (!strcmp(str(job, "state"), "cancelled"))
+		printf("job %lld cancelled\n", (long long)id);
+	else
+		printf("job %lld had ended: %s\n", (long long)id, str(job, "state"));
+	json_decref(job);
+	return EXIT_SUCCESS;
+}
+
+static int cmd_list(tuned_client *client, const service_options *o)
+{
+	tuned_client_error err;
+	json_t *result, *job;
+	size_t i;
+
+	if (tuned_client_list(client, &result, &err) < 0)
+		return fail(o, &err);
+	if (o->as_json)
+		return tunectl_print_json(result), EXIT_SUCCESS;
+	printf("%6s  %-9s  %8s  %7s  %12s  %7s  %s\n", "job", "state", "priority",
+	       "trials", "best ms", "version", "name");
+	json_array_foreach(json_object_get(result, "jobs"), i, job) {
+		json_t *p = json_object_get(job, "progress");
+
+		printf("%6lld  %-9s  %8lld  %7lld  %12.4f  %7lld  %s\n",
+		       (long long)json_integer_value(json_object_get(job, "id")),
+		       str(job, "state"),
+		       (long long)json_integer_value(json_object_get(job, "priority")),
+		       (long long)json_integer_value(json_object_get(p, "trials")),
+		       num(p, "best_ms"),
+		       (long long)json_integer_value(json_object_get(p, "version")),
+		       str(job, "name"));
+	}
+	json_decref(result);
+	return EXIT_SUCCESS;
+}
+
+/* fetch --out: the files of a result. */
+
+typedef struct out_files {
+	const char *dir;
+	bool cuda;       /* from the device: "cuda: ..." */
+	json_t *written; /* array of paths */
+	char path[4096]; /* the file being written */
+	char why[160];   /* why it failed */
+} out_files;
+
+__attribute__((format(printf, 2, 3)))
+static int refuse_file(out_files *f, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(f->why, sizeof(f->why), fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* Writes DIR/"name": "value" as JSON, or else "len" bytes at "bytes". */
+static int put_file(out_files *f, const char *name, json_t *value,
+		    const void *bytes, size_t len)
+{
+	snprintf(f->path, sizeof(f->path), "%s/%s", f->dir, name);
+	if ((value ? write_json(f->path, value) :
+		     write_bytes(f->path, bytes, len)) < 0)
+		return refuse_file(f, "%s", strerror(errno));
+	json_array_append_new(f->written, json_string(f->path));
+	return 0;
+}
+
+/* kernel_<n>.cu or .c: by the source's language, else the device. */
+static void source_name(const out_files *f, json_t *item, size_t i,
+			char *name, size_t size)
+{
+	const char *language = str(item, "language");
+	bool cuda = *language ? !strcmp(language, "cuda") : f->cuda;
+
+	snprintf(name, size, "kernel_%zu.%s", i, cuda ? "cu" : "c");
+}
+
+/* "sources": one per kernel, {kernel, language, source} or a string. */
+static int write_sources(out_files *f, json_t *result)
+{
+	json_t *item;
+	char name[64];
+	size_t i;
+
+	json_array_foreach(json_object_get(result, "sources"), i, item) {
+		const char *text = json_is_string(item) ? json_string_value(item) :
+				   json_string_value(json_object_get(item, "source"));
+
+		source_name(f, item, i, name, sizeof(name));
+		snprintf(f->path, sizeof(f->path), "%s/%s", f->dir, name);
+		if (!text)
+			return refuse_file(f, "source %zu has no text", i);
+		if (put_file(f, name, NULL, text, strlen(text)) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* A launch description from the plan, for a result without "launch":
+ * per kernel, its source file, ops, schedule and signature (the grid
+ * needs the graph's shapes, which the result does not hold). */
+static json_t *launch_from_plan(const out_files *f, json_t *result)
+{
+	json_t *kernels = json_object_get(json_object_get(result, "plan"), "kernels");
+	json_t *launch = json_array(), *k;
+	char source[64];
+	size_t i;
+
+	json_array_foreach(kernels, i, k) {
+		source_name(f, json_array_get(json_object_get(result, "sources"), i),
+			    i, source, sizeof(source));
+		json_array_append_new(launch, json_pack(
+			"{s:s, s:s, s:O*, s:O*, s:s}", "kernel", str(k, "name"),
+			"source", source, "ops", json_object_get(k, "ops"),
+			"schedule", json_object_get(k, "schedule"), "signature",
+			f->cuda ? "extern \"C\" __global__: one pointer per tensor, "
+				  "in graph order" :
+				  "void NAME(void **tensors): one pointer per "
+				  "tensor, in graph order"));
+	}
+	return launch;
+}
+
+static int write_launch(out_files *f, json_t *result)
+{
+	json_t *launch = json_object_get(result, "launch");
+	int rc;
+
+	if (launch && !json_is_null(launch))
+		return put_file(f, "launch.json", launch, NULL, 0);
+	launch = launch_from_plan(f, result);
+	rc = put_file(f, "launch.json", launch, NULL, 0);
+	json_decref(launch);
+	return rc;
+}
+
+/* One binary: base64 text, or {format?, data}. */
+static int write_binary(out_files *f, json_t *item, size_t i, bool alone)
+{
+	const char *data = json_is_string(item) ? json_string_value(item) :
+			   json_string_value(json_object_get(item, "data"));
+	const char *format = json_string_value(json_object_get(item, "format"));
+	unsigned char *bytes;
+	char name[96];
+	size_t len;
+	int rc;
+
+	snprintf(f->path, sizeof(f->path), "%s/binaries[%zu]", f->dir, i);
+	if (!data || !(bytes = b64_decode(data, &len)))
+		return refuse_file(f, "binary %zu is not base64", i);
+	if (!format)
+		format = f->cuda ? "cubin" : "so";
+	if (alone)
+		snprintf(name, sizeof(name), "kernels.%.16s", format);
+	else
+		snprintf(name, sizeof(name), "kernel_%zu.%.16s", i, format);
+	rc = put_file(f, name, NULL, bytes, len);
+	free(bytes);
+	return rc;
+}
+
+/* "binaries", when the result has them: one, or one per kernel. */
+static int write_binaries(out_files *f, json_t *result)
+{
+	json_t *binaries = json_object_get(result, "binaries"), *item;
+	size_t i;
+
+	if (json_is_string(binaries))
+		return write_binary(f, binaries, 0, true);
+	json_array_foreach(binaries, i, item)
+		if (write_binary(f, item, i, false) < 0)
+			return -1;
+	return 0;
+}
+
+static int write_result(const service_options *o, json_t *result,
+			json_t *written)
+{
+	out_files f = {.dir = o->out_dir, .written = written,
+		       .cuda = !strncmp(str(result, "device"), "cuda", 4)};
+	json_t *plan = json_object_get(result, "plan");
+
+	if (mkdir(o->out_dir, 0777) < 0 && errno != EEXIST)
+		return fail_with(o, "%s: cannot make the folder (%s)", o->out_dir,
+				 strerror(errno));
+	if (!json_is_object(plan))
+		return fail_with(o, "the result for %s has no plan", o->arg);
+	if (put_file(&f, "plan.json", plan, NULL, 0) < 0 ||
+	    write_sources(&f, result) < 0 || write_launch(&f, result) < 0 ||
+	    write_binaries(&f, result) < 0)
+		return fail_with(o, "%s: %s", f.path, f.why);
+	return 0;
+}
+
+static void print_fetched(json_t *result, json_t *written)
+{
+	json_t *path;
+	size_t i;
+
+	printf("key       %s\n", str(result, "key"));
+	printf("version   %lld\n",
+	       (long long)json_integer_value(json_object_get(result, "version")));
+	if (isnan(num(result, "spread_ms")))
+		printf("median_ms %.4f\n", num(result, "median_ms"));
+	else
+		printf("median_ms %.4f (spread %.4f)\n", num(result, "median_ms"),
+		       num(result, "spread_ms"));
+	printf("device    %s\n", str(result, "device"));
+	json_array_foreach(written, i, path)
+		printf("wrote     %s\n", json_string_value(path));
+}
+
+static int cmd_fetch(tuned_client *client, const service_options *o)
+{
+	json_t *result, *written = json_array();
+	tuned_client_error err;
+	int status = EXIT_SUCCESS;
+
+	if (tuned_client_fetch(client, o->arg, o->min_version, o->timeout_ms,
+			       &result, &err) < 0) {
+		json_decref(written);
+		return fail(o, &err);
+	}
+	if (o->out_dir && write_result(o, result, written) != 0)
+		status = EXIT_INVALID;
+	else if (o->as_json) {
+		if (o->out_dir) {
+			json_object_del(result, "sources");
+			json_object_del(result, "binaries");
+			json_object_set(result, "files", written);
+		}
+		tunectl_print_json(json_incref(result));
+	} else
+		print_fetched(result, written);
+	json_decref(written);
+	json_decref(result);
+	return status;
+}
+
+/* Results shown as they come: JSON, or flat lines. */
+static int show(const service_options *o, int rc, json_t *result,
+		const tuned_client_error *err)
+{
+	if (rc < 0)
+		return fail(o, err);
+	if (o->as_json)
+		tunectl_print_json(result);
+	else {
+		print_flat("", result);
+		json_decref(result);
+	}
+	return EXIT_SUCCESS;
+}
+
+static int cmd_stats(tuned_client *client, const service_options *o)
+{
+	tuned_client_error err;
+	json_t *result = NULL;
+	int rc = tuned_client_stats(client, &result, &err);
+
+	return show(o, rc, result, &err);
+}
+
+static void print_entry(json_t *e)
+{
+	printf("%-64s  %7lld  %12.4f  %10lld  %-20s  %s\n", str(e, "key"),
+	       (long long)json_integer_value(json_object_get(e, "version")),
+	       num(e, "median_ms"),
+	       (long long)json_integer_value(json_object_get(e, "bytes")),
+	       str(e, "updated_at"), str(e, "name"));
+}
+
+static int cmd_cache_ls(tuned_client *client, const service_options *o)
+{
+	tuned_client_error err;
+	json_t *result, *entry;
+	size_t i;
+
+	if (tuned_client_cache_list(client, &result, &err) < 0)
+		return fail(o, &err);
+	if (o->as_json)
+		return tunectl_print_json(result), EXIT_SUCCESS;
+	printf("%-64s  %7s  %12s  %10s  %-20s  %s\n", "key", "version",
+	       "median ms", "bytes", "updated", "name");
+	json_array_foreach(json_object_get(result, "entries"), i, entry)
+		print_entry(entry);
+	json_decref(result);
+	return EXIT_SUCCESS;
+}
+
+static int cmd_cache_show(tuned_client *client, const service_options *o)
+{
+	tuned_client_error err;
+	json_t *result = NULL;
+	int rc = tuned_client_cache_show(client, o->arg, &result, &err);
+
+	return show(o, rc, result, &err);
+}
+
+static int cmd_cache_prune(tuned_client *client, const service_options *o)
+{
+	tuned_client_error err;
+	json_t *result = NULL;
+	int rc = tuned_client_cache_prune(client, o->max_age_s, o->max_bytes,
+					  &result, &err);
+
+	return show(o, rc, result, &err);
+}
+
+static const service_command commands[] = {
+	{"submit", "FILE", "wait budget priority", cmd_submit},
+	{"status", "JOB", "", cmd_status},
+	{"list", NULL, "", cmd_list},
+	{"wait", "JOB", "", cmd_wait},
+	{"cancel", "JOB", "", cmd_cancel},
+	{"fetch", "KEY|JOB", "out min-version timeout", cmd_fetch},
+	{"stats", NULL, "", cmd_stats},
+	{"cache ls", NULL, "", cmd_cache_ls},
+	{"cache show", "KEY", "", cmd_cache_show},
+	{"cache prune", NULL, "max-age max-bytes", cmd_cache_prune},
+};
+
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+bool tunectl_is_service(const char *name)
+{
+	size_t len = strlen(name);
+
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (!strncmp(commands[i].name, name, len) &&
+		    (!commands[i].name[len] || commands[i].name[len] == ' '))
+			return true;
+	return false;
+}
+
+/* Option values. */
+
+/* "text" as a number with an optional unit of "units" (letter, factor). */
+static int parse_number(const char *text, const char *units,
+			const double *factors, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(text, &end);
+	if (end == text || errno || !isfinite(v))
+		return -1;
+	if (*end && units && strchr(units, *end) && !end[1])
+		v *= factors[strchr(units, *end) - units];
+	else if (*end)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int parse_int(const char *text, double lo, double hi, double *out)
+{
+	if (parse_number(text, NULL, NULL, out) < 0 || *out != floor(*out) ||
+	    *out < lo || *out > hi)
+		return -1;
+	return 0;
+}
+
+static const double age_factors[] = {1, 60, 3600, 86400};
+static const double byte_factors[] = {1024.0, 1048576.0, 1073741824.0,
+				      1099511627776.0};
+
+static int option_value(service_options *o, const char *name, const char *v)
+{
+	double x;
+
+	if (!strcmp(name, "budget"))
+		return parse_number(v, "smhd", age_factors, &o->budget_s) < 0 ||
+		       !(o->budget_s >= 0) ? -1 : 0;
+	if (!strcmp(name, "max-age"))
+		return parse_number(v, "smhd", age_factors, &x) < 0 || x < 0 ? -1 :
+		       (o->max_age_s = (int64_t)x, 0);
+	if (!strcmp(name, "max-bytes"))
+		return parse_number(v, "KMGT", byte_factors, &x) < 0 || x < 0 ||
+		       x > 9e18 ? -1 : (o->max_bytes = (int64_t)x, 0);
+	if (!strcmp(name, "out"))
+		return (o->out_dir = v), 0;
+	if (parse_int(v, name[0] == 'p' ? PROTO_PRIORITY_MIN : 0,
+		      name[0] == 'p' ? PROTO_PRIORITY_MAX :
+		      name[0] == 't' ? PROTO_TIMEOUT_MAX_MS : 9e18, &x) < 0)
+		return -1;
+	if (!strcmp(name, "priority"))
+		o->priority = (int)x;
+	else if (!strcmp(name, "timeout"))
+		o->timeout_ms = (int)x;
+	else
+		o->min_version = (int64_t)x;
+	return 0;
+}
+
+/* Whether the option "--name" belongs to "cmd". */
+static bool takes(const service_command *cmd, const char *name)
+{
+	size_t len = strlen(name);
+
+	for (const char *p = strstr(cmd->options, name); p; p = strstr(p + 1, name))
+		if ((p == cmd->options || p[-1] == ' ') && (!p[len] || p[len] == ' '))
+			return true;
+	return false;
+}
+
+static int usage_error(const service_options *o, const char *what,
+		       const char *arg)
+{
+	fprintf(stderr, "tunectl %s: %s '%s'\n%s", o->command, what, arg,
+		service_usage);
+	return -1;
+}
+
+static int parse_option(const service_command *cmd, service_options *o,
+			int argc, char **argv, int *i)
+{
+	const char *name = argv[*i] + 2;
+
+	if (!strcmp(name, "json"))
+		return (o->as_json = true), 0;
+	if (!strcmp(name, "wait") && takes(cmd, "wait"))
+		return (o->wait = true), 0;
+	if (strcmp(name, "socket") && !takes(cmd, name))
+		return usage_error(o, "unknown option", argv[*i]);
+	if (*i + 1 >= argc)
+		return usage_error(o, "a value is missing after", argv[*i]);
+	if (!strcmp(name, "socket"))
+		return (o->socket = argv[++*i]), 0;
+	if (option_value(o, name, argv[*i + 1]) < 0)
+		return usage_error(o, "bad value for", argv[*i]);
+	++*i;
+	return 0;
+}
+
+static const service_command *find_command(int argc, char **argv, int *used)
+{
+	char name[64];
+
+	*used = 1;
+	if (!strcmp(argv[0], "cache")) {
+		if (argc < 2 || argv[1][0] == '-')
+			return NULL;
+		snprintf(name, sizeof(name), "cache %s", argv[1]);
+		*used = 2;
+	} else {
+		snprintf(name, sizeof(name), "%s", argv[0]);
+	}
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (!strcmp(commands[i].name, name))
+			return &commands[i];
+	return NULL;
+}
+
+/* Fills "o" for the command "cmd" from "argv" (after the command's
+ * words): 0, 1 for --help, -1 for a usage error (printed). */
+static int parse_service_options(const service_command *cmd, int argc,
+				 char **argv, service_options *o)
+{
+	*o = (service_options){.command = cmd->name, .max_age_s = -1,
+			       .max_bytes = -1};
+	for (int i = 0; i < argc; i++) {
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+			return fputs(service_usage, stdout), 1;
+		if (!strncmp(argv[i], "--", 2)) {
+			if (parse_option(cmd, o, argc, argv, &i) < 0)
+				return -1;
+		} else if (cmd->arg && !o->arg) {
+			o->arg = argv[i];
+		} else {
+			return usage_error(o, "unexpected argument", argv[i]);
+		}
+	}
+	if (cmd->arg && !o->arg)
+		return fprintf(stderr, "tunectl %s: needs %s\n%s", cmd->name,
+			       cmd->arg, service_usage), -1;
+	if (cmd->arg && !strcmp(cmd->arg, "JOB") && !job_id(o->arg))
+		return usage_error(o, "not a job id:", o->arg);
+	return 0;
+}
+
+int tunectl_service(int argc, char **argv)
+{
+	const service_command *cmd;
+	service_options o;
+	tuned_client_options copts = {0};
+	tuned_client_error err;
+	tuned_client *client;
+	int used, status;
+
+	if (!(cmd = find_command(argc, argv, &used)))
+		return fprintf(stderr, "tunectl: unknown command '%s%s%s'\n%s",
+			       argv[0], argc > 1 && !strcmp(argv[0], "cache") ? " " : "",
+			       argc > 1 && !strcmp(argv[0], "cache") ? argv[1] : "",
+			       service_usage), EXIT_USAGE;
+	if ((status = parse_service_options(cmd, argc - used, argv + used, &o)))
+		return status < 0 ? EXIT_USAGE : EXIT_SUCCESS;
+	if (tuned_client_connect(o.socket, &copts, &client, &err) < 0)
+		return fail(&o, &err);
+	status = cmd->run(client, &o);
+	tuned_client_close(client);
+	return status;
+}
