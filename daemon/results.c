@@ -54,6 +54,25 @@ static char *array_text(const json_t *array)
 	return array ? json_dumps(array, JSON_COMPACT) : strdup("[]");
 }
 
+/* The launch of each kernel, with the kernel's own median and spread. */
+static char *launch_text(const json_t *answer)
+{
+	json_t *launch = json_deep_copy(json_object_get(answer, "launch")), *entry;
+	const json_t *times = json_object_get(answer, "kernels");
+	char *text;
+	size_t i;
+
+	json_array_foreach(launch, i, entry) {
+		const json_t *t = json_array_get(times, i);
+
+		json_object_set(entry, "median_ms", json_object_get(t, "median_ms"));
+		json_object_set(entry, "spread_ms", json_object_get(t, "spread_ms"));
+	}
+	text = array_text(launch);
+	json_decref(launch);
+	return text;
+}
+
 /* A verified trial faster than the job's best becomes the next version. */
 static void publish_if_better(tuned_daemon *d, tuned_job *job, const tuned_result *r,
 			      const char *plan)
@@ -61,7 +80,7 @@ static void publish_if_better(tuned_daemon *d, tuned_job *job, const tuned_resul
 	double median = json_number_value(json_object_get(r->answer, "total_ms"));
 	double spread = json_number_value(json_object_get(r->answer, "total_spread_ms"));
 	char *sources = array_text(json_object_get(r->answer, "sources"));
-	char *launch = array_text(json_object_get(r->answer, "launch"));
+	char *launch = launch_text(r->answer);
 	cache_plan p = {job->key, d->device, KGEN_CODEGEN_VERSION, 0, plan, sources,
 			NULL, 0, launch, median, spread, "default", 0};
 	cache_error err = {0};
