@@ -96,7 +96,6 @@ void tuned_jobs_release(tuned_jobs *jobs);
 tuned_job *tuned_jobs_add(tuned_jobs *jobs, const char *key, const char *name,
 			  const char *graph, double budget_s, int priority);
 tuned_job *tuned_jobs_find(const tuned_jobs *jobs, int64_t id);
-tuned_job *tuned_jobs_next_queued(const tuned_jobs *jobs);
 void tuned_job_finish(tuned_job *job, enum tuned_job_state state, const char *error);
 const char *tuned_job_state_name(enum tuned_job_state state);
 struct json_t;

@@ -77,7 +77,8 @@ static tuned_job *queue_job(tuned_daemon *d, const sched_graph *graph,
 	job = tuned_jobs_add(&d->jobs, sched_graph_key(graph), sched_graph_name(graph),
 			     text, req->budget_s, (int)req->priority);
 	if (!job || tuned_jobs_save(&d->jobs) < 0 ||
-	    tuned_runner_submit(&d->runner, job->id, text, req->budget_s) < 0)
+	    tuned_runner_submit(&d->runner, job->id, text, req->budget_s,
+				(int)req->priority) < 0)
 		return NULL;
 	return job;
 }

@@ -140,18 +140,6 @@ tuned_job *tuned_jobs_find_active(const tuned_jobs *jobs, const char *key)
 	return NULL;
 }
 
-/* The queued job to run next: highest priority, then oldest. */
-tuned_job *tuned_jobs_next_queued(const tuned_jobs *jobs)
-{
-	tuned_job *best = NULL;
-
-	for (tuned_job *job = jobs->head; job; job = job->next)
-		if (job->state == TUNED_JOB_QUEUED &&
-		    (!best || job->priority > best->priority))
-			best = job;
-	return best;
-}
-
 void tuned_job_finish(tuned_job *job, enum tuned_job_state state, const char *error)
 {
 	job->state = state;

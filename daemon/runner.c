@@ -21,6 +21,7 @@ typedef struct runner_task {
 	int64_t job;
 	char *graph;
 	double budget_s;
+	int priority;
 	struct runner_task *next;
 } runner_task;
 
@@ -198,8 +199,9 @@ int tuned_runner_start(tuned_runner *r, uv_async_t *notify, int nthreads,
 	return 0;
 }
 
+/* Queues the job behind those of the same or higher priority. */
 int tuned_runner_submit(tuned_runner *r, int64_t job, const char *graph,
-			double budget_s)
+			double budget_s, int priority)
 {
 	runner_task *task = calloc(1, sizeof(*task)), **at;
 
@@ -209,9 +211,11 @@ int tuned_runner_submit(tuned_runner *r, int64_t job, const char *graph,
 	}
 	task->job = job;
 	task->budget_s = budget_s;
+	task->priority = priority;
 	uv_mutex_lock(&r->lock);
-	for (at = &r->tasks; *at; at = &(*at)->next)
+	for (at = &r->tasks; *at && (*at)->priority >= priority; at = &(*at)->next)
 		;
+	task->next = *at;
 	*at = task;
 	uv_cond_signal(&r->wake);
 	uv_mutex_unlock(&r->lock);

@@ -46,7 +46,7 @@ typedef struct tuned_runner {
 int tuned_runner_start(tuned_runner *r, uv_async_t *notify, int nthreads,
 		       const char *backend, const char *worker_path);
 int tuned_runner_submit(tuned_runner *r, int64_t job, const char *graph,
-			double budget_s);
+			double budget_s, int priority);
 void tuned_runner_cancel(tuned_runner *r, int64_t job);
 /* The results so far, oldest first, now the caller's. */
 tuned_result *tuned_runner_take_results(tuned_runner *r);

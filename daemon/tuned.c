@@ -112,7 +112,8 @@ static void resume_jobs(tuned_daemon *d)
 {
 	for (tuned_job *job = d->jobs.head; job; job = job->next)
 		if (job->state == TUNED_JOB_QUEUED)
-			tuned_runner_submit(&d->runner, job->id, job->graph, job->budget_s);
+			tuned_runner_submit(&d->runner, job->id, job->graph, job->budget_s,
+					    job->priority);
 }
 
 static void close_waiters(tuned_daemon *d)

@@ -348,3 +348,37 @@ Test(daemon, other_users_are_refused, .timeout = 120)
 	fixture_stop(&f, SIGTERM, NULL);
 	fixture_cleanup(&f);
 }
+
+static const char *state_of(json_t *reply)
+{
+	return json_string_value(json_object_get(result_of(reply), "state"));
+}
+
+Test(daemon, cancel_a_queued_and_a_running_job, .timeout = 300)
+{
+	fixture f;
+	conn c;
+	json_t *reply;
+	json_int_t running, queued;
+
+	fixture_init(&f);
+	fixture_start(&f, NULL);
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	running = submit(&c, "bert_qkv_small");
+	queued = submit(&c, "softmax_scores_small");
+	reply = conn_call(&c, "cancel", json_pack("{s:I}", "job", queued));
+	cr_expect_str_eq(state_of(reply), "cancelled", "%s", json_dumps(reply, 0));
+	json_decref(reply);
+	reply = conn_call(&c, "cancel", json_pack("{s:I}", "job", running));
+	json_decref(reply);
+	reply = wait_job(&c, running, 240);
+	cr_expect_str_eq(state_of(reply), "cancelled", "%s", json_dumps(reply, 0));
+	json_decref(reply);
+	reply = conn_call(&c, "cancel", json_pack("{s:I}", "job", running));
+	cr_expect_str_eq(state_of(reply), "cancelled", "an ended job is returned as it is");
+	json_decref(reply);
+	conn_close(&c);
+	fixture_stop(&f, SIGTERM, NULL);
+	fixture_cleanup(&f);
+}
