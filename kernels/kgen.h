@@ -82,6 +82,8 @@ typedef struct kgen_plan {
 int kgen_plan_from_json(__sched_keep const sched_graph *graph,
 			__sched_keep json_t *json, __sched_give kgen_plan **out,
 			kgen_error *err);
+/* The plan as JSON, each schedule with only the fields that differ from
+ * their defaults (which reading fills in again). */
 __sched_give json_t *kgen_plan_to_json(__sched_keep const sched_graph *graph,
 				       __sched_keep const kgen_plan *plan);
 /* One kernel per op, in dependence order, with the default schedule. */

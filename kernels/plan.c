@@ -474,18 +474,43 @@ static json_t *dims_json(const int64_t *values, int rank)
 	return list;
 }
 
-static json_t *schedule_json(const sched_tensor *t, const kgen_schedule *s)
+static bool same_dims(const int64_t *a, const int64_t *b, int rank)
 {
-	int64_t threads[SCHED_MAX_RANK];
+	for (int d = 0; d < rank; d++)
+		if (a[d] != b[d])
+			return false;
+	return true;
+}
 
-	for (int d = 0; d < t->rank; d++)
+/* The fields of "s" that differ from the defaults they would be read back
+ * as: a default plan is {"name", "ops"} per kernel, so plans stay small in
+ * the cache (its trials keep one each). */
+static json_t *schedule_json(const sched_op *op, const sched_tensor *t,
+			     const kgen_schedule *s)
+{
+	kgen_schedule def, tiled = *s;
+	int64_t threads[SCHED_MAX_RANK], def_threads[SCHED_MAX_RANK];
+	json_t *obj = json_object();
+
+	default_schedule(op, t, &def);
+	default_threads(t, &tiled);
+	for (int d = 0; d < t->rank; d++) {
 		threads[d] = s->threads[d];
-	return json_pack("{s:o, s:o, s:i, s:i, s:i, s:s, s:[]}",
-			 "tile", dims_json(s->tile, t->rank),
-			 "threads", dims_json(threads, t->rank),
-			 "parallel", s->parallel, "unroll", s->unroll,
-			 "vector", s->vector, "split", split_names[s->split],
-			 "shared");
+		def_threads[d] = tiled.threads[d];
+	}
+	if (!same_dims(s->tile, def.tile, t->rank))
+		json_object_set_new(obj, "tile", dims_json(s->tile, t->rank));
+	if (!same_dims(threads, def_threads, t->rank))
+		json_object_set_new(obj, "threads", dims_json(threads, t->rank));
+	if (s->parallel != def.parallel)
+		json_object_set_new(obj, "parallel", json_integer(s->parallel));
+	if (s->unroll != def.unroll)
+		json_object_set_new(obj, "unroll", json_integer(s->unroll));
+	if (s->vector != def.vector)
+		json_object_set_new(obj, "vector", json_integer(s->vector));
+	if (s->split != def.split)
+		json_object_set_new(obj, "split", json_string(split_names[s->split]));
+	return obj;
 }
 
 json_t *kgen_plan_to_json(const sched_graph *graph, const kgen_plan *plan)
@@ -498,10 +523,16 @@ json_t *kgen_plan_to_json(const sched_graph *graph, const kgen_plan *plan)
 
 		for (int i = 0; i < kernel->nops; i++)
 			json_array_append_new(ops, json_integer(kernel->ops[i]));
-		json_array_append_new(kernels, json_pack("{s:s, s:o, s:o}",
-			"name", kernel->name, "ops", ops,
-			"schedule", schedule_json(target_of(graph, kernel),
-						  &kernel->schedule)));
+		json_t *schedule = schedule_json(kgen_kernel_op(graph, kernel),
+						 target_of(graph, kernel),
+						 &kernel->schedule);
+		json_t *obj = json_pack("{s:s, s:o}", "name", kernel->name, "ops", ops);
+
+		if (json_object_size(schedule))
+			json_object_set_new(obj, "schedule", schedule);
+		else
+			json_decref(schedule);
+		json_array_append_new(kernels, obj);
 	}
 	return json_pack("{s:o}", "kernels", kernels);
 }

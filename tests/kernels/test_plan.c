@@ -143,3 +143,34 @@ Test(plan, cpu_tile_of_accumulators_is_bounded)
 	json_decref(json);
 	sched_graph_free(g);
 }
+
+/* Written plans keep only what differs from the defaults; reading one
+ * back must give the same schedules, default or not. */
+Test(plan, written_plans_read_back_the_same)
+{
+	sched_graph *g = chain_graph();
+	kgen_plan *plan = kgen_plan_default(g), *again = NULL;
+	kgen_error err = {0};
+	json_t *json;
+
+	plan->kernels[0].schedule.tile[0] = 16;
+	plan->kernels[0].schedule.threads[1] = 4;
+	plan->kernels[0].schedule.split = KGEN_SPLIT_BLOCK;
+	plan->kernels[1].schedule.vector = 4;
+	plan->kernels[1].schedule.parallel = 1;
+	json = kgen_plan_to_json(g, plan);
+	cr_assert_eq(kgen_plan_from_json(g, json, &again, &err), KGEN_OK, "%s", err.message);
+	for (int k = 0; k < 2; k++)
+		cr_expect_eq(memcmp(&plan->kernels[k].schedule, &again->kernels[k].schedule,
+				    sizeof(kgen_schedule)), 0, "kernel %d", k);
+	json_decref(json);
+	kgen_plan_free(plan);
+	plan = kgen_plan_default(g);
+	json = kgen_plan_to_json(g, plan);
+	cr_expect_null(json_object_get(json_array_get(json_object_get(json, "kernels"), 0),
+				       "schedule"), "a default schedule is written empty");
+	json_decref(json);
+	kgen_plan_free(plan);
+	kgen_plan_free(again);
+	sched_graph_free(g);
+}
