@@ -85,22 +85,6 @@ static void find_worker(char *path, size_t size)
 		snprintf(path, size, "%s/../daemon/tuned-worker", self);
 }
 
-static char *read_text(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	char *text = NULL;
-	size_t len = 0;
-
-	if (!f)
-		return NULL;
-	if (getdelim(&text, &len, '\0', f) < 0) {
-		free(text);
-		text = NULL;
-	}
-	fclose(f);
-	return text;
-}
-
 static json_t *build_request(const run_options *o, const char *graph_text)
 {
 	json_t *request = json_pack("{s:s, s:i}", "graph", graph_text, "seed", o->seed);
@@ -242,7 +226,7 @@ int tunectl_run(int argc, char **argv)
 	if ((status = parse_run_options(argc, argv, &o)) != 0)
 		return status < 0 ? EXIT_USAGE : EXIT_SUCCESS;
 	status = EXIT_INVALID;
-	if (!(text = read_text(o.file)))
+	if (!(text = tunectl_read_text(o.file)))
 		return fprintf(stderr, "%s: cannot read the file\n", o.file), EXIT_INVALID;
 	if (sched_graph_read_string(text, &graph, &err) < 0)
 		fprintf(stderr, "%s: %s\n", o.file, err.message);

@@ -141,22 +141,6 @@ static void print_flat(const char *prefix, json_t *v)
 
 /* Files. */
 
-static char *read_text(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	char *text = NULL;
-	size_t len = 0;
-
-	if (!f)
-		return NULL;
-	if (getdelim(&text, &len, '\0', f) < 0) {
-		free(text);
-		text = NULL;
-	}
-	fclose(f);
-	return text;
-}
-
 static int write_bytes(const char *path, const void *bytes, size_t len)
 {
 	FILE *f = fopen(path, "wb");
@@ -452,7 +436,7 @@ static void print_submitted(const service_options *o,
 
 static int cmd_submit(tuned_client *client, const service_options *o)
 {
-	char *graph = read_text(o->arg);
+	char *graph = tunectl_read_text(o->arg);
 	tuned_client_error err;
 	tuned_client_job job;
 	int rc;

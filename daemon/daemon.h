@@ -99,6 +99,8 @@ tuned_job *tuned_jobs_find(const tuned_jobs *jobs, int64_t id);
 void tuned_job_finish(tuned_job *job, enum tuned_job_state state, const char *error);
 const char *tuned_job_state_name(enum tuned_job_state state);
 struct json_t;
+/* Seconds since 1970 as RFC 3339 in UTC, e.g. "2026-11-22T10:32:27Z". */
+struct json_t *tuned_rfc3339(double seconds);
 /* A job as the protocol shows it (docs/protocol.md, "A job"). */
 struct json_t *tuned_job_json(const tuned_job *job);
 /* The queued or running job for "key", if any. */

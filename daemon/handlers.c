@@ -7,7 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <time.h>
 
 #include "kgen.h"
 #include "tuner.h"
@@ -388,23 +387,13 @@ static void on_stats(tuned_client *client, proto_request *req)
 		"workers", "running", running, "restarts", restarts));
 }
 
-static json_t *rfc3339(int64_t seconds)
-{
-	time_t t = (time_t)seconds;
-	struct tm tm;
-	char text[32];
-
-	strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
-	return json_string(text);
-}
-
 static int add_entry(void *user, const cache_entry *e)
 {
 	json_array_append_new(user, json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:o}",
 		"key", e->graph, "name", e->name ? e->name : "", "device", e->device,
 		"codegen", e->codegen, "version", e->version,
 		"median_ms", number_or_null(e->median_ms),
-		"updated_at", rfc3339(e->updated_at)));
+		"updated_at", tuned_rfc3339((double)e->updated_at)));
 	return 0;
 }
 

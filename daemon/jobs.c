@@ -37,8 +37,7 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Seconds since 1970 as RFC 3339 in UTC. */
-static json_t *rfc3339(double seconds)
+json_t *tuned_rfc3339(double seconds)
 {
 	time_t t = (time_t)seconds;
 	struct tm tm;
@@ -57,7 +56,7 @@ json_t *tuned_job_json(const tuned_job *job)
 				"progress", "trials", job->trials,
 				"best_ms", job->best_ms > 0 ? json_real(job->best_ms) : json_null(),
 				"version", job->version,
-				"created_at", rfc3339(job->created_at));
+				"created_at", tuned_rfc3339(job->created_at));
 
 	if (job->state == TUNED_JOB_FAILED && job->error[0])
 		json_object_set_new(obj, "error", json_string(job->error));
