@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,19 +94,12 @@ static int run_compiler(const char *source_path, const char *object_path,
 	return 0;
 }
 
-static int cpu_compile(kgen_backend *backend, const char *source,
-		       const char *entry, void **module, void **function,
-		       kgen_error *err)
+/* Compiles "src" into "obj" and loads it; the log comes back on failure. */
+static int compile_and_load(const char *src, const char *obj, const char *log,
+			    const char *entry, void **module, kgen_error *err)
 {
-	cpu_state *cpu = backend->state;
-	char src[128], obj[128], log[128];
-	int n = cpu->compiled++, status = 0, rc;
+	int status = 0, rc;
 
-	snprintf(src, sizeof(src), "%s/%s_%d.c", cpu->dir, entry, n);
-	snprintf(obj, sizeof(obj), "%s/%s_%d.so", cpu->dir, entry, n);
-	snprintf(log, sizeof(log), "%s/%s_%d.log", cpu->dir, entry, n);
-	if ((rc = write_file(src, source, err)) < 0)
-		return rc;
 	if ((rc = run_compiler(src, obj, log, &status)) != 0)
 		return kgen_fail(err, KGEN_EBACKEND, "cannot run the compiler '%s': %s",
 				 compiler(), strerror(rc));
@@ -118,13 +112,34 @@ static int cpu_compile(kgen_backend *backend, const char *source,
 	if (!(*module = dlopen(obj, RTLD_NOW | RTLD_LOCAL)))
 		return kgen_fail(err, KGEN_EBACKEND, "cannot load '%s': %s", obj,
 				 dlerror());
-	if (!(*function = dlsym(*module, entry))) {
+	return KGEN_OK;
+}
+
+/* The files are removed as soon as the object is loaded (the mapping
+ * stays), so a worker killed later leaves nothing behind but its folder. */
+static int cpu_compile(kgen_backend *backend, const char *source,
+		       const char *entry, void **module, void **function,
+		       kgen_error *err)
+{
+	cpu_state *cpu = backend->state;
+	char src[128], obj[128], log[128];
+	int n = cpu->compiled++, rc;
+
+	snprintf(src, sizeof(src), "%s/%s_%d.c", cpu->dir, entry, n);
+	snprintf(obj, sizeof(obj), "%s/%s_%d.so", cpu->dir, entry, n);
+	snprintf(log, sizeof(log), "%s/%s_%d.log", cpu->dir, entry, n);
+	if ((rc = write_file(src, source, err)) == KGEN_OK)
+		rc = compile_and_load(src, obj, log, entry, module, err);
+	unlink(src);
+	unlink(obj);
+	unlink(log);
+	if (rc == KGEN_OK && !(*function = dlsym(*module, entry))) {
 		dlclose(*module);
 		*module = NULL;
-		return kgen_fail(err, KGEN_EBACKEND, "'%s' has no function '%s'",
-				 obj, entry);
+		rc = kgen_fail(err, KGEN_EBACKEND, "the object of '%s' has no function "
+			       "'%s'", entry, entry);
 	}
-	return KGEN_OK;
+	return rc;
 }
 
 static void cpu_unload(kgen_backend *backend, void *module)
@@ -291,6 +306,25 @@ static void pin_openmp_runtime(void)
 		runtime = dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE);
 }
 
+/* Work folders are named /tmp/tuned-cpu-<pid>-XXXXXX; those of processes
+ * that are gone (killed workers) are removed. */
+static void remove_stale_dirs(void)
+{
+	DIR *tmp = opendir("/tmp");
+	struct dirent *entry;
+	char path[300];
+	int pid;
+
+	while (tmp && (entry = readdir(tmp)))
+		if (sscanf(entry->d_name, "tuned-cpu-%d-", &pid) == 1 && pid > 0 &&
+		    kill(pid, 0) < 0 && errno == ESRCH) {
+			snprintf(path, sizeof(path), "/tmp/%s", entry->d_name);
+			remove_dir(path);
+		}
+	if (tmp)
+		closedir(tmp);
+}
+
 int kgen_cpu_open(kgen_backend *backend, kgen_error *err)
 {
 	cpu_state *cpu = calloc(1, sizeof(*cpu));
@@ -298,7 +332,8 @@ int kgen_cpu_open(kgen_backend *backend, kgen_error *err)
 
 	if (!cpu)
 		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
-	snprintf(cpu->dir, sizeof(cpu->dir), "/tmp/tuned-cpu-XXXXXX");
+	remove_stale_dirs();
+	snprintf(cpu->dir, sizeof(cpu->dir), "/tmp/tuned-cpu-%d-XXXXXX", (int)getpid());
 	cpu->flush_bytes = flush_size();
 	if (!mkdtemp(cpu->dir) || !(cpu->flush = calloc(1, cpu->flush_bytes))) {
 		free(cpu);

@@ -34,11 +34,6 @@ json_t *tuner_strategy_next(tuner_strategy *s, const json_t *last_answer)
 	return json_null();
 }
 
-const char *tuner_strategy_name(const tuner_strategy *s)
-{
-	return s->name;
-}
-
 void tuner_strategy_free(tuner_strategy *s)
 {
 	free(s);

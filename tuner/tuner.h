@@ -99,7 +99,6 @@ typedef struct tuner_strategy tuner_strategy;
 __tuner_give tuner_strategy *tuner_strategy_new(const char *name);
 __tuner_give json_t *tuner_strategy_next(__tuner_keep tuner_strategy *strategy,
 					 __tuner_keep const json_t *last_answer);
-const char *tuner_strategy_name(__tuner_keep const tuner_strategy *strategy);
 void tuner_strategy_free(__tuner_take tuner_strategy *strategy);
 
 /* measure.c: the measurement protocol a worker process runs for one
