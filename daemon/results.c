@@ -12,6 +12,8 @@
 #include "kgen.h"
 #include "server.h"
 
+#define NOISE 0.03 /* a new version must be at least 3% faster */
+
 static enum cache_outcome outcome_of(const char *name)
 {
 	for (int o = 0; o < CACHE_TRIAL_OUTCOMES; o++)
@@ -73,7 +75,8 @@ static char *launch_text(const json_t *answer)
 	return text;
 }
 
-/* A verified trial faster than the job's best becomes the next version. */
+/* A verified trial faster than the job's best by more than the noise of
+ * timing becomes the next version. */
 static void publish_if_better(tuned_daemon *d, tuned_job *job, const tuned_result *r,
 			      const char *plan)
 {
@@ -86,7 +89,7 @@ static void publish_if_better(tuned_daemon *d, tuned_job *job, const tuned_resul
 	cache_error err = {0};
 	int version;
 
-	if (job->best_ms > 0 && median >= job->best_ms) {
+	if (job->best_ms > 0 && median >= job->best_ms * (1 - NOISE)) {
 		free(sources);
 		free(launch);
 		return;

@@ -75,9 +75,10 @@ static tuned_result *result_new(int64_t job)
 	return result;
 }
 
-/* One candidate measured by the worker of this thread. */
-static void run_trial(tuned_runner *r, tuner_worker *worker, runner_task *task,
-		      json_t *plan, int trial, double limit_s)
+/* One candidate measured by the worker of this thread; returns the
+ * worker's answer (NULL when there was none) for the strategy. */
+static json_t *run_trial(tuned_runner *r, tuner_worker *worker, runner_task *task,
+			 json_t *plan, int trial, double limit_s)
 {
 	json_t *request = json_pack("{s:s, s:O, s:i}", "graph", task->graph,
 				    "plan", plan, "seed", trial + 1);
@@ -97,19 +98,17 @@ static void run_trial(tuned_runner *r, tuner_worker *worker, runner_task *task,
 		result->plan = json_incref(plan);
 		push_result(r, result);
 	}
-	json_decref(reply.answer);
 	json_decref(request);
+	return reply.answer;
 }
 
-static double limit_for(const char *graph_text, const char *backend)
+/* A job with a budget is searched (genetic); without, it runs the
+ * default plan once. */
+static tuner_strategy *strategy_for(const runner_task *task,
+				    const sched_graph *graph)
 {
-	sched_graph *graph = NULL;
-	double limit = 10;
-
-	if (sched_graph_read_string(graph_text, &graph, NULL) == 0)
-		limit = tuner_time_limit(graph, backend);
-	sched_graph_free(graph);
-	return limit;
+	return tuner_strategy_new(task->budget_s > 0 ? "genetic" : "default", graph,
+				  (unsigned)task->job);
 }
 
 /* Runs the strategy until it is done, the budget is spent (the first
@@ -117,23 +116,30 @@ static double limit_for(const char *graph_text, const char *backend)
  * the job is over. */
 static void run_job(tuned_runner *r, tuner_worker *worker, runner_task *task)
 {
-	tuner_strategy *strategy = tuner_strategy_new("default");
-	double limit = limit_for(task->graph, r->backend);
+	sched_graph *graph = NULL;
+	tuner_strategy *strategy = NULL;
+	double limit = 10;
 	tuned_result *end = result_new(task->job), *start = result_new(task->job);
 	uint64_t deadline = uv_hrtime() + (uint64_t)(task->budget_s * 1e9);
-	json_t *plan;
+	json_t *plan, *answer = NULL;
 	int trial = 0;
 
+	if (sched_graph_read_string(task->graph, &graph, NULL) == 0) {
+		limit = tuner_time_limit(graph, r->backend);
+		strategy = strategy_for(task, graph);
+	}
 	if (start) {
 		start->started = true;
 		push_result(r, start);
 	}
 	while (strategy && !is_cancelled(r, task->job) &&
 	       (task->budget_s <= 0 || trial == 0 || uv_hrtime() < deadline) &&
-	       (plan = tuner_strategy_next(strategy, NULL))) {
-		run_trial(r, worker, task, plan, trial++, limit);
+	       (plan = tuner_strategy_next(strategy, answer))) {
+		json_decref(answer);
+		answer = run_trial(r, worker, task, plan, trial++, limit);
 		json_decref(plan);
 	}
+	json_decref(answer);
 	if (end) {
 		end->last = true;
 		end->stopped = r->stopping;
@@ -141,6 +147,7 @@ static void run_job(tuned_runner *r, tuner_worker *worker, runner_task *task)
 		push_result(r, end);
 	}
 	tuner_strategy_free(strategy);
+	sched_graph_free(graph);
 }
 
 static runner_task *take_task(tuned_runner *r)

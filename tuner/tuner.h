@@ -93,13 +93,32 @@ void tuner_worker_free(__tuner_take tuner_worker *worker);
 /* strategy.c: which plan a job tries next. A strategy proposes a plan
  * (a JSON plan, or JSON null for the default plan), sees the worker's
  * answer, and proposes the next, until it returns NULL: the search is
- * over. Only "default" exists yet: the default plan, once. */
+ * over. "default": the default plan, once; "genetic": the genetic search
+ * over the schedules of "graph" (kept), seeded by "seed". */
 typedef struct tuner_strategy tuner_strategy;
+struct sched_graph;
 
-__tuner_give tuner_strategy *tuner_strategy_new(const char *name);
+__tuner_give tuner_strategy *tuner_strategy_new(const char *name,
+						__tuner_keep const struct sched_graph *graph,
+						unsigned seed);
 __tuner_give json_t *tuner_strategy_next(__tuner_keep tuner_strategy *strategy,
 					 __tuner_keep const json_t *last_answer);
 void tuner_strategy_free(__tuner_take tuner_strategy *strategy);
+
+/* genetic.c: the genetic search over the schedules of "graph" (kept),
+ * seeded and reproducible. next() records the answer to the last proposal
+ * (NULL for none) and proposes a plan never proposed before, or NULL when
+ * it can find no new one. best() is the best median seen (INFINITY for
+ * none); measured() how many proposals have an answer. */
+typedef struct tuner_genetic tuner_genetic;
+
+__tuner_give tuner_genetic *tuner_genetic_new(__tuner_keep const struct sched_graph *graph,
+					      unsigned seed);
+__tuner_give json_t *tuner_genetic_next(__tuner_keep tuner_genetic *g,
+					__tuner_keep const json_t *last_answer);
+double tuner_genetic_best(__tuner_keep const tuner_genetic *g);
+int tuner_genetic_measured(__tuner_keep const tuner_genetic *g);
+void tuner_genetic_free(__tuner_take tuner_genetic *g);
 
 /* measure.c: the measurement protocol a worker process runs for one
  * request {"graph": TEXT, "plan": PLAN or null, "seed": N, "timing":
