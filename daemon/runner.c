@@ -62,7 +62,7 @@ static void describe_reply(const tuner_reply *reply, tuned_result *result)
 		 reply->answer ? (kind ? kind : "error") : outcomes[reply->outcome]);
 	snprintf(result->detail, sizeof(result->detail), "%s",
 		 json_string_value(json_object_get(reply->answer, "error")) ?:
-		 reply->detail);
+		 reply->answer ? "" : reply->detail);
 	result->answer = json_incref(reply->answer);
 }
 

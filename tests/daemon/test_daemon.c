@@ -382,3 +382,35 @@ Test(daemon, cancel_a_queued_and_a_running_job, .timeout = 300)
 	fixture_stop(&f, SIGTERM, NULL);
 	fixture_cleanup(&f);
 }
+
+/* With a budget, a job searches (genetic strategy): the default plan is
+ * version 1 at once, then more candidates are measured until the budget
+ * is spent. */
+Test(daemon, a_budget_runs_the_genetic_search, .timeout = 300)
+{
+	fixture f;
+	conn c;
+	json_t *reply;
+	json_int_t job;
+	char *text = example_text("softmax_scores_small");
+
+	fixture_init(&f);
+	fixture_start(&f, NULL);
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	reply = conn_call(&c, "submit", json_pack("{s:s, s:f}", "graph", text,
+						  "budget", 8.0));
+	job = json_integer_value(json_object_get(result_of(reply), "id"));
+	json_decref(reply);
+	reply = wait_job(&c, job, 240);
+	cr_expect_str_eq(state_of(reply), "done", "%s", json_dumps(reply, 0));
+	cr_expect_gt(json_integer_value(json_object_get(json_object_get(
+		result_of(reply), "progress"), "trials")), 1, "%s", json_dumps(reply, 0));
+	cr_expect_geq(json_integer_value(json_object_get(json_object_get(
+		result_of(reply), "progress"), "version")), 1);
+	json_decref(reply);
+	free(text);
+	conn_close(&c);
+	fixture_stop(&f, SIGTERM, NULL);
+	fixture_cleanup(&f);
+}
