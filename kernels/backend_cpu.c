@@ -23,11 +23,27 @@
 
 extern char **environ;
 
+/* A compiled kernel, kept loaded for reuse: a search compiles the same
+ * kernel source again and again (a candidate differs from its parents in a
+ * kernel or two), and the second time costs nothing. */
+typedef struct cpu_module {
+	char key[SCHED_KEY_HEX + 1]; /* SHA-256 of the source */
+	void *handle;
+	void *function;
+	int users;
+	uint64_t used;
+} cpu_module;
+
+#define MAX_MODULES 256
+
 typedef struct cpu_state {
 	char dir[64];     /* where sources and objects are written */
 	int compiled;     /* a counter for file names */
 	char *flush;      /* the cache flush buffer */
 	size_t flush_bytes;
+	cpu_module *modules[MAX_MODULES];
+	int nmodules;
+	uint64_t clock;
 } cpu_state;
 
 typedef void (*cpu_kernel_fn)(void **tensors);
@@ -117,11 +133,9 @@ static int compile_and_load(const char *src, const char *obj, const char *log,
 
 /* The files are removed as soon as the object is loaded (the mapping
  * stays), so a worker killed later leaves nothing behind but its folder. */
-static int cpu_compile(kgen_backend *backend, const char *source,
-		       const char *entry, void **module, void **function,
-		       kgen_error *err)
+static int compile_new(cpu_state *cpu, const char *source, const char *entry,
+		       void **handle, void **function, kgen_error *err)
 {
-	cpu_state *cpu = backend->state;
 	char src[128], obj[128], log[128];
 	int n = cpu->compiled++, rc;
 
@@ -129,24 +143,85 @@ static int cpu_compile(kgen_backend *backend, const char *source,
 	snprintf(obj, sizeof(obj), "%s/%s_%d.so", cpu->dir, entry, n);
 	snprintf(log, sizeof(log), "%s/%s_%d.log", cpu->dir, entry, n);
 	if ((rc = write_file(src, source, err)) == KGEN_OK)
-		rc = compile_and_load(src, obj, log, entry, module, err);
+		rc = compile_and_load(src, obj, log, entry, handle, err);
 	unlink(src);
 	unlink(obj);
 	unlink(log);
-	if (rc == KGEN_OK && !(*function = dlsym(*module, entry))) {
-		dlclose(*module);
-		*module = NULL;
+	if (rc == KGEN_OK && !(*function = dlsym(*handle, entry))) {
+		dlclose(*handle);
+		*handle = NULL;
 		rc = kgen_fail(err, KGEN_EBACKEND, "the object of '%s' has no function "
 			       "'%s'", entry, entry);
 	}
 	return rc;
 }
 
+static cpu_module *find_module(cpu_state *cpu, const char *key)
+{
+	for (int i = 0; i < cpu->nmodules; i++)
+		if (!strcmp(cpu->modules[i]->key, key))
+			return cpu->modules[i];
+	return NULL;
+}
+
+/* A free slot: a new one, or that of the least recently used module that
+ * no program uses (unloaded); -1 when all are in use. */
+static int free_slot(cpu_state *cpu)
+{
+	int oldest = -1;
+
+	if (cpu->nmodules < MAX_MODULES)
+		return cpu->nmodules++;
+	for (int i = 0; i < cpu->nmodules; i++)
+		if (!cpu->modules[i]->users &&
+		    (oldest < 0 || cpu->modules[i]->used < cpu->modules[oldest]->used))
+			oldest = i;
+	if (oldest >= 0) {
+		dlclose(cpu->modules[oldest]->handle);
+		free(cpu->modules[oldest]);
+	}
+	return oldest;
+}
+
+static int cpu_compile(kgen_backend *backend, const char *source,
+		       const char *entry, void **module, void **function,
+		       kgen_error *err)
+{
+	cpu_state *cpu = backend->state;
+	char key[SCHED_KEY_HEX + 1];
+	cpu_module *m;
+	int slot = -1, rc;
+
+	sched_sha256_hex(source, strlen(source), key);
+	if (!(m = find_module(cpu, key))) {
+		if (!(m = calloc(1, sizeof(*m))))
+			return kgen_fail(err, KGEN_ENOMEM, "out of memory");
+		rc = compile_new(cpu, source, entry, &m->handle, &m->function, err);
+		if (rc == KGEN_OK && (slot = free_slot(cpu)) < 0)
+			rc = kgen_fail(err, KGEN_EBACKEND, "more than %d kernels in use",
+				       MAX_MODULES);
+		if (rc < 0) {
+			if (m->handle)
+				dlclose(m->handle);
+			free(m);
+			return rc;
+		}
+		memcpy(m->key, key, sizeof(key));
+		cpu->modules[slot] = m;
+	}
+	m->users++;
+	m->used = ++cpu->clock;
+	*module = m;
+	*function = m->function;
+	return KGEN_OK;
+}
+
 static void cpu_unload(kgen_backend *backend, void *module)
 {
+	cpu_module *m = module;
+
 	(void)backend;
-	if (module)
-		dlclose(module);
+	m->users--;
 }
 
 static int cpu_alloc(kgen_backend *backend, size_t bytes, void **buffer,
@@ -228,6 +303,10 @@ static void cpu_close(kgen_backend *backend)
 {
 	cpu_state *cpu = backend->state;
 
+	for (int i = 0; i < cpu->nmodules; i++) {
+		dlclose(cpu->modules[i]->handle);
+		free(cpu->modules[i]);
+	}
 	remove_dir(cpu->dir);
 	free(cpu->flush);
 	free(cpu);

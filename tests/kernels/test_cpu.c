@@ -236,3 +236,30 @@ Test(cpu, f16_widening_is_exact_for_every_bit_pattern)
 	free(y);
 	close_bench(&b);
 }
+
+/* Kernels compiled once are reused by later programs of the same backend
+ * (a search recompiles mostly the same kernels): each program still runs
+ * its own buffers and verifies. */
+Test(cpu, reused_kernels_still_verify)
+{
+	bench b = {0};
+	sched_error serr = {0};
+	kgen_program *second = NULL;
+	kgen_check checks[4];
+
+	open_cpu(&b);
+	cr_assert_eq(load_graph(ODD, OPS("y[i, j] = sum(k) x[i, k] * w[k, j]",
+					 "z[i, j] = max(y[i, j] + b[j], 0)"),
+				&b.graph, &serr), SCHED_OK);
+	b.plan = kgen_plan_default(b.graph);
+	cr_assert_eq(build_and_verify(&b, NULL, 1), KGEN_OK, "%s", b.err.message);
+	cr_assert_eq(kgen_program_build(b.backend, b.graph, b.plan, NULL, &second,
+					&b.err), KGEN_OK, "%s", b.err.message);
+	kgen_program_free(b.prog);
+	b.prog = NULL;
+	cr_expect_eq(kgen_verify(second, 2, checks, &b.err), KGEN_OK, "%s", b.err.message);
+	kgen_program_free(second);
+	b.plan->kernels[1].schedule.tile[1] = 7;
+	cr_expect_eq(build_and_verify(&b, NULL, 3), KGEN_OK, "%s", b.err.message);
+	close_bench(&b);
+}
