@@ -7,6 +7,7 @@
  * outcome goes back to the loop thread through a queue and a uv_async
  * wake-up; the loop thread alone touches jobs, the cache and clients.
  */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,10 @@
 #include "runner.h"
 #include "scheduler.h"
 #include "tuner.h"
+
+/* A candidate whose first run is this many times slower than the best is
+ * not timed further (tuner/measure.c, cutoff_ms). */
+#define CUTOFF 3.0
 
 typedef struct runner_task {
 	int64_t job;
@@ -78,10 +83,13 @@ static tuned_result *result_new(int64_t job)
 /* One candidate measured by the worker of this thread; returns the
  * worker's answer (NULL when there was none) for the strategy. */
 static json_t *run_trial(tuned_runner *r, tuner_worker *worker, runner_task *task,
-			 json_t *plan, int trial, double limit_s)
+			 json_t *plan, int trial, double limit_s, double best_ms)
 {
 	json_t *request = json_pack("{s:s, s:O, s:i}", "graph", task->graph,
 				    "plan", plan, "seed", trial + 1);
+
+	if (request && isfinite(best_ms))
+		json_object_set_new(request, "cutoff_ms", json_real(CUTOFF * best_ms));
 	tuned_result *result = result_new(task->job);
 	tuner_reply reply = {0};
 
@@ -136,7 +144,8 @@ static void run_job(tuned_runner *r, tuner_worker *worker, runner_task *task)
 	       (task->budget_s <= 0 || trial == 0 || uv_hrtime() < deadline) &&
 	       (plan = tuner_strategy_next(strategy, answer))) {
 		json_decref(answer);
-		answer = run_trial(r, worker, task, plan, trial++, limit);
+		answer = run_trial(r, worker, task, plan, trial++, limit,
+				   tuner_strategy_best(strategy));
 		json_decref(plan);
 	}
 	json_decref(answer);

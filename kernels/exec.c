@@ -174,7 +174,7 @@ int kgen_program_time(kgen_program *prog, const kgen_timing *timing,
 {
 	int rc = KGEN_OK;
 
-	for (int k = 0; k < prog->plan->nkernels && rc == KGEN_OK; k++)
+	for (int k = 0; times && k < prog->plan->nkernels && rc == KGEN_OK; k++)
 		rc = time_launches(prog, &prog->launches[k], 1, timing, &times[k], err);
 	if (rc == KGEN_OK)
 		rc = time_launches(prog, prog->launches, prog->plan->nkernels, timing,

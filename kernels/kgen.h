@@ -153,7 +153,8 @@ typedef struct kgen_time {
 	int runs;
 } kgen_time;
 
-/* Times each kernel alone (times[k]) and the whole plan (*total). */
+/* Times each kernel alone (times[k]; NULL: skipped) and the whole plan
+ * (*total). */
 int kgen_program_time(__sched_keep kgen_program *program,
 		      const kgen_timing *timing, kgen_time *times,
 		      kgen_time *total, kgen_error *err);

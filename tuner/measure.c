@@ -84,6 +84,28 @@ static int count_outputs(const sched_graph *graph)
 	return n;
 }
 
+#define CUT 1
+
+/* Times the whole plan once first: with a "cutoff_ms" in the request and a
+ * run slower than it, that run is the answer (CUT) and the candidate, no
+ * contender, costs no more; otherwise each kernel and the whole plan. */
+static int time_unless_slow(kgen_program *prog, const json_t *request,
+			    const kgen_timing *timing, kgen_time *times,
+			    kgen_time *total, kgen_error *err)
+{
+	double cutoff = json_number_value(json_object_get(request, "cutoff_ms"));
+	kgen_timing once = {.warmup = 0, .min_runs = 1, .max_runs = 1};
+	int rc;
+
+	if (cutoff > 0) {
+		if ((rc = kgen_program_time(prog, &once, NULL, total, err)) < 0)
+			return rc;
+		if (total->median_ms > cutoff)
+			return CUT;
+	}
+	return kgen_program_time(prog, timing, times, total, err);
+}
+
 /* Verifies, then times; the answer's kind says how far it got. */
 static json_t *verify_and_time(kgen_program *prog, const sched_graph *graph,
 			       const kgen_plan *plan, const json_t *request)
@@ -100,13 +122,14 @@ static json_t *verify_and_time(kgen_program *prog, const sched_graph *graph,
 		obj = answer("error", "out of memory");
 	else if ((rc = kgen_verify(prog, seed, checks, &err)) < 0)
 		obj = failure(rc == KGEN_EWRONG ? "wrong" : "error", &err);
-	else if (kgen_program_time(prog, &timing, times, &total, &err) < 0)
+	else if ((rc = time_unless_slow(prog, request, &timing, times, &total, &err)) < 0)
 		obj = failure("error", &err);
 	else
-		obj = json_pack("{s:s, s:b, s:o, s:f, s:f, s:i}", "kind", "ok",
-				"verified", 1, "kernels", times_json(plan, times),
+		obj = json_pack("{s:s, s:b, s:o, s:f, s:f, s:i, s:b}", "kind", "ok",
+				"verified", 1, "kernels",
+				rc == CUT ? json_array() : times_json(plan, times),
 				"total_ms", total.median_ms, "total_spread_ms",
-				total.spread_ms, "total_runs", total.runs);
+				total.spread_ms, "total_runs", total.runs, "cut", rc == CUT);
 	if (checks)
 		json_object_set_new(obj, "checks",
 				    checks_json(graph, checks, count_outputs(graph)));

@@ -6,6 +6,7 @@
  * default plan once; "genetic" searches the schedules (genetic.c),
  * starting from the default plan.
  */
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,11 @@ json_t *tuner_strategy_next(tuner_strategy *s, const json_t *last_answer)
 	if (s->proposed++ > 0)
 		return NULL;
 	return json_null();
+}
+
+double tuner_strategy_best(const tuner_strategy *s)
+{
+	return s->genetic ? tuner_genetic_best(s->genetic) : INFINITY;
 }
 
 void tuner_strategy_free(tuner_strategy *s)

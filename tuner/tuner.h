@@ -103,6 +103,8 @@ __tuner_give tuner_strategy *tuner_strategy_new(const char *name,
 						unsigned seed);
 __tuner_give json_t *tuner_strategy_next(__tuner_keep tuner_strategy *strategy,
 					 __tuner_keep const json_t *last_answer);
+/* The best median among the answers so far (INFINITY for none). */
+double tuner_strategy_best(__tuner_keep const tuner_strategy *strategy);
 void tuner_strategy_free(__tuner_take tuner_strategy *strategy);
 
 /* genetic.c: the genetic search over the schedules of "graph" (kept),
@@ -122,7 +124,9 @@ void tuner_genetic_free(__tuner_take tuner_genetic *g);
 
 /* measure.c: the measurement protocol a worker process runs for one
  * request {"graph": TEXT, "plan": PLAN or null, "seed": N, "timing":
- * {...}, "sources": [...]}: compile, verify against the reference, time.
+ * {...}, "sources": [...], "cutoff_ms": MS}: compile, verify against the
+ * reference, time (a first run slower than cutoff_ms ends the timing:
+ * "cut": true).
  * The answer's "kind" is ok, invalid, invalid_plan, compile_error, wrong
  * or error (docs/kernels.md). */
 struct kgen_backend;

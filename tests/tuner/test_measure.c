@@ -115,3 +115,23 @@ Test(measure, failures_are_answers)
 	cr_expect_eq(tuner_worker_starts(worker), 1);
 	tuner_worker_free(worker);
 }
+
+/* A first run slower than the cutoff ends the timing: the candidate is
+ * verified, its one run is its time, and no kernel is timed alone. */
+Test(measure, a_slow_candidate_is_cut_short)
+{
+	tuner_worker *worker = cpu_worker();
+	json_t *req = request(GRAPH, NULL);
+	tuner_reply reply;
+
+	json_object_set_new(req, "cutoff_ms", json_real(1e-9));
+	reply = ask(worker, req, 60);
+	cr_assert_eq(reply.outcome, TUNER_ANSWERED, "%s", reply.detail);
+	cr_expect_str_eq(kind_of(&reply), "ok");
+	cr_expect(json_is_true(json_object_get(reply.answer, "verified")));
+	cr_expect(json_is_true(json_object_get(reply.answer, "cut")));
+	cr_expect_eq(json_array_size(json_object_get(reply.answer, "kernels")), 0);
+	cr_expect_eq(json_integer_value(json_object_get(reply.answer, "total_runs")), 1);
+	json_decref(reply.answer);
+	tuner_worker_free(worker);
+}
