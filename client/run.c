@@ -7,12 +7,10 @@
  * or hangs kills the worker, not tunectl. Exit 0 only when every output
  * matched the reference.
  */
-#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
@@ -64,25 +62,6 @@ static int parse_run_options(int argc, char **argv, run_options *o)
 		return fprintf(stderr, "tunectl run: unknown backend '%s'\n",
 			       o->backend), -1;
 	return 0;
-}
-
-/* $TUNED_WORKER, or tuned-worker beside tunectl, or in ../daemon (the
- * build tree). */
-static void find_worker(char *path, size_t size)
-{
-	char self[PATH_MAX] = "";
-	const char *env = getenv("TUNED_WORKER");
-	ssize_t n;
-
-	if (env && *env) {
-		snprintf(path, size, "%s", env);
-		return;
-	}
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	self[n > 0 ? n : 0] = 0;
-	snprintf(path, size, "%s/tuned-worker", dirname(self));
-	if (access(path, X_OK) != 0)
-		snprintf(path, size, "%s/../daemon/tuned-worker", self);
 }
 
 static json_t *build_request(const run_options *o, const char *graph_text)
@@ -198,7 +177,7 @@ static int ask_worker(const run_options *o, const sched_graph *graph,
 	tuner_reply reply = {0};
 	int rc;
 
-	find_worker(path, sizeof(path));
+	tuner_worker_default_path(path, sizeof(path));
 	if (!(worker = tuner_worker_new(path, argv)))
 		return fprintf(stderr, "tunectl run: out of memory\n"), -1;
 	rc = tuner_worker_ask(worker, request,

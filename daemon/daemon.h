@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#define TUNED_VERSION "0.1.0"
+
 /* log.c: a level-checked log, to stderr or a file that SIGHUP reopens. */
 enum tuned_level { TUNED_ERROR, TUNED_WARN, TUNED_INFO, TUNED_DEBUG };
 

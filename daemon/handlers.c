@@ -13,8 +13,6 @@
 #include "scheduler.h"
 #include "server.h"
 
-#define TUNED_SERVER_VERSION "0.1.0"
-
 static void reply(tuned_client *client, proto_request *req, json_t *result)
 {
 	tuned_client_send(client, proto_reply_result(req->id, result));
@@ -32,7 +30,7 @@ static void reply_error(tuned_client *client, proto_request *req, int code,
 static void on_hello(tuned_client *client, proto_request *req)
 {
 	uv_timer_stop(&client->hello_timer);
-	reply(client, req, proto_hello_result(TUNED_SERVER_VERSION));
+	reply(client, req, proto_hello_result(TUNED_VERSION));
 }
 
 /* The graph of a submit as text, whether it came as an object or text. */
@@ -375,7 +373,7 @@ static void on_stats(tuned_client *client, proto_request *req)
 	worker_counts(d, &running, &restarts);
 	reply(client, req, json_pack("{s:s, s:s, s:I, s:i, s:I, s:o, "
 		"s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:i, s:i}}",
-		"server", "tuned " TUNED_SERVER_VERSION, "device", d->device,
+		"server", "tuned " TUNED_VERSION, "device", d->device,
 		"uptime_s", (json_int_t)(uv_now(d->loop) / 1000 - d->started_ms / 1000),
 		"clients", d->nclients, "resident_bytes", (json_int_t)resident_bytes(),
 		"jobs", jobs, "cache", "entries", (json_int_t)cs.graphs,

@@ -13,8 +13,6 @@
 
 #include "daemon.h"
 
-#define TUNED_VERSION "0.1.0"
-
 static const char usage[] =
 	"usage: tuned [options]\n"
 	"\n"

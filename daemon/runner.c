@@ -54,6 +54,16 @@ static bool is_cancelled(tuned_runner *r, int64_t job)
 	return cancelled;
 }
 
+/* A job that ended needs no cancel mark any more: the marks stay few. */
+static void forget_cancel(tuned_runner *r, int64_t job)
+{
+	uv_mutex_lock(&r->lock);
+	for (int i = 0; i < r->ncancelled; i++)
+		if (r->cancelled[i] == job)
+			r->cancelled[i--] = r->cancelled[--r->ncancelled];
+	uv_mutex_unlock(&r->lock);
+}
+
 /* The outcome's name as the cache and clients know it. */
 static void describe_reply(const tuner_reply *reply, tuned_result *result)
 {
@@ -155,6 +165,7 @@ static void run_job(tuned_runner *r, tuner_worker *worker, runner_task *task)
 		end->cancelled = !r->stopping && is_cancelled(r, task->job);
 		push_result(r, end);
 	}
+	forget_cancel(r, task->job);
 	tuner_strategy_free(strategy);
 	sched_graph_free(graph);
 }
@@ -249,7 +260,8 @@ void tuned_runner_cancel(tuned_runner *r, int64_t job)
 			*at = task->next;
 			free(task->graph);
 			free(task);
-			break;
+			uv_mutex_unlock(&r->lock);
+			return;
 		}
 	if (r->ncancelled < TUNED_MAX_CANCELLED)
 		r->cancelled[r->ncancelled++] = job;

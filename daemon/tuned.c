@@ -8,7 +8,6 @@
  * checkpoint the cache and exit 0; SIGHUP reopens the log.
  */
 #include <errno.h>
-#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,20 +23,6 @@ static void on_cache_log(void *user, int level, const char *message)
 	(void)user;
 	tuned_log(level <= 0 ? TUNED_ERROR : level == 1 ? TUNED_WARN : TUNED_INFO,
 		  "cache: %s", message);
-}
-
-static void find_worker(tuned_daemon *d)
-{
-	char self[PATH_MAX] = "";
-	const char *env = getenv("TUNED_WORKER");
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-
-	self[n > 0 ? n : 0] = 0;
-	if (env && *env)
-		snprintf(d->worker_path, sizeof(d->worker_path), "%s", env);
-	else
-		snprintf(d->worker_path, sizeof(d->worker_path), "%s/tuned-worker",
-			 dirname(self));
 }
 
 /* The device signature, from a worker: the daemon never opens a device. */
@@ -243,7 +228,7 @@ int main(int argc, char **argv)
 	d.loop = uv_default_loop();
 	d.started_ms = uv_now(d.loop);
 	apply_limits(&d);
-	find_worker(&d);
+	tuner_worker_default_path(d.worker_path, sizeof(d.worker_path));
 	if (start(&d) < 0) {
 		finish(&d);
 		return EXIT_FAILURE;

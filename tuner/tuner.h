@@ -25,6 +25,8 @@
 #ifndef TUNER_H
 #define TUNER_H
 
+#include <stddef.h>
+
 #include <jansson.h>
 
 #define __tuner_give
@@ -81,6 +83,10 @@ int tuner_worker_ask(__tuner_keep tuner_worker *worker,
 
 /* How many times the worker process of "worker" has been started. */
 int tuner_worker_starts(__tuner_keep const tuner_worker *worker);
+
+/* Where tuned-worker is: $TUNED_WORKER, or beside the running program, or
+ * in ../daemon from it (the build tree). */
+void tuner_worker_default_path(char *path, size_t size);
 
 /* The worker process's pid while it runs, else 0. Another thread may read
  * it to kill a worker stuck in a long ask (the ask then reports a crash). */

@@ -14,12 +14,14 @@
  * whichever order they come), or a kill (time-out, garbage) once the killed
  * process has been reaped.
  */
+#include <libgen.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <uv.h>
 
@@ -575,4 +577,21 @@ int tuner_worker_ask(tuner_worker *worker, const json_t *request,
 	if (rc < 0)
 		reply->outcome = TUNER_CRASHED;
 	return rc;
+}
+
+void tuner_worker_default_path(char *path, size_t size)
+{
+	char self[4096] = "";
+	const char *env = getenv("TUNED_WORKER");
+	ssize_t n;
+
+	if (env && *env) {
+		snprintf(path, size, "%s", env);
+		return;
+	}
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	self[n > 0 ? n : 0] = 0;
+	snprintf(path, size, "%s/tuned-worker", dirname(self));
+	if (access(path, X_OK) != 0)
+		snprintf(path, size, "%s/../daemon/tuned-worker", self);
 }
