@@ -115,6 +115,35 @@ const char *kgen_backend_name(__sched_keep const kgen_backend *backend);
 const char *kgen_backend_description(__sched_keep const kgen_backend *backend);
 void kgen_backend_close(__sched_take kgen_backend *backend);
 
+/* Compiled kernels shared between processes: with a folder set, a
+ * backend looks for a kernel's object there (named by the SHA-256 of its
+ * source) before compiling, and leaves what it compiles there (written
+ * under a temporary name, then renamed, so a reader never sees half a
+ * file). The daemon's compile workers fill it; its measurement worker
+ * loads from it. NULL: no sharing (the default). */
+int kgen_backend_share(__sched_keep kgen_backend *backend, const char *dir,
+		       kgen_error *err);
+/* Compiles every kernel of "plan" into the shared folder without loading
+ * it (a compile worker's job); KGEN_ECOMPILE with the log when the
+ * compiler refuses one. Needs kgen_backend_share first. */
+int kgen_program_prepare(__sched_keep kgen_backend *backend,
+			 __sched_keep const sched_graph *graph,
+			 __sched_keep const kgen_plan *plan,
+			 const char *const *sources, kgen_error *err);
+
+/* The measured peaks of a backend's device (kernels/probe.c): copy
+ * bandwidth, f32 multiply-add rate (2 flops each), the time of one empty
+ * launch, and its cores (cpu) or multiprocessors (cuda). */
+typedef struct kgen_peaks {
+	double bandwidth_gbs;
+	double gflops;
+	double launch_ms;
+	int cores;
+} kgen_peaks;
+
+int kgen_probe(__sched_keep kgen_backend *backend, kgen_peaks *peaks,
+	       kgen_error *err);
+
 /* The CUDA source of "source" compiled by NVRTC for "arch" (e.g. "sm_90")
  * without a GPU; 0, or KGEN_ECOMPILE with the log, or KGEN_EBACKEND when
  * libnvrtc cannot be opened. */

@@ -96,37 +96,85 @@ int tuner_worker_pid(__tuner_keep const tuner_worker *worker);
  * frees everything. NULL does nothing. */
 void tuner_worker_free(__tuner_take tuner_worker *worker);
 
-/* strategy.c: which plan a job tries next. A strategy proposes a plan
- * (a JSON plan, or JSON null for the default plan), sees the worker's
- * answer, and proposes the next, until it returns NULL: the search is
- * over. "default": the default plan, once; "genetic": the genetic search
- * over the schedules of "graph" (kept), seeded by "seed". */
-typedef struct tuner_strategy tuner_strategy;
+/* search.c: the search over the schedules of a graph, a generation at a
+ * time (docs/tuning.md). A search proposes a generation of plans never
+ * proposed before, is told each one's time, and proposes the next.
+ *
+ * Generation 0 is the default plan alone (unless it is known already), so
+ * that a first version comes within seconds; the next is the first
+ * population: the best known plans (a resumed search) and random genomes.
+ * After that, TUNER_GENETIC breeds (tournament, kernel-wise crossover,
+ * mutation, elites, immigrants) and TUNER_RANDOM draws random genomes only
+ * (the baseline of bench/tuning_curve). Both are seeded and reproducible.
+ *
+ * Plans are passed as JSON ({"kernels": [...]}) and compared by their
+ * compact text with sorted keys, so genomes that repair to the same plan are
+ * one candidate. */
+typedef struct tuner_search tuner_search;
 struct sched_graph;
+struct kgen_peaks;
 
-__tuner_give tuner_strategy *tuner_strategy_new(const char *name,
-						__tuner_keep const struct sched_graph *graph,
-						unsigned seed);
-__tuner_give json_t *tuner_strategy_next(__tuner_keep tuner_strategy *strategy,
-					 __tuner_keep const json_t *last_answer);
-/* The best median among the answers so far (INFINITY for none). */
-double tuner_strategy_best(__tuner_keep const tuner_strategy *strategy);
-void tuner_strategy_free(__tuner_take tuner_strategy *strategy);
+enum tuner_search_kind { TUNER_GENETIC, TUNER_RANDOM };
 
-/* genetic.c: the genetic search over the schedules of "graph" (kept),
- * seeded and reproducible. next() records the answer to the last proposal
- * (NULL for none) and proposes a plan never proposed before, or NULL when
- * it can find no new one. best() is the best median seen (INFINITY for
- * none); measured() how many proposals have an answer. */
-typedef struct tuner_genetic tuner_genetic;
+typedef struct tuner_search_options {
+	enum tuner_search_kind kind;
+	unsigned seed;
+	int population;        /* 0: TUNER_POPULATION */
+	int stall_generations; /* stop after this many without a gain; 0: TUNER_STALL */
+	double noise;          /* a gain is a time below best * (1 - noise); 0: TUNER_NOISE */
+	/* The cost-model filter: with peaks, a candidate whose optimistic time
+	 * (tuner_optimistic_ms) exceeds filter_factor times the best so far is
+	 * not proposed but counted as filtered. NULL peaks: no filter. */
+	const struct kgen_peaks *peaks;
+	double filter_factor;  /* 0: TUNER_FILTER_FACTOR */
+	int cuda;              /* estimates for the cuda backend (else cpu) */
+} tuner_search_options;
 
-__tuner_give tuner_genetic *tuner_genetic_new(__tuner_keep const struct sched_graph *graph,
-					      unsigned seed);
-__tuner_give json_t *tuner_genetic_next(__tuner_keep tuner_genetic *g,
-					__tuner_keep const json_t *last_answer);
-double tuner_genetic_best(__tuner_keep const tuner_genetic *g);
-int tuner_genetic_measured(__tuner_keep const tuner_genetic *g);
-void tuner_genetic_free(__tuner_take tuner_genetic *g);
+#define TUNER_POPULATION 32
+#define TUNER_STALL 5
+#define TUNER_NOISE 0.03
+#define TUNER_FILTER_FACTOR 4.0
+
+/* A search of "graph" (kept, must outlive it); NULL when out of memory or
+ * the graph has no default plan. */
+__tuner_give tuner_search *tuner_search_new(__tuner_keep const struct sched_graph *graph,
+					    const tuner_search_options *options);
+/* A plan measured before (from the trials table): it is never proposed,
+ * its time ("ms", INFINITY when it failed) counts as measured, and the best
+ * known plans seed the first population. A plan that does not parse for
+ * the graph is ignored. Call before the first generation. */
+void tuner_search_know(__tuner_keep tuner_search *s, __tuner_keep json_t *plan,
+		       double ms);
+/* The next generation: a JSON array of new plans (maybe fewer than the
+ * population when most were seen or filtered), or NULL when the search is
+ * over: no new plan can be found, or the last stall_generations generations
+ * brought no gain beyond the noise. Every plan of the previous generation
+ * must have been recorded first (unrecorded ones count as failed). */
+__tuner_give json_t *tuner_search_generation(__tuner_keep tuner_search *s);
+/* The time of a plan of the current generation: ms > 0, or INFINITY when it
+ * failed (compile error, wrong, crash...). Unknown plans are ignored. */
+void tuner_search_record(__tuner_keep tuner_search *s, __tuner_keep json_t *plan,
+			 double ms);
+/* Counters: generations proposed so far (generation 0 included), plans
+ * recorded, candidates dropped by the cost-model filter. */
+int tuner_search_generations(__tuner_keep const tuner_search *s);
+int tuner_search_measured(__tuner_keep const tuner_search *s);
+int tuner_search_filtered(__tuner_keep const tuner_search *s);
+/* The best time recorded or known (INFINITY for none). */
+double tuner_search_best(__tuner_keep const tuner_search *s);
+/* The "n" best plans recorded or known, best first, as a JSON array. */
+__tuner_give json_t *tuner_search_best_plans(__tuner_keep const tuner_search *s, int n);
+void tuner_search_free(__tuner_take tuner_search *s);
+
+/* cost.c: NeoFlow's optimistic estimate of a plan on a device with the
+ * measured "peaks": per kernel, the longer of the bytes it must move over
+ * the peak bandwidth and its flops over the compute its parallel work can
+ * occupy, plus one launch. A lower bound of the time, as far as the peaks
+ * are. */
+struct kgen_plan;
+double tuner_optimistic_ms(__tuner_keep const struct sched_graph *graph,
+			   __tuner_keep const struct kgen_plan *plan,
+			   __tuner_keep const struct kgen_peaks *peaks, int cuda);
 
 /* measure.c: the measurement protocol a worker process runs for one
  * request {"graph": TEXT, "plan": PLAN or null, "seed": N, "timing":
