@@ -35,6 +35,7 @@
 #define PROTO_BUDGET_MAX_S 2592000.0 /* 30 days */
 #define PROTO_PRIORITY_MIN -1000
 #define PROTO_PRIORITY_MAX 1000
+#define PROTO_TRIALS_MAX 1000000
 #define PROTO_TIMEOUT_MAX_MS 3600000 /* fetch waits at most an hour */
 
 /* Error codes: 0 or negative, as functions return them; on the wire each
@@ -190,6 +191,7 @@ typedef struct proto_request {
 	bool has_budget;      /* submit [false] */
 	double budget_s;      /* submit: seconds, > 0 [0] */
 	int64_t priority;     /* submit: higher runs first [0] */
+	int64_t trials;       /* submit: at most this many trials [0: no limit] */
 	int64_t job;          /* status, cancel, fetch: > 0 [0: none] */
 	char key[PROTO_KEY_HEX + 1]; /* fetch, watch, cache.show [""] */
 	int64_t min_version;  /* fetch [0] */
@@ -236,6 +238,7 @@ __proto_give char *proto_reply_from_error(__proto_keep json_t *id,
 #define PROTO_EVENT_VERSION "version"
 #define PROTO_EVENT_PROGRESS "progress"
 #define PROTO_EVENT_JOB "job"
+#define PROTO_EVENT_GENERATION "generation"
 
 /* {"event": "name", "data": "data"}; "data" must be an object. */
 __proto_give char *proto_event(const char *name, __proto_take json_t *data);

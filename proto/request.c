@@ -78,6 +78,8 @@ static const field_spec op_fields[PROTO_NOPS][MAX_FIELDS] = {
 		{"budget", F_BUDGET, false, 0, 0, 0, "a positive number"},
 		INT_FIELD(priority, false, PROTO_PRIORITY_MIN,
 			  PROTO_PRIORITY_MAX, "an integer from -1000 to 1000"),
+		INT_FIELD(trials, false, 1, PROTO_TRIALS_MAX,
+			  "an integer from 1 to 1000000"),
 	},
 	[PROTO_OP_STATUS] = {JOB_FIELD(true)},
 	[PROTO_OP_CANCEL] = {JOB_FIELD(true)},
