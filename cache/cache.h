@@ -13,10 +13,10 @@
  * to the thread that called cache_open, and a write from any other thread
  * is refused with CACHE_ETHREAD (SQLite 3.40's WAL bug needs concurrent
  * writers; there is one). The reader is opened SQLITE_OPEN_READONLY and
- * serves cache_fetch_best, cache_is_quarantined, cache_list, cache_show and
- * cache_stat; any thread may call those, one call at a time: the caller
- * guards them (one mutex for the reads of one cache), and a read may run
- * while the owner writes. A second cache_open of the same file, from this
+ * serves cache_fetch_best, cache_is_quarantined, cache_list, cache_show,
+ * cache_trials and cache_stat; any thread may call those, one call at a
+ * time: the caller guards them (one mutex for the reads of one cache), and
+ * a read may run while the owner writes. A second cache_open of the same file, from this
  * process or another, fails with CACHE_EBUSY while the first is open.
  *
  * Errors. Functions return 0 (or a count or version) on success and a
@@ -264,6 +264,17 @@ int cache_list(__cache_keep cache *c,
  * CACHE_NOT_FOUND for an unknown key. */
 int cache_show(__cache_keep cache *c, const char *key,
 	       __cache_give json_t **out, cache_error *err);
+
+/* Every trial recorded for (graph, device, codegen), newest first, at
+ * most "limit" of them (0: all), as a JSON array of {"plan" (the stored
+ * plan as JSON), "outcome" ("ok", "wrong", ...), "median_ms" (a number or
+ * null)}. The daemon reads them when a job starts, so that a plan measured
+ * on this device is not measured again and a key submitted again resumes
+ * from its stored population. An unknown graph or device gives an empty
+ * array; a negative "limit" is CACHE_EINVAL. */
+int cache_trials(__cache_keep cache *c, const char *graph, const char *device,
+		 const char *codegen, int64_t limit, __cache_give json_t **out,
+		 cache_error *err);
 
 typedef struct cache_stats {
 	int64_t file_bytes; /* the database file */

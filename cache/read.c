@@ -1,7 +1,7 @@
 /*
- * read.c: fetch, quarantine lookups, list, show and stat, through the
- * read-only connection. Any thread may read; the caller serializes reads
- * of one cache. A read of several statements runs in one read
+ * read.c: fetch, quarantine lookups, list, show, the trials of a key and
+ * stat, through the read-only connection. Any thread may read; the caller
+ * serializes reads of one cache. A read of several statements runs in one read
  * transaction, so it sees one snapshot whatever the writer commits.
  */
 #include <math.h>
@@ -491,6 +491,89 @@ int cache_show(__cache_keep cache *c, const char *key,
 	if (rc == CACHE_ENOMEM)
 		cache_set_error(err, rc, "cannot show graph '%s': out of memory",
 				key);
+	if (rc) {
+		json_decref(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
+/* One trial of the current row of trials_sql as {plan, outcome,
+ * median_ms}. */
+static json_t *trial_row(sqlite3_stmt *stmt)
+{
+	const char *plan = column(stmt, 0), *outcome = column(stmt, 1);
+
+	if (!plan || !outcome)
+		return NULL;
+	return json_pack("{s:o, s:s, s:o}", "plan", stored_json(plan),
+			 "outcome", outcome,
+			 "median_ms", real_or_null(cache_column_real(stmt, 2)));
+}
+
+/* A device never seen matches no row: the join finds no signature. */
+static const char trials_sql[] =
+	"SELECT t.plan, t.outcome, t.median_ms FROM trials t "
+	"JOIN devices d ON d.id = t.device "
+	"WHERE t.graph = ?1 AND d.signature = ?2 AND t.codegen = ?3 "
+	"ORDER BY t.id DESC LIMIT ?4";
+
+/* Appends the trials of (graph, device, codegen), newest first, at most
+ * "limit" of them (0: all), to "trials". */
+static int list_trials(cache *c, const char *graph, const char *device,
+		       const char *codegen, int64_t limit, json_t *trials,
+		       cache_error *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc;
+
+	rc = cache_prepare(c->reader, trials_sql, &stmt, err);
+	if (rc)
+		return rc;
+	cache_bind_text(stmt, 1, graph);
+	cache_bind_text(stmt, 2, device);
+	cache_bind_text(stmt, 3, codegen);
+	sqlite3_bind_int64(stmt, 4, limit > 0 ? limit : -1);
+	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW)
+		if (json_array_append_new(trials, trial_row(stmt)) != 0)
+			break;
+	if (rc == SQLITE_DONE)
+		rc = 0;
+	else if (rc == SQLITE_ROW)
+		rc = CACHE_ENOMEM;
+	else
+		rc = cache_db_error(c->reader, rc, err, "cannot read the trials");
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+int cache_trials(__cache_keep cache *c, const char *graph, const char *device,
+		 const char *codegen, int64_t limit, __cache_give json_t **out,
+		 cache_error *err)
+{
+	int rc;
+
+	if (out)
+		*out = NULL;
+	if (!out || limit < 0) {
+		cache_set_error(err, CACHE_EINVAL, "cannot read the trials: %s",
+				out ? "a negative limit" : "no out");
+		return CACHE_EINVAL;
+	}
+	rc = check_cache(c, "read the trials", err);
+	if (rc == 0)
+		rc = cache_check_key(graph, device, codegen, err);
+	if (rc == 0 && !(*out = json_array()))
+		rc = CACHE_ENOMEM;
+	if (rc == 0)
+		rc = cache_read_begin(c, "cannot read the trials", err);
+	if (rc == 0) {
+		rc = list_trials(c, graph, device, codegen, limit, *out, err);
+		cache_read_end(c);
+	}
+	if (rc == CACHE_ENOMEM)
+		cache_set_error(err, rc, "cannot read the trials of graph '%s': "
+				"out of memory", graph);
 	if (rc) {
 		json_decref(*out);
 		*out = NULL;

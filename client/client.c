@@ -593,22 +593,39 @@ static int read_submitted(tuned_client *client, json_t *result,
 	return 0;
 }
 
-int tuned_client_submit(tuned_client *client, const char *graph,
-			double budget_s, int priority, tuned_client_job *out,
-			tuned_client_error *err)
+/* The params of a submit: the graph, its priority, and the budget and
+ * trial limit when set (out of range, they are refused with the request
+ * line); NULL when the graph is not UTF-8 or memory ran out. */
+static json_t *submit_params(const char *graph,
+			     const tuned_client_submit_options *o)
 {
+	json_t *params = json_pack("{s:s, s:i}", "graph", graph, "priority",
+				   o->priority);
+
+	if (params && ((o->budget_s != 0 &&
+			json_object_set_new(params, "budget",
+					    json_real(o->budget_s)) < 0) ||
+		       (o->trials != 0 &&
+			json_object_set_new(params, "trials",
+					    json_integer(o->trials)) < 0))) {
+		json_decref(params);
+		params = NULL;
+	}
+	return params;
+}
+
+int tuned_client_submit_with(tuned_client *client, const char *graph,
+			     const tuned_client_submit_options *options,
+			     tuned_client_job *out, tuned_client_error *err)
+{
+	static const tuned_client_submit_options defaults;
 	json_t *params, *result = NULL;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
 	if (!graph)
 		return set_error(err, TUNED_CLIENT_EINVAL, "no graph to submit");
-	params = json_pack("{s:s, s:i}", "graph", graph, "priority", priority);
-	if (params && budget_s != 0 &&
-	    json_object_set_new(params, "budget", json_real(budget_s)) < 0) {
-		json_decref(params);
-		params = NULL;
-	}
+	params = submit_params(graph, options ? options : &defaults);
 	if (!params)
 		return set_error(err, TUNED_CLIENT_EINVAL,
 				 "the graph is not valid UTF-8, or memory ran out");
@@ -617,6 +634,16 @@ int tuned_client_submit(tuned_client *client, const char *graph,
 		rc = read_submitted(client, result, out, err);
 	json_decref(result);
 	return rc;
+}
+
+int tuned_client_submit(tuned_client *client, const char *graph,
+			double budget_s, int priority, tuned_client_job *out,
+			tuned_client_error *err)
+{
+	tuned_client_submit_options options = {.budget_s = budget_s,
+					       .priority = priority};
+
+	return tuned_client_submit_with(client, graph, &options, out, err);
 }
 
 static int call_job(tuned_client *client, enum proto_op op, int64_t job,

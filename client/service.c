@@ -2,21 +2,26 @@
  * service.c: the tunectl commands that talk to a daemon, through the
  * client library (tuned_client.h).
  *
- *   tunectl submit FILE [--wait] [--budget S] [--priority N]
+ *   tunectl submit FILE [--wait] [--budget S] [--trials N] [--priority N]
  *   tunectl status JOB | list | wait JOB | cancel JOB
+ *   tunectl watch KEY|JOB [--until-done]
  *   tunectl fetch KEY|JOB [--out DIR] [--min-version N] [--timeout MS]
  *   tunectl stats | cache ls | cache show KEY | cache prune [--max-age S]
  *                                                          [--max-bytes N]
  *
- * Each takes --json (one JSON object on stdout) and --socket PATH. Exit 0
- * on success, 1 on failure (no daemon included), 2 for a usage error.
+ * Each takes --json (one JSON object on stdout; for watch, one JSON line
+ * per event) and --socket PATH. Exit 0 on success, 1 on failure (no
+ * daemon included), 2 for a usage error.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,8 +40,10 @@ typedef struct service_options {
 	const char *socket;
 	bool as_json;
 	bool wait;
+	bool until_done;
 	double budget_s;
 	int priority;
+	int64_t trials;
 	const char *out_dir;
 	int64_t min_version;
 	int timeout_ms;
@@ -51,8 +58,10 @@ typedef struct service_command {
 } service_command;
 
 static const char service_usage[] =
-	"usage: tunectl submit FILE [--wait] [--budget S] [--priority N]\n"
+	"usage: tunectl submit FILE [--wait] [--budget S] [--trials N] "
+	"[--priority N]\n"
 	"       tunectl status JOB | list | wait JOB | cancel JOB\n"
+	"       tunectl watch KEY|JOB [--until-done]\n"
 	"       tunectl fetch KEY|JOB [--out DIR] [--min-version N] "
 	"[--timeout MS]\n"
 	"       tunectl stats | cache ls | cache show KEY\n"
@@ -61,14 +70,34 @@ static const char service_usage[] =
 
 /* Reporting. */
 
-/* The error "err" of "o"'s command: on stderr, and as JSON with --json. */
+/* "obj" (taken) as one compact line on stdout, at once: NDJSON. */
+static void print_json_line(json_t *obj)
+{
+	char *text = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+
+	if (text)
+		puts(text);
+	fflush(stdout);
+	free(text);
+	json_decref(obj);
+}
+
+/* The error "err" of "o"'s command: on stderr, and as JSON with --json
+ * (one line after the events of a watch, an indented object otherwise). */
 static int fail(const service_options *o, const tuned_client_error *err)
 {
+	json_t *obj;
+
 	fprintf(stderr, "tunectl %s: %s\n", o->command, err->message);
-	if (o->as_json)
-		tunectl_print_json(json_pack("{s:{s:s, s:s}}", "error", "code",
-					     tuned_client_code_name(err->code),
-					     "message", err->message));
+	if (!o->as_json)
+		return EXIT_INVALID;
+	obj = json_pack("{s:{s:s, s:s}}", "error", "code",
+			tuned_client_code_name(err->code), "message",
+			err->message);
+	if (!strcmp(o->command, "watch"))
+		print_json_line(obj);
+	else
+		tunectl_print_json(obj);
 	return EXIT_INVALID;
 }
 
@@ -96,6 +125,24 @@ static double num(json_t *obj, const char *key)
 	json_t *v = json_object_get(obj, key);
 
 	return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+static long long integer(json_t *obj, const char *key)
+{
+	return (long long)json_integer_value(json_object_get(obj, key));
+}
+
+/* Appends to the text "out" of "size" bytes, cutting what does not fit. */
+__attribute__((format(printf, 3, 4)))
+static void append(char *out, size_t size, const char *fmt, ...)
+{
+	size_t len = strlen(out);
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (len + 1 < size)
+		vsnprintf(out + len, size - len, fmt, ap);
+	va_end(ap);
 }
 
 /* A scalar as text, for the flat printer. */
@@ -204,6 +251,101 @@ static unsigned char *b64_decode(const char *text, size_t *len)
 	return bytes;
 }
 
+/* Events as text: for watch, and for the progress of submit --wait. */
+
+/* The decimals that show "ms" to three significant digits, at least 3:
+ * 1.234, 0.0812, 0.000800. */
+static int ms_decimals(double ms)
+{
+	int decimals = 3;
+
+	while (ms > 0 && ms < 0.1 && decimals < 9) {
+		ms *= 10;
+		decimals++;
+	}
+	return decimals;
+}
+
+static const char *plural(long long n)
+{
+	return n == 1 ? "" : "s";
+}
+
+/* "gen 3: 96 trials, 2 compile failures, 5 filtered, best 1.234 ms
+ * (1.42x over the first version)", from a generation event's data. */
+static void generation_text(json_t *data, char *out, size_t size)
+{
+	long long trials = integer(data, "trials");
+	long long failures = integer(data, "compile_failures");
+	double best = num(data, "best_ms"), gain = num(data, "gain");
+
+	snprintf(out, size, "gen %lld: %lld trial%s, %lld compile failure%s, "
+		 "%lld filtered", integer(data, "generation"), trials,
+		 plural(trials), failures, plural(failures),
+		 integer(data, "filtered"));
+	if (isnan(best))
+		append(out, size, ", nothing timed yet");
+	else
+		append(out, size, ", best %.*f ms", ms_decimals(best), best);
+	if (!isnan(gain))
+		append(out, size, " (%.2fx over the first version)", gain);
+}
+
+/* "version 4: 1.201 ms ± 0.010", from a version event's data. */
+static void version_text(json_t *data, char *out, size_t size)
+{
+	double median = num(data, "median_ms"), spread = num(data, "spread_ms");
+	int decimals = ms_decimals(median);
+
+	snprintf(out, size, "version %lld", integer(data, "version"));
+	if (!isnan(median))
+		append(out, size, ": %.*f ms", decimals, median);
+	if (!isnan(median) && !isnan(spread))
+		append(out, size, " \u00b1 %.*f", decimals, spread);
+}
+
+/* "job 7: failed: no candidate verified", from a job event's data. */
+static void job_text(json_t *job, char *out, size_t size)
+{
+	snprintf(out, size, "job %lld: %s", integer(job, "id"), str(job, "state"));
+	if (*str(job, "error"))
+		append(out, size, ": %s", str(job, "error"));
+}
+
+/* "job 7: 96 trials, best 0.800 ms, version 2", from a progress event. */
+static void progress_text(json_t *data, char *out, size_t size)
+{
+	double best = num(data, "best_ms");
+
+	snprintf(out, size, "job %lld: %lld trials", integer(data, "job"),
+		 integer(data, "trials"));
+	if (!isnan(best))
+		append(out, size, ", best %.*f ms", ms_decimals(best), best);
+	if (integer(data, "version") > 0)
+		append(out, size, ", version %lld", integer(data, "version"));
+}
+
+/* One line for the event "ev"; an event this tunectl does not know is
+ * shown as its name and data. */
+static void event_text(const tuned_client_event *ev, char *out, size_t size)
+{
+	char *data;
+
+	if (!strcmp(ev->name, PROTO_EVENT_GENERATION))
+		generation_text(ev->data, out, size);
+	else if (!strcmp(ev->name, PROTO_EVENT_VERSION))
+		version_text(ev->data, out, size);
+	else if (!strcmp(ev->name, PROTO_EVENT_JOB))
+		job_text(ev->data, out, size);
+	else if (!strcmp(ev->name, PROTO_EVENT_PROGRESS))
+		progress_text(ev->data, out, size);
+	else {
+		data = json_dumps(ev->data, JSON_COMPACT | JSON_PRESERVE_ORDER);
+		snprintf(out, size, "%s: %s", ev->name, data ? data : "");
+		free(data);
+	}
+}
+
 /* Progress of a job, for submit --wait and wait. */
 
 typedef struct progress {
@@ -215,6 +357,10 @@ typedef struct progress {
 	char state[16];       /* of the last plain line printed */
 	int64_t version;
 	double last_at;
+	char generation[200]; /* the latest generation line, or "" */
+	int64_t generation_n; /* its generation */
+	int64_t printed_n;    /* the generation of the last plain one printed */
+	double printed_at;    /* and when */
 } progress;
 
 static double now_s(void)
@@ -267,20 +413,54 @@ static long long job_number(json_t *job)
 	return (long long)json_integer_value(json_object_get(job, "id"));
 }
 
-/* On a terminal: one line, redrawn, with a bar of the budget spent. */
-static void render_bar(progress *pg, const char *text)
+/* The columns of the terminal "out", 80 when it does not say. */
+static int columns(FILE *out)
+{
+	struct winsize ws;
+
+	if (ioctl(fileno(out), TIOCGWINSZ, &ws) < 0 || ws.ws_col == 0)
+		return 80;
+	return ws.ws_col;
+}
+
+/* What the bar says: the job's state and version and the latest
+ * generation line once there is one, else describe()'s text. */
+static void bar_text(progress *pg, const char *described, char *out,
+		     size_t size)
+{
+	long long version = integer(json_object_get(pg->job, "progress"),
+				    "version");
+
+	if (!pg->generation[0]) {
+		snprintf(out, size, "%s", described);
+		return;
+	}
+	snprintf(out, size, "%s", str(pg->job, "state"));
+	if (version > 0)
+		append(out, size, ", version %lld", version);
+	append(out, size, ", %s", pg->generation);
+}
+
+/* On a terminal: one line, redrawn, with a bar of the budget spent, cut
+ * to the terminal's width so that it never wraps. */
+static void render_bar(progress *pg, const char *described)
 {
 	double f = fraction(pg);
 	int filled = f < 0 ? 0 : (int)(f * 30 + 0.5);
-	char bar[31], percent[8] = "";
+	char bar[31], percent[8] = "", line[512];
+	int width = columns(pg->out);
 
 	memset(bar, '#', filled);
 	memset(bar + filled, '.', 30 - filled);
 	bar[30] = 0;
 	if (f >= 0)
 		snprintf(percent, sizeof(percent), " %3d%%", (int)(f * 100));
-	fprintf(pg->out, "\r\033[Kjob %lld [%s]%s %s", job_number(pg->job), bar,
-		percent, text);
+	snprintf(line, sizeof(line), "job %lld [%s]%s ", job_number(pg->job),
+		 bar, percent);
+	bar_text(pg, described, line + strlen(line), sizeof(line) - strlen(line));
+	if (width - 1 < (int)sizeof(line))
+		line[width - 1] = 0;
+	fprintf(pg->out, "\r\033[K%s", line);
 	fflush(pg->out);
 }
 
@@ -302,6 +482,19 @@ static void render_line(progress *pg, const char *text)
 	pg->last_at = now_s();
 }
 
+/* Elsewhere, the latest generation line too, at most every
+ * PLAIN_EVERY_S. */
+static void render_generation(progress *pg)
+{
+	if (!pg->generation[0] || pg->generation_n == pg->printed_n ||
+	    now_s() - pg->printed_at < PLAIN_EVERY_S)
+		return;
+	fprintf(pg->out, "job %lld: %s\n", job_number(pg->job), pg->generation);
+	fflush(pg->out);
+	pg->printed_n = pg->generation_n;
+	pg->printed_at = now_s();
+}
+
 static void render(progress *pg)
 {
 	char text[200];
@@ -309,14 +502,17 @@ static void render(progress *pg)
 	if (!pg->running_since && !strcmp(str(pg->job, "state"), "running"))
 		pg->running_since = now_s();
 	describe(pg->job, text, sizeof(text));
-	if (pg->bar)
+	if (pg->bar) {
 		render_bar(pg, text);
-	else
+	} else {
 		render_line(pg, text);
+		render_generation(pg);
+	}
 }
 
 /* Merges what an event says of the job "id" into pg->job: a "job" event
- * is the job; "progress" and "version" events update its progress. */
+ * is the job; "progress", "generation" and "version" events update its
+ * progress, and a "generation" event is the latest generation line. */
 static void merge_event(progress *pg, int64_t id, const tuned_client_event *ev)
 {
 	json_t *data = ev->data, *p = json_object_get(pg->job, "progress");
@@ -332,6 +528,10 @@ static void merge_event(progress *pg, int64_t id, const tuned_client_event *ev)
 	}
 	if (json_integer_value(which) != id || !json_is_object(p))
 		return;
+	if (!strcmp(ev->name, PROTO_EVENT_GENERATION)) {
+		generation_text(data, pg->generation, sizeof(pg->generation));
+		pg->generation_n = integer(data, "generation");
+	}
 	if (json_is_integer(json_object_get(data, "trials")))
 		json_object_set(p, "trials", json_object_get(data, "trials"));
 	if (json_is_integer(json_object_get(data, "version")))
@@ -360,8 +560,11 @@ static int follow_events(tuned_client *client, progress *pg, int64_t id,
 	return 0;
 }
 
-static void finish_line(const service_options *o, json_t *job)
+/* The end of a job followed: its state and key, its progress, and the
+ * latest generation line. */
+static void finish_line(const service_options *o, const progress *pg)
 {
+	json_t *job = pg->job;
 	const char *error = str(job, "error");
 	char text[200];
 
@@ -372,6 +575,8 @@ static void finish_line(const service_options *o, json_t *job)
 	describe(job, text, sizeof(text));
 	printf("job %lld %s: key %s%s%s\n", job_number(job), str(job, "state"), str(job, "key"), *error ? ": " : "", error);
 	printf("  %s\n", strchr(text, ',') ? strchr(text, ',') + 2 : text);
+	if (pg->generation[0])
+		printf("  %s\n", pg->generation);
 }
 
 /* Follows the job "id" until it ends, with its events (the submitter
@@ -403,7 +608,7 @@ static int wait_job(tuned_client *client, const service_options *o, int64_t id)
 		json_decref(pg.job);
 		return fail(o, &err);
 	}
-	finish_line(o, pg.job);
+	finish_line(o, &pg);
 	status = strcmp(str(pg.job, "state"), "done") ? EXIT_INVALID : EXIT_SUCCESS;
 	json_decref(pg.job);
 	return status;
@@ -437,6 +642,9 @@ static void print_submitted(const service_options *o,
 static int cmd_submit(tuned_client *client, const service_options *o)
 {
 	char *graph = tunectl_read_text(o->arg);
+	tuned_client_submit_options options = {.budget_s = o->budget_s,
+					       .priority = o->priority,
+					       .trials = o->trials};
 	tuned_client_error err;
 	tuned_client_job job;
 	int rc;
@@ -444,8 +652,7 @@ static int cmd_submit(tuned_client *client, const service_options *o)
 	if (!graph)
 		return fail_with(o, "%s: cannot read the file (%s)", o->arg,
 				 strerror(errno));
-	rc = tuned_client_submit(client, graph, o->budget_s, o->priority, &job,
-				 &err);
+	rc = tuned_client_submit_with(client, graph, &options, &job, &err);
 	free(graph);
 	if (rc < 0)
 		return fail(o, &err);
@@ -558,6 +765,123 @@ static int cmd_list(tuned_client *client, const service_options *o)
 	}
 	json_decref(result);
 	return EXIT_SUCCESS;
+}
+
+/* watch: the events of a key as they come. */
+
+/* The key watched, and the job followed with --until-done. */
+typedef struct watcher {
+	int64_t job;                 /* the JOB given; 0 for a KEY */
+	bool until_done;             /* end when that job ends */
+	char key[PROTO_KEY_HEX + 1]; /* lowercase */
+	char ended[16];              /* the job's final state, once seen */
+} watcher;
+
+static volatile sig_atomic_t interrupted;
+
+static void interrupt(int signo)
+{
+	(void)signo;
+	interrupted = 1;
+}
+
+/* SIGINT and SIGTERM end a watch cleanly, with exit 0: they only set a
+ * flag, which the loop reads at least every POLL_MS. */
+static void catch_interrupts(void)
+{
+	struct sigaction sa = {.sa_handler = interrupt};
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
+/* One event: a line of text, or with --json the event as one JSON line. */
+static void print_event(const service_options *o, const tuned_client_event *ev)
+{
+	char text[512];
+
+	if (o->as_json) {
+		print_json_line(json_pack("{s:s, s:O}", "event", ev->name, "data",
+					  ev->data));
+		return;
+	}
+	event_text(ev, text, sizeof(text));
+	puts(text);
+	fflush(stdout);
+}
+
+/* Notes the end of the job followed, when "ev" says it ended. */
+static void note_end(watcher *w, const tuned_client_event *ev)
+{
+	const char *state = str(ev->data, "state");
+
+	if (w->until_done && !strcmp(ev->name, PROTO_EVENT_JOB) &&
+	    integer(ev->data, "id") == w->job && is_final(state))
+		snprintf(w->ended, sizeof(w->ended), "%s", state);
+}
+
+/* Asks for the job followed: its key into w->key and, with --until-done,
+ * when it has ended already, prints it as a job event and notes the end
+ * (called before the watch and again after it, so that an end in
+ * between is not missed). */
+static int check_job(tuned_client *client, const service_options *o,
+		     watcher *w, tuned_client_error *err)
+{
+	tuned_client_event ev = {.name = PROTO_EVENT_JOB};
+	int rc = tuned_client_status(client, w->job, &ev.data, err);
+
+	if (rc < 0)
+		return rc;
+	snprintf(w->key, sizeof(w->key), "%s", str(ev.data, "key"));
+	note_end(w, &ev);
+	if (w->ended[0])
+		print_event(o, &ev);
+	json_decref(ev.data);
+	return 0;
+}
+
+/* Prints the events of the key until the job followed ends, a signal
+ * comes, or the connection fails (a negative code). */
+static int follow_key(tuned_client *client, const service_options *o,
+		      watcher *w, tuned_client_error *err)
+{
+	tuned_client_event ev;
+	int rc;
+
+	while (!interrupted && !w->ended[0]) {
+		if ((rc = tuned_client_next_event(client, POLL_MS, &ev, err)) < 0)
+			return rc;
+		if (rc == 0)
+			continue;
+		print_event(o, &ev);
+		note_end(w, &ev);
+		json_decref(ev.data);
+	}
+	return 0;
+}
+
+static int cmd_watch(tuned_client *client, const service_options *o)
+{
+	watcher w = {.job = job_id(o->arg), .until_done = o->until_done};
+	tuned_client_error err;
+	int rc = 0;
+
+	catch_interrupts();
+	if (w.job)
+		rc = check_job(client, o, &w, &err);
+	else
+		for (size_t i = 0; i < PROTO_KEY_HEX; i++)
+			w.key[i] = (char)tolower((unsigned char)o->arg[i]);
+	if (rc == 0 && !w.ended[0])
+		rc = tuned_client_watch(client, w.key, &err);
+	if (rc == 0 && !w.ended[0] && w.until_done)
+		rc = check_job(client, o, &w, &err);
+	if (rc == 0)
+		rc = follow_key(client, o, &w, &err);
+	if (rc < 0)
+		return fail(o, &err);
+	return strcmp(w.ended, "failed") ? EXIT_SUCCESS : EXIT_INVALID;
 }
 
 /* fetch --out: the files of a result. */
@@ -836,11 +1160,12 @@ static int cmd_cache_prune(tuned_client *client, const service_options *o)
 }
 
 static const service_command commands[] = {
-	{"submit", "FILE", "wait budget priority", cmd_submit},
+	{"submit", "FILE", "wait budget trials priority", cmd_submit},
 	{"status", "JOB", "", cmd_status},
 	{"list", NULL, "", cmd_list},
 	{"wait", "JOB", "", cmd_wait},
 	{"cancel", "JOB", "", cmd_cancel},
+	{"watch", "KEY|JOB", "until-done", cmd_watch},
 	{"fetch", "KEY|JOB", "out min-version timeout", cmd_fetch},
 	{"stats", NULL, "", cmd_stats},
 	{"cache ls", NULL, "", cmd_cache_ls},
@@ -894,6 +1219,37 @@ static const double age_factors[] = {1, 60, 3600, 86400};
 static const double byte_factors[] = {1024.0, 1048576.0, 1073741824.0,
 				      1099511627776.0};
 
+/* The options that take an integer, and their ranges. */
+static const struct int_option {
+	const char *name;
+	double lo, hi;
+} int_options[] = {
+	{"priority", PROTO_PRIORITY_MIN, PROTO_PRIORITY_MAX},
+	{"timeout", 0, PROTO_TIMEOUT_MAX_MS},
+	{"min-version", 0, 9e18},
+	{"trials", 1, PROTO_TRIALS_MAX},
+};
+
+static int int_value(service_options *o, const char *name, const char *v)
+{
+	size_t n = sizeof(int_options) / sizeof(int_options[0]), i;
+	double x;
+
+	for (i = 0; i < n && strcmp(int_options[i].name, name); i++)
+		;
+	if (i == n || parse_int(v, int_options[i].lo, int_options[i].hi, &x) < 0)
+		return -1;
+	if (!strcmp(name, "priority"))
+		o->priority = (int)x;
+	else if (!strcmp(name, "timeout"))
+		o->timeout_ms = (int)x;
+	else if (!strcmp(name, "trials"))
+		o->trials = (int64_t)x;
+	else
+		o->min_version = (int64_t)x;
+	return 0;
+}
+
 static int option_value(service_options *o, const char *name, const char *v)
 {
 	double x;
@@ -909,17 +1265,7 @@ static int option_value(service_options *o, const char *name, const char *v)
 		       x > 9e18 ? -1 : (o->max_bytes = (int64_t)x, 0);
 	if (!strcmp(name, "out"))
 		return (o->out_dir = v), 0;
-	if (parse_int(v, name[0] == 'p' ? PROTO_PRIORITY_MIN : 0,
-		      name[0] == 'p' ? PROTO_PRIORITY_MAX :
-		      name[0] == 't' ? PROTO_TIMEOUT_MAX_MS : 9e18, &x) < 0)
-		return -1;
-	if (!strcmp(name, "priority"))
-		o->priority = (int)x;
-	else if (!strcmp(name, "timeout"))
-		o->timeout_ms = (int)x;
-	else
-		o->min_version = (int64_t)x;
-	return 0;
+	return int_value(o, name, v);
 }
 
 /* Whether the option "--name" belongs to "cmd". */
@@ -950,6 +1296,8 @@ static int parse_option(const service_command *cmd, service_options *o,
 		return (o->as_json = true), 0;
 	if (!strcmp(name, "wait") && takes(cmd, "wait"))
 		return (o->wait = true), 0;
+	if (!strcmp(name, "until-done") && takes(cmd, "until-done"))
+		return (o->until_done = true), 0;
 	if (strcmp(name, "socket") && !takes(cmd, name))
 		return usage_error(o, "unknown option", argv[*i]);
 	if (*i + 1 >= argc)
@@ -959,6 +1307,31 @@ static int parse_option(const service_command *cmd, service_options *o,
 	if (option_value(o, name, argv[*i + 1]) < 0)
 		return usage_error(o, "bad value for", argv[*i]);
 	++*i;
+	return 0;
+}
+
+/* Whether "text" is a cache key: 64 hex digits, in either case. */
+static bool is_key(const char *text)
+{
+	size_t n = 0;
+
+	while (isxdigit((unsigned char)text[n]))
+		n++;
+	return n == PROTO_KEY_HEX && !text[n];
+}
+
+/* The argument of "cmd": a JOB a job id, a KEY|JOB a key or a job id;
+ * --until-done needs a JOB. 0, or -1 after a usage message. */
+static int check_argument(const service_command *cmd, service_options *o)
+{
+	if (!strcmp(cmd->arg, "JOB") && !job_id(o->arg))
+		return usage_error(o, "not a job id:", o->arg);
+	if (!strcmp(cmd->arg, "KEY|JOB") && !is_key(o->arg) && !job_id(o->arg))
+		return usage_error(o, "neither a key (64 hex digits) nor a job "
+				   "id:", o->arg);
+	if (o->until_done && !job_id(o->arg))
+		return usage_error(o, "--until-done follows a job: give its id, "
+				   "not the key", o->arg);
 	return 0;
 }
 
@@ -1003,9 +1376,7 @@ static int parse_service_options(const service_command *cmd, int argc,
 	if (cmd->arg && !o->arg)
 		return fprintf(stderr, "tunectl %s: needs %s\n%s", cmd->name,
 			       cmd->arg, service_usage), -1;
-	if (cmd->arg && !strcmp(cmd->arg, "JOB") && !job_id(o->arg))
-		return usage_error(o, "not a job id:", o->arg);
-	return 0;
+	return cmd->arg ? check_argument(cmd, o) : 0;
 }
 
 int tunectl_service(int argc, char **argv)

@@ -4,7 +4,7 @@
  *   tunectl validate FILE [--json]   check a graph; exit 0, or 1 with the error
  *   tunectl explain FILE [--json]    domains, accesses, ranges, FLOPs, bytes, key
  *   tunectl run FILE [options]       compile, verify and time a plan (run.c)
- *   tunectl submit|status|list|wait|cancel|fetch|stats|cache ...
+ *   tunectl submit|status|list|wait|cancel|watch|fetch|stats|cache ...
  *                                    talk to a daemon (service.c)
  */
 #include <stdio.h>
@@ -36,6 +36,9 @@ static const char usage[] =
 	"  list            every job the daemon knows\n"
 	"  wait JOB        follow the job as submit --wait does\n"
 	"  cancel JOB      cancel the job\n"
+	"  watch KEY|JOB   print the events of the key (of the job's key) as\n"
+	"                  they come: generations, versions, job states; until\n"
+	"                  interrupted, or with --until-done until the job ends\n"
 	"  fetch KEY|JOB   the best result so far: key, version, median_ms and\n"
 	"                  device; with --out DIR, write plan.json (for run\n"
 	"                  --plan), kernel_<n>.c or .cu, launch.json and binaries\n"
@@ -46,6 +49,7 @@ static const char usage[] =
 	"\n"
 	"options:\n"
 	"  --json               print one JSON object on stdout instead of text\n"
+	"                       (watch: one JSON line per event)\n"
 	"  --backend B          run: cpu, cuda or auto (default: auto, cuda where a\n"
 	"                       GPU is usable)\n"
 	"  --plan PLAN.json     run: the plan to run (docs/kernels.md)\n"
@@ -57,7 +61,9 @@ static const char usage[] =
 	"                       $XDG_RUNTIME_DIR/tuned/gpu0.sock otherwise)\n"
 	"  --wait               submit: follow the job until it ends\n"
 	"  --budget S           submit: tuning time (s; or with m, h, d)\n"
+	"  --trials N           submit: at most N trials (1 to 1000000)\n"
 	"  --priority N         submit: -1000 to 1000, higher first (default 0)\n"
+	"  --until-done         watch JOB: exit when the job ends (1 if it failed)\n"
 	"  --out DIR            fetch: write the result's files into DIR\n"
 	"  --min-version N      fetch: only a version at least N\n"
 	"  --timeout MS         fetch: wait up to MS for one (default: answer at\n"

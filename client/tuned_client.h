@@ -124,12 +124,26 @@ typedef struct tuned_client_job {
 				      * once while the job tunes */
 } tuned_client_job;
 
-/* Submits the graph "graph" (the graph.json text) to be tuned for at most
- * "budget_s" seconds (0: the daemon's default) at "priority" (-1000 to
- * 1000, higher first), and fills "out". A graph the daemon refuses comes
- * back as PROTO_EBAD_REQUEST with the scheduler's message. The events of
- * the job come to this connection from then on (tuned_client_next_event);
- * no watch is needed. */
+/* How a job is to be tuned; zeroed fields take the daemon's defaults. */
+typedef struct tuned_client_submit_options {
+	double budget_s; /* seconds, at most PROTO_BUDGET_MAX_S; 0: default */
+	int priority;    /* -1000 to 1000, higher first */
+	int64_t trials;  /* at most this many trials, 1 to PROTO_TRIALS_MAX;
+			  * 0: no limit but the budget */
+} tuned_client_submit_options;
+
+/* Submits the graph "graph" (the graph.json text) to be tuned as
+ * "options" (NULL: the defaults) say, and fills "out". Options out of
+ * range are TUNED_CLIENT_EINVAL, naming the field. A graph the daemon
+ * refuses comes back as PROTO_EBAD_REQUEST with the scheduler's message.
+ * The events of the job come to this connection from then on
+ * (tuned_client_next_event); no watch is needed. */
+int tuned_client_submit_with(tuned_client *client, const char *graph,
+			     __tuned_client_keep
+			     const tuned_client_submit_options *options,
+			     tuned_client_job *out, tuned_client_error *err);
+/* tuned_client_submit_with with "budget_s" and "priority", no trial
+ * limit. */
 int tuned_client_submit(tuned_client *client, const char *graph,
 			double budget_s, int priority, tuned_client_job *out,
 			tuned_client_error *err);
@@ -164,7 +178,8 @@ int tuned_client_fetch(tuned_client *client, const char *what,
 		       tuned_client_error *err);
 
 /* Asks for the events of the key "key" (it need not be known yet): new
- * versions, progress, the changes of state of its jobs. They come through
+ * versions, progress, the generations of its jobs' searches, the changes
+ * of state of its jobs (docs/protocol.md, "Events"). They come through
  * tuned_client_next_event. */
 int tuned_client_watch(tuned_client *client, const char *key,
 		       tuned_client_error *err);

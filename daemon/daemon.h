@@ -40,6 +40,7 @@ typedef struct tuned_options {
 	char config_path[256];
 	enum tuned_level log_level;
 	int jobs;
+	int compile_workers; /* 0: one per core */
 	int nallow_uids, nallow_gids;
 	uid_t allow_uids[TUNED_MAX_ALLOWED];
 	gid_t allow_gids[TUNED_MAX_ALLOWED];
@@ -76,6 +77,7 @@ typedef struct tuned_job {
 	char name[128];
 	char *graph; /* the graph.json text */
 	double budget_s;
+	int max_trials; /* 0: no limit */
 	int priority;
 	enum tuned_job_state state;
 	int trials;
@@ -96,7 +98,8 @@ int tuned_jobs_load(tuned_jobs *jobs, const char *path);
 int tuned_jobs_save(tuned_jobs *jobs);
 void tuned_jobs_release(tuned_jobs *jobs);
 tuned_job *tuned_jobs_add(tuned_jobs *jobs, const char *key, const char *name,
-			  const char *graph, double budget_s, int priority);
+			  const char *graph, double budget_s, int max_trials,
+			  int priority);
 tuned_job *tuned_jobs_find(const tuned_jobs *jobs, int64_t id);
 void tuned_job_finish(tuned_job *job, enum tuned_job_state state, const char *error);
 const char *tuned_job_state_name(enum tuned_job_state state);

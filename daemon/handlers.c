@@ -13,6 +13,9 @@
 #include "scheduler.h"
 #include "server.h"
 
+/* Trials read back for a job from the cache, newest first, at most. */
+#define MAX_KNOWN_TRIALS 20000
+
 static void reply(tuned_client *client, proto_request *req, json_t *result)
 {
 	tuned_client_send(client, proto_reply_result(req->id, result));
@@ -72,12 +75,38 @@ static tuned_job *queue_job(tuned_daemon *d, const sched_graph *graph,
 	if (job)
 		return job;
 	job = tuned_jobs_add(&d->jobs, sched_graph_key(graph), sched_graph_name(graph),
-			     text, req->budget_s, (int)req->priority);
-	if (!job || tuned_jobs_save(&d->jobs) < 0 ||
-	    tuned_runner_submit(&d->runner, job->id, text, req->budget_s,
-				(int)req->priority) < 0)
+			     text, req->budget_s, (int)req->trials, (int)req->priority);
+	if (!job || tuned_jobs_save(&d->jobs) < 0 || tuned_run_job(d, job) < 0)
 		return NULL;
 	return job;
+}
+
+/* The plan of the key's best version, or NULL. */
+static json_t *incumbent_plan(tuned_daemon *d, const char *key)
+{
+	cache_plan *plan = NULL;
+	json_t *json = NULL;
+
+	if (cache_fetch_best(d->cache, key, d->device, KGEN_CODEGEN_VERSION, 0, &plan,
+			     NULL) == 0)
+		json = json_loads(plan->plan, JSON_DECODE_ANY, NULL);
+	cache_plan_free(plan);
+	return json;
+}
+
+/* The runner searches from what this device measured of the key before:
+ * no plan is measured twice, and the best ones seed the search. */
+int tuned_run_job(tuned_daemon *d, const tuned_job *job)
+{
+	tuned_job_spec spec = {job->id, job->graph, job->budget_s, job->max_trials,
+			       job->priority, NULL, incumbent_plan(d, job->key)};
+	cache_error err = {0};
+
+	if (cache_trials(d->cache, job->key, d->device, KGEN_CODEGEN_VERSION,
+			 MAX_KNOWN_TRIALS, &spec.known, &err) < 0)
+		tuned_log(TUNED_WARN, "job %lld: the trials of %s cannot be read: %s",
+			  (long long)job->id, job->key, err.message);
+	return tuned_runner_submit(d->runner, &spec);
 }
 
 static void on_submit(tuned_client *client, proto_request *req)
@@ -106,6 +135,7 @@ static void on_submit(tuned_client *client, proto_request *req)
 		tuned_log(TUNED_INFO, "job %lld: '%s' %s submitted by pid %d",
 			  (long long)job->id, job->name, job->key, (int)client->peer.pid);
 		subscribe(client, job->key);
+		tuned_update_waited(d);
 		result = tuned_job_json(job);
 		json_object_set_new(result, "cached_version",
 				    json_integer(cached_version(d, job->key)));
@@ -153,7 +183,7 @@ static void on_cancel(tuned_client *client, proto_request *req)
 	if (!job)
 		return;
 	if (job->state == TUNED_JOB_QUEUED || job->state == TUNED_JOB_RUNNING) {
-		tuned_runner_cancel(&d->runner, job->id);
+		tuned_runner_cancel(d->runner, job->id);
 		if (job->state == TUNED_JOB_QUEUED) {
 			tuned_job_finish(job, TUNED_JOB_CANCELLED, "cancelled");
 			tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
@@ -213,6 +243,7 @@ static void unlink_waiter(tuned_daemon *d, tuned_waiter *w)
 			break;
 		}
 	uv_close((uv_handle_t *)&w->timer, on_waiter_closed);
+	tuned_update_waited(d);
 }
 
 static void on_waiter_timeout(uv_timer_t *timer)
@@ -243,6 +274,7 @@ static void add_waiter(tuned_client *client, proto_request *req, const char *key
 	uv_timer_start(&w->timer, on_waiter_timeout, (uint64_t)req->timeout_ms, 0);
 	w->next = d->waiters;
 	d->waiters = w;
+	tuned_update_waited(d);
 }
 
 void tuned_wake_waiters(tuned_daemon *d, const char *key, int version)
@@ -317,8 +349,28 @@ static void on_watch(tuned_client *client, proto_request *req)
 		return reply_error(client, req, PROTO_ETOO_MANY, "at most 64 watches "
 				   "per connection");
 	subscribe(client, req->key);
+	tuned_update_waited(client->daemon);
 	reply(client, req, json_pack("{s:s, s:i}", "key", req->key,
 				     "version", cached_version(client->daemon, req->key)));
+}
+
+static bool is_watched(const tuned_daemon *d, const char *key)
+{
+	for (const tuned_client *c = d->clients; c; c = c->next)
+		for (int i = 0; i < c->nwatches && !c->closing; i++)
+			if (!strcmp(c->watches[i], key))
+				return true;
+	for (const tuned_waiter *w = d->waiters; w; w = w->next)
+		if (!strcmp(w->key, key))
+			return true;
+	return false;
+}
+
+void tuned_update_waited(tuned_daemon *d)
+{
+	for (tuned_job *job = d->jobs.head; job && d->runner; job = job->next)
+		if (job->state == TUNED_JOB_QUEUED || job->state == TUNED_JOB_RUNNING)
+			tuned_runner_set_waited(d->runner, job->id, is_watched(d, job->key));
 }
 
 void tuned_broadcast(tuned_daemon *d, const char *key, const char *event,
@@ -346,22 +398,24 @@ static long long resident_bytes(void)
 	return resident * sysconf(_SC_PAGESIZE);
 }
 
-/* Worker processes alive, and restarts (starts past the first). */
-static void worker_counts(tuned_daemon *d, int *running, int *restarts)
+/* The measurement worker's load, and the peaks the cost model uses. */
+static json_t *pipeline_json(const tuned_runner_stats *rs)
 {
-	*running = *restarts = 0;
-	for (int i = 0; i < d->runner.started; i++) {
-		tuner_worker *w = tuned_runner_worker(&d->runner, i);
-
-		*running += tuner_worker_pid(w) > 0;
-		*restarts += tuner_worker_starts(w) > 1 ? tuner_worker_starts(w) - 1 : 0;
-	}
+	return json_pack("{s:i, s:f, s:f, s:f, s:o}", "compile_workers",
+			 rs->compile_workers, "device_busy_s", rs->busy_s, "up_s", rs->up_s,
+			 "device_busy", rs->up_s > 0 ? rs->busy_s / rs->up_s : 0.0,
+			 "peaks", rs->probed ?
+			 json_pack("{s:f, s:f, s:f, s:i}", "bandwidth_gbs",
+				   rs->peaks.bandwidth_gbs, "gflops", rs->peaks.gflops,
+				   "launch_ms", rs->peaks.launch_ms, "cores",
+				   rs->peaks.cores) : json_null());
 }
 
 static void on_stats(tuned_client *client, proto_request *req)
 {
 	tuned_daemon *d = client->daemon;
-	int states[TUNED_JOB_CANCELLED + 1] = {0}, running, restarts;
+	int states[TUNED_JOB_CANCELLED + 1] = {0};
+	tuned_runner_stats rs;
 	cache_stats cs = {0};
 	json_t *jobs = json_object();
 
@@ -370,9 +424,9 @@ static void on_stats(tuned_client *client, proto_request *req)
 	for (int s = 0; s <= TUNED_JOB_CANCELLED; s++)
 		json_object_set_new(jobs, tuned_job_state_name(s), json_integer(states[s]));
 	cache_stat(d->cache, &cs, NULL);
-	worker_counts(d, &running, &restarts);
+	tuned_runner_stats_get(d->runner, &rs);
 	reply(client, req, json_pack("{s:s, s:s, s:I, s:i, s:I, s:o, "
-		"s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:i, s:i}}",
+		"s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:i, s:i}, s:o}",
 		"server", "tuned " TUNED_VERSION, "device", d->device,
 		"uptime_s", (json_int_t)(uv_now(d->loop) / 1000 - d->started_ms / 1000),
 		"clients", d->nclients, "resident_bytes", (json_int_t)resident_bytes(),
@@ -382,7 +436,8 @@ static void on_stats(tuned_client *client, proto_request *req)
 		"graphs", (json_int_t)cs.graphs, "devices", (json_int_t)cs.devices,
 		"plans", (json_int_t)cs.plans, "trials", (json_int_t)cs.trials,
 		"quarantine", (json_int_t)cs.quarantine, "wal_bytes", (json_int_t)cs.wal_bytes,
-		"workers", "running", running, "restarts", restarts));
+		"workers", "running", rs.running, "restarts", rs.restarts,
+		"pipeline", pipeline_json(&rs)));
 }
 
 static int add_entry(void *user, const cache_entry *e)

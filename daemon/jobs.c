@@ -66,11 +66,12 @@ json_t *tuned_job_json(const tuned_job *job)
 /* A job as the queue file keeps it: everything, times as numbers. */
 static json_t *job_storage_json(const tuned_job *job)
 {
-	return json_pack("{s:I, s:s, s:s, s:s, s:s, s:f, s:i, s:i, s:f, s:i, s:s, "
-			 "s:f, s:f}",
+	return json_pack("{s:I, s:s, s:s, s:s, s:s, s:f, s:i, s:i, s:i, s:f, s:i, "
+			 "s:s, s:f, s:f}",
 			 "id", (json_int_t)job->id, "key", job->key, "name", job->name,
 			 "graph", job->graph, "state", state_names[job->state],
-			 "budget_s", job->budget_s, "priority", job->priority,
+			 "budget_s", job->budget_s, "max_trials", job->max_trials,
+			 "priority", job->priority,
 			 "trials", job->trials, "best_ms", job->best_ms,
 			 "version", job->version, "error", job->error,
 			 "created_at", job->created_at, "finished_at", job->finished_at);
@@ -105,7 +106,8 @@ static void append(tuned_jobs *jobs, tuned_job *job)
 }
 
 tuned_job *tuned_jobs_add(tuned_jobs *jobs, const char *key, const char *name,
-			  const char *graph, double budget_s, int priority)
+			  const char *graph, double budget_s, int max_trials,
+			  int priority)
 {
 	tuned_job *job = job_new();
 
@@ -117,6 +119,7 @@ tuned_job *tuned_jobs_add(tuned_jobs *jobs, const char *key, const char *name,
 	snprintf(job->key, sizeof(job->key), "%s", key);
 	snprintf(job->name, sizeof(job->name), "%s", name);
 	job->budget_s = budget_s;
+	job->max_trials = max_trials;
 	job->priority = priority;
 	job->created_at = now_s();
 	append(jobs, job);
@@ -234,6 +237,7 @@ static tuned_job *job_from_json(json_t *obj)
 	snprintf(job->error, sizeof(job->error), "%s", json_string_value(json_object_get(obj, "error")) ?: "");
 	job->state = state_of(json_string_value(json_object_get(obj, "state")));
 	job->budget_s = json_number_value(json_object_get(obj, "budget_s"));
+	job->max_trials = (int)json_integer_value(json_object_get(obj, "max_trials"));
 	job->priority = (int)json_integer_value(json_object_get(obj, "priority"));
 	job->trials = (int)json_integer_value(json_object_get(obj, "trials"));
 	job->best_ms = json_number_value(json_object_get(obj, "best_ms"));

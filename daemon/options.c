@@ -26,7 +26,10 @@ static const char usage[] =
 	"  --config FILE        settings as 'name = value' lines, names as here\n"
 	"  --log FILE           log to FILE (reopened on SIGHUP) instead of stderr\n"
 	"  --log-level L        error, warning, info or debug (default info)\n"
-	"  --jobs N             jobs tuned at once (default 1)\n"
+	"  --jobs N             jobs searched at once, their generations interleaved\n"
+	"                       (default 4)\n"
+	"  --compile-workers N  processes compiling candidates while one measures\n"
+	"                       them (default: one per core)\n"
 	"  --allow-uid UID      also let this user connect (name or number; repeatable)\n"
 	"  --allow-gid GID      also let this group connect (repeatable)\n"
 	"  --max-frame BYTES    the longest request line (default 16777216)\n"
@@ -106,6 +109,15 @@ static int set_jobs(tuned_options *o, const char *v)
 	int rc = parse_number(v, 1, 64, &n);
 
 	o->jobs = (int)n;
+	return rc;
+}
+
+static int set_compile_workers(tuned_options *o, const char *v)
+{
+	long long n;
+	int rc = parse_number(v, 1, 256, &n);
+
+	o->compile_workers = (int)n;
 	return rc;
 }
 
@@ -196,6 +208,7 @@ static const struct {
 	{"log", set_log, "a path"},
 	{"log-level", set_log_level, "error, warning, info or debug"},
 	{"jobs", set_jobs, "a number from 1 to 64"},
+	{"compile-workers", set_compile_workers, "a number from 1 to 256"},
 	{"allow-uid", set_allow_uid, "a user name or uid (at most 16)"},
 	{"allow-gid", set_allow_gid, "a group name or gid (at most 16)"},
 	{"max-frame", set_max_frame, "a byte count from 1024 to 2^30"},
@@ -290,7 +303,7 @@ static void default_path(char *out, size_t size, const char *system_dir,
 
 static void set_defaults(tuned_options *o)
 {
-	*o = (tuned_options){.backend = "auto", .log_level = TUNED_INFO, .jobs = 1,
+	*o = (tuned_options){.backend = "auto", .log_level = TUNED_INFO, .jobs = 4,
 			     .max_frame = 16u << 20, .max_unread = 64u << 20,
 			     .max_clients = 256,
 			     .max_in_flight = 64, .hello_timeout_s = 10};

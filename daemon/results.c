@@ -12,8 +12,6 @@
 #include "kgen.h"
 #include "server.h"
 
-#define NOISE 0.03 /* a new version must be at least 3% faster */
-
 static enum cache_outcome outcome_of(const char *name)
 {
 	for (int o = 0; o < CACHE_TRIAL_OUTCOMES; o++)
@@ -75,40 +73,35 @@ static char *launch_text(const json_t *answer)
 	return text;
 }
 
-/* A verified trial faster than the job's best by more than the noise of
- * timing becomes the next version. */
-static void publish_if_better(tuned_daemon *d, tuned_job *job, const tuned_result *r,
-			      const char *plan)
+/* A candidate the runner found faster than the key's version, by more
+ * than the noise of timing them side by side, becomes the next version. */
+static void on_version(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 {
-	double median = json_number_value(json_object_get(r->answer, "total_ms"));
-	double spread = json_number_value(json_object_get(r->answer, "total_spread_ms"));
+	char *plan = json_dumps(r->plan, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
 	char *sources = array_text(json_object_get(r->answer, "sources"));
 	char *launch = launch_text(r->answer);
 	cache_plan p = {job->key, d->device, KGEN_CODEGEN_VERSION, 0, plan, sources,
-			NULL, 0, launch, median, spread, "default", 0};
+			NULL, 0, launch, r->median_ms, r->spread_ms, "search", 0};
 	cache_error err = {0};
 	int version;
 
-	if (job->best_ms > 0 && median >= job->best_ms * (1 - NOISE)) {
-		free(sources);
-		free(launch);
-		return;
-	}
-	if (cache_publish(d->cache, &p, &version, &err) < 0) {
+	if (!plan || !sources || !launch ||
+	    cache_publish(d->cache, &p, &version, &err) < 0) {
 		tuned_log(TUNED_ERROR, "job %lld: cannot publish: %s", (long long)job->id,
-			  err.message);
+			  plan && sources && launch ? err.message : "out of memory");
 	} else {
-		job->best_ms = median;
+		job->best_ms = r->median_ms;
 		job->version = version;
 		tuned_log(TUNED_INFO, "job %lld: %s version %d, %.4f ms", (long long)job->id,
-			  job->key, version, median);
+			  job->key, version, r->median_ms);
 		tuned_broadcast(d, job->key, PROTO_EVENT_VERSION,
 				json_pack("{s:s, s:i, s:s, s:f, s:f, s:I}", "key", job->key,
 					  "version", version, "device", d->device,
-					  "median_ms", median, "spread_ms", spread,
+					  "median_ms", r->median_ms, "spread_ms", r->spread_ms,
 					  "job", (json_int_t)job->id));
 		tuned_wake_waiters(d, job->key, version);
 	}
+	free(plan);
 	free(sources);
 	free(launch);
 }
@@ -119,9 +112,7 @@ static void on_trial(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 
 	job->trials++;
 	record_trial(d, job, r, plan ? plan : "null");
-	if (!strcmp(r->outcome, "ok"))
-		publish_if_better(d, job, r, plan ? plan : "null");
-	else
+	if (strcmp(r->outcome, "ok"))
 		snprintf(job->error, sizeof(job->error), "%.15s: %.230s", r->outcome, r->detail);
 	tuned_broadcast(d, job->key, PROTO_EVENT_PROGRESS,
 			json_pack("{s:I, s:s, s:i, s:o, s:i}", "job", (json_int_t)job->id,
@@ -131,14 +122,27 @@ static void on_trial(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 	free(plan);
 }
 
+static void on_generation(tuned_daemon *d, tuned_job *job, const tuned_result *r)
+{
+	json_t *data = json_deep_copy(r->data);
+
+	json_object_set_new(data, "key", json_string(job->key));
+	tuned_log(TUNED_DEBUG, "job %lld: generation %lld, %d trials", (long long)job->id,
+		  (long long)json_integer_value(json_object_get(data, "generation")),
+		  job->trials);
+	tuned_broadcast(d, job->key, PROTO_EVENT_GENERATION, data);
+}
+
 /* The job is over: done when a trial was published, failed otherwise;
  * left running when the daemon is stopping, so that it resumes. */
 static void on_end(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 {
-	if (r->stopped)
+	if (r->stopped || (job->state != TUNED_JOB_QUEUED && job->state != TUNED_JOB_RUNNING))
 		return;
 	if (r->cancelled)
 		tuned_job_finish(job, TUNED_JOB_CANCELLED, "cancelled");
+	else if (r->detail[0])
+		tuned_job_finish(job, TUNED_JOB_FAILED, r->detail);
 	else if (job->version > 0)
 		tuned_job_finish(job, TUNED_JOB_DONE, NULL);
 	else
@@ -153,22 +157,32 @@ static void on_end(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 		tuned_fail_waiters(d, job->key, PROTO_EINTERNAL, job->error);
 }
 
+static void on_result(tuned_daemon *d, tuned_job *job, const tuned_result *r)
+{
+	switch (r->kind) {
+	case TUNED_RESULT_STARTED:
+		if (job->state != TUNED_JOB_QUEUED)
+			return;
+		job->state = TUNED_JOB_RUNNING;
+		return tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
+	case TUNED_RESULT_TRIAL: return on_trial(d, job, r);
+	case TUNED_RESULT_VERSION: return on_version(d, job, r);
+	case TUNED_RESULT_GENERATION: return on_generation(d, job, r);
+	case TUNED_RESULT_END: return on_end(d, job, r);
+	}
+}
+
 void tuned_on_results(uv_async_t *async)
 {
 	tuned_daemon *d = async->data;
-	tuned_result *r = tuned_runner_take_results(&d->runner), *next;
+	tuned_result *r = tuned_runner_take_results(d->runner), *next;
 
 	for (; r; r = next) {
 		tuned_job *job = tuned_jobs_find(&d->jobs, r->job);
 
 		next = r->next;
-		if (job && r->started && job->state == TUNED_JOB_QUEUED) {
-			job->state = TUNED_JOB_RUNNING;
-			tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
-		} else if (job && r->last)
-			on_end(d, job, r);
-		else if (job)
-			on_trial(d, job, r);
+		if (job)
+			on_result(d, job, r);
 		tuned_result_free(r);
 	}
 	if (tuned_jobs_save(&d->jobs) < 0)

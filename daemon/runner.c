@@ -1,19 +1,33 @@
 /*
- * runner.c: the threads that run jobs.
+ * runner.c: the pipeline that tunes jobs.
  *
- * The loop thread hands a job to the runner; one of its threads asks its
- * strategy for plans and has each measured by its own tuned-worker
- * process (tuner_worker_ask, which blocks that thread only). Every trial's
- * outcome goes back to the loop thread through a queue and a uv_async
- * wake-up; the loop thread alone touches jobs, the cache and clients.
+ * One measurement thread and N compile threads, each driving its own
+ * tuned-worker process (tuner_worker_ask blocks that thread only). All the
+ * state below is shared and guarded by one lock; the threads wait on two
+ * condition variables, one per kind of work.
+ *
+ * An active job holds one generation of candidates at a time. Each
+ * candidate is compiled by a compile worker into the shared folder (stage
+ * TO_COMPILE → COMPILING → READY), then verified and timed by the
+ * measurement worker (READY → MEASURING → DONE), which loads what the
+ * compile worker left and so never waits on a compiler while compiled
+ * candidates wait for it. When a generation is done, its best candidates
+ * are re-timed side by side with the key's version, and the best becomes
+ * the next version only if it beats that version by more than the noise of
+ * the re-timing; then the search proposes the next generation.
+ *
+ * Work is taken from the jobs in order: priority, then jobs a client waits
+ * on, then the job with the fewest generations, then the oldest; so the
+ * generations of concurrent jobs interleave.
  */
+#include <dirent.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "daemon.h"
 #include "runner.h"
 #include "scheduler.h"
 #include "tuner.h"
@@ -21,251 +35,89 @@
 /* A candidate whose first run is this many times slower than the best is
  * not timed further (tuner/measure.c, cutoff_ms). */
 #define CUTOFF 3.0
+/* A new version must beat the old by this much at least, or by the
+ * measured spread when that is larger. */
+#define NOISE 0.03
+/* Candidates of a generation re-timed against the version. */
+#define CHALLENGERS 2
+#define RETIME_ROUNDS 5
+#define COMPILE_LIMIT_S 120
+#define PROBE_LIMIT_S 120
 
-typedef struct runner_task {
-	int64_t job;
-	char *graph;
+enum stage { TO_COMPILE, COMPILING, READY, MEASURING, DONE };
+
+typedef struct candidate {
+	json_t *plan;
+	enum stage stage;
+	double ms;      /* INFINITY when it failed */
+	json_t *answer; /* the measurement's answer, when ok */
+} candidate;
+
+typedef struct runner_job {
+	int64_t id;
+	char *graph_text;
 	double budget_s;
-	int priority;
-	struct runner_task *next;
-} runner_task;
+	int max_trials, priority;
+	json_t *known, *incumbent;
+	bool active, waited, cancelled, retiming;
+	/* Active jobs: */
+	sched_graph *graph;
+	tuner_search *search;
+	double limit_s;
+	uint64_t deadline;
+	int trials, generation, compile_failures, filtered;
+	double first_ms, version_ms;
+	candidate *cands;
+	int ncands, open;
+	struct runner_job *next;
+} runner_job;
 
+typedef struct worker_thread {
+	tuned_runner *runner;
+	tuner_worker *worker;
+	uv_thread_t handle;
+	bool measures;
+} worker_thread;
+
+struct tuned_runner {
+	uv_mutex_t lock;
+	uv_cond_t compile_wake, measure_wake;
+	uv_async_t *notify;
+	char backend[16];
+	char share[64];
+	int active_jobs, nthreads, started;
+	worker_thread *threads; /* [0] measures, the others compile */
+	bool stopping, probe_done, probed;
+	kgen_peaks peaks;
+	uint64_t started_ns, busy_ns;
+	runner_job *jobs;
+	tuned_result *results_head, *results_tail;
+};
+
+/* Results. */
+
+static tuned_result *result_new(const runner_job *job, enum tuned_result_kind kind)
+{
+	tuned_result *result = calloc(1, sizeof(*result));
+
+	if (result) {
+		result->job = job->id;
+		result->kind = kind;
+	}
+	return result;
+}
+
+/* Under the lock. */
 static void push_result(tuned_runner *r, tuned_result *result)
 {
-	uv_mutex_lock(&r->lock);
+	if (!result)
+		return;
 	if (r->results_tail)
 		r->results_tail->next = result;
 	else
 		r->results_head = result;
 	r->results_tail = result;
-	uv_mutex_unlock(&r->lock);
 	uv_async_send(r->notify);
-}
-
-static bool is_cancelled(tuned_runner *r, int64_t job)
-{
-	bool cancelled = false;
-
-	uv_mutex_lock(&r->lock);
-	for (int i = 0; i < r->ncancelled; i++)
-		cancelled |= r->cancelled[i] == job;
-	cancelled |= r->stopping;
-	uv_mutex_unlock(&r->lock);
-	return cancelled;
-}
-
-/* A job that ended needs no cancel mark any more: the marks stay few. */
-static void forget_cancel(tuned_runner *r, int64_t job)
-{
-	uv_mutex_lock(&r->lock);
-	for (int i = 0; i < r->ncancelled; i++)
-		if (r->cancelled[i] == job)
-			r->cancelled[i--] = r->cancelled[--r->ncancelled];
-	uv_mutex_unlock(&r->lock);
-}
-
-/* The outcome's name as the cache and clients know it. */
-static void describe_reply(const tuner_reply *reply, tuned_result *result)
-{
-	static const char *const outcomes[] = {
-		[TUNER_ANSWERED] = "ok", [TUNER_CRASHED] = "crash",
-		[TUNER_TIMED_OUT] = "timeout", [TUNER_GARBLED] = "error",
-	};
-	const char *kind = json_string_value(json_object_get(reply->answer, "kind"));
-
-	snprintf(result->outcome, sizeof(result->outcome), "%s",
-		 reply->answer ? (kind ? kind : "error") : outcomes[reply->outcome]);
-	snprintf(result->detail, sizeof(result->detail), "%s",
-		 json_string_value(json_object_get(reply->answer, "error")) ?:
-		 reply->answer ? "" : reply->detail);
-	result->answer = json_incref(reply->answer);
-}
-
-static tuned_result *result_new(int64_t job)
-{
-	tuned_result *result = calloc(1, sizeof(*result));
-
-	if (result)
-		result->job = job;
-	return result;
-}
-
-/* One candidate measured by the worker of this thread; returns the
- * worker's answer (NULL when there was none) for the strategy. */
-static json_t *run_trial(tuned_runner *r, tuner_worker *worker, runner_task *task,
-			 json_t *plan, int trial, double limit_s, double best_ms)
-{
-	json_t *request = json_pack("{s:s, s:O, s:i}", "graph", task->graph,
-				    "plan", plan, "seed", trial + 1);
-
-	if (request && isfinite(best_ms))
-		json_object_set_new(request, "cutoff_ms", json_real(CUTOFF * best_ms));
-	tuned_result *result = result_new(task->job);
-	tuner_reply reply = {0};
-
-	if (!request || !result || tuner_worker_ask(worker, request, limit_s, &reply) < 0) {
-		if (result)
-			snprintf(result->outcome, sizeof(result->outcome), "error");
-		if (result)
-			snprintf(result->detail, sizeof(result->detail), "%s",
-				 reply.detail[0] ? reply.detail : "out of memory");
-	} else {
-		describe_reply(&reply, result);
-	}
-	if (result) {
-		result->plan = json_incref(plan);
-		push_result(r, result);
-	}
-	json_decref(request);
-	return reply.answer;
-}
-
-/* A job with a budget is searched (genetic); without, it runs the
- * default plan once. */
-static tuner_strategy *strategy_for(const runner_task *task,
-				    const sched_graph *graph)
-{
-	return tuner_strategy_new(task->budget_s > 0 ? "genetic" : "default", graph,
-				  (unsigned)task->job);
-}
-
-/* Runs the strategy until it is done, the budget is spent (the first
- * trial always runs), the job is cancelled or the daemon stops; then says
- * the job is over. */
-static void run_job(tuned_runner *r, tuner_worker *worker, runner_task *task)
-{
-	sched_graph *graph = NULL;
-	tuner_strategy *strategy = NULL;
-	double limit = 10;
-	tuned_result *end = result_new(task->job), *start = result_new(task->job);
-	uint64_t deadline = uv_hrtime() + (uint64_t)(task->budget_s * 1e9);
-	json_t *plan, *answer = NULL;
-	int trial = 0;
-
-	if (sched_graph_read_string(task->graph, &graph, NULL) == 0) {
-		limit = tuner_time_limit(graph, r->backend);
-		strategy = strategy_for(task, graph);
-	}
-	if (start) {
-		start->started = true;
-		push_result(r, start);
-	}
-	while (strategy && !is_cancelled(r, task->job) &&
-	       (task->budget_s <= 0 || trial == 0 || uv_hrtime() < deadline) &&
-	       (plan = tuner_strategy_next(strategy, answer))) {
-		json_decref(answer);
-		answer = run_trial(r, worker, task, plan, trial++, limit,
-				   tuner_strategy_best(strategy));
-		json_decref(plan);
-	}
-	json_decref(answer);
-	if (end) {
-		end->last = true;
-		end->stopped = r->stopping;
-		end->cancelled = !r->stopping && is_cancelled(r, task->job);
-		push_result(r, end);
-	}
-	forget_cancel(r, task->job);
-	tuner_strategy_free(strategy);
-	sched_graph_free(graph);
-}
-
-static runner_task *take_task(tuned_runner *r)
-{
-	runner_task *task;
-
-	uv_mutex_lock(&r->lock);
-	while (!r->stopping && !r->tasks)
-		uv_cond_wait(&r->wake, &r->lock);
-	task = r->stopping ? NULL : r->tasks;
-	if (task)
-		r->tasks = task->next;
-	uv_mutex_unlock(&r->lock);
-	return task;
-}
-
-typedef struct runner_thread {
-	tuned_runner *runner;
-	tuner_worker *worker;
-} runner_thread;
-
-static void thread_main(void *arg)
-{
-	runner_thread *t = arg;
-	runner_task *task;
-
-	while ((task = take_task(t->runner))) {
-		run_job(t->runner, t->worker, task);
-		free(task->graph);
-		free(task);
-	}
-}
-
-int tuned_runner_start(tuned_runner *r, uv_async_t *notify, int nthreads,
-		       const char *backend, const char *worker_path)
-{
-	const char *argv[] = {"tuned-worker", "--backend", backend, NULL};
-
-	*r = (tuned_runner){.notify = notify, .nthreads = nthreads};
-	snprintf(r->backend, sizeof(r->backend), "%s", backend);
-	if (uv_mutex_init(&r->lock) || uv_cond_init(&r->wake))
-		return -1;
-	r->threads = calloc(nthreads, sizeof(runner_thread));
-	r->handles = calloc(nthreads, sizeof(uv_thread_t));
-	if (!r->threads || !r->handles)
-		return -1;
-	for (int i = 0; i < nthreads; i++) {
-		runner_thread *t = &((runner_thread *)r->threads)[i];
-
-		t->runner = r;
-		if (!(t->worker = tuner_worker_new(worker_path, argv)) ||
-		    uv_thread_create(&r->handles[i], thread_main, t))
-			return -1;
-		r->started++;
-	}
-	return 0;
-}
-
-/* Queues the job behind those of the same or higher priority. */
-int tuned_runner_submit(tuned_runner *r, int64_t job, const char *graph,
-			double budget_s, int priority)
-{
-	runner_task *task = calloc(1, sizeof(*task)), **at;
-
-	if (!task || !(task->graph = strdup(graph))) {
-		free(task);
-		return -1;
-	}
-	task->job = job;
-	task->budget_s = budget_s;
-	task->priority = priority;
-	uv_mutex_lock(&r->lock);
-	for (at = &r->tasks; *at && (*at)->priority >= priority; at = &(*at)->next)
-		;
-	task->next = *at;
-	*at = task;
-	uv_cond_signal(&r->wake);
-	uv_mutex_unlock(&r->lock);
-	return 0;
-}
-
-/* A job not yet taken is dropped; a running one stops after its trial. */
-void tuned_runner_cancel(tuned_runner *r, int64_t job)
-{
-	uv_mutex_lock(&r->lock);
-	for (runner_task **at = &r->tasks; *at; at = &(*at)->next)
-		if ((*at)->job == job) {
-			runner_task *task = *at;
-
-			*at = task->next;
-			free(task->graph);
-			free(task);
-			uv_mutex_unlock(&r->lock);
-			return;
-		}
-	if (r->ncancelled < TUNED_MAX_CANCELLED)
-		r->cancelled[r->ncancelled++] = job;
-	uv_mutex_unlock(&r->lock);
 }
 
 tuned_result *tuned_runner_take_results(tuned_runner *r)
@@ -283,44 +135,732 @@ void tuned_result_free(tuned_result *result)
 {
 	json_decref(result->answer);
 	json_decref(result->plan);
+	json_decref(result->data);
 	free(result);
 }
 
-/* Stops the threads: no new job starts, running workers are killed (their
- * trial is abandoned and its job stays queued in the saved state). */
-void tuned_runner_stop(tuned_runner *r)
+/* Which job goes first: the higher priority, a job a client waits on, the
+ * fewest generations, the oldest. */
+static bool goes_before(const runner_job *a, const runner_job *b)
 {
-	runner_thread *threads = r->threads;
+	if (a->priority != b->priority)
+		return a->priority > b->priority;
+	if (a->waited != b->waited)
+		return a->waited;
+	if (a->generation != b->generation)
+		return a->generation < b->generation;
+	return a->id < b->id;
+}
+
+static void free_candidates(runner_job *job)
+{
+	for (int i = 0; i < job->ncands; i++) {
+		json_decref(job->cands[i].plan);
+		json_decref(job->cands[i].answer);
+	}
+	free(job->cands);
+	job->cands = NULL;
+	job->ncands = job->open = 0;
+}
+
+static void job_free(runner_job *job)
+{
+	free_candidates(job);
+	tuner_search_free(job->search);
+	sched_graph_free(job->graph);
+	json_decref(job->known);
+	json_decref(job->incumbent);
+	free(job->graph_text);
+	free(job);
+}
+
+static void unlink_job(tuned_runner *r, runner_job *job)
+{
+	for (runner_job **at = &r->jobs; *at; at = &(*at)->next)
+		if (*at == job) {
+			*at = job->next;
+			return;
+		}
+}
+
+static int count_active(const tuned_runner *r)
+{
+	int n = 0;
+
+	for (const runner_job *job = r->jobs; job; job = job->next)
+		n += job->active;
+	return n;
+}
+
+/* The shared folder of compiled kernels emptied: no job needs them. */
+static void clear_share(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char path[512];
+
+	while (d && (e = readdir(d)))
+		if (e->d_name[0] != '.') {
+			snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+			unlink(path);
+		}
+	if (d)
+		closedir(d);
+}
+
+/* The job is over: said, and forgotten. */
+static void end_job(tuned_runner *r, runner_job *job, const char *error)
+{
+	tuned_result *end = result_new(job, TUNED_RESULT_END);
+
+	if (end) {
+		end->cancelled = job->cancelled && !r->stopping;
+		end->stopped = r->stopping;
+		snprintf(end->detail, sizeof(end->detail), "%s", error ? error : "");
+	}
+	push_result(r, end);
+	unlink_job(r, job);
+	job_free(job);
+	if (!count_active(r))
+		clear_share(r->share);
+}
+
+/* No new candidate starts: cancelled, stopping, or out of budget (the
+ * first trial always runs). */
+static bool expired(const tuned_runner *r, const runner_job *job)
+{
+	return job->cancelled || r->stopping ||
+	       (job->budget_s > 0 && job->trials > 0 && uv_hrtime() > job->deadline) ||
+	       (job->max_trials > 0 && job->trials >= job->max_trials);
+}
+
+static void start_generation(tuned_runner *r, runner_job *job);
+
+/* The plan of each candidate, as many as the trial budget allows. */
+static void set_candidates(runner_job *job, json_t *plans)
+{
+	size_t n = json_array_size(plans), i;
+	json_t *plan;
+
+	if (job->max_trials > 0 && n > (size_t)(job->max_trials - job->trials))
+		n = (size_t)(job->max_trials - job->trials);
+	job->cands = calloc(n + 1, sizeof(candidate));
+	job->ncands = job->open = job->cands ? (int)n : 0;
+	json_array_foreach(plans, i, plan) {
+		if ((int)i >= job->ncands)
+			break;
+		job->cands[i] = (candidate){json_incref(plan), TO_COMPILE, INFINITY, NULL};
+	}
+}
+
+/* The counters of the generation just ended, for the generation event. */
+static json_t *generation_data(const runner_job *job)
+{
+	double best = tuner_search_best(job->search);
+
+	return json_pack("{s:I, s:i, s:i, s:i, s:i, s:o, s:o, s:o}",
+			 "job", (json_int_t)job->id, "generation", job->generation - 1,
+			 "trials", job->trials, "compile_failures", job->compile_failures,
+			 "filtered", job->filtered,
+			 "best_ms", isfinite(best) ? json_real(best) : json_null(),
+			 "first_ms", job->first_ms > 0 ? json_real(job->first_ms) : json_null(),
+			 "gain", job->first_ms > 0 && isfinite(best) ?
+				 json_real(job->first_ms / best) : json_null());
+}
+
+/* A candidate becomes the key's version. */
+static void publish(tuned_runner *r, runner_job *job, const candidate *c,
+		    double median_ms, double spread_ms)
+{
+	tuned_result *version = result_new(job, TUNED_RESULT_VERSION);
+
+	if (!version)
+		return;
+	version->plan = json_incref(c->plan);
+	version->answer = json_incref(c->answer);
+	version->median_ms = median_ms;
+	version->spread_ms = spread_ms;
+	push_result(r, version);
+	json_decref(job->incumbent);
+	job->incumbent = json_incref(c->plan);
+	job->version_ms = median_ms;
+	if (!(job->first_ms > 0))
+		job->first_ms = median_ms;
+}
+
+/* The index of the best measured candidate faster than "than", not among
+ * the "n" of "skip", or -1. */
+static int best_candidate(const runner_job *job, double than, const int *skip, int n)
+{
+	int best = -1;
+
+	for (int i = 0; i < job->ncands; i++) {
+		bool skipped = false;
+
+		for (int j = 0; j < n; j++)
+			skipped |= skip[j] == i;
+		if (!skipped && job->cands[i].answer && job->cands[i].ms < than &&
+		    (best < 0 || job->cands[i].ms < job->cands[best].ms))
+			best = i;
+	}
+	return best;
+}
+
+/* The generation event, then the next generation. */
+static void next_generation(tuned_runner *r, runner_job *job)
+{
+	tuned_result *event = result_new(job, TUNED_RESULT_GENERATION);
+
+	if (event)
+		event->data = generation_data(job);
+	push_result(r, event);
+	start_generation(r, job);
+}
+
+/* The generation is over. The first version is published at once; a
+ * candidate that looks faster than the version is re-timed against it
+ * first (the measurement thread, retime()). */
+static void end_generation(tuned_runner *r, runner_job *job)
+{
+	double than = job->version_ms > 0 ? job->version_ms : INFINITY;
+	int best = best_candidate(job, INFINITY, NULL, 0);
+
+	if (!job->incumbent && best >= 0) {
+		publish(r, job, &job->cands[best], job->cands[best].ms,
+			json_number_value(json_object_get(job->cands[best].answer,
+							  "total_spread_ms")));
+	} else if (job->incumbent && !expired(r, job) &&
+		   best_candidate(job, than, NULL, 0) >= 0) {
+		job->retiming = true;
+		uv_cond_signal(&r->measure_wake);
+		return;
+	}
+	next_generation(r, job);
+}
+
+/* The next generation, or the end of the job. */
+static void start_generation(tuned_runner *r, runner_job *job)
+{
+	json_t *plans = NULL;
+	int filtered_before = tuner_search_filtered(job->search);
+
+	free_candidates(job);
+	while (!expired(r, job) && (plans = tuner_search_generation(job->search)) &&
+	       !json_array_size(plans)) {
+		json_decref(plans);
+		plans = NULL;
+	}
+	job->generation = tuner_search_generations(job->search);
+	job->filtered += tuner_search_filtered(job->search) - filtered_before;
+	if (!plans)
+		return end_job(r, job, NULL);
+	set_candidates(job, plans);
+	json_decref(plans);
+	if (!job->ncands)
+		return end_job(r, job, "out of memory");
+	uv_cond_broadcast(&r->compile_wake);
+}
+
+/* Known trials, as cache_trials lists them, told to the search. */
+static void know_trials(tuner_search *search, const json_t *known)
+{
+	size_t i;
+	json_t *trial;
+
+	json_array_foreach(known, i, trial) {
+		const char *outcome = json_string_value(json_object_get(trial, "outcome"));
+		double ms = json_number_value(json_object_get(trial, "median_ms"));
+
+		tuner_search_know(search, json_object_get(trial, "plan"),
+				  outcome && !strcmp(outcome, "ok") && ms > 0 ? ms : INFINITY);
+	}
+}
+
+static int activate(tuned_runner *r, runner_job *job)
+{
+	tuner_search_options options = {.kind = TUNER_GENETIC, .seed = (unsigned)job->id,
+					.peaks = r->probed ? &r->peaks : NULL,
+					.cuda = !strcmp(r->backend, "cuda")};
+	sched_error err = {0};
+
+	job->active = true;
+	push_result(r, result_new(job, TUNED_RESULT_STARTED));
+	if (sched_graph_read_string(job->graph_text, &job->graph, &err) < 0) {
+		end_job(r, job, err.message);
+		return -1;
+	}
+	if (!(job->search = tuner_search_new(job->graph, &options))) {
+		end_job(r, job, "cannot start the search: out of memory");
+		return -1;
+	}
+	know_trials(job->search, job->known);
+	job->limit_s = tuner_time_limit(job->graph, r->backend);
+	job->deadline = uv_hrtime() + (uint64_t)(job->budget_s * 1e9);
+	start_generation(r, job);
+	return 0;
+}
+
+/* Fills the free places among active jobs, best job first, once the
+ * device probe is over (the searches filter with its peaks). */
+static void activate_jobs(tuned_runner *r)
+{
+	while (r->probe_done && !r->stopping && count_active(r) < r->active_jobs) {
+		runner_job *best = NULL;
+
+		for (runner_job *job = r->jobs; job; job = job->next)
+			if (!job->active && (!best || goes_before(job, best)))
+				best = job;
+		if (!best)
+			return;
+		activate(r, best);
+	}
+}
+
+/* The candidates of an expired job that no worker holds are dropped; the
+ * generation ends when none is left. */
+static void drop_pending(tuned_runner *r, runner_job *job)
+{
+	for (int i = 0; i < job->ncands; i++)
+		if (job->cands[i].stage == TO_COMPILE || job->cands[i].stage == READY) {
+			job->cands[i].stage = DONE;
+			job->open--;
+		}
+	if (!job->open && !job->retiming)
+		end_generation(r, job);
+}
+
+/* One candidate finished, at "ms" (INFINITY: failed); the generation may
+ * be over. */
+static void candidate_done(tuned_runner *r, runner_job *job, candidate *c, double ms)
+{
+	c->stage = DONE;
+	c->ms = ms;
+	job->open--;
+	tuner_search_record(job->search, c->plan, ms);
+	if (expired(r, job))
+		drop_pending(r, job);
+	else if (!job->open)
+		end_generation(r, job);
+	activate_jobs(r);
+}
+
+/* The first candidate at "stage" of the first job in order, or NULL. */
+static candidate *pick(tuned_runner *r, enum stage stage, runner_job **of)
+{
+	runner_job *best = NULL;
+	candidate *found = NULL;
+
+	for (runner_job *job = r->jobs; job; job = job->next) {
+		if (!job->active || (best && !goes_before(job, best)))
+			continue;
+		for (int i = 0; i < job->ncands; i++)
+			if (job->cands[i].stage == stage) {
+				best = job;
+				found = &job->cands[i];
+				break;
+			}
+	}
+	*of = best;
+	return found;
+}
+
+static runner_job *retiming_job(tuned_runner *r)
+{
+	for (runner_job *job = r->jobs; job; job = job->next)
+		if (job->retiming)
+			return job;
+	return NULL;
+}
+
+/* The outcome's name as the cache and clients know it. */
+static void describe_reply(const tuner_reply *reply, tuned_result *result)
+{
+	static const char *const outcomes[] = {
+		[TUNER_ANSWERED] = "ok", [TUNER_CRASHED] = "crash",
+		[TUNER_TIMED_OUT] = "timeout", [TUNER_GARBLED] = "error",
+	};
+	const char *kind = json_string_value(json_object_get(reply->answer, "kind"));
+
+	snprintf(result->outcome, sizeof(result->outcome), "%s",
+		 reply->answer ? (kind ? kind : "error") : outcomes[reply->outcome]);
+	snprintf(result->detail, sizeof(result->detail), "%s",
+		 json_string_value(json_object_get(reply->answer, "error")) ?:
+		 reply->answer ? "" : reply->detail);
+}
+
+/* Asks a worker with the lock released; a request that cannot be sent
+ * reads as a crash. */
+static void ask(tuned_runner *r, tuner_worker *worker, json_t *request,
+		double limit_s, tuner_reply *reply)
+{
+	uv_mutex_unlock(&r->lock);
+	if (!request || tuner_worker_ask(worker, request, limit_s, reply) < 0) {
+		reply->outcome = TUNER_CRASHED;
+		if (!reply->detail[0])
+			snprintf(reply->detail, sizeof(reply->detail), "out of memory");
+	}
+	json_decref(request);
+	uv_mutex_lock(&r->lock);
+}
+
+/* A trial's result for the loop thread (the cache and clients). */
+static void push_trial(tuned_runner *r, runner_job *job, const candidate *c,
+		       const tuner_reply *reply)
+{
+	tuned_result *trial = result_new(job, TUNED_RESULT_TRIAL);
+
+	if (!trial)
+		return;
+	describe_reply(reply, trial);
+	trial->plan = json_incref(c->plan);
+	trial->answer = json_incref(reply->answer);
+	push_result(r, trial);
+}
+
+static bool answered_ok(const tuner_reply *reply)
+{
+	const char *kind = json_string_value(json_object_get(reply->answer, "kind"));
+
+	return reply->outcome == TUNER_ANSWERED && kind && !strcmp(kind, "ok");
+}
+
+/* Compiles one candidate into the shared folder: success hands it to the
+ * measurement thread; a failure is the candidate's trial. */
+static void compile_one(tuned_runner *r, tuner_worker *worker, runner_job *job,
+			candidate *c)
+{
+	json_t *request = json_pack("{s:s, s:s, s:O}", "op", "compile", "graph",
+				    job->graph_text, "plan", c->plan);
+	tuner_reply reply = {0};
+
+	c->stage = COMPILING;
+	ask(r, worker, request, COMPILE_LIMIT_S, &reply);
+	if (answered_ok(&reply)) {
+		c->stage = READY;
+		uv_cond_signal(&r->measure_wake);
+	} else {
+		job->compile_failures++;
+		job->trials++;
+		push_trial(r, job, c, &reply);
+		candidate_done(r, job, c, INFINITY);
+	}
+	json_decref(reply.answer);
+}
+
+/* Compile threads take the first candidate waiting, in job order. They
+ * pause while a re-timing runs, so that it runs on a quiet machine. */
+static void compile_thread(worker_thread *t)
+{
+	tuned_runner *r = t->runner;
+	runner_job *job;
+	candidate *c;
 
 	uv_mutex_lock(&r->lock);
+	while (!r->stopping) {
+		if (retiming_job(r) || !(c = pick(r, TO_COMPILE, &job)))
+			uv_cond_wait(&r->compile_wake, &r->lock);
+		else
+			compile_one(r, t->worker, job, c);
+	}
+	uv_mutex_unlock(&r->lock);
+}
+
+/* Verifies and times one compiled candidate. */
+static void measure_one(tuned_runner *r, tuner_worker *worker, runner_job *job,
+			candidate *c)
+{
+	double best = tuner_search_best(job->search);
+	json_t *request = json_pack("{s:s, s:O, s:i}", "graph", job->graph_text,
+				    "plan", c->plan, "seed", job->trials + 1);
+	tuner_reply reply = {0};
+	uint64_t started = uv_hrtime();
+	bool ok;
+
+	if (request && isfinite(best))
+		json_object_set_new(request, "cutoff_ms", json_real(CUTOFF * best));
+	c->stage = MEASURING;
+	ask(r, worker, request, job->limit_s, &reply);
+	r->busy_ns += uv_hrtime() - started;
+	job->trials++;
+	push_trial(r, job, c, &reply);
+	if ((ok = answered_ok(&reply)))
+		c->answer = json_incref(reply.answer);
+	candidate_done(r, job, c, ok ? json_number_value(json_object_get(reply.answer,
+									 "total_ms"))
+				     : INFINITY);
+	json_decref(reply.answer);
+}
+
+/* The version (entry 0) and the generation's best challengers, to be
+ * timed in turns. */
+static json_t *retime_request(runner_job *job, int *picked, int *npicked)
+{
+	json_t *plans = json_array();
+
+	json_array_append(plans, job->incumbent);
+	*npicked = 0;
+	while (*npicked < CHALLENGERS) {
+		int i = best_candidate(job, INFINITY, picked, *npicked);
+
+		if (i < 0)
+			break;
+		picked[(*npicked)++] = i;
+		json_array_append(plans, job->cands[i].plan);
+	}
+	return json_pack("{s:s, s:s, s:o, s:i, s:i}", "op", "retime", "graph",
+			 job->graph_text, "plans", plans, "seed", 1, "rounds",
+			 RETIME_ROUNDS);
+}
+
+static double entry_ms(const json_t *times, int i, const char *field)
+{
+	return json_number_value(json_object_get(json_array_get(times, i), field));
+}
+
+/* Re-times the generation's best side by side with the version; the
+ * fastest is published if it beats the version by more than the noise: 3%,
+ * or the two spreads when they are wider. */
+static void retime(tuned_runner *r, tuner_worker *worker, runner_job *job)
+{
+	int picked[CHALLENGERS], npicked = 0, winner = -1;
+	json_t *request = retime_request(job, picked, &npicked);
+	tuner_reply reply = {0};
+	uint64_t started = uv_hrtime();
+	const json_t *times;
+	double version_ms, version_spread, best_ms = INFINITY, best_spread = 0;
+
+	ask(r, worker, request, job->limit_s * (npicked + 1), &reply);
+	r->busy_ns += uv_hrtime() - started;
+	times = json_object_get(reply.answer, "times");
+	version_ms = entry_ms(times, 0, "median_ms");
+	version_spread = entry_ms(times, 0, "spread_ms");
+	for (int i = 0; i < npicked; i++)
+		if (entry_ms(times, i + 1, "median_ms") > 0 &&
+		    entry_ms(times, i + 1, "median_ms") < best_ms) {
+			best_ms = entry_ms(times, i + 1, "median_ms");
+			best_spread = entry_ms(times, i + 1, "spread_ms");
+			winner = picked[i];
+		}
+	if (winner >= 0 && version_ms > 0 &&
+	    best_ms < version_ms - fmax(NOISE * version_ms, best_spread + version_spread))
+		publish(r, job, &job->cands[winner], best_ms, best_spread);
+	else if (version_ms > 0)
+		job->version_ms = version_ms;
+	json_decref(reply.answer);
+	job->retiming = false;
+	uv_cond_broadcast(&r->compile_wake);
+	next_generation(r, job);
+}
+
+/* The device's peaks, for the cost model; a failed probe leaves the
+ * searches without a filter. */
+static void probe(tuned_runner *r, tuner_worker *worker)
+{
+	json_t *request = json_pack("{s:s}", "op", "probe");
+	tuner_reply reply = {0};
+	const json_t *a;
+
+	ask(r, worker, request, PROBE_LIMIT_S, &reply);
+	a = reply.answer;
+	r->peaks = (kgen_peaks){
+		json_number_value(json_object_get(a, "bandwidth_gbs")),
+		json_number_value(json_object_get(a, "gflops")),
+		json_number_value(json_object_get(a, "launch_ms")),
+		(int)json_integer_value(json_object_get(a, "cores"))};
+	r->probed = answered_ok(&reply) && r->peaks.bandwidth_gbs > 0 &&
+		    r->peaks.gflops > 0 && r->peaks.cores > 0;
+	r->probe_done = true;
+	json_decref(reply.answer);
+}
+
+/* The measurement thread: a re-timing first, else the first compiled
+ * candidate in job order. */
+static void measure_thread(worker_thread *t)
+{
+	tuned_runner *r = t->runner;
+	runner_job *job;
+	candidate *c;
+
+	uv_mutex_lock(&r->lock);
+	probe(r, t->worker);
+	activate_jobs(r);
+	while (!r->stopping) {
+		if ((job = retiming_job(r)))
+			retime(r, t->worker, job);
+		else if ((c = pick(r, READY, &job)))
+			measure_one(r, t->worker, job, c);
+		else
+			uv_cond_wait(&r->measure_wake, &r->lock);
+	}
+	uv_mutex_unlock(&r->lock);
+}
+
+static void thread_main(void *arg)
+{
+	worker_thread *t = arg;
+
+	if (t->measures)
+		measure_thread(t);
+	else
+		compile_thread(t);
+}
+
+static int start_threads(tuned_runner *r, const char *worker_path)
+{
+	const char *argv[] = {"tuned-worker", "--backend", r->backend, "--share",
+			      r->share, NULL};
+
+	for (int i = 0; i < r->nthreads; i++) {
+		worker_thread *t = &r->threads[i];
+
+		t->runner = r;
+		t->measures = i == 0;
+		if (!(t->worker = tuner_worker_new(worker_path, argv)) ||
+		    uv_thread_create(&t->handle, thread_main, t))
+			return -1;
+		r->started++;
+	}
+	return 0;
+}
+
+tuned_runner *tuned_runner_start(uv_async_t *notify, int active_jobs,
+				 int compile_workers, const char *backend,
+				 const char *worker_path)
+{
+	tuned_runner *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return NULL;
+	r->notify = notify;
+	r->active_jobs = active_jobs;
+	r->nthreads = 1 + (compile_workers > 0 ? compile_workers :
+			   (int)sysconf(_SC_NPROCESSORS_ONLN));
+	r->started_ns = uv_hrtime();
+	snprintf(r->backend, sizeof(r->backend), "%s", backend);
+	snprintf(r->share, sizeof(r->share), "/tmp/tuned-share-%d-XXXXXX", (int)getpid());
+	if (uv_mutex_init(&r->lock) || uv_cond_init(&r->compile_wake) ||
+	    uv_cond_init(&r->measure_wake) || !mkdtemp(r->share) ||
+	    !(r->threads = calloc(r->nthreads, sizeof(worker_thread))) ||
+	    start_threads(r, worker_path) < 0) {
+		tuned_runner_stop(r);
+		return NULL;
+	}
+	return r;
+}
+
+/* Queues the job; it becomes active when a place is free. */
+int tuned_runner_submit(tuned_runner *r, const tuned_job_spec *spec)
+{
+	runner_job *job = calloc(1, sizeof(*job)), **at;
+
+	if (!job || !(job->graph_text = strdup(spec->graph))) {
+		free(job);
+		json_decref(spec->known);
+		json_decref(spec->incumbent);
+		return -1;
+	}
+	job->id = spec->job;
+	job->budget_s = spec->budget_s;
+	job->max_trials = spec->budget_s > 0 ? spec->max_trials : 1;
+	job->priority = spec->priority;
+	job->known = spec->known;
+	job->incumbent = spec->incumbent;
+	uv_mutex_lock(&r->lock);
+	for (at = &r->jobs; *at; at = &(*at)->next)
+		;
+	*at = job;
+	activate_jobs(r);
+	uv_mutex_unlock(&r->lock);
+	return 0;
+}
+
+static runner_job *find_job(tuned_runner *r, int64_t id)
+{
+	for (runner_job *job = r->jobs; job; job = job->next)
+		if (job->id == id)
+			return job;
+	return NULL;
+}
+
+void tuned_runner_cancel(tuned_runner *r, int64_t id)
+{
+	runner_job *job;
+
+	uv_mutex_lock(&r->lock);
+	if ((job = find_job(r, id)) && !job->active) {
+		unlink_job(r, job);
+		job_free(job);
+	} else if (job && !job->cancelled) {
+		job->cancelled = true;
+		if (job->open)
+			drop_pending(r, job);
+	}
+	uv_mutex_unlock(&r->lock);
+}
+
+void tuned_runner_set_waited(tuned_runner *r, int64_t id, bool waited)
+{
+	runner_job *job;
+
+	uv_mutex_lock(&r->lock);
+	if ((job = find_job(r, id)))
+		job->waited = waited;
+	uv_mutex_unlock(&r->lock);
+}
+
+/* Stops the threads (running workers are killed: their trials are
+ * abandoned and their jobs stay queued in the saved state), then frees
+ * everything. */
+void tuned_runner_stop(tuned_runner *r)
+{
+	if (!r)
+		return;
+	uv_mutex_lock(&r->lock);
 	r->stopping = true;
-	uv_cond_broadcast(&r->wake);
+	uv_cond_broadcast(&r->compile_wake);
+	uv_cond_broadcast(&r->measure_wake);
 	for (int i = 0; i < r->started; i++)
-		if (tuner_worker_pid(threads[i].worker) > 0)
-			kill(tuner_worker_pid(threads[i].worker), SIGKILL);
+		if (tuner_worker_pid(r->threads[i].worker) > 0)
+			kill(tuner_worker_pid(r->threads[i].worker), SIGKILL);
 	uv_mutex_unlock(&r->lock);
 	for (int i = 0; i < r->started; i++)
-		uv_thread_join(&r->handles[i]);
-	for (int i = 0; i < r->nthreads && threads; i++)
-		tuner_worker_free(threads[i].worker);
-	while (r->tasks) {
-		runner_task *next = r->tasks->next;
+		uv_thread_join(&r->threads[i].handle);
+	for (int i = 0; i < r->nthreads && r->threads; i++)
+		tuner_worker_free(r->threads[i].worker);
+	while (r->jobs) {
+		runner_job *next = r->jobs->next;
 
-		free(r->tasks->graph);
-		free(r->tasks);
-		r->tasks = next;
+		job_free(r->jobs);
+		r->jobs = next;
 	}
 	for (tuned_result *res = tuned_runner_take_results(r), *next; res; res = next) {
 		next = res->next;
 		tuned_result_free(res);
 	}
+	clear_share(r->share);
+	rmdir(r->share);
 	free(r->threads);
-	free(r->handles);
-	uv_cond_destroy(&r->wake);
+	uv_cond_destroy(&r->compile_wake);
+	uv_cond_destroy(&r->measure_wake);
 	uv_mutex_destroy(&r->lock);
+	free(r);
 }
 
-struct tuner_worker *tuned_runner_worker(tuned_runner *r, int i)
+void tuned_runner_stats_get(tuned_runner *r, tuned_runner_stats *stats)
 {
-	return ((runner_thread *)r->threads)[i].worker;
+	*stats = (tuned_runner_stats){.workers = r->started,
+				      .compile_workers = r->nthreads - 1};
+	uv_mutex_lock(&r->lock);
+	for (int i = 0; i < r->started; i++) {
+		tuner_worker *w = r->threads[i].worker;
+		int starts = tuner_worker_starts(w);
+
+		stats->running += tuner_worker_pid(w) > 0;
+		stats->restarts += starts > 1 ? starts - 1 : 0;
+	}
+	stats->busy_s = r->busy_ns / 1e9;
+	stats->up_s = (uv_hrtime() - r->started_ns) / 1e9;
+	stats->probed = r->probed;
+	stats->peaks = r->peaks;
+	uv_mutex_unlock(&r->lock);
 }

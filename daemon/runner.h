@@ -1,5 +1,13 @@
 /*
- * runner.h: the threads that run jobs (runner.c).
+ * runner.h: the pipeline that tunes jobs (runner.c).
+ *
+ * Compile workers (one per core by default) compile candidates into a
+ * shared folder while the device's single measurement worker verifies and
+ * times the ones compiled; every worker is a tuned-worker process with its
+ * own thread. Jobs are searched a generation at a time and their
+ * generations interleave (docs/tuning.md, "Dynamic mode" and "Fair
+ * scheduling"). What the pipeline finds goes back to the loop thread as
+ * results, through a queue and a uv_async wake-up.
  */
 #ifndef TUNED_RUNNER_H
 #define TUNED_RUNNER_H
@@ -10,49 +18,76 @@
 #include <jansson.h>
 #include <uv.h>
 
-#define TUNED_MAX_CANCELLED 1024
+#include "kgen.h"
 
-/* What became of one trial of a job, or (last) of the job itself. */
+enum tuned_result_kind {
+	TUNED_RESULT_STARTED,    /* the job became active */
+	TUNED_RESULT_TRIAL,      /* a candidate was compiled, or measured */
+	TUNED_RESULT_VERSION,    /* a candidate beat the key's version */
+	TUNED_RESULT_GENERATION, /* a generation ended */
+	TUNED_RESULT_END,        /* the job is over */
+};
+
+/* What the pipeline found for one job. */
 typedef struct tuned_result {
 	int64_t job;
-	char outcome[16]; /* ok, wrong, compile_error, timeout, crash, error, ... */
-	char detail[256];
-	json_t *answer;   /* the worker's answer, when it gave one */
-	json_t *plan;     /* the plan tried (null: the default plan) */
-	bool started;     /* a thread took the job (no trial yet) */
-	bool last;        /* the job is over: its strategy is done, or */
-	bool cancelled;   /* it was cancelled, or */
-	bool stopped;     /* the daemon is stopping */
+	enum tuned_result_kind kind;
+	char outcome[16];  /* TRIAL: ok, wrong, compile_error, timeout, crash, error... */
+	char detail[256];  /* TRIAL: why not ok; END: why the job failed, if it did */
+	json_t *answer;    /* TRIAL, VERSION: the measurement's answer */
+	json_t *plan;      /* TRIAL, VERSION: the plan */
+	double median_ms;  /* VERSION: retimed side by side with the version it beat */
+	double spread_ms;
+	json_t *data;      /* GENERATION: the event's counters */
+	bool cancelled;    /* END: the job was cancelled, or */
+	bool stopped;      /* END: the daemon is stopping (the job resumes later) */
 	struct tuned_result *next;
 } tuned_result;
 
-typedef struct tuned_runner {
-	uv_mutex_t lock;
-	uv_cond_t wake;
-	uv_async_t *notify;
-	void *threads;
-	uv_thread_t *handles;
-	int nthreads, started;
-	char backend[16];
-	bool stopping;
-	struct runner_task *tasks;
-	tuned_result *results_head, *results_tail;
-	int ncancelled;
-	int64_t cancelled[TUNED_MAX_CANCELLED];
-} tuned_runner;
+/* A job handed to the runner. known and incumbent are taken. */
+typedef struct tuned_job_spec {
+	int64_t job;
+	const char *graph;  /* graph.json text */
+	double budget_s;    /* 0: measure the default plan once, no search */
+	int max_trials;     /* 0: no limit */
+	int priority;
+	json_t *known;      /* the key's trials on this device (cache_trials), or NULL */
+	json_t *incumbent;  /* the plan of the key's best version, or NULL */
+} tuned_job_spec;
 
-/* Starts "nthreads" threads, each with its own tuned-worker process at
- * "worker_path" on "backend"; "notify" is signalled when results wait. */
-int tuned_runner_start(tuned_runner *r, uv_async_t *notify, int nthreads,
-		       const char *backend, const char *worker_path);
-int tuned_runner_submit(tuned_runner *r, int64_t job, const char *graph,
-			double budget_s, int priority);
+typedef struct tuned_runner tuned_runner;
+
+/* Starts the measurement worker and "compile_workers" compile workers
+ * (tuned-worker at "worker_path" on "backend"); at most "active_jobs" jobs
+ * are searched at once. "notify" is signalled when results wait. NULL on
+ * failure. */
+tuned_runner *tuned_runner_start(uv_async_t *notify, int active_jobs,
+				 int compile_workers, const char *backend,
+				 const char *worker_path);
+int tuned_runner_submit(tuned_runner *r, const tuned_job_spec *spec);
+/* A job not yet active is dropped; an active one ends after the trials in
+ * flight. */
 void tuned_runner_cancel(tuned_runner *r, int64_t job);
+/* Whether a client waits on the job's key (fetch with min_version, watch):
+ * such jobs go first. */
+void tuned_runner_set_waited(tuned_runner *r, int64_t job, bool waited);
 /* The results so far, oldest first, now the caller's. */
 tuned_result *tuned_runner_take_results(tuned_runner *r);
 void tuned_result_free(tuned_result *result);
+/* Stops the workers and frees the runner; results not taken are dropped,
+ * and active jobs stay queued in the saved state. */
 void tuned_runner_stop(tuned_runner *r);
-/* The worker of thread "i", for counting (tuner_worker_pid, _starts). */
-struct tuner_worker *tuned_runner_worker(tuned_runner *r, int i);
+
+/* For stats: worker processes running and restarted, seconds the
+ * measurement worker was busy and since the runner started, and the
+ * device's measured peaks (false when the probe failed). */
+typedef struct tuned_runner_stats {
+	int workers, running, restarts, compile_workers;
+	double busy_s, up_s;
+	bool probed;
+	kgen_peaks peaks;
+} tuned_runner_stats;
+
+void tuned_runner_stats_get(tuned_runner *r, tuned_runner_stats *stats);
 
 #endif

@@ -43,6 +43,7 @@ void tuned_client_close(tuned_client *client)
 		return;
 	client->closing = true;
 	tuned_drop_waiters(client->daemon, client);
+	tuned_update_waited(client->daemon);
 	uv_read_stop((uv_stream_t *)&client->pipe);
 	uv_close((uv_handle_t *)&client->hello_timer, on_handle_closed);
 	uv_close((uv_handle_t *)&client->pipe, on_handle_closed);

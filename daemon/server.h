@@ -50,7 +50,7 @@ struct tuned_daemon {
 	uv_signal_t sigterm, sigint, sighup;
 	uv_timer_t watchdog;
 	uv_async_t results;
-	tuned_runner runner;
+	tuned_runner *runner;
 	tuned_jobs jobs;
 	cache *cache;
 	char device[384];
@@ -83,6 +83,12 @@ void tuned_drop_waiters(tuned_daemon *d, tuned_client *client);
  * the version they wait for. */
 void tuned_fail_waiters(tuned_daemon *d, const char *key, int code,
 			const char *message);
+
+/* Tells the runner which jobs a client waits on (watch, or a fetch for a
+ * newer version): they go first. */
+void tuned_update_waited(tuned_daemon *d);
+/* Hands a queued job to the runner, with what the cache knows of its key. */
+int tuned_run_job(tuned_daemon *d, const tuned_job *job);
 
 /* results.c: the runner's results, on the loop thread. */
 void tuned_on_results(uv_async_t *async);

@@ -97,8 +97,7 @@ static void resume_jobs(tuned_daemon *d)
 {
 	for (tuned_job *job = d->jobs.head; job; job = job->next)
 		if (job->state == TUNED_JOB_QUEUED)
-			tuned_runner_submit(&d->runner, job->id, job->graph, job->budget_s,
-					    job->priority);
+			tuned_run_job(d, job);
 }
 
 static void close_waiters(tuned_daemon *d)
@@ -120,7 +119,8 @@ static void stop(tuned_daemon *d)
 	tuned_server_close(d);
 	close_waiters(d);
 	tuned_on_results(&d->results);
-	tuned_runner_stop(&d->runner);
+	tuned_runner_stop(d->runner);
+	d->runner = NULL;
 	uv_close((uv_handle_t *)&d->results, NULL);
 	uv_close((uv_handle_t *)&d->sigterm, NULL);
 	uv_close((uv_handle_t *)&d->sigint, NULL);
@@ -174,9 +174,10 @@ static int start(tuned_daemon *d)
 	tuned_log(TUNED_INFO, "device %s", d->device);
 	uv_async_init(d->loop, &d->results, tuned_on_results);
 	d->results.data = d;
-	if (tuned_runner_start(&d->runner, &d->results, d->options.jobs,
-			       d->options.backend, d->worker_path) < 0) {
-		tuned_log(TUNED_ERROR, "cannot start the job threads");
+	if (!(d->runner = tuned_runner_start(&d->results, d->options.jobs,
+					     d->options.compile_workers,
+					     d->options.backend, d->worker_path))) {
+		tuned_log(TUNED_ERROR, "cannot start the worker threads");
 		return -1;
 	}
 	resume_jobs(d);
@@ -233,7 +234,7 @@ int main(int argc, char **argv)
 		finish(&d);
 		return EXIT_FAILURE;
 	}
-	tuned_log(TUNED_INFO, "listening on %s, cache %s, %d job thread(s)",
+	tuned_log(TUNED_INFO, "listening on %s, cache %s, %d job(s) at once",
 		  d.options.socket_path, d.options.cache_path, d.options.jobs);
 	tuned_notify("READY=1");
 	uv_run(d.loop, UV_RUN_DEFAULT);

@@ -1,13 +1,17 @@
 /*
  * tuned-worker: the process that compiles, verifies and times candidates.
  *
- *   tuned-worker [--backend cpu|cuda|auto]
+ *   tuned-worker [--backend cpu|cuda|auto] [--share DIR]
  *
  * Reads one JSON request per line on stdin, answers one JSON object per
- * line on stdout (tuner/measure.c says what they hold). {"describe": true}
- * is answered with the backend and the device it drives. A kernel that
- * crashes or hangs takes this process with it, and only it: the caller
- * sees the process die or time out, and starts another.
+ * line on stdout (tuner_serve in tuner/measure.c says what they hold: the
+ * ops measure, compile, probe and retime). {"describe": true} is answered
+ * with the backend and the device it drives. With --share, compiled
+ * kernels are looked for in DIR and left there (kgen_backend_share): the
+ * compile workers of a pipelined tuner fill it, its measuring worker
+ * loads from it. A kernel that crashes or hangs takes this process with
+ * it, and only it: the caller sees the process die or time out, and starts
+ * another.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -22,9 +26,11 @@
 #include "tuner.h"
 
 static const char usage[] =
-	"usage: tuned-worker [--backend cpu|cuda|auto]\n"
-	"Reads measurement requests, one JSON object per line, on stdin and\n"
-	"answers each with one JSON object per line on stdout.\n";
+	"usage: tuned-worker [--backend cpu|cuda|auto] [--share DIR]\n"
+	"Reads requests (measure, compile, probe, retime), one JSON object per\n"
+	"line, on stdin and answers each with one JSON object per line on\n"
+	"stdout. --share DIR: compiled kernels are shared through the folder\n"
+	"DIR (made if missing).\n";
 
 static void reply(json_t *obj)
 {
@@ -51,7 +57,7 @@ static json_t *handle_line(kgen_backend *backend, const char *line)
 				"backend", kgen_backend_name(backend),
 				"device", kgen_backend_description(backend));
 	else
-		obj = tuner_measure(backend, request);
+		obj = tuner_serve(backend, request);
 	json_decref(request);
 	return obj;
 }
@@ -80,7 +86,7 @@ static void die_with_parent(void)
 
 int main(int argc, char **argv)
 {
-	const char *name = "auto";
+	const char *name = "auto", *share = NULL;
 	kgen_backend *backend;
 	kgen_error err = {0};
 	int status;
@@ -88,6 +94,8 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--backend") && i + 1 < argc)
 			name = argv[++i];
+		else if (!strcmp(argv[i], "--share") && i + 1 < argc)
+			share = argv[++i];
 		else
 			return fputs(usage, strcmp(argv[i], "--help") ? stderr : stdout),
 			       strcmp(argv[i], "--help") ? 2 : 0;
@@ -97,6 +105,11 @@ int main(int argc, char **argv)
 		reply(json_pack("{s:s, s:b, s:s}", "kind", "backend_error",
 				"verified", 0, "error", err.message));
 		return EXIT_FAILURE;
+	}
+	if (share && kgen_backend_share(backend, share, &err) < 0) {
+		fprintf(stderr, "tuned-worker: %s\n", err.message);
+		kgen_backend_close(backend);
+		return 2;
 	}
 	status = serve(backend);
 	kgen_backend_close(backend);

@@ -1,9 +1,15 @@
 /*
- * backend.c: opening a backend by name, and "auto".
+ * backend.c: opening a backend by name, and "auto"; the shared folder of
+ * compiled kernels.
  */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "kgen_int.h"
 
@@ -72,5 +78,100 @@ void kgen_backend_close(kgen_backend *backend)
 	if (!backend)
 		return;
 	backend->ops->close(backend);
+	free(backend->share);
 	free(backend);
+}
+
+/* Room left in a path after the folder: a slash, a SHA-256 in hex, a
+ * suffix and a temporary tail. */
+#define SHARE_NAME_ROOM 128
+
+int kgen_backend_share(kgen_backend *backend, const char *dir, kgen_error *err)
+{
+	char *copy = NULL;
+	struct stat st;
+
+	if (dir && strlen(dir) + SHARE_NAME_ROOM >= PATH_MAX)
+		return kgen_fail(err, KGEN_EIO, "shared folder '%s': the path is too "
+				 "long", dir);
+	if (dir && mkdir(dir, 0700) < 0 && errno != EEXIST)
+		return kgen_fail(err, KGEN_EIO, "cannot make the shared folder '%s': "
+				 "%s", dir, strerror(errno));
+	if (dir && (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)))
+		return kgen_fail(err, KGEN_EIO, "shared folder '%s' is not a folder",
+				 dir);
+	if (dir && !(copy = strdup(dir)))
+		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
+	free(backend->share);
+	backend->share = copy;
+	return KGEN_OK;
+}
+
+void kgen_share_path(const kgen_backend *backend, const char *source,
+		     const char *suffix, char *path, size_t size)
+{
+	char key[SCHED_KEY_HEX + 1];
+
+	sched_sha256_hex(source, strlen(source), key);
+	snprintf(path, size, "%s/%s%s", backend->share, key, suffix);
+}
+
+void kgen_share_temp(const char *path, char *temp, size_t size)
+{
+	static unsigned counter;
+
+	snprintf(temp, size, "%s.tmp-%d-%u", path, (int)getpid(), counter++);
+}
+
+int kgen_share_publish(const char *temp, const char *path, kgen_error *err)
+{
+	if (rename(temp, path) == 0)
+		return KGEN_OK;
+	unlink(temp);
+	return kgen_fail(err, KGEN_EIO, "cannot rename '%s' to '%s': %s", temp,
+			 path, strerror(errno));
+}
+
+int kgen_share_write(const char *path, const void *data, size_t size,
+		     kgen_error *err)
+{
+	char temp[PATH_MAX];
+	int fd, failed;
+
+	kgen_share_temp(path, temp, sizeof(temp));
+	if ((fd = open(temp, O_WRONLY | O_CREAT | O_TRUNC, 0600)) < 0)
+		return kgen_fail(err, KGEN_EIO, "cannot write '%s': %s", temp,
+				 strerror(errno));
+	failed = write(fd, data, size) != (ssize_t)size;
+	if (close(fd) < 0 || failed) {
+		unlink(temp);
+		return kgen_fail(err, KGEN_EIO, "cannot write '%s'", temp);
+	}
+	return kgen_share_publish(temp, path, err);
+}
+
+int kgen_share_read(const char *path, char **data, size_t *size,
+		    kgen_error *err)
+{
+	FILE *f = fopen(path, "rb");
+	long length = -1;
+
+	*data = NULL;
+	*size = 0;
+	if (f && fseek(f, 0, SEEK_END) == 0)
+		length = ftell(f);
+	if (length > 0 && fseek(f, 0, SEEK_SET) == 0 && (*data = malloc(length)))
+		*size = fread(*data, 1, length, f);
+	if (f)
+		fclose(f);
+	if (length > 0 && *size == (size_t)length)
+		return KGEN_OK;
+	free(*data);
+	*data = NULL;
+	return kgen_fail(err, KGEN_EIO, "cannot read '%s'", path);
+}
+
+bool kgen_share_has(const char *path)
+{
+	return access(path, R_OK) == 0;
 }

@@ -3,6 +3,9 @@
  * shared object that is dlopen'd; timed with the monotonic clock.
  *
  * The compiler is $CC, or cc: cc -O3 -march=native -fopenmp -shared -fPIC.
+ * With a shared folder (kgen_backend_share), objects are named by the
+ * SHA-256 of their source, <sha>.so, looked for there before compiling and
+ * left there after.
  * Before each timed run a buffer twice the size of the last-level cache
  * (8 to 64 MiB) is written, so that every run starts from cold caches.
  */
@@ -10,6 +13,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -110,9 +114,9 @@ static int run_compiler(const char *source_path, const char *object_path,
 	return 0;
 }
 
-/* Compiles "src" into "obj" and loads it; the log comes back on failure. */
-static int compile_and_load(const char *src, const char *obj, const char *log,
-			    const char *entry, void **module, kgen_error *err)
+/* Runs the compiler on "src"; its output in "log" comes back on failure. */
+static int compile_file(const char *src, const char *obj, const char *log,
+			const char *entry, kgen_error *err)
 {
 	int status = 0, rc;
 
@@ -125,34 +129,83 @@ static int compile_and_load(const char *src, const char *obj, const char *log,
 		return kgen_fail(err, KGEN_ECOMPILE, "%s failed on kernel '%s'",
 				 compiler(), entry);
 	}
-	if (!(*module = dlopen(obj, RTLD_NOW | RTLD_LOCAL)))
-		return kgen_fail(err, KGEN_EBACKEND, "cannot load '%s': %s", obj,
-				 dlerror());
 	return KGEN_OK;
 }
 
-/* The files are removed as soon as the object is loaded (the mapping
- * stays), so a worker killed later leaves nothing behind but its folder. */
-static int compile_new(cpu_state *cpu, const char *source, const char *entry,
-		       void **handle, void **function, kgen_error *err)
+/* Compiles "source" into the shared object "obj"; the source and the log
+ * are written to the work folder and removed after. */
+static int compile_object(cpu_state *cpu, const char *source, const char *entry,
+			  const char *obj, kgen_error *err)
 {
-	char src[128], obj[128], log[128];
+	char src[128], log[128];
 	int n = cpu->compiled++, rc;
 
 	snprintf(src, sizeof(src), "%s/%s_%d.c", cpu->dir, entry, n);
-	snprintf(obj, sizeof(obj), "%s/%s_%d.so", cpu->dir, entry, n);
 	snprintf(log, sizeof(log), "%s/%s_%d.log", cpu->dir, entry, n);
-	if ((rc = write_file(src, source, err)) == KGEN_OK)
-		rc = compile_and_load(src, obj, log, entry, handle, err);
+	rc = write_file(src, source, err);
+	if (rc == KGEN_OK)
+		rc = compile_file(src, obj, log, entry, err);
 	unlink(src);
-	unlink(obj);
 	unlink(log);
-	if (rc == KGEN_OK && !(*function = dlsym(*handle, entry))) {
+	return rc;
+}
+
+static int load_object(const char *obj, const char *entry, void **handle,
+		       void **function, kgen_error *err)
+{
+	if (!(*handle = dlopen(obj, RTLD_NOW | RTLD_LOCAL)))
+		return kgen_fail(err, KGEN_EBACKEND, "cannot load '%s': %s", obj,
+				 dlerror());
+	if (!(*function = dlsym(*handle, entry))) {
 		dlclose(*handle);
 		*handle = NULL;
-		rc = kgen_fail(err, KGEN_EBACKEND, "the object of '%s' has no function "
-			       "'%s'", entry, entry);
+		return kgen_fail(err, KGEN_EBACKEND, "the object of '%s' has no "
+				 "function '%s'", entry, entry);
 	}
+	return KGEN_OK;
+}
+
+/* The object of "source" in the shared folder, compiled there first
+ * (under a temporary name, then renamed) unless it is there already. */
+static int cpu_prepare(kgen_backend *backend, const char *source,
+		       const char *entry, kgen_error *err)
+{
+	char obj[PATH_MAX], temp[PATH_MAX];
+	int rc;
+
+	kgen_share_path(backend, source, ".so", obj, sizeof(obj));
+	if (kgen_share_has(obj))
+		return KGEN_OK;
+	kgen_share_temp(obj, temp, sizeof(temp));
+	if ((rc = compile_object(backend->state, source, entry, temp, err)) < 0) {
+		unlink(temp);
+		return rc;
+	}
+	return kgen_share_publish(temp, obj, err);
+}
+
+/* Without a shared folder the object is removed as soon as it is loaded
+ * (the mapping stays), so a worker killed later leaves nothing behind but
+ * its folder; with one, it is loaded from there and stays. */
+static int compile_new(kgen_backend *backend, const char *source,
+		       const char *entry, void **handle, void **function,
+		       kgen_error *err)
+{
+	cpu_state *cpu = backend->state;
+	char obj[PATH_MAX];
+	int rc;
+
+	if (backend->share) {
+		kgen_share_path(backend, source, ".so", obj, sizeof(obj));
+		if ((rc = cpu_prepare(backend, source, entry, err)) < 0)
+			return rc;
+		return load_object(obj, entry, handle, function, err);
+	}
+	snprintf(obj, sizeof(obj), "%s/%s_%d.so", cpu->dir, entry, cpu->compiled);
+	rc = compile_object(cpu, source, entry, obj, err);
+	if (rc == KGEN_OK)
+		rc = load_object(obj, entry, handle, function, err);
+	unlink(obj);
 	return rc;
 }
 
@@ -196,7 +249,7 @@ static int cpu_compile(kgen_backend *backend, const char *source,
 	if (!(m = find_module(cpu, key))) {
 		if (!(m = calloc(1, sizeof(*m))))
 			return kgen_fail(err, KGEN_ENOMEM, "out of memory");
-		rc = compile_new(cpu, source, entry, &m->handle, &m->function, err);
+		rc = compile_new(backend, source, entry, &m->handle, &m->function, err);
 		if (rc == KGEN_OK && (slot = free_slot(cpu)) < 0)
 			rc = kgen_fail(err, KGEN_EBACKEND, "more than %d kernels in use",
 				       MAX_MODULES);
@@ -315,6 +368,7 @@ static void cpu_close(kgen_backend *backend)
 static const kgen_backend_ops cpu_ops = {
 	.name = "cpu",
 	.compile = cpu_compile,
+	.prepare = cpu_prepare,
 	.unload = cpu_unload,
 	.alloc = cpu_alloc,
 	.release = cpu_release,
@@ -422,10 +476,10 @@ int kgen_cpu_open(kgen_backend *backend, kgen_error *err)
 	pin_openmp_runtime();
 	backend->ops = &cpu_ops;
 	backend->state = cpu;
+	backend->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
 	cpu_model(model, sizeof(model));
 	compiler_version(cpu, version, sizeof(version));
 	snprintf(backend->description, sizeof(backend->description),
-		 "cpu: %s, %ld cores, %s", model, sysconf(_SC_NPROCESSORS_ONLN),
-		 version);
+		 "cpu: %s, %d cores, %s", model, backend->cores, version);
 	return KGEN_OK;
 }

@@ -4,9 +4,12 @@
  * events. libcuda.so.1 is opened with dlopen: nothing is linked.
  *
  * Between timed runs a buffer twice the size of L2 is cleared, so that
- * every run starts with a cold L2.
+ * every run starts with a cold L2. With a shared folder, cubins are named
+ * <sha of the source>.<arch>.cubin, looked for there before compiling and
+ * left there after; compiling there needs NVRTC only.
  */
 #include <dlfcn.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,11 +115,58 @@ static int check(CUresult rc, const char *what, kgen_error *err)
 			 cu_text(rc), rc);
 }
 
-/* A loaded kernel, with the cubin and PTX NVRTC made of it kept. */
+/* A loaded kernel, with the cubin (and the PTX, when compiled here)
+ * NVRTC made of it kept. */
 typedef struct cuda_module {
 	CUmodule module;
 	kgen_cubin binary;
 } cuda_module;
+
+/* The cubin of "source" in the shared folder: <sha>.<arch>.cubin. */
+static void shared_cubin_path(kgen_backend *backend, const char *source,
+			      char *path, size_t size)
+{
+	cuda_state *cuda = backend->state;
+	char suffix[32];
+
+	snprintf(suffix, sizeof(suffix), ".%s.cubin", cuda->arch);
+	kgen_share_path(backend, source, suffix, path, size);
+}
+
+/* Compiles "source" with NVRTC alone (no driver call: a compile worker
+ * may run beside a busy GPU) into the shared folder, unless it is there. */
+static int cuda_prepare(kgen_backend *backend, const char *source,
+			const char *entry, kgen_error *err)
+{
+	cuda_state *cuda = backend->state;
+	char path[PATH_MAX];
+	kgen_cubin binary;
+	int rc;
+
+	shared_cubin_path(backend, source, path, sizeof(path));
+	if (kgen_share_has(path))
+		return KGEN_OK;
+	if ((rc = kgen_nvrtc_compile(source, entry, cuda->arch, &binary, err)) < 0)
+		return rc;
+	rc = kgen_share_write(path, binary.cubin, binary.cubin_size, err);
+	kgen_cubin_release(&binary);
+	return rc;
+}
+
+/* The cubin of "source" from the shared folder, compiled there first if
+ * it is not there yet. */
+static int read_shared_cubin(kgen_backend *backend, const char *source,
+			     const char *entry, kgen_cubin *binary,
+			     kgen_error *err)
+{
+	char path[PATH_MAX];
+	int rc;
+
+	if ((rc = cuda_prepare(backend, source, entry, err)) < 0)
+		return rc;
+	shared_cubin_path(backend, source, path, sizeof(path));
+	return kgen_share_read(path, &binary->cubin, &binary->cubin_size, err);
+}
 
 static int cuda_compile(kgen_backend *backend, const char *source,
 			const char *entry, void **module, void **function,
@@ -129,7 +179,9 @@ static int cuda_compile(kgen_backend *backend, const char *source,
 	if (!m)
 		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
 	*module = m;
-	if ((rc = kgen_nvrtc_compile(source, entry, cuda->arch, &m->binary, err)) < 0)
+	rc = backend->share ? read_shared_cubin(backend, source, entry, &m->binary, err)
+			    : kgen_nvrtc_compile(source, entry, cuda->arch, &m->binary, err);
+	if (rc < 0)
 		return rc;
 	rc = check(cu.module_load(&m->module, m->binary.cubin), "loading the cubin", err);
 	if (rc == KGEN_OK)
@@ -239,6 +291,7 @@ static void cuda_close(kgen_backend *backend)
 static const kgen_backend_ops cuda_ops = {
 	.name = "cuda",
 	.compile = cuda_compile,
+	.prepare = cuda_prepare,
 	.unload = cuda_unload,
 	.alloc = cuda_alloc,
 	.release = cuda_release,
@@ -319,6 +372,7 @@ int kgen_cuda_open(kgen_backend *backend, kgen_error *err)
 	}
 	backend->ops = &cuda_ops;
 	backend->state = cuda;
+	cu.device_attribute(&backend->cores, ATTR_MULTIPROCESSORS, cuda->device);
 	describe(backend, cuda);
 	return KGEN_OK;
 }

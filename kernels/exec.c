@@ -1,5 +1,6 @@
 /*
- * exec.c: a plan compiled for a backend: build, run, time.
+ * exec.c: a plan compiled for a backend: build, run, time; or compiled
+ * into the shared folder only (prepare), for another process to load.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -29,20 +30,32 @@ static char *print_kernel(kgen_backend *backend, const sched_graph *graph,
 	return kgen_print_c(graph, plan, k);
 }
 
-static int build_kernel(kgen_program *prog, int k, const char *source,
+/* The source of kernel "k": sources[k] when given, else printed for the
+ * backend ("*printed", the caller's to free). NULL when out of memory. */
+static const char *kernel_source(kgen_backend *backend, const sched_graph *graph,
+				 const kgen_plan *plan, const char *const *sources,
+				 int k, char **printed)
+{
+	*printed = NULL;
+	if (sources && sources[k])
+		return sources[k];
+	return *printed = print_kernel(backend, graph, plan, k);
+}
+
+static int build_kernel(kgen_program *prog, int k, const char *const *sources,
 			kgen_error *err)
 {
 	const kgen_kernel *kernel = &prog->plan->kernels[k];
 	kgen_launch *launch = &prog->launches[k];
-	char *printed = source ? NULL : print_kernel(prog->backend, prog->graph,
-						     prog->plan, k);
+	char *printed;
+	const char *source = kernel_source(prog->backend, prog->graph, prog->plan,
+					   sources, k, &printed);
 	int rc;
 
-	if (!source && !printed)
+	if (!source)
 		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
-	rc = prog->backend->ops->compile(prog->backend, source ? source : printed,
-					 kernel->name, &prog->modules[k],
-					 &launch->function, err);
+	rc = prog->backend->ops->compile(prog->backend, source, kernel->name,
+					 &prog->modules[k], &launch->function, err);
 	free(printed);
 	launch->name = kernel->name;
 	launch->tensors = prog->buffers;
@@ -83,13 +96,35 @@ int kgen_program_build(kgen_backend *backend, const sched_graph *graph,
 	}
 	rc = alloc_buffers(prog, err);
 	for (int k = 0; k < plan->nkernels && rc == KGEN_OK; k++)
-		rc = build_kernel(prog, k, sources ? sources[k] : NULL, err);
+		rc = build_kernel(prog, k, sources, err);
 	if (rc < 0) {
 		kgen_program_free(prog);
 		return rc;
 	}
 	*out = prog;
 	return KGEN_OK;
+}
+
+int kgen_program_prepare(kgen_backend *backend, const sched_graph *graph,
+			 const kgen_plan *plan, const char *const *sources,
+			 kgen_error *err)
+{
+	int rc = KGEN_OK;
+
+	if (!backend->share)
+		return kgen_fail(err, KGEN_EBACKEND, "no shared folder to compile "
+				 "into: call kgen_backend_share first");
+	for (int k = 0; k < plan->nkernels && rc == KGEN_OK; k++) {
+		char *printed;
+		const char *source = kernel_source(backend, graph, plan, sources, k,
+						   &printed);
+
+		rc = source ? backend->ops->prepare(backend, source,
+						    plan->kernels[k].name, err)
+			    : kgen_fail(err, KGEN_ENOMEM, "out of memory");
+		free(printed);
+	}
+	return rc;
 }
 
 void kgen_program_free(kgen_program *prog)

@@ -14,8 +14,6 @@ int kgen_fail(kgen_error *err, int code, const char *fmt, ...)
 /* The op a single-op kernel computes. */
 const sched_op *kgen_kernel_op(const sched_graph *graph, const kgen_kernel *kernel);
 
-#endif
-
 /* A kernel ready to launch: its function, shape and tensor arguments. */
 typedef struct kgen_launch {
 	const char *name;
@@ -32,6 +30,10 @@ typedef struct kgen_backend_ops {
 	int (*compile)(kgen_backend *backend, const char *source,
 		       const char *entry, void **module, void **function,
 		       kgen_error *err);
+	/* Compiles "source" into the shared folder unless its object is
+	 * there already; loads nothing. */
+	int (*prepare)(kgen_backend *backend, const char *source,
+		       const char *entry, kgen_error *err);
 	void (*unload)(kgen_backend *backend, void *module);
 	int (*alloc)(kgen_backend *backend, size_t bytes, void **buffer,
 		     kgen_error *err);
@@ -50,6 +52,8 @@ typedef struct kgen_backend_ops {
 struct kgen_backend {
 	const kgen_backend_ops *ops;
 	char description[384];
+	int cores;   /* cpu: cores online; cuda: multiprocessors */
+	char *share; /* the shared folder of compiled kernels, or NULL */
 	void *state;
 };
 
@@ -60,3 +64,26 @@ const sched_graph *kgen_program_graph(const kgen_program *program);
 
 /* The monotonic clock in milliseconds. */
 double kgen_now_ms(void);
+
+/* The shared object of "source": <share>/<SHA-256 of source><suffix>. */
+void kgen_share_path(const kgen_backend *backend, const char *source,
+		     const char *suffix, char *path, size_t size);
+/* A private temporary name beside "path", to write it before publishing. */
+void kgen_share_temp(const char *path, char *temp, size_t size);
+/* Renames "temp" to "path" (atomic: a reader sees all or nothing); on
+ * failure "temp" is removed. */
+int kgen_share_publish(const char *temp, const char *path, kgen_error *err);
+/* Writes "size" bytes to "path" through a temporary file and a rename. */
+int kgen_share_write(const char *path, const void *data, size_t size,
+		     kgen_error *err);
+/* The whole of "path" in "*data" (malloc'd) and its size in "*size". */
+int kgen_share_read(const char *path, char **data, size_t *size,
+		    kgen_error *err);
+/* Whether "path" exists (an object already in the shared folder). */
+bool kgen_share_has(const char *path);
+
+/* The sources kgen_probe compiles for backend "name" ("cpu" or "cuda"):
+ * copy, FMA and empty kernels, NULL-terminated; NULL for another name. */
+const char *const *kgen_probe_sources(const char *name);
+
+#endif

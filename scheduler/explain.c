@@ -46,7 +46,7 @@ static int64_t domain_points(const sched_op *op)
 	return points;
 }
 
-static int64_t op_flops(const sched_op *op)
+int64_t sched_op_flops(const sched_op *op)
 {
 	int64_t per_point = node_flops(op->body) + (op->reducer != SCHED_RED_NONE);
 
@@ -140,7 +140,7 @@ static json_t *explain_op(isl_ctx *ctx, const sched_graph *graph,
 			"domain", set_text(sched_op_domain(ctx, graph, op->index)),
 			"write", map_text(sched_op_write(ctx, graph, op->index)),
 			"reads", r.reads, "reduction", explain_reduction(op),
-			"flops", (json_int_t)op_flops(op),
+			"flops", (json_int_t)sched_op_flops(op),
 			"bytes", (json_int_t)op_bytes(graph, op, seen));
 	free(seen);
 	return obj;

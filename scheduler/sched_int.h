@@ -162,6 +162,10 @@ void sched_node_print(sched_buf *buf, const sched_node *node,
 void sched_op_print(sched_buf *buf, const sched_op *op,
 		    const sched_names *names);
 
+/* explain.c: the arithmetic of "op" over its whole domain: every operator
+ * and call on values per point, plus one per point for a reducer. */
+int64_t sched_op_flops(const sched_op *op);
+
 /* canon.c */
 int sched_graph_canonicalize(sched_graph *graph);
 

@@ -1,32 +1,51 @@
 /*
- * measure.c: the measurement protocol, as a worker process runs it.
+ * measure.c: the requests a worker process serves (docs/kernels.md).
  *
- * One request: a graph, a plan (or the default one), a backend and a seed.
+ * measure: a graph, a plan (or the default one), a backend and a seed.
  * The plan is compiled, verified against the reference interpreter on
  * seeded random inputs, and only then timed. The answer says which of
  * these steps stopped it, if one did.
+ *
+ * compile: the plan's kernels compiled into the shared folder only, for a
+ * measuring worker to load (the pipelined tuner's compile workers).
+ * probe: the device's peaks, for the cost model.
+ * retime: several plans timed side by side, round after round, so that
+ * they are compared under the same conditions.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kgen.h"
 #include "tuner.h"
 
-static json_t *answer(const char *kind, const char *error)
+/* {"kind": kind, "error": error (when not NULL)}, with the log of "err"
+ * (when given and there is one). */
+static json_t *outcome(const char *kind, const char *error, const kgen_error *err)
 {
-	json_t *obj = json_pack("{s:s, s:b}", "kind", kind, "verified", 0);
+	json_t *obj = json_pack("{s:s}", "kind", kind);
 
 	if (error)
 		json_object_set_new(obj, "error", json_string(error));
+	if (err && err->log)
+		json_object_set_new(obj, "log", json_string(err->log));
+	return obj;
+}
+
+/* A measure answer that stops short of verification. */
+static json_t *answer(const char *kind, const char *error)
+{
+	json_t *obj = outcome(kind, error, NULL);
+
+	json_object_set_new(obj, "verified", json_false());
 	return obj;
 }
 
 static json_t *failure(const char *kind, const kgen_error *err)
 {
-	json_t *obj = answer(kind, err->message);
+	json_t *obj = outcome(kind, err->message, err);
 
-	if (err->log)
-		json_object_set_new(obj, "log", json_string(err->log));
+	json_object_set_new(obj, "verified", json_false());
 	return obj;
 }
 
@@ -223,34 +242,47 @@ static json_t *run_plan(kgen_backend *backend, const sched_graph *graph,
 	return obj;
 }
 
-static json_t *read_plan(const sched_graph *graph, const json_t *request,
-			 kgen_plan **plan)
+/* The plan "given" for "graph" (null or absent: the default one); or the
+ * answer that refuses it. */
+static json_t *read_plan(const sched_graph *graph, json_t *given, kgen_plan **plan)
 {
-	json_t *given = json_object_get(request, "plan");
 	kgen_error err = {0};
 
+	*plan = NULL;
 	if (!given || json_is_null(given)) {
 		*plan = kgen_plan_default(graph);
-		return *plan ? NULL : answer("error", "out of memory");
+		return *plan ? NULL : outcome("error", "out of memory", NULL);
 	}
 	if (kgen_plan_from_json(graph, given, plan, &err) < 0)
-		return failure("invalid_plan", &err);
+		return outcome("invalid_plan", err.message, NULL);
+	return NULL;
+}
+
+/* The request's "graph" text read; or the answer that refuses it. */
+static json_t *read_graph(const json_t *request, sched_graph **graph)
+{
+	const char *text = json_string_value(json_object_get(request, "graph"));
+	sched_error err = {0};
+
+	*graph = NULL;
+	if (!text)
+		return outcome("invalid", "the request has no \"graph\" text", NULL);
+	if (sched_graph_read_string(text, graph, &err) < 0)
+		return outcome("invalid", err.message, NULL);
 	return NULL;
 }
 
 json_t *tuner_measure(kgen_backend *backend, const json_t *request)
 {
-	const char *text = json_string_value(json_object_get(request, "graph"));
 	sched_graph *graph = NULL;
 	kgen_plan *plan = NULL;
-	sched_error err = {0};
-	json_t *obj;
+	json_t *obj = read_graph(request, &graph);
 
-	if (!text)
-		obj = answer("invalid", "the request has no \"graph\" text");
-	else if (sched_graph_read_string(text, &graph, &err) < 0)
-		obj = answer("invalid", err.message);
-	else if (!(obj = read_plan(graph, request, &plan)))
+	if (!obj)
+		obj = read_plan(graph, json_object_get(request, "plan"), &plan);
+	if (obj)
+		json_object_set_new(obj, "verified", json_false());
+	else
 		obj = run_plan(backend, graph, plan, request);
 	json_object_set_new(obj, "backend", json_string(kgen_backend_name(backend)));
 	json_object_set_new(obj, "device", json_string(kgen_backend_description(backend)));
@@ -261,6 +293,213 @@ json_t *tuner_measure(kgen_backend *backend, const json_t *request)
 	kgen_plan_free(plan);
 	sched_graph_free(graph);
 	return obj;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Compiles the kernels of "plan" into the shared folder: ok, or why not. */
+static json_t *prepare_plan(kgen_backend *backend, const sched_graph *graph,
+			    const kgen_plan *plan, const json_t *request)
+{
+	const char **sources = request_sources(request, plan->nkernels);
+	kgen_error err = {0};
+	double start = now_ms();
+	int rc = kgen_program_prepare(backend, graph, plan, sources, &err);
+	json_t *obj = rc == KGEN_OK ? outcome("ok", NULL, NULL) :
+		      outcome(rc == KGEN_ECOMPILE ? "compile_error" : "error",
+			      err.message, &err);
+
+	json_object_set_new(obj, "ms", json_real(now_ms() - start));
+	json_object_set_new(obj, "plan", kgen_plan_to_json(graph, plan));
+	kgen_error_release(&err);
+	free(sources);
+	return obj;
+}
+
+/* {"op": "compile", "graph", "plan", "sources"}. */
+static json_t *serve_compile(kgen_backend *backend, const json_t *request)
+{
+	sched_graph *graph = NULL;
+	kgen_plan *plan = NULL;
+	json_t *obj = read_graph(request, &graph);
+
+	if (!obj)
+		obj = read_plan(graph, json_object_get(request, "plan"), &plan);
+	if (!obj)
+		obj = prepare_plan(backend, graph, plan, request);
+	kgen_plan_free(plan);
+	sched_graph_free(graph);
+	return obj;
+}
+
+/* {"op": "probe"}. */
+static json_t *serve_probe(kgen_backend *backend)
+{
+	kgen_error err = {0};
+	kgen_peaks peaks;
+	json_t *obj;
+
+	if (kgen_probe(backend, &peaks, &err) < 0)
+		obj = outcome("error", err.message, &err);
+	else
+		obj = json_pack("{s:s, s:f, s:f, s:f, s:i}", "kind", "ok",
+				"bandwidth_gbs", peaks.bandwidth_gbs, "gflops",
+				peaks.gflops, "launch_ms", peaks.launch_ms,
+				"cores", peaks.cores);
+	kgen_error_release(&err);
+	return obj;
+}
+
+/* One plan of a retime: its program (NULL when it failed: "error" says
+ * why) and the time of each round. */
+typedef struct retimed {
+	kgen_plan *plan;
+	kgen_program *prog;
+	double *ms;
+	int runs;
+	char error[512];
+} retimed;
+
+/* Reads, builds and runs once on the seed's inputs (verifying: the inputs
+ * are set and the kernels warm) plan "given" into "r", with room for the
+ * times of "rounds" rounds. */
+static void retime_build(kgen_backend *backend, const sched_graph *graph,
+			 json_t *given, unsigned seed, int rounds, retimed *r)
+{
+	kgen_check *checks = calloc(sched_graph_tensor_count(graph), sizeof(kgen_check));
+	json_t *refusal = read_plan(graph, given, &r->plan);
+	kgen_error err = {0};
+
+	r->ms = calloc(rounds, sizeof(double));
+	if (refusal)
+		snprintf(r->error, sizeof(r->error), "%s",
+			 json_string_value(json_object_get(refusal, "error")));
+	else if (!checks || !r->ms)
+		snprintf(r->error, sizeof(r->error), "out of memory");
+	else if (kgen_program_build(backend, graph, r->plan, NULL, &r->prog, &err) < 0 ||
+		 kgen_verify(r->prog, seed, checks, &err) < 0)
+		snprintf(r->error, sizeof(r->error), "%s", err.message);
+	if (r->error[0]) {
+		kgen_program_free(r->prog);
+		r->prog = NULL;
+	}
+	json_decref(refusal);
+	kgen_error_release(&err);
+	free(checks);
+}
+
+/* One round: each plan still standing timed once, in turn. */
+static void retime_round(retimed *plans, int n)
+{
+	kgen_timing once = {.warmup = 0, .min_runs = 1, .max_runs = 1};
+
+	for (int i = 0; i < n; i++) {
+		kgen_error err = {0};
+		kgen_time t;
+
+		if (!plans[i].prog)
+			continue;
+		if (kgen_program_time(plans[i].prog, &once, NULL, &t, &err) < 0) {
+			snprintf(plans[i].error, sizeof(plans[i].error), "%s", err.message);
+			kgen_program_free(plans[i].prog);
+			plans[i].prog = NULL;
+		} else {
+			plans[i].ms[plans[i].runs++] = t.median_ms;
+		}
+		kgen_error_release(&err);
+	}
+}
+
+static int compare_ms(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* {"median_ms", "spread_ms" (largest minus smallest), "runs"}, or
+ * {"error"}. */
+static json_t *retime_json(retimed *r)
+{
+	if (r->error[0])
+		return json_pack("{s:s}", "error", r->error);
+	qsort(r->ms, r->runs, sizeof(double), compare_ms);
+	return json_pack("{s:f, s:f, s:i}", "median_ms", r->ms[r->runs / 2],
+			 "spread_ms", r->ms[r->runs - 1] - r->ms[0], "runs", r->runs);
+}
+
+/* Times every plan of "list" in "rounds" rounds. */
+static json_t *retime_plans(kgen_backend *backend, const sched_graph *graph,
+			    json_t *list, unsigned seed, int rounds)
+{
+	int n = (int)json_array_size(list);
+	retimed *plans = calloc(n + 1, sizeof(retimed));
+	json_t *times;
+
+	if (!plans)
+		return outcome("error", "out of memory", NULL);
+	for (int i = 0; i < n; i++)
+		retime_build(backend, graph, json_array_get(list, i), seed, rounds,
+			     &plans[i]);
+	for (int r = 0; r < rounds; r++)
+		retime_round(plans, n);
+	times = json_array();
+	for (int i = 0; i < n; i++) {
+		json_array_append_new(times, retime_json(&plans[i]));
+		kgen_program_free(plans[i].prog);
+		kgen_plan_free(plans[i].plan);
+		free(plans[i].ms);
+	}
+	free(plans);
+	return json_pack("{s:s, s:o}", "kind", "ok", "times", times);
+}
+
+/* {"op": "retime", "graph", "plans": [...], "seed", "rounds"}. */
+static json_t *serve_retime(kgen_backend *backend, const json_t *request)
+{
+	json_t *list = json_object_get(request, "plans");
+	json_t *given = json_object_get(request, "rounds");
+	int rounds = given ? (int)json_integer_value(given) : 5;
+	sched_graph *graph = NULL;
+	json_t *obj;
+
+	if (!json_is_array(list))
+		return outcome("invalid", "the request has no \"plans\" array", NULL);
+	if (rounds < 1 || rounds > 1000)
+		return outcome("invalid", "\"rounds\" must be an integer from 1 to 1000",
+			       NULL);
+	if (!(obj = read_graph(request, &graph)))
+		obj = retime_plans(backend, graph, list, (unsigned)json_integer_value(
+					   json_object_get(request, "seed")), rounds);
+	sched_graph_free(graph);
+	return obj;
+}
+
+json_t *tuner_serve(kgen_backend *backend, const json_t *request)
+{
+	json_t *op = json_object_get(request, "op");
+	const char *name = op ? json_string_value(op) : "measure";
+	char error[160];
+
+	if (name && !strcmp(name, "measure"))
+		return tuner_measure(backend, request);
+	if (name && !strcmp(name, "compile"))
+		return serve_compile(backend, request);
+	if (name && !strcmp(name, "probe"))
+		return serve_probe(backend);
+	if (name && !strcmp(name, "retime"))
+		return serve_retime(backend, request);
+	if (!name)
+		return outcome("invalid", "\"op\" is not a string", NULL);
+	snprintf(error, sizeof(error), "unknown op '%.64s': use measure, compile, "
+		 "probe or retime", name);
+	return outcome("invalid", error, NULL);
 }
 
 double tuner_time_limit(const sched_graph *graph, const char *backend)

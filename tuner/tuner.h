@@ -140,8 +140,10 @@ typedef struct tuner_search_options {
 __tuner_give tuner_search *tuner_search_new(__tuner_keep const struct sched_graph *graph,
 					    const tuner_search_options *options);
 /* A plan measured before (from the trials table): it is never proposed,
- * its time ("ms", INFINITY when it failed) counts as measured, and the best
- * known plans seed the first population. A plan that does not parse for
+ * its time ("ms", INFINITY when it failed) counts for the best and the best
+ * plans (not for tuner_search_measured), and the best known plans seed the
+ * first population, those a genome decodes to (every value in its gene's
+ * domain); the others are only remembered. A plan that does not parse for
  * the graph is ignored. Call before the first generation. */
 void tuner_search_know(__tuner_keep tuner_search *s, __tuner_keep json_t *plan,
 		       double ms);
@@ -156,7 +158,8 @@ __tuner_give json_t *tuner_search_generation(__tuner_keep tuner_search *s);
 void tuner_search_record(__tuner_keep tuner_search *s, __tuner_keep json_t *plan,
 			 double ms);
 /* Counters: generations proposed so far (generation 0 included), plans
- * recorded, candidates dropped by the cost-model filter. */
+ * recorded, candidates dropped by the cost-model filter (each plan once:
+ * a filtered plan is never proposed later). */
 int tuner_search_generations(__tuner_keep const tuner_search *s);
 int tuner_search_measured(__tuner_keep const tuner_search *s);
 int tuner_search_filtered(__tuner_keep const tuner_search *s);
@@ -186,6 +189,21 @@ double tuner_optimistic_ms(__tuner_keep const struct sched_graph *graph,
 struct kgen_backend;
 __tuner_give json_t *tuner_measure(struct kgen_backend *backend,
 				   __tuner_keep const json_t *request);
+
+/* Every request a worker serves, by its "op" (docs/kernels.md):
+ * "measure" (or none): tuner_measure;
+ * "compile" {"graph", "plan", "sources"}: the kernels compiled into the
+ *   backend's shared folder, not loaded: {"kind": ok, invalid,
+ *   invalid_plan, compile_error or error, "error", "log", "plan", "ms"};
+ * "probe": the device's peaks: {"kind": "ok", "bandwidth_gbs", "gflops",
+ *   "launch_ms", "cores"};
+ * "retime" {"graph", "plans": [PLAN or null...], "seed", "rounds": 5}:
+ *   each plan built and run once on the seed's inputs, then timed once per
+ *   round, all in turn: {"kind": "ok", "times": [{"median_ms",
+ *   "spread_ms", "runs"} or {"error"}...]}.
+ * Another op is answered {"kind": "invalid", "error"}. */
+__tuner_give json_t *tuner_serve(struct kgen_backend *backend,
+				 __tuner_keep const json_t *request);
 
 /* The time limit of one request for "graph" on "backend" ("cpu", "cuda"
  * or "auto"): 10 s, or 20 times a pessimistic estimate of one run of the

@@ -4,7 +4,9 @@
  * socket in a temporary folder and speaks enough of protocol 1 (hello,
  * submit, status, list, fetch, watch, stats, cache.*), with faults on
  * request: a refused hello, an event and a stale reply before the real
- * one, late replies, garbage, a closed connection, bytes one at a time.
+ * one, late replies, garbage, a closed connection, bytes one at a time;
+ * and a scripted tuning (job, generation and version events) for
+ * tunectl watch and submit --wait.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -12,6 +14,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +57,8 @@ typedef struct fake {
 	int stall_ms;      /* ping: the daemon reads nothing for so long */
 	const char *device;
 	int polls;         /* status requests for job 7 so far */
+	bool script;       /* watch and submit: the events of a tuning */
+	bool script_close; /* watch: then close, before the job ends */
 } fake;
 
 static double now_s(void)
@@ -167,10 +172,49 @@ static void handle_fetch(fake *f, int fd, proto_request *req)
 		reply(f, fd, req->id, fetch_result(f));
 }
 
+/* The events of job 7's tuning: two generations (the first with nothing
+ * timed) around a version; with "jobs", its state before and, unless
+ * f->script_close, after. */
+static void send_script(fake *f, int fd, bool jobs)
+{
+	json_t *end = job_object(f);
+
+	json_object_set_new(end, "state", json_string(f->job_fails ? "failed" :
+						      "done"));
+	if (f->job_fails)
+		json_object_set_new(end, "error",
+				    json_string("no candidate verified"));
+	if (jobs)
+		send_event(f, fd, PROTO_EVENT_JOB, json_pack(
+			"{s:i, s:s, s:s}", "id", 7, "key", KEY, "state",
+			"running"));
+	send_event(f, fd, PROTO_EVENT_GENERATION, json_pack(
+		"{s:i, s:s, s:i, s:i, s:i, s:i, s:n, s:n, s:n}", "job", 7,
+		"key", KEY, "generation", 1, "trials", 32, "compile_failures", 1,
+		"filtered", 0, "best_ms", "first_ms", "gain"));
+	send_event(f, fd, PROTO_EVENT_VERSION, json_pack(
+		"{s:s, s:i, s:s, s:f, s:f, s:i}", "key", KEY, "version", 3,
+		"device", f->device, "median_ms", 1.201, "spread_ms", 0.01,
+		"job", 7));
+	send_event(f, fd, PROTO_EVENT_GENERATION, json_pack(
+		"{s:i, s:s, s:i, s:i, s:i, s:i, s:f, s:f, s:f}", "job", 7,
+		"key", KEY, "generation", 2, "trials", 96, "compile_failures", 2,
+		"filtered", 5, "best_ms", 1.234, "first_ms", 1.75, "gain",
+		1.75 / 1.234));
+	if (jobs && !f->script_close)
+		send_event(f, fd, PROTO_EVENT_JOB, end);
+	else
+		json_decref(end);
+}
+
 static void handle_watch(fake *f, int fd, proto_request *req)
 {
 	reply(f, fd, req->id, json_pack("{s:s, s:i}", "key", req->key,
 					"version", 2));
+	if (f->script) {
+		send_script(f, fd, true);
+		return;
+	}
 	send_event(f, fd, PROTO_EVENT_PROGRESS,
 		   json_pack("{s:i, s:i}", "job", 7, "trials", 1));
 	send_event(f, fd, PROTO_EVENT_VERSION,
@@ -201,6 +245,8 @@ static bool handle(fake *f, int fd, proto_request *req)
 
 		json_object_set_new(job, "cached_version", json_integer(2));
 		reply(f, fd, req->id, job);
+		if (f->script)
+			send_script(f, fd, false);
 		return true;
 	}
 	case PROTO_OP_CANCEL: {
@@ -227,7 +273,7 @@ static bool handle(fake *f, int fd, proto_request *req)
 		return true;
 	case PROTO_OP_WATCH:
 		handle_watch(f, fd, req);
-		return !f->close_after_watch;
+		return !f->close_after_watch && !f->script_close;
 	case PROTO_OP_STATS:
 		if (f->late_ms)
 			usleep(f->late_ms * 1000);
@@ -351,6 +397,15 @@ static fake *fake_start(void (*setup)(fake *f))
 	return f;
 }
 
+static void remove_tree(const char *dir)
+{
+	char command[256];
+
+	snprintf(command, sizeof(command), "rm -rf '%s'", dir);
+	cr_expect_eq(system(command), 0);
+}
+
+/* Stops the fake and removes its folder with what the tests left. */
 static void fake_stop(fake *f)
 {
 	cr_assert_eq(write(f->stop[1], "x", 1), 1);
@@ -358,8 +413,7 @@ static void fake_stop(fake *f)
 	close(f->stop[0]);
 	close(f->stop[1]);
 	close(f->listen_fd);
-	unlink(f->path);
-	rmdir(f->dir);
+	remove_tree(f->dir);
 	json_decref(f->seen);
 	pthread_mutex_destroy(&f->lock);
 	free(f);
@@ -995,16 +1049,17 @@ static void tunectl_path(char *out, size_t size)
 		cr_skip_test("no tunectl at %s", out);
 }
 
-/* Runs tunectl with "args" (NULL-terminated), its stdout into "out"
- * (a file); returns its exit status. */
-static int tunectl(const char *out, const char *const *args)
+/* Starts tunectl with "args" (NULL-terminated), its stdout into "out"
+ * (a file) and its stderr into "out".err; returns its pid. */
+static pid_t tunectl_start(const char *out, const char *const *args)
 {
-	char path[PATH_MAX + 32];
+	char path[PATH_MAX + 32], err[PATH_MAX];
 	const char *argv[16] = {"tunectl"};
-	int status, i;
 	pid_t pid;
+	int i;
 
 	tunectl_path(path, sizeof(path));
+	snprintf(err, sizeof(err), "%s.err", out);
 	for (i = 0; args[i] && i < 14; i++)
 		argv[i + 1] = args[i];
 	argv[i + 1] = NULL;
@@ -1012,14 +1067,27 @@ static int tunectl(const char *out, const char *const *args)
 	pid = fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
-		if (!freopen(out, "w", stdout))
+		if (!freopen(out, "w", stdout) || !freopen(err, "w", stderr))
 			_exit(99);
 		execv(path, (char *const *)argv);
 		_exit(98);
 	}
+	return pid;
+}
+
+/* The exit status of tunectl "pid". */
+static int tunectl_wait(pid_t pid)
+{
+	int status;
+
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
-	cr_assert(WIFEXITED(status));
+	cr_assert(WIFEXITED(status), "tunectl did not exit: status %d", status);
 	return WEXITSTATUS(status);
+}
+
+static int tunectl(const char *out, const char *const *args)
+{
+	return tunectl_wait(tunectl_start(out, args));
 }
 
 static char *slurp(const char *path)
@@ -1043,14 +1111,6 @@ static void expect_contains(const char *path, const char *part)
 
 	cr_expect(strstr(text, part), "%s lacks '%s':\n%s", path, part, text);
 	free(text);
-}
-
-static void remove_tree(const char *dir)
-{
-	char command[256];
-
-	snprintf(command, sizeof(command), "rm -rf '%s'", dir);
-	cr_expect_eq(system(command), 0);
 }
 
 Test(tunectl, fetch_out_writes_plan_sources_launch_and_binaries)
@@ -1181,5 +1241,251 @@ Test(tunectl, exit_codes)
 			     NULL}), 0);
 	expect_contains(stdout_path, "\"max_age_s\": 7200");
 	unlink(stdout_path);
+	fake_stop(f);
+}
+
+/* Submit with a trial limit; watch and generation progress. */
+
+Test(calls, submit_with_sends_the_trial_limit)
+{
+	fake *f = fake_start(NULL);
+	tuned_client *client = connect_to(f, 5000);
+	tuned_client_submit_options options = {.budget_s = 30, .priority = 1,
+					       .trials = 500};
+	tuned_client_error err = {0};
+	tuned_client_job job;
+	json_t *req, *params;
+
+	cr_assert_eq(tuned_client_submit_with(client, "{}", &options, &job,
+					      &err), 0, "%s", err.message);
+	cr_expect_eq(job.id, 7);
+	req = seen(f, -1);
+	params = json_object_get(req, "params");
+	cr_expect_eq(json_integer_value(json_object_get(params, "trials")), 500);
+	cr_expect_eq(json_integer_value(json_object_get(params, "priority")), 1);
+	cr_expect_float_eq(json_number_value(json_object_get(params, "budget")),
+			   30.0, 1e-9);
+	json_decref(req);
+
+	cr_assert_eq(tuned_client_submit_with(client, "{}", NULL, &job, &err), 0);
+	req = seen(f, -1);
+	params = json_object_get(req, "params");
+	cr_expect_null(json_object_get(params, "trials"));
+	cr_expect_null(json_object_get(params, "budget"));
+	json_decref(req);
+
+	options.trials = PROTO_TRIALS_MAX + 1;
+	cr_expect_eq(tuned_client_submit_with(client, "{}", &options, &job, &err),
+		     TUNED_CLIENT_EINVAL);
+	cr_expect(strstr(err.message, "trials"), "%s", err.message);
+	tuned_client_close(client);
+	fake_stop(f);
+}
+
+/* Whether the text of "path" holds "parts" (NULL-terminated) in order. */
+static void expect_in_order(const char *path, const char *const *parts)
+{
+	char *text = slurp(path);
+	const char *at = text;
+
+	for (int i = 0; parts[i]; i++) {
+		const char *found = strstr(at, parts[i]);
+
+		cr_expect(found, "%s lacks '%s' (in order):\n%s", path, parts[i],
+			  text);
+		if (!found)
+			break;
+		at = found + strlen(parts[i]);
+	}
+	free(text);
+}
+
+static void script(fake *f) { f->script = true; }
+
+Test(tunectl, watch_a_job_until_done_prints_each_event)
+{
+	fake *f = fake_start(script);
+	char stdout_path[192];
+
+	snprintf(stdout_path, sizeof(stdout_path), "%s/stdout", f->dir);
+	cr_expect_eq(tunectl(stdout_path, (const char *const[]){"watch", "7",
+			     "--until-done", "--socket", f->path, NULL}), 0);
+	expect_in_order(stdout_path, (const char *const[]){
+		"job 7: running\n",
+		"gen 1: 32 trials, 1 compile failure, 0 filtered, nothing timed "
+		"yet\n",
+		"version 3: 1.201 ms \u00b1 0.010\n",
+		"gen 2: 96 trials, 2 compile failures, 5 filtered, best 1.234 ms "
+		"(1.42x over the first version)\n",
+		"job 7: done\n", NULL});
+	fake_stop(f);
+}
+
+static void script_fails(fake *f)
+{
+	f->script = true;
+	f->job_fails = true;
+}
+
+Test(tunectl, watch_until_done_exits_1_when_the_job_failed)
+{
+	fake *f = fake_start(script_fails);
+	char stdout_path[192];
+
+	snprintf(stdout_path, sizeof(stdout_path), "%s/stdout", f->dir);
+	cr_expect_eq(tunectl(stdout_path, (const char *const[]){"watch", "7",
+			     "--until-done", "--socket", f->path, NULL}), 1);
+	expect_contains(stdout_path, "job 7: failed: no candidate verified\n");
+	fake_stop(f);
+}
+
+Test(tunectl, watch_json_is_one_line_per_event)
+{
+	fake *f = fake_start(script);
+	const char *names[] = {"job", "generation", "version", "generation",
+			       "job"};
+	char stdout_path[192], *text, *line, *save = NULL;
+	int n = 0;
+
+	snprintf(stdout_path, sizeof(stdout_path), "%s/stdout", f->dir);
+	cr_expect_eq(tunectl(stdout_path, (const char *const[]){"watch", "7",
+			     "--until-done", "--json", "--socket", f->path,
+			     NULL}), 0);
+	text = slurp(stdout_path);
+	for (line = strtok_r(text, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save), n++) {
+		json_t *event = json_loads(line, 0, NULL);
+
+		cr_assert_not_null(event, "not one JSON object: '%s'", line);
+		cr_assert_lt(n, 5, "more lines than events: '%s'", line);
+		cr_expect_str_eq(json_string_value(json_object_get(event,
+				 "event")), names[n]);
+		cr_expect(json_is_object(json_object_get(event, "data")));
+		json_decref(event);
+	}
+	cr_expect_eq(n, 5);
+	free(text);
+	fake_stop(f);
+}
+
+/* Waits up to 5 s for "part" to appear in the file "path". */
+static void await_output(const char *path, const char *part)
+{
+	double until = now_s() + 5;
+	bool found = false;
+
+	while (!found && now_s() < until) {
+		char *text = access(path, R_OK) == 0 ? slurp(path) : NULL;
+
+		found = text && strstr(text, part);
+		free(text);
+		if (!found)
+			usleep(20000);
+	}
+	cr_assert(found, "%s: no '%s' within 5 s", path, part);
+}
+
+Test(tunectl, watch_a_key_runs_until_interrupted)
+{
+	fake *f = fake_start(script);
+	char stdout_path[192];
+	double start;
+	pid_t pid;
+
+	snprintf(stdout_path, sizeof(stdout_path), "%s/stdout", f->dir);
+	pid = tunectl_start(stdout_path, (const char *const[]){"watch", KEY,
+			    "--socket", f->path, NULL});
+	await_output(stdout_path, "job 7: done\n");
+	usleep(100000);
+	cr_expect_eq(waitpid(pid, NULL, WNOHANG), 0, "watch KEY ended by itself");
+	start = now_s();
+	kill(pid, SIGINT);
+	cr_expect_eq(tunectl_wait(pid), 0);
+	cr_expect_lt(now_s() - start, 2.0);
+	expect_contains(stdout_path, "gen 2: 96 trials");
+	fake_stop(f);
+}
+
+static void script_close(fake *f)
+{
+	f->script = true;
+	f->script_close = true;
+}
+
+Test(tunectl, watch_says_when_the_daemon_goes_away)
+{
+	fake *f = fake_start(script_close);
+	char stdout_path[192], stderr_path[200];
+
+	snprintf(stdout_path, sizeof(stdout_path), "%s/stdout", f->dir);
+	snprintf(stderr_path, sizeof(stderr_path), "%s.err", stdout_path);
+	cr_expect_eq(tunectl(stdout_path, (const char *const[]){"watch", KEY,
+			     "--socket", f->path, NULL}), 1);
+	expect_contains(stdout_path, "gen 2: 96 trials");
+	expect_contains(stderr_path, "tunectl watch: the daemon at ");
+	expect_contains(stderr_path, "closed the connection");
+	fake_stop(f);
+}
+
+Test(tunectl, watch_and_trials_refuse_bad_arguments)
+{
+	fake *f = fake_start(NULL);
+	char stdout_path[192], stderr_path[200], nowhere[192];
+
+	snprintf(stdout_path, sizeof(stdout_path), "%s/stdout", f->dir);
+	snprintf(stderr_path, sizeof(stderr_path), "%s.err", stdout_path);
+	snprintf(nowhere, sizeof(nowhere), "%s/nothing.sock", f->dir);
+	cr_expect_eq(tunectl(stdout_path, (const char *const[]){"watch", "xyz",
+			     "--socket", f->path, NULL}), 2);
+	expect_contains(stderr_path, "tunectl watch: neither a key (64 hex "
+			"digits) nor a job id: 'xyz'");
+	cr_expect_eq(tunectl(stdout_path, (const char *const[]){"watch", KEY,
+			     "--until-done", "--socket", f->path, NULL}), 2);
+	expect_contains(stderr_path, "--until-done follows a job");
+	cr_expect_eq(tunectl(stdout_path, (const char *const[]){"watch", NULL}),
+		     2);
+	expect_contains(stderr_path, "tunectl watch: needs KEY|JOB");
+	cr_expect_eq(tunectl(stdout_path, (const char *const[]){"watch", "7",
+			     "--wait", NULL}), 2);
+	expect_contains(stderr_path, "unknown option '--wait'");
+	cr_expect_eq(tunectl(stdout_path, (const char *const[]){"submit", "g.json",
+			     "--trials", "0", NULL}), 2);
+	expect_contains(stderr_path, "bad value for '--trials'");
+	cr_expect_eq(tunectl(stdout_path, (const char *const[]){"submit", "g.json",
+			     "--trials", "1000001", NULL}), 2);
+	cr_expect_eq(tunectl(stdout_path, (const char *const[]){"watch", KEY,
+			     "--socket", nowhere, NULL}), 1);
+	expect_contains(stderr_path, "no tuned daemon at");
+	fake_stop(f);
+}
+
+Test(tunectl, submit_wait_shows_the_generations)
+{
+	fake *f = fake_start(script);
+	char graph[192], stdout_path[192];
+	json_t *req;
+	FILE *g;
+
+	snprintf(graph, sizeof(graph), "%s/graph.json", f->dir);
+	snprintf(stdout_path, sizeof(stdout_path), "%s/stdout", f->dir);
+	cr_assert_not_null(g = fopen(graph, "w"));
+	fputs("{\"version\": 1}\n", g);
+	fclose(g);
+	cr_expect_eq(tunectl(stdout_path, (const char *const[]){"submit", graph,
+			     "--wait", "--trials", "500", "--socket", f->path,
+			     NULL}), 0);
+	req = seen(f, 1);
+	cr_expect_str_eq(json_string_value(json_object_get(req, "op")), "submit");
+	cr_expect_eq(json_integer_value(json_object_get(json_object_get(req,
+		     "params"), "trials")), 500);
+	json_decref(req);
+	/* not a terminal: the first generation at once, then at most every
+	 * 10 s; the latest with the end */
+	expect_in_order(stdout_path, (const char *const[]){
+		"job 7: gen 1: 32 trials, 1 compile failure, 0 filtered, "
+		"nothing timed yet\n",
+		"job 7 done",
+		"  gen 2: 96 trials, 2 compile failures, 5 filtered, best "
+		"1.234 ms (1.42x over the first version)\n", NULL});
 	fake_stop(f);
 }

@@ -356,13 +356,14 @@ static const char *state_of(json_t *reply)
 
 Test(daemon, cancel_a_queued_and_a_running_job, .timeout = 300)
 {
+	const char *const one_job[] = {"--jobs", "1", NULL};
 	fixture f;
 	conn c;
 	json_t *reply;
 	json_int_t running, queued;
 
 	fixture_init(&f);
-	fixture_start(&f, NULL);
+	fixture_start(&f, one_job);
 	cr_assert(conn_open(&c, f.socket));
 	conn_hello(&c);
 	running = submit(&c, "bert_qkv_small");

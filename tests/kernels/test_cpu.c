@@ -2,12 +2,15 @@
  * test_cpu.c: the cpu backend end to end: every example's small variant,
  * random graphs, schedules whose tiles do not divide the shapes, and
  * kernels planted to be wrong, to leave elements unwritten or not to
- * compile.
+ * compile; kernels compiled into a shared folder and loaded from it by
+ * another backend with no compiler; the device probe.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "graph_builder.h"
 #include "kgen.h"
@@ -261,5 +264,160 @@ Test(cpu, reused_kernels_still_verify)
 	kgen_program_free(second);
 	b.plan->kernels[1].schedule.tile[1] = 7;
 	cr_expect_eq(build_and_verify(&b, NULL, 3), KGEN_OK, "%s", b.err.message);
+	close_bench(&b);
+}
+
+/* Counts the files of "dir" whose names end in "suffix" ("": all). */
+static int count_files(const char *dir, const char *suffix)
+{
+	DIR *d = opendir(dir);
+	struct dirent *entry;
+	int n = 0;
+
+	cr_assert_not_null(d);
+	while ((entry = readdir(d))) {
+		size_t len = strlen(entry->d_name), slen = strlen(suffix);
+
+		n += entry->d_name[0] != '.' && len >= slen &&
+		     !strcmp(entry->d_name + len - slen, suffix);
+	}
+	closedir(d);
+	return n;
+}
+
+static void remove_share(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *entry;
+	char path[512];
+
+	while (d && (entry = readdir(d)))
+		if (entry->d_name[0] != '.') {
+			snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name);
+			unlink(path);
+		}
+	if (d)
+		closedir(d);
+	rmdir(dir);
+}
+
+/* A cpu backend sharing "dir", on the two-op graph with the default plan. */
+static void open_shared(bench *b, const char *dir)
+{
+	sched_error serr = {0};
+
+	open_cpu(b);
+	cr_assert_eq(kgen_backend_share(b->backend, dir, &b->err), KGEN_OK, "%s",
+		     b->err.message);
+	cr_assert_eq(load_graph(ODD, OPS("y[i, j] = sum(k) x[i, k] * w[k, j]",
+					 "z[i, j] = max(y[i, j] + b[j], 0)"),
+				&b->graph, &serr), SCHED_OK);
+	b->plan = kgen_plan_default(b->graph);
+}
+
+/* A compile worker prepares the kernels; a process whose compiler is gone
+ * (CC=/nonexistent) still builds them, from the shared folder, and they
+ * verify; without the folder the same process cannot build. */
+Test(cpu, prepared_kernels_are_loaded_without_compiling)
+{
+	char dir[] = "/tmp/tuned-test-share-XXXXXX";
+	bench b = {0};
+
+	cr_assert_not_null(mkdtemp(dir));
+	open_shared(&b, dir);
+	cr_assert_eq(kgen_program_prepare(b.backend, b.graph, b.plan, NULL, &b.err),
+		     KGEN_OK, "%s", b.err.message);
+	cr_expect_eq(count_files(dir, ".so"), 2);
+	cr_expect_eq(count_files(dir, ""), 2, "only the objects, no temporary file");
+	cr_expect_eq(kgen_program_prepare(b.backend, b.graph, b.plan, NULL, &b.err),
+		     KGEN_OK, "preparing again finds them: %s", b.err.message);
+	close_bench(&b);
+
+	setenv("CC", "/nonexistent", 1);
+	open_shared(&b, dir);
+	cr_expect_eq(build_and_verify(&b, NULL, 4), KGEN_OK, "%s", b.err.message);
+	close_bench(&b);
+	cr_expect_eq(count_files(dir, ".so"), 2, "the objects stay shared");
+
+	open_cpu(&b);
+	cr_assert_eq(load_graph(ODD, OPS("y[i, j] = sum(k) x[i, k] * w[k, j]",
+					 "z[i, j] = max(y[i, j] + b[j], 0)"),
+				&b.graph, &(sched_error){0}), SCHED_OK);
+	b.plan = kgen_plan_default(b.graph);
+	cr_expect_eq(build_and_verify(&b, NULL, 4), KGEN_EBACKEND);
+	close_bench(&b);
+	remove_share(dir);
+}
+
+/* Building with a shared folder compiles what is missing and leaves it. */
+Test(cpu, building_with_a_shared_folder_fills_it)
+{
+	char dir[] = "/tmp/tuned-test-share-XXXXXX";
+	bench b = {0};
+
+	cr_assert_not_null(mkdtemp(dir));
+	remove_share(dir);
+	open_shared(&b, dir);
+	cr_expect_eq(build_and_verify(&b, NULL, 2), KGEN_OK, "%s", b.err.message);
+	cr_expect_eq(count_files(dir, ".so"), 2);
+	close_bench(&b);
+	remove_share(dir);
+}
+
+Test(cpu, prepare_needs_a_shared_folder)
+{
+	bench b = {0};
+	sched_error serr = {0};
+
+	open_cpu(&b);
+	cr_assert_eq(load_graph("x f32 100 in; y f32 100 out", one_op, &b.graph, &serr),
+		     SCHED_OK);
+	b.plan = kgen_plan_default(b.graph);
+	cr_expect_eq(kgen_program_prepare(b.backend, b.graph, b.plan, NULL, &b.err),
+		     KGEN_EBACKEND);
+	cr_expect(strstr(b.err.message, "kgen_backend_share") != NULL, "%s",
+		  b.err.message);
+	close_bench(&b);
+}
+
+Test(cpu, a_compile_error_through_prepare_comes_back_with_the_log)
+{
+	char dir[] = "/tmp/tuned-test-share-XXXXXX";
+	const char *sources[] = {"void k0_y(void **t) { this is not C; }\n"};
+	bench b = {0};
+	sched_error serr = {0};
+
+	cr_assert_not_null(mkdtemp(dir));
+	open_cpu(&b);
+	cr_assert_eq(kgen_backend_share(b.backend, dir, &b.err), KGEN_OK);
+	cr_assert_eq(load_graph("x f32 100 in; y f32 100 out", one_op, &b.graph, &serr),
+		     SCHED_OK);
+	b.plan = kgen_plan_default(b.graph);
+	cr_expect_eq(kgen_program_prepare(b.backend, b.graph, b.plan, sources, &b.err),
+		     KGEN_ECOMPILE);
+	cr_assert_not_null(b.err.log);
+	cr_expect(strstr(b.err.log, "error") != NULL, "%s", b.err.log);
+	cr_expect_eq(count_files(dir, ""), 0, "nothing is left behind");
+	close_bench(&b);
+	remove_share(dir);
+}
+
+Test(cpu, the_probe_measures_plausible_peaks, .timeout = 60)
+{
+	bench b = {0};
+	kgen_peaks peaks;
+
+	open_cpu(&b);
+	cr_assert_eq(kgen_probe(b.backend, &peaks, &b.err), KGEN_OK, "%s\n%s",
+		     b.err.message, b.err.log ? b.err.log : "");
+	cr_expect(peaks.bandwidth_gbs > 0.1 && peaks.bandwidth_gbs < 10000, "%g GB/s",
+		  peaks.bandwidth_gbs);
+	cr_expect(peaks.gflops > 0.1 && peaks.gflops < 100000, "%g GFLOP/s",
+		  peaks.gflops);
+	cr_expect(peaks.launch_ms > 0 && peaks.launch_ms < 100, "%g ms",
+		  peaks.launch_ms);
+	cr_expect_eq(peaks.cores, sysconf(_SC_NPROCESSORS_ONLN));
+	cr_log_info("probe: %.1f GB/s, %.1f GFLOP/s, %.4f ms launch, %d cores",
+		    peaks.bandwidth_gbs, peaks.gflops, peaks.launch_ms, peaks.cores);
 	close_bench(&b);
 }

@@ -1,13 +1,14 @@
 /*
  * test_nvrtc.c: the generated CUDA of every example, in every way of
- * splitting reductions, compiles with NVRTC for sm_90 (H100). No GPU is
- * needed; where libnvrtc is absent the tests are skipped, saying so.
+ * splitting reductions, and the device probe's kernels compile with NVRTC
+ * for sm_90 (H100). No GPU is needed; where libnvrtc is absent the tests
+ * are skipped, saying so.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "kgen.h"
+#include "kgen_int.h"
 #include "random_graph.h"
 
 static void skip_without_nvrtc(void)
@@ -96,4 +97,19 @@ Test(nvrtc, a_compile_error_comes_back_with_the_log)
 	cr_assert_not_null(err.log);
 	cr_expect(strstr(err.log, "nope") != NULL, "%s", err.log);
 	kgen_error_release(&err);
+}
+
+Test(nvrtc, the_probe_kernels_compile)
+{
+	const char *const *sources = kgen_probe_sources("cuda");
+
+	skip_without_nvrtc();
+	for (int i = 0; sources[i]; i++) {
+		kgen_error err = {0};
+
+		cr_expect_eq(kgen_nvrtc_check(sources[i], "sm_90", &err), KGEN_OK,
+			     "%s\n%s\n%s", err.message, err.log ? err.log : "",
+			     sources[i]);
+		kgen_error_release(&err);
+	}
 }

@@ -2,12 +2,17 @@
  * test_measure.c: tuned-worker under supervision: a planted crashing
  * kernel and a planted hanging kernel each kill only the worker, and the
  * next candidate is measured correctly by a fresh one; compile errors,
- * wrong kernels and bad requests come back as answers.
+ * wrong kernels and bad requests come back as answers. The other ops:
+ * compile into a shared folder that a second worker, with no compiler,
+ * measures from; probe; retime; an unknown op.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tuner.h"
 
@@ -133,5 +138,143 @@ Test(measure, a_slow_candidate_is_cut_short)
 	cr_expect_eq(json_array_size(json_object_get(reply.answer, "kernels")), 0);
 	cr_expect_eq(json_integer_value(json_object_get(reply.answer, "total_runs")), 1);
 	json_decref(reply.answer);
+	tuner_worker_free(worker);
+}
+
+static tuner_worker *shared_worker(const char *dir)
+{
+	const char *argv[] = {"tuned-worker", "--backend", "cpu", "--share", dir, NULL};
+	tuner_worker *worker = tuner_worker_new(getenv("TUNED_WORKER"), argv);
+
+	cr_assert_not_null(worker);
+	return worker;
+}
+
+static void remove_share(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *entry;
+	char path[512];
+
+	while (d && (entry = readdir(d)))
+		if (entry->d_name[0] != '.') {
+			snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name);
+			unlink(path);
+		}
+	if (d)
+		closedir(d);
+	rmdir(dir);
+}
+
+static json_t *compile_request(const char *source)
+{
+	json_t *req = json_pack("{s:s, s:s, s:n}", "op", "compile", "graph", GRAPH,
+				"plan");
+
+	if (source)
+		json_object_set_new(req, "sources", json_pack("[s]", source));
+	return req;
+}
+
+/* A compile worker fills the shared folder; a measuring worker whose
+ * compiler is gone (CC=/nonexistent) measures from it. */
+Test(measure, compiled_kernels_are_measured_by_another_worker)
+{
+	char dir[] = "/tmp/tuned-test-share-XXXXXX";
+	tuner_worker *compiler, *measurer;
+	tuner_reply reply;
+
+	cr_assert_not_null(mkdtemp(dir));
+	compiler = shared_worker(dir);
+	reply = ask(compiler, compile_request(NULL), 60);
+	cr_assert_eq(reply.outcome, TUNER_ANSWERED, "%s", reply.detail);
+	cr_expect_str_eq(kind_of(&reply), "ok");
+	cr_expect_gt(json_real_value(json_object_get(reply.answer, "ms")), 0);
+	cr_expect(json_is_array(json_object_get(json_object_get(reply.answer, "plan"),
+						"kernels")));
+	json_decref(reply.answer);
+
+	reply = ask(compiler, compile_request("void k0_y(void **t) { oops }\n"), 60);
+	cr_expect_str_eq(kind_of(&reply), "compile_error");
+	cr_expect_not_null(json_object_get(reply.answer, "log"));
+	json_decref(reply.answer);
+	tuner_worker_free(compiler);
+
+	setenv("CC", "/nonexistent", 1);
+	measurer = shared_worker(dir);
+	expect_measured(measurer);
+	tuner_worker_free(measurer);
+	remove_share(dir);
+}
+
+Test(measure, compile_without_a_shared_folder_is_an_error)
+{
+	tuner_worker *worker = cpu_worker();
+	tuner_reply reply = ask(worker, compile_request(NULL), 60);
+
+	cr_expect_str_eq(kind_of(&reply), "error");
+	cr_expect(strstr(json_string_value(json_object_get(reply.answer, "error")),
+			 "shared folder") != NULL);
+	json_decref(reply.answer);
+	tuner_worker_free(worker);
+}
+
+Test(measure, the_probe_answers_positive_peaks)
+{
+	tuner_worker *worker = cpu_worker();
+	tuner_reply reply = ask(worker, json_pack("{s:s}", "op", "probe"), 60);
+	static const char *const fields[] = {"bandwidth_gbs", "gflops", "launch_ms"};
+
+	cr_assert_eq(reply.outcome, TUNER_ANSWERED, "%s", reply.detail);
+	cr_expect_str_eq(kind_of(&reply), "ok");
+	for (int i = 0; i < 3; i++)
+		cr_expect_gt(json_real_value(json_object_get(reply.answer, fields[i])), 0,
+			     "%s", fields[i]);
+	cr_expect_gt(json_integer_value(json_object_get(reply.answer, "cores")), 0);
+	json_decref(reply.answer);
+	tuner_worker_free(worker);
+}
+
+/* Two plans, the default and another tiling, timed side by side; a plan
+ * that does not read answers its error in its place. */
+Test(measure, retime_times_plans_side_by_side)
+{
+	tuner_worker *worker = cpu_worker();
+	json_t *req = json_pack("{s:s, s:s, s:[n, {s:[{s:[i], s:{s:[i]}}]}, {s:[]}], "
+				"s:i, s:i}", "op", "retime", "graph", GRAPH, "plans",
+				"kernels", "ops", 0, "schedule", "tile", 16,
+				"kernels", "seed", 1, "rounds", 3);
+	tuner_reply reply = ask(worker, req, 60);
+	json_t *times;
+
+	cr_assert_eq(reply.outcome, TUNER_ANSWERED, "%s", reply.detail);
+	cr_expect_str_eq(kind_of(&reply), "ok");
+	times = json_object_get(reply.answer, "times");
+	cr_assert_eq(json_array_size(times), 3);
+	for (int i = 0; i < 2; i++) {
+		json_t *t = json_array_get(times, i);
+
+		cr_expect_gt(json_real_value(json_object_get(t, "median_ms")), 0,
+			     "plan %d", i);
+		cr_expect_geq(json_real_value(json_object_get(t, "spread_ms")), 0);
+		cr_expect_eq(json_integer_value(json_object_get(t, "runs")), 3);
+	}
+	cr_expect_not_null(json_object_get(json_array_get(times, 2), "error"));
+	json_decref(reply.answer);
+	tuner_worker_free(worker);
+}
+
+Test(measure, an_unknown_op_is_refused_and_the_worker_serves_on)
+{
+	tuner_worker *worker = cpu_worker();
+	tuner_reply reply = ask(worker, json_pack("{s:s}", "op", "frobnicate"), 60);
+
+	cr_assert_eq(reply.outcome, TUNER_ANSWERED, "%s", reply.detail);
+	cr_expect_str_eq(kind_of(&reply), "invalid");
+	cr_expect(strstr(json_string_value(json_object_get(reply.answer, "error")),
+			 "frobnicate") != NULL);
+	json_decref(reply.answer);
+	expect_measured(worker);
+	cr_expect_eq(tuner_worker_starts(worker), 1);
 	tuner_worker_free(worker);
 }

@@ -1,0 +1,38 @@
+/*
+ * curve.h: tuning curves, what bench/tuning_curve measures and plots.
+ *
+ * A curve is one search of one example: per trial, when its answer came
+ * (seconds since the search started), the plan's time and the best time so
+ * far. Failed trials (compile error, wrong, crash, time-out) count as
+ * INFINITY.
+ */
+#ifndef BENCH_CURVE_H
+#define BENCH_CURVE_H
+
+typedef struct curve_point {
+	double seconds;
+	double ms;
+	double best_ms;
+} curve_point;
+
+typedef struct curve {
+	curve_point *points;  /* trial t (from 1) at points[t - 1] */
+	int n;
+} curve;
+
+enum curve_kind { CURVE_GENETIC, CURVE_RANDOM, CURVE_KINDS };
+
+typedef struct curve_example {
+	char name[128];
+	double default_ms;  /* generation 0 of the genetic search: the default plan */
+	curve curves[CURVE_KINDS];
+} curve_example;
+
+/* Writes the plot of "n" examples, each searched for at most "trials"
+ * trials, as a PNG to "path": per example, best / default against trials
+ * and against seconds, the genetic search in blue, random search in
+ * orange. Returns 0 or a negative errno code. */
+int curve_plot_write(const char *path, const curve_example *examples, int n,
+		     int trials);
+
+#endif

@@ -1,0 +1,512 @@
+/*
+ * tuning_curve: the genetic search against random search, trial for trial.
+ *
+ *   tuning_curve [--backend cpu|cuda|auto] [--examples A,B,...] [--trials N]
+ *                [--population N] [--seed S] [--png FILE] [--json FILE]
+ *
+ * For each example, the genetic search and then random search
+ * (tuner/search.c, the same seed and population) run a generation at a
+ * time, both from generation 0, the default plan, until N trials are spent
+ * or the search has nothing new to propose. Each plan is measured as the
+ * daemon measures it (daemon/runner.c): by a tuned-worker, racing against
+ * the best so far, a failure counting as INFINITY. Each search gets a fresh
+ * worker, so that neither reuses kernels the other compiled.
+ *
+ * Prints one line per generation on stderr, a table on stdout and writes
+ * the curves as a PNG (curve_plot.c) and, with --json, as JSON. The bar
+ * the issue sets: on the median example, the genetic search reaches random
+ * search's final best within half the trials.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <glob.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "curve.h"
+#include "scheduler.h"
+#include "tuner.h"
+
+/* A candidate whose first run is this many times slower than the best is
+ * not timed further, as in the daemon (daemon/runner.c). */
+#define CUTOFF 3.0
+
+static const char usage[] =
+	"usage: tuning_curve [--backend cpu|cuda|auto] [--examples A,B,...]\n"
+	"                    [--trials N] [--population N] [--seed S]\n"
+	"                    [--png FILE] [--json FILE]\n"
+	"Runs the genetic search and random search on each example with the same\n"
+	"budget of trials; prints a table, writes the curves as a PNG plot.\n"
+	"Examples are names in examples/ or paths; default: examples/*_small.json.\n";
+
+/* Population 16, not the daemon's 32: with a budget of 64 trials, 32 would
+ * leave the genetic search one bred generation after its random first
+ * population, random search in all but name; 16 gives it three. */
+typedef struct bench_options {
+	const char *backend;
+	const char *examples;  /* comma-separated; NULL: the small variants */
+	int trials;
+	int population;
+	unsigned seed;
+	const char *png;
+	const char *json;      /* NULL: none */
+} bench_options;
+
+/* What every trial of one example needs. */
+typedef struct bench_example {
+	const bench_options *opt;
+	const char *text;  /* graph.json */
+	const sched_graph *graph;
+	double limit_s;    /* per trial */
+	const char *name;
+} bench_example;
+
+static const char *const kind_names[CURVE_KINDS] = {
+	[CURVE_GENETIC] = "genetic", [CURVE_RANDOM] = "random",
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int positive_int(const char *text, int *out)
+{
+	char *end;
+	long v = strtol(text, &end, 10);
+
+	if (*text == 0 || *end || v <= 0 || v > 1000000)
+		return -EINVAL;
+	*out = (int)v;
+	return 0;
+}
+
+static int check_options(const bench_options *opt)
+{
+	if (strcmp(opt->backend, "cpu") && strcmp(opt->backend, "cuda") &&
+	    strcmp(opt->backend, "auto")) {
+		fprintf(stderr, "tuning_curve: unknown backend '%s'\n", opt->backend);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Returns 0 to go on, 1 after --help, a negative code for a usage error. */
+static int parse_options(int argc, char **argv, bench_options *opt)
+{
+	static const struct option longs[] = {
+		{"backend", required_argument, NULL, 'b'},
+		{"examples", required_argument, NULL, 'e'},
+		{"trials", required_argument, NULL, 't'},
+		{"population", required_argument, NULL, 'p'},
+		{"seed", required_argument, NULL, 's'},
+		{"png", required_argument, NULL, 'o'},
+		{"json", required_argument, NULL, 'j'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	int c, rc = 0, seed;
+
+	while (!rc && (c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+		switch (c) {
+		case 'b': opt->backend = optarg; break;
+		case 'e': opt->examples = optarg; break;
+		case 't': rc = positive_int(optarg, &opt->trials); break;
+		case 'p': rc = positive_int(optarg, &opt->population); break;
+		case 's': rc = positive_int(optarg, &seed); opt->seed = (unsigned)seed; break;
+		case 'o': opt->png = optarg; break;
+		case 'j': opt->json = optarg; break;
+		case 'h': fputs(usage, stdout); return 1;
+		default: rc = -EINVAL;
+		}
+	}
+	if (!rc && optind < argc)
+		rc = -EINVAL;
+	if (rc)
+		fputs(usage, stderr);
+	return rc ? rc : check_options(opt);
+}
+
+/* The paths of the examples: each comma-separated entry of "list" is a
+ * path (it has a slash) or a name in examples/; a NULL "list" means every
+ * examples/ *_small.json. */
+static int example_paths(const char *list, glob_t *paths)
+{
+	char *copy = list ? strdup(list) : NULL, *name, *save;
+	char pattern[4096];
+	int rc = 0;
+
+	memset(paths, 0, sizeof(*paths));
+	if (!list)
+		return glob(BENCH_EXAMPLES "/*_small.json", 0, NULL, paths) ? -ENOENT : 0;
+	if (!copy)
+		return -ENOMEM;
+	for (name = strtok_r(copy, ",", &save); name && !rc;
+	     name = strtok_r(NULL, ",", &save)) {
+		snprintf(pattern, sizeof(pattern), strchr(name, '/') ? "%s" :
+			 BENCH_EXAMPLES "/%s.json", name);
+		if (glob(pattern, GLOB_NOCHECK | (paths->gl_pathc ? GLOB_APPEND : 0),
+			 NULL, paths))
+			rc = -ENOMEM;
+	}
+	free(copy);
+	return rc;
+}
+
+/* "path" without its folders and its .json. */
+static void example_name(const char *path, char *name, size_t size)
+{
+	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+	size_t n = strlen(base);
+
+	if (n > 5 && !strcmp(base + n - 5, ".json"))
+		n -= 5;
+	snprintf(name, size, "%.*s", (int)n, base);
+}
+
+static char *read_text(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	char *text = NULL;
+	long n;
+
+	if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
+	    fseek(f, 0, SEEK_SET) == 0 && (text = malloc(n + 1))) {
+		text[fread(text, 1, n, f)] = 0;
+	}
+	if (f)
+		fclose(f);
+	return text;
+}
+
+static tuner_worker *worker_new(const char *backend)
+{
+	const char *argv[] = {"tuned-worker", "--backend", backend, NULL};
+	char path[4096];
+
+	tuner_worker_default_path(path, sizeof(path));
+	return tuner_worker_new(path, argv);
+}
+
+/* Asks a worker which device it drives: says so on stdout, and fails
+ * (before any search) when no worker can be started. */
+static int describe_device(const char *backend)
+{
+	tuner_worker *w = worker_new(backend);
+	json_t *request = json_pack("{s:b}", "describe", 1);
+	tuner_reply reply = {0};
+	int rc = w && request ? tuner_worker_ask(w, request, 60, &reply) : -ENOMEM;
+
+	if (rc == 0 && reply.answer)
+		printf("backend %s: %s\n", backend,
+		       json_string_value(json_object_get(reply.answer, "device")));
+	else
+		fprintf(stderr, "tuning_curve: no tuned-worker: %s\n", reply.detail);
+	rc = rc == 0 && reply.answer ? 0 : -1;
+	json_decref(reply.answer);
+	json_decref(request);
+	tuner_worker_free(w);
+	return rc;
+}
+
+/* The time of "plan" on "w": total_ms when it verified and was timed,
+ * INFINITY for any failure. */
+static double measure(tuner_worker *w, const bench_example *ex, json_t *plan,
+		      double best_ms)
+{
+	json_t *request = json_pack("{s:s, s:O, s:i}", "graph", ex->text,
+				    "plan", plan, "seed", 1);
+	tuner_reply reply = {0};
+	const char *kind;
+	double ms = INFINITY;
+
+	if (request && isfinite(best_ms))
+		json_object_set_new(request, "cutoff_ms", json_real(CUTOFF * best_ms));
+	if (request && tuner_worker_ask(w, request, ex->limit_s, &reply) == 0 &&
+	    (kind = json_string_value(json_object_get(reply.answer, "kind"))) &&
+	    !strcmp(kind, "ok"))
+		ms = json_number_value(json_object_get(reply.answer, "total_ms"));
+	json_decref(reply.answer);
+	json_decref(request);
+	return ms > 0 ? ms : INFINITY;
+}
+
+/* Measures one plan of the current generation and appends it to "cv". */
+static void run_trial(tuner_search *s, tuner_worker *w, const bench_example *ex,
+		      json_t *plan, double start, curve *cv)
+{
+	double best = cv->n ? cv->points[cv->n - 1].best_ms : INFINITY;
+	double ms = measure(w, ex, plan, best);
+	curve_point *p = &cv->points[cv->n++];
+
+	tuner_search_record(s, plan, ms);
+	p->seconds = now_s() - start;
+	p->ms = ms;
+	p->best_ms = fmin(best, ms);
+}
+
+static void report_generation(const bench_example *ex, enum curve_kind kind,
+			      const tuner_search *s, size_t plans,
+			      const curve *cv, double start)
+{
+	fprintf(stderr, "tuning_curve: %s %s: generation %d, %zu plans, "
+		"trial %d/%d, best %.4g ms, %.1f s\n", ex->name, kind_names[kind],
+		tuner_search_generations(s) - 1, plans, cv->n, ex->opt->trials,
+		cv->points[cv->n - 1].best_ms, now_s() - start);
+}
+
+/* One search of "ex" until its budget is spent or it ends. It never ends
+ * for a stall: stall_generations is the budget, so both searches get it
+ * all unless they run out of new plans. */
+static int run_search(const bench_example *ex, enum curve_kind kind, curve *cv)
+{
+	const bench_options *opt = ex->opt;
+	tuner_search_options so = {
+		.kind = kind == CURVE_GENETIC ? TUNER_GENETIC : TUNER_RANDOM,
+		.seed = opt->seed, .population = opt->population,
+		.stall_generations = opt->trials,
+	};
+	tuner_search *s = tuner_search_new(ex->graph, &so);
+	tuner_worker *w = worker_new(opt->backend);
+	double start = now_s();
+	json_t *generation, *plan;
+	size_t i;
+
+	cv->points = calloc(opt->trials, sizeof(*cv->points));
+	while (s && w && cv->points && cv->n < opt->trials &&
+	       (generation = tuner_search_generation(s))) {
+		json_array_foreach(generation, i, plan)
+			if (cv->n < opt->trials)
+				run_trial(s, w, ex, plan, start, cv);
+		if (json_array_size(generation))
+			report_generation(ex, kind, s, json_array_size(generation), cv, start);
+		json_decref(generation);
+	}
+	tuner_worker_free(w);
+	tuner_search_free(s);
+	return s && w && cv->points ? 0 : -ENOMEM;
+}
+
+/* Both searches of the example at "path" into "out". */
+static int run_example(const bench_options *opt, const char *path,
+		       curve_example *out)
+{
+	bench_example ex = {.opt = opt, .name = out->name};
+	sched_graph *graph = NULL;
+	sched_error err = {0};
+	char *text = read_text(path);
+	int rc = text ? sched_graph_read_string(text, &graph, &err) : -errno;
+
+	example_name(path, out->name, sizeof(out->name));
+	if (rc < 0)
+		fprintf(stderr, "tuning_curve: %s: %s\n", path,
+			text ? err.message : strerror(-rc));
+	ex.text = text;
+	ex.graph = graph;
+	ex.limit_s = graph ? tuner_time_limit(graph, opt->backend) : 0;
+	for (int k = 0; k < CURVE_KINDS && rc == 0; k++)
+		rc = run_search(&ex, k, &out->curves[k]);
+	out->default_ms = out->curves[CURVE_GENETIC].n ?
+		out->curves[CURVE_GENETIC].points[0].ms : INFINITY;
+	sched_graph_free(graph);
+	free(text);
+	return rc;
+}
+
+/* The first trial (from 1) whose best is at most "ms", or 0 for none. */
+static int trials_to_reach(const curve *cv, double ms)
+{
+	for (int i = 0; i < cv->n; i++)
+		if (cv->points[i].best_ms <= ms)
+			return i + 1;
+	return 0;
+}
+
+static double final_best(const curve *cv)
+{
+	return cv->n ? cv->points[cv->n - 1].best_ms : INFINITY;
+}
+
+static double final_seconds(const curve *cv)
+{
+	return cv->n ? cv->points[cv->n - 1].seconds : 0;
+}
+
+/* The share of the budget the genetic search took to reach random
+ * search's final best; INFINITY if it never did. */
+static double reach_ratio(const curve_example *ex, int trials)
+{
+	int t = trials_to_reach(&ex->curves[CURVE_GENETIC],
+				final_best(&ex->curves[CURVE_RANDOM]));
+
+	return t ? (double)t / trials : INFINITY;
+}
+
+static void print_row(const curve_example *ex, int trials)
+{
+	const curve *ga = &ex->curves[CURVE_GENETIC], *rs = &ex->curves[CURVE_RANDOM];
+	int t = trials_to_reach(ga, final_best(rs));
+	char reach[16] = "-", ratio[16] = "-", reach_s[16] = "-";
+
+	if (t) {
+		snprintf(reach, sizeof(reach), "%d", t);
+		snprintf(ratio, sizeof(ratio), "%.2f", (double)t / trials);
+		snprintf(reach_s, sizeof(reach_s), "%.1f", ga->points[t - 1].seconds);
+	}
+	printf("%-20s %10.4g %10.4g %10.4g %8s %9s %9.1f %9.1f %10s\n", ex->name,
+	       ex->default_ms, final_best(rs), final_best(ga), reach, ratio,
+	       final_seconds(rs), final_seconds(ga), reach_s);
+}
+
+typedef struct ranked {
+	double ratio;
+	const curve_example *ex;
+} ranked;
+
+static int compare_ranked(const void *a, const void *b)
+{
+	double x = ((const ranked *)a)->ratio, y = ((const ranked *)b)->ratio;
+
+	return (x > y) - (x < y);
+}
+
+/* The verdict on the median example (the upper one of an even count). It
+ * only informs: the exit status does not depend on it. */
+static void print_median(const curve_example *examples, int n, int trials)
+{
+	ranked *order = malloc(n * sizeof(*order));
+	char share[64] = "did not reach random search's final best";
+	double ratio;
+
+	if (!order)
+		return;
+	for (int i = 0; i < n; i++)
+		order[i] = (ranked){reach_ratio(&examples[i], trials), &examples[i]};
+	qsort(order, n, sizeof(*order), compare_ranked);
+	ratio = order[n / 2].ratio;
+	if (isfinite(ratio))
+		snprintf(share, sizeof(share), "reached random search's final best "
+			 "in %.2f of the budget", ratio);
+	printf("median example (%d of %d, by that share): %s: the genetic search "
+	       "%s: %s (the bar: at most 0.50)\n", n / 2 + 1, n,
+	       order[n / 2].ex->name, share, ratio <= 0.5 ? "PASS" : "FAIL");
+	free(order);
+}
+
+static void print_table(const bench_options *opt, const curve_example *examples,
+			int n)
+{
+	printf("%-20s %10s %10s %10s %8s %9s %9s %9s %10s\n", "example",
+	       "default ms", "random ms", "GA ms", "GA reach", "of budget",
+	       "random s", "GA s", "GA reach s");
+	for (int i = 0; i < n; i++)
+		print_row(&examples[i], opt->trials);
+	printf("random ms, GA ms: the best after %d trials; GA reach: the first trial "
+	       "at which the genetic\nsearch's best was at most random search's final "
+	       "best (-: never), of budget: that over %d;\nrandom s, GA s: each search's "
+	       "seconds; GA reach s: the genetic search's seconds to GA reach.\n",
+	       opt->trials, opt->trials);
+	if (n)
+		print_median(examples, n, opt->trials);
+}
+
+static json_t *json_ms(double ms)
+{
+	return isfinite(ms) ? json_real(ms) : json_null();
+}
+
+/* A curve as [[trial, seconds, ms, best_ms], ...], null for INFINITY. */
+static json_t *curve_json(const curve *cv)
+{
+	json_t *points = json_array();
+
+	for (int i = 0; i < cv->n; i++)
+		json_array_append_new(points, json_pack("[i, f, o, o]", i + 1,
+			cv->points[i].seconds, json_ms(cv->points[i].ms),
+			json_ms(cv->points[i].best_ms)));
+	return points;
+}
+
+static int write_json(const bench_options *opt, const curve_example *examples,
+		      int n)
+{
+	json_t *list = json_array();
+	json_t *all = json_pack("{s:s, s:i, s:i, s:i, s:o}", "backend", opt->backend,
+				"trials", opt->trials, "population", opt->population,
+				"seed", (int)opt->seed, "examples", list);
+
+	for (int i = 0; i < n; i++)
+		json_array_append_new(list, json_pack("{s:s, s:o, s:o, s:o}",
+			"name", examples[i].name, "default_ms", json_ms(examples[i].default_ms),
+			"genetic", curve_json(&examples[i].curves[CURVE_GENETIC]),
+			"random", curve_json(&examples[i].curves[CURVE_RANDOM])));
+	n = all ? json_dump_file(all, opt->json, JSON_INDENT(1)) : -1;
+	json_decref(all);
+	return n < 0 ? -EIO : 0;
+}
+
+/* The PNG and the JSON, saying where they went. */
+static int write_outputs(const bench_options *opt, const curve_example *examples,
+			 int n)
+{
+	int rc = curve_plot_write(opt->png, examples, n, opt->trials);
+
+	if (rc < 0)
+		fprintf(stderr, "tuning_curve: cannot write '%s': %s\n", opt->png,
+			strerror(-rc));
+	else
+		printf("plot: %s (best / default plan against trials, left, and "
+		       "seconds, right; genetic blue, random orange)\n", opt->png);
+	if (opt->json && write_json(opt, examples, n) < 0) {
+		fprintf(stderr, "tuning_curve: cannot write '%s'\n", opt->json);
+		rc = -EIO;
+	}
+	return rc;
+}
+
+static void free_examples(curve_example *examples, int n)
+{
+	for (int i = 0; examples && i < n; i++)
+		for (int k = 0; k < CURVE_KINDS; k++)
+			free(examples[i].curves[k].points);
+	free(examples);
+}
+
+int main(int argc, char **argv)
+{
+	bench_options opt = {.backend = "cpu", .trials = 64, .population = 16,
+			     .seed = 1, .png = "tuning_curve.png"};
+	curve_example *examples = NULL;
+	glob_t paths;
+	int rc = parse_options(argc, argv, &opt), n = 0;
+
+	if (rc)
+		return rc > 0 ? 0 : 2;
+	if (example_paths(opt.examples, &paths) < 0) {
+		fprintf(stderr, "tuning_curve: no examples in " BENCH_EXAMPLES "\n");
+		return 2;
+	}
+	rc = describe_device(opt.backend);
+	if (rc == 0 && !(examples = calloc(paths.gl_pathc, sizeof(*examples))))
+		rc = -ENOMEM;
+	if (rc == 0)
+		printf("%d trials per search, population %d, seed %u\n", opt.trials,
+		       opt.population, opt.seed);
+	for (; rc == 0 && n < (int)paths.gl_pathc; n++)
+		rc = run_example(&opt, paths.gl_pathv[n], &examples[n]);
+	if (rc == 0) {
+		print_table(&opt, examples, n);
+		rc = write_outputs(&opt, examples, n);
+	}
+	free_examples(examples, n);
+	globfree(&paths);
+	return rc ? 1 : 0;
+}

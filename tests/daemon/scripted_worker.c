@@ -1,0 +1,106 @@
+/*
+ * scripted_worker.c: a tuned-worker with made-up times, so that the
+ * daemon's search, publishing and scheduling can be tested exactly.
+ *
+ * It answers the worker protocol (describe, probe, compile, measure,
+ * retime; docs/kernels.md) without compiling anything. A plan's time
+ * depends on $SCRIPTED_TIMES:
+ *   "flat"  every plan takes 1 ms: nothing is ever an improvement;
+ *   "hash"  1 to 2 ms, from a hash of the plan's text.
+ * $SCRIPTED_DELAY_MS, when set, is slept before each measurement.
+ * Arguments are accepted and ignored, as tuned passes them.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double plan_ms(const json_t *plan)
+{
+	const char *mode = getenv("SCRIPTED_TIMES");
+	char *text = json_dumps(plan, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+	unsigned long hash = 2166136261u;
+
+	for (const char *p = text ? text : ""; *p; p++)
+		hash = (hash ^ (unsigned char)*p) * 16777619u;
+	free(text);
+	if (mode && !strcmp(mode, "hash"))
+		return 1.0 + (double)(hash % 1000) / 1000;
+	return 1.0;
+}
+
+static void pause_a_little(void)
+{
+	const char *ms = getenv("SCRIPTED_DELAY_MS");
+	struct timespec ts = {0, 0};
+
+	if (!ms)
+		return;
+	ts.tv_nsec = atol(ms) % 1000 * 1000000L;
+	nanosleep(&ts, NULL);
+}
+
+static json_t *measure(const json_t *request)
+{
+	const json_t *plan = json_object_get(request, "plan");
+	double ms = plan_ms(plan);
+
+	pause_a_little();
+	return json_pack("{s:s, s:b, s:f, s:f, s:i, s:O, s:[], s:[], s:[]}", "kind", "ok",
+			 "verified", 1, "total_ms", ms, "total_spread_ms", 0.001,
+			 "total_runs", 3, "plan", plan ? plan : json_null(), "kernels",
+			 "sources", "launch");
+}
+
+static json_t *retime(const json_t *request)
+{
+	json_t *times = json_array(), *plan;
+	size_t i;
+
+	json_array_foreach(json_object_get(request, "plans"), i, plan)
+		json_array_append_new(times, json_pack("{s:f, s:f, s:i}", "median_ms",
+						       plan_ms(plan), "spread_ms", 0.001,
+						       "runs", 5));
+	return json_pack("{s:s, s:o}", "kind", "ok", "times", times);
+}
+
+static json_t *handle(const json_t *request)
+{
+	const char *op = json_string_value(json_object_get(request, "op"));
+
+	if (json_object_get(request, "describe"))
+		return json_pack("{s:s, s:s}", "backend", "cpu", "device", "scripted");
+	if (!op || !strcmp(op, "measure"))
+		return measure(request);
+	if (!strcmp(op, "compile"))
+		return json_pack("{s:s, s:O}", "kind", "ok", "plan",
+				 json_object_get(request, "plan"));
+	if (!strcmp(op, "probe"))
+		return json_pack("{s:s, s:f, s:f, s:f, s:i}", "kind", "ok",
+				 "bandwidth_gbs", 10.0, "gflops", 100.0,
+				 "launch_ms", 0.001, "cores", 2);
+	if (!strcmp(op, "retime"))
+		return retime(request);
+	return json_pack("{s:s, s:s}", "kind", "invalid", "error", "unknown op");
+}
+
+int main(void)
+{
+	char *line = NULL;
+	size_t size = 0;
+
+	while (getline(&line, &size, stdin) > 0) {
+		json_t *request = json_loads(line, 0, NULL);
+		json_t *answer = handle(request);
+		char *text = json_dumps(answer, JSON_COMPACT);
+
+		printf("%s\n", text ? text : "{}");
+		fflush(stdout);
+		free(text);
+		json_decref(answer);
+		json_decref(request);
+	}
+	free(line);
+	return 0;
+}

@@ -1,0 +1,293 @@
+/*
+ * test_search.c: the daemon's search, end to end: versions only on real
+ * improvement, seen by watchers once and in order, concurrent jobs
+ * interleaved, priorities honoured, and a resubmitted key resumed without
+ * measuring a plan twice.
+ *
+ * Most tests run tuned with the scripted worker (made-up times, exact
+ * outcomes); the last one runs the real cpu worker.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixture.h"
+
+static json_t *result_of(json_t *reply)
+{
+	return json_object_get(reply, "result");
+}
+
+/* Runs tuned with the scripted worker timing plans "mode" ("flat" or
+ * "hash"), each measurement taking "delay_ms". */
+static void start_scripted(fixture *f, const char *mode, const char *delay_ms,
+			   const char *const *extra)
+{
+	setenv("TUNED_WORKER", getenv("SCRIPTED_WORKER"), 1);
+	setenv("SCRIPTED_TIMES", mode, 1);
+	setenv("SCRIPTED_DELAY_MS", delay_ms, 1);
+	fixture_init(f);
+	fixture_start(f, extra);
+}
+
+static json_int_t submit(conn *c, const char *example, int trials, int priority)
+{
+	char *text = example_text(example);
+	json_t *reply = conn_call(c, "submit", json_pack("{s:s, s:f, s:i, s:i}", "graph",
+							 text, "budget", 120.0, "trials",
+							 trials, "priority", priority));
+	json_int_t job = json_integer_value(json_object_get(result_of(reply), "id"));
+
+	cr_assert_gt(job, 0, "submit failed: %s", json_dumps(reply, 0));
+	json_decref(reply);
+	free(text);
+	return job;
+}
+
+static const char *event_name(json_t *event)
+{
+	return json_string_value(json_object_get(event, "event")) ?: "";
+}
+
+static json_int_t event_job(json_t *event)
+{
+	json_t *data = json_object_get(event, "data");
+
+	return json_integer_value(json_object_get(data, !strcmp(event_name(event), "job") ?
+							"id" : "job"));
+}
+
+/* A job event saying the job ended. */
+static bool is_end(json_t *event)
+{
+	const char *state = json_string_value(json_object_get(json_object_get(event, "data"),
+							      "state"));
+
+	return !strcmp(event_name(event), "job") && state && strcmp(state, "queued") &&
+	       strcmp(state, "running");
+}
+
+/* The events on "c" until "njobs" jobs ended, as an array. */
+static json_t *events_until_done(conn *c, int njobs)
+{
+	json_t *events = json_array(), *event;
+	int ended = 0;
+
+	while (ended < njobs && (event = conn_read(c, 120000))) {
+		ended += is_end(event);
+		json_array_append_new(events, event);
+	}
+	cr_assert_eq(ended, njobs, "only %d of %d jobs ended", ended, njobs);
+	return events;
+}
+
+static int count_events(json_t *events, const char *name, json_int_t job)
+{
+	json_t *event;
+	size_t i;
+	int n = 0;
+
+	json_array_foreach(events, i, event)
+		n += !strcmp(event_name(event), name) && event_job(event) == job;
+	return n;
+}
+
+static void stop(fixture *f)
+{
+	cr_expect_eq(fixture_stop(f, SIGTERM, NULL), 0);
+	fixture_cleanup(f);
+}
+
+/* Every plan takes 1 ms: after the first version nothing beats it, so
+ * the search goes on and never publishes again. */
+Test(search, versions_come_only_from_real_improvement, .timeout = 120)
+{
+	fixture f;
+	conn c;
+	json_t *events, *reply;
+	json_int_t job;
+
+	start_scripted(&f, "flat", "0", NULL);
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	job = submit(&c, "softmax_scores_small", 40, 0);
+	events = events_until_done(&c, 1);
+	cr_expect_eq(count_events(events, "version", job), 1);
+	cr_expect_geq(count_events(events, "generation", job), 2);
+	reply = wait_job(&c, job, 10);
+	cr_expect_str_eq(json_string_value(json_object_get(result_of(reply), "state")), "done");
+	cr_expect_eq(json_integer_value(json_object_get(json_object_get(
+		result_of(reply), "progress"), "trials")), 40, "%s", json_dumps(reply, 0));
+	cr_expect_eq(json_integer_value(json_object_get(json_object_get(
+		result_of(reply), "progress"), "version")), 1);
+	json_decref(reply);
+	json_decref(events);
+	conn_close(&c);
+	stop(&f);
+}
+
+/* Plans take 1 to 2 ms: versions come one by one, numbered in order, each
+ * faster than the one before by more than the noise (3%). */
+Test(search, watchers_see_each_version_once_and_in_order, .timeout = 120)
+{
+	fixture f;
+	conn c;
+	json_t *events, *event;
+	json_int_t job;
+	double last_ms = INFINITY;
+	int expected = 1;
+	size_t i;
+
+	start_scripted(&f, "hash", "0", NULL);
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	job = submit(&c, "softmax_scores_small", 120, 0);
+	events = events_until_done(&c, 1);
+	json_array_foreach(events, i, event) {
+		json_t *data = json_object_get(event, "data");
+		double ms = json_number_value(json_object_get(data, "median_ms"));
+
+		if (strcmp(event_name(event), "version"))
+			continue;
+		cr_expect_eq(json_integer_value(json_object_get(data, "version")), expected++);
+		cr_expect_lt(ms, last_ms * 0.97, "version %d: %g ms after %g ms",
+			     expected - 1, ms, last_ms);
+		last_ms = ms;
+	}
+	cr_expect_geq(expected, 3, "the search found no better version");
+	cr_expect_gt(count_events(events, "generation", job), 2);
+	json_decref(events);
+	conn_close(&c);
+	stop(&f);
+}
+
+/* The index of the first (or last) event "name" of "job", or -1. */
+static int index_of(json_t *events, const char *name, json_int_t job, bool last)
+{
+	json_t *event;
+	size_t i;
+	int at = -1;
+
+	json_array_foreach(events, i, event)
+		if (!strcmp(event_name(event), name) && event_job(event) == job &&
+		    (last || at < 0))
+			at = (int)i;
+	return at;
+}
+
+Test(search, two_concurrent_jobs_both_progress, .timeout = 120)
+{
+	fixture f;
+	conn c;
+	json_t *events;
+	json_int_t a, b;
+
+	start_scripted(&f, "hash", "20", NULL);
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	a = submit(&c, "softmax_scores_small", 48, 0);
+	b = submit(&c, "ln_residual_small", 48, 0);
+	events = events_until_done(&c, 2);
+	cr_expect_geq(count_events(events, "generation", a), 2);
+	cr_expect_geq(count_events(events, "generation", b), 2);
+	cr_expect_lt(index_of(events, "generation", b, false),
+		     index_of(events, "generation", a, true),
+		     "job %lld ended its search before job %lld began", (long long)a,
+		     (long long)b);
+	cr_expect_lt(index_of(events, "generation", a, false),
+		     index_of(events, "generation", b, true));
+	json_decref(events);
+	conn_close(&c);
+	stop(&f);
+}
+
+/* One job at a time: of two queued, the higher priority runs first (the
+ * order of their ends tells, as each job has the same work). */
+Test(search, priority_goes_first, .timeout = 120)
+{
+	const char *const one_job[] = {"--jobs", "1", NULL};
+	fixture f;
+	conn c;
+	json_t *events, *event;
+	json_int_t first, low, high, ended[3];
+	int nended = 0;
+	size_t i;
+
+	start_scripted(&f, "flat", "10", one_job);
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	first = submit(&c, "softmax_scores_small", 8, 0);
+	low = submit(&c, "ln_residual_small", 8, 0);
+	high = submit(&c, "lstm_cell_small", 8, 5);
+	events = events_until_done(&c, 3);
+	json_array_foreach(events, i, event)
+		if (is_end(event) && nended < 3)
+			ended[nended++] = event_job(event);
+	cr_assert_eq(nended, 3);
+	cr_expect_eq(ended[0], first);
+	cr_expect_eq(ended[1], high, "job %lld (priority 5) should run before %lld",
+		     (long long)high, (long long)low);
+	cr_expect_eq(ended[2], low);
+	json_decref(events);
+	conn_close(&c);
+	stop(&f);
+}
+
+/* The trials of the cache at "path": "expected" of them, each plan once. */
+static void expect_distinct_trials(const char *path, int expected)
+{
+	sqlite3 *db = NULL;
+	sqlite3_stmt *stmt = NULL;
+
+	cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+	cr_assert_eq(sqlite3_prepare_v2(db, "SELECT count(*), count(DISTINCT plan) "
+					"FROM trials", -1, &stmt, NULL), SQLITE_OK);
+	cr_assert_eq(sqlite3_step(stmt), SQLITE_ROW);
+	cr_expect_eq(sqlite3_column_int(stmt, 0), expected, "%d trials, not %d",
+		     sqlite3_column_int(stmt, 0), expected);
+	cr_expect_eq(sqlite3_column_int(stmt, 1), sqlite3_column_int(stmt, 0),
+		     "%d plans were measured twice",
+		     sqlite3_column_int(stmt, 0) - sqlite3_column_int(stmt, 1));
+	sqlite3_finalize(stmt);
+	sqlite3_close(db);
+}
+
+static json_t *run_job(conn *c, const char *example, int trials)
+{
+	json_t *reply = wait_job(c, submit(c, example, trials, 0), 240);
+
+	cr_assert_str_eq(json_string_value(json_object_get(result_of(reply), "state")),
+			 "done", "%s", json_dumps(reply, 0));
+	return reply;
+}
+
+/* With the real cpu worker: the same key twice; the second job resumes
+ * from what the first measured, and no plan is measured twice. */
+Test(search, a_resubmitted_key_resumes_without_measuring_twice, .timeout = 600)
+{
+	fixture f;
+	conn c;
+	json_t *first, *second, *stats;
+
+	fixture_init(&f);
+	fixture_start(&f, NULL);
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	first = run_job(&c, "softmax_scores_small", 12);
+	second = run_job(&c, "softmax_scores_small", 12);
+	expect_distinct_trials(f.cache, 24);
+	cr_expect_geq(json_integer_value(json_object_get(json_object_get(
+		result_of(second), "progress"), "version")), 1);
+	stats = result_of(conn_call(&c, "stats", NULL));
+	cr_expect_gt(json_number_value(json_object_get(json_object_get(stats, "pipeline"),
+						       "device_busy_s")), 0);
+	cr_expect(json_is_object(json_object_get(json_object_get(stats, "pipeline"), "peaks")),
+		  "the device was not probed");
+	json_decref(first);
+	json_decref(second);
+	conn_close(&c);
+	stop(&f);
+}

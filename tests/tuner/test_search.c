@@ -1,0 +1,527 @@
+/*
+ * test_search.c: the generation-wise search, with made-up times, and the
+ * cost model. Every proposal is a legal plan never proposed or known
+ * before; generation 0 is the default plan; the same seed gives the same
+ * search; the best never gets worse and beats the default; known plans
+ * seed the first population; a flat fitness stalls; the cost model drops
+ * candidates it estimates too slow; and its estimates are what NeoFlow's
+ * roofline says.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kgen.h"
+#include "random_graph.h"
+#include "tuner.h"
+
+static const char *const examples[] = {
+	"bert_qkv", "bert_qkv_small", "conv_pair", "conv_pair_small",
+	"gpt3_mlp_m256", "gpt3_mlp_m2048", "gpt3_mlp_small", "llama_mlp_m512",
+	"llama_mlp_small", "lstm_cell", "lstm_cell_small", "mi_lstm_cell",
+	"mi_lstm_cell_small", "ln_residual", "ln_residual_small",
+	"softmax_scores", "softmax_scores_small", NULL,
+};
+
+static sched_graph *example(const char *name)
+{
+	char path[512];
+	sched_graph *g = NULL;
+	sched_error err = {0};
+
+	snprintf(path, sizeof(path), "%s/examples/%s.json", getenv("TUNED_SOURCE_ROOT"),
+		 name);
+	cr_assert_eq(sched_graph_read_file(path, &g, &err), SCHED_OK, "%s", err.message);
+	return g;
+}
+
+static sched_graph *graph_of(const char *text)
+{
+	sched_graph *g = NULL;
+	sched_error err = {0};
+
+	cr_assert_eq(sched_graph_read_string(text, &g, &err), SCHED_OK, "%s",
+		     err.message);
+	return g;
+}
+
+/* The plan in "json", which must be legal for "g". */
+static kgen_plan *legal(const sched_graph *g, json_t *json)
+{
+	kgen_plan *plan = NULL;
+	kgen_error err = {0};
+
+	cr_assert_eq(kgen_plan_from_json(g, json, &plan, &err), KGEN_OK,
+		     "an illegal plan was proposed: %s", err.message);
+	return plan;
+}
+
+/* A made-up time for a plan: lowest with tiles of 4 and unroll 2, so that
+ * the search has something to find. */
+static double fake_ms(const sched_graph *g, json_t *json)
+{
+	kgen_plan *plan = legal(g, json);
+	double ms = 1;
+
+	for (int k = 0; k < plan->nkernels; k++) {
+		const kgen_schedule *s = &plan->kernels[k].schedule;
+
+		ms += fabs((double)s->tile[0] - 4) + abs(s->unroll - 2);
+	}
+	kgen_plan_free(plan);
+	return ms;
+}
+
+static double flat_ms(const sched_graph *g, json_t *json)
+{
+	kgen_plan_free(legal(g, json));
+	return 5;
+}
+
+static const kgen_peaks four_cores = {.bandwidth_gbs = 20, .gflops = 100,
+				      .launch_ms = 0.005, .cores = 4};
+
+/* The cost model's own estimate as the time: the filter then drops what
+ * is truly slow. */
+static double estimated_ms(const sched_graph *g, json_t *json)
+{
+	kgen_plan *plan = legal(g, json);
+	double ms = tuner_optimistic_ms(g, plan, &four_cores, 0);
+
+	kgen_plan_free(plan);
+	return ms;
+}
+
+static char *text_of(json_t *json)
+{
+	return json_dumps(json, JSON_COMPACT | JSON_SORT_KEYS);
+}
+
+static char *default_text(const sched_graph *g)
+{
+	kgen_plan *plan = kgen_plan_default(g);
+	json_t *json = kgen_plan_to_json(g, plan);
+	char *text = text_of(json);
+
+	json_decref(json);
+	kgen_plan_free(plan);
+	return text;
+}
+
+/* What a search proposed: every plan's text, each generation's size, and
+ * the best time before each generation and after the last. */
+#define MAX_GENERATIONS 64
+typedef struct trace {
+	char **texts;
+	int ntexts, cap;
+	int generations;
+	int sizes[MAX_GENERATIONS];
+	double best[MAX_GENERATIONS + 1];
+} trace;
+
+static void keep_text(trace *t, json_t *plan)
+{
+	if (t->ntexts == t->cap) {
+		t->cap = t->cap ? 2 * t->cap : 64;
+		t->texts = realloc(t->texts, t->cap * sizeof(char *));
+		cr_assert_not_null(t->texts);
+	}
+	t->texts[t->ntexts++] = text_of(plan);
+}
+
+/* Runs up to "max" generations of "s", timing each plan with "time". */
+static void run(tuner_search *s, const sched_graph *g, int max,
+		double (*time)(const sched_graph *, json_t *), trace *t)
+{
+	json_t *generation, *plan;
+	size_t i;
+
+	while (t->generations < max && (generation = tuner_search_generation(s))) {
+		t->best[t->generations] = tuner_search_best(s);
+		t->sizes[t->generations++] = (int)json_array_size(generation);
+		json_array_foreach(generation, i, plan) {
+			keep_text(t, plan);
+			tuner_search_record(s, plan, time(g, plan));
+		}
+		json_decref(generation);
+	}
+	t->best[t->generations] = tuner_search_best(s);
+}
+
+static void trace_release(trace *t)
+{
+	for (int i = 0; i < t->ntexts; i++)
+		free(t->texts[i]);
+	free(t->texts);
+}
+
+static tuner_search *search_new(const sched_graph *g, unsigned seed)
+{
+	tuner_search *s = tuner_search_new(g, &(tuner_search_options){.seed = seed});
+
+	cr_assert_not_null(s);
+	return s;
+}
+
+static int compare_texts(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void expect_all_different(const trace *t)
+{
+	char **sorted = malloc((t->ntexts + 1) * sizeof(char *));
+
+	memcpy(sorted, t->texts, t->ntexts * sizeof(char *));
+	qsort(sorted, t->ntexts, sizeof(char *), compare_texts);
+	for (int i = 1; i < t->ntexts; i++)
+		cr_expect_str_neq(sorted[i - 1], sorted[i], "a plan was proposed twice");
+	free(sorted);
+}
+
+static bool in_trace(const trace *t, const char *text)
+{
+	for (int i = 0; i < t->ntexts; i++)
+		if (!strcmp(t->texts[i], text))
+			return true;
+	return false;
+}
+
+Test(search, generation_0_is_the_default_plan)
+{
+	sched_graph *g = example("bert_qkv_small");
+	tuner_search *s = search_new(g, 7);
+	char *def = default_text(g);
+	trace t = {0};
+
+	run(s, g, 2, fake_ms, &t);
+	cr_assert_eq(t.generations, 2);
+	cr_expect_eq(t.sizes[0], 1, "generation 0 has %d plans", t.sizes[0]);
+	cr_expect_str_eq(t.texts[0], def);
+	cr_expect_gt(t.sizes[1], 1);
+	cr_expect_leq(t.sizes[1], TUNER_POPULATION);
+	cr_expect_eq(tuner_search_generations(s), 2);
+	cr_expect_eq(tuner_search_measured(s), t.ntexts);
+	trace_release(&t);
+	free(def);
+	tuner_search_free(s);
+	sched_graph_free(g);
+}
+
+Test(search, proposals_are_legal_and_new_on_every_example)
+{
+	for (int e = 0; examples[e]; e++) {
+		sched_graph *g = example(examples[e]);
+		tuner_search *s = search_new(g, 1 + e);
+		trace t = {0};
+
+		run(s, g, 10, fake_ms, &t);
+		cr_expect_gt(t.generations, 2, "%s", examples[e]);
+		expect_all_different(&t);
+		trace_release(&t);
+		tuner_search_free(s);
+		sched_graph_free(g);
+	}
+}
+
+Test(search, random_graphs_only_get_legal_plans)
+{
+	for (unsigned seed = 1; seed <= 30; seed++) {
+		char *text = random_graph_json(seed);
+		sched_graph *g = graph_of(text);
+		tuner_search *s = search_new(g, seed);
+		trace t = {0};
+
+		run(s, g, 5, fake_ms, &t);
+		expect_all_different(&t);
+		trace_release(&t);
+		tuner_search_free(s);
+		sched_graph_free(g);
+		free(text);
+	}
+}
+
+Test(search, the_same_seed_gives_the_same_generations)
+{
+	sched_graph *g = example("conv_pair_small");
+	tuner_search *s1 = search_new(g, 11), *s2 = search_new(g, 11);
+	trace a = {0}, b = {0};
+
+	run(s1, g, 6, fake_ms, &a);
+	run(s2, g, 6, fake_ms, &b);
+	cr_assert_eq(a.generations, b.generations);
+	cr_assert_eq(a.ntexts, b.ntexts);
+	for (int i = 0; i < a.generations; i++)
+		cr_expect_eq(a.sizes[i], b.sizes[i]);
+	for (int i = 0; i < a.ntexts; i++)
+		cr_expect_str_eq(a.texts[i], b.texts[i], "proposal %d differs", i);
+	trace_release(&a);
+	trace_release(&b);
+	tuner_search_free(s1);
+	tuner_search_free(s2);
+	sched_graph_free(g);
+}
+
+Test(search, the_best_never_gets_worse_and_beats_the_default)
+{
+	sched_graph *g = example("llama_mlp_small");
+	tuner_search *s = tuner_search_new(g, &(tuner_search_options){
+		.seed = 3, .stall_generations = 100});
+	trace t = {0};
+
+	run(s, g, 20, fake_ms, &t);
+	cr_assert_eq(t.generations, 20);
+	for (int i = 2; i <= t.generations; i++)
+		cr_expect_leq(t.best[i], t.best[i - 1], "generation %d", i);
+	cr_expect_lt(t.best[t.generations], t.best[1], "best %.1f, default %.1f",
+		     t.best[t.generations], t.best[1]);
+	trace_release(&t);
+	tuner_search_free(s);
+	sched_graph_free(g);
+}
+
+/* A plan far better than any the fake time gives the default: every
+ * kernel with the default tile but unroll 2 and its first tile 4 where
+ * the extent allows. */
+static json_t *good_plan(const sched_graph *g)
+{
+	kgen_plan *plan = kgen_plan_default(g);
+	json_t *json;
+
+	for (int k = 0; k < plan->nkernels; k++) {
+		kgen_schedule *s = &plan->kernels[k].schedule;
+
+		s->unroll = 2;
+		s->tile[0] = 4;
+		s->threads[0] = s->threads[0] < 4 ? s->threads[0] : 4;
+	}
+	json = kgen_plan_to_json(g, plan);
+	kgen_plan_free(plan);
+	return json;
+}
+
+Test(search, known_plans_are_never_proposed_and_seed_the_search)
+{
+	sched_graph *g = example("gpt3_mlp_small");
+	tuner_search *first = search_new(g, 5), *again = search_new(g, 5);
+	json_t *good = good_plan(g), *best;
+	char *good_text = text_of(good), *best_text;
+	double good_ms = fake_ms(g, good);
+	trace t1 = {0}, t2 = {0};
+
+	run(first, g, 4, fake_ms, &t1);
+	for (int i = 0; i < t1.ntexts; i++) {
+		json_t *plan = json_loads(t1.texts[i], 0, NULL);
+
+		tuner_search_know(again, plan, fake_ms(g, plan));
+		json_decref(plan);
+	}
+	tuner_search_know(again, good, good_ms);
+	cr_expect_eq(tuner_search_best(again), good_ms);
+	run(again, g, 4, fake_ms, &t2);
+	cr_assert_gt(t2.ntexts, 0);
+	cr_expect_eq(tuner_search_measured(again), t2.ntexts);
+	for (int i = 0; i < t2.ntexts; i++) {
+		cr_expect(!in_trace(&t1, t2.texts[i]), "known plan %d proposed", i);
+		cr_expect_str_neq(t2.texts[i], good_text, "the known best proposed");
+	}
+	best = tuner_search_best_plans(again, 3);
+	best_text = text_of(json_array_get(best, 0));
+	cr_expect_str_eq(best_text, good_text);
+	cr_expect_leq(tuner_search_best(again), good_ms);
+	free(best_text);
+	json_decref(best);
+	free(good_text);
+	json_decref(good);
+	trace_release(&t1);
+	trace_release(&t2);
+	tuner_search_free(first);
+	tuner_search_free(again);
+	sched_graph_free(g);
+}
+
+Test(search, a_known_plan_outside_the_genome_is_remembered)
+{
+	sched_graph *g = example("ln_residual_small");
+	tuner_search *s = search_new(g, 6);
+	kgen_plan *plan = kgen_plan_default(g);
+	json_t *json, *best;
+	char *text, *best_text;
+	trace t = {0};
+
+	plan->kernels[0].schedule.unroll = 16;
+	json = kgen_plan_to_json(g, plan);
+	text = text_of(json);
+	tuner_search_know(s, json, 0.5);
+	run(s, g, 3, fake_ms, &t);
+	cr_expect_eq(t.generations, 3);
+	cr_expect(!in_trace(&t, text));
+	cr_expect_eq(tuner_search_best(s), 0.5);
+	best = tuner_search_best_plans(s, 1);
+	best_text = text_of(json_array_get(best, 0));
+	cr_expect_str_eq(best_text, text);
+	free(best_text);
+	json_decref(best);
+	free(text);
+	json_decref(json);
+	kgen_plan_free(plan);
+	trace_release(&t);
+	tuner_search_free(s);
+	sched_graph_free(g);
+}
+
+Test(search, a_known_default_plan_skips_generation_0)
+{
+	sched_graph *g = example("softmax_scores_small");
+	tuner_search *s = search_new(g, 2);
+	char *def = default_text(g);
+	json_t *def_json = json_loads(def, 0, NULL);
+	trace t = {0};
+
+	tuner_search_know(s, def_json, 3);
+	run(s, g, 1, fake_ms, &t);
+	cr_assert_eq(t.generations, 1);
+	cr_expect_gt(t.sizes[0], 1, "the first population comes at once");
+	cr_expect(!in_trace(&t, def));
+	json_decref(def_json);
+	free(def);
+	trace_release(&t);
+	tuner_search_free(s);
+	sched_graph_free(g);
+}
+
+Test(search, a_flat_fitness_stalls)
+{
+	sched_graph *g = example("gpt3_mlp_small");
+	tuner_search *s = search_new(g, 4);
+	tuner_search *three = tuner_search_new(g, &(tuner_search_options){
+		.seed = 4, .stall_generations = 3});
+	trace t = {0}, t3 = {0};
+
+	run(s, g, MAX_GENERATIONS, flat_ms, &t);
+	cr_expect_eq(t.generations, TUNER_STALL + 1);
+	cr_expect_null(tuner_search_generation(s), "a stalled search stays over");
+	run(three, g, MAX_GENERATIONS, flat_ms, &t3);
+	cr_expect_eq(t3.generations, 4);
+	trace_release(&t);
+	trace_release(&t3);
+	tuner_search_free(s);
+	tuner_search_free(three);
+	sched_graph_free(g);
+}
+
+/* Every plan of trace "t" estimated within "factor" of the best before
+ * its generation. */
+static void expect_not_filtered(const sched_graph *g, const trace *t, double factor)
+{
+	for (int gen = 0, i = 0; gen < t->generations; gen++)
+		for (int end = i + t->sizes[gen]; i < end; i++) {
+			json_t *json = json_loads(t->texts[i], 0, NULL);
+			double ms = estimated_ms(g, json);
+
+			cr_expect(!isfinite(t->best[gen]) || ms <= factor * t->best[gen],
+				  "plan %d estimated %g ms, best %g ms", i, ms, t->best[gen]);
+			json_decref(json);
+		}
+}
+
+Test(search, the_cost_model_filters_slow_candidates)
+{
+	sched_graph *g = example("gpt3_mlp_m256");
+	tuner_search *s = tuner_search_new(g, &(tuner_search_options){
+		.seed = 9, .peaks = &four_cores, .filter_factor = 1.2});
+	trace t = {0};
+
+	run(s, g, 8, estimated_ms, &t);
+	cr_expect_gt(tuner_search_filtered(s), 0);
+	cr_expect_gt(t.generations, 2);
+	cr_expect_eq(tuner_search_measured(s), t.ntexts, "filtered is not measured");
+	expect_not_filtered(g, &t, 1.2);
+	expect_all_different(&t);
+	trace_release(&t);
+	tuner_search_free(s);
+	sched_graph_free(g);
+}
+
+Test(search, the_random_kind_proposes_new_legal_plans)
+{
+	sched_graph *g = example("lstm_cell_small");
+	tuner_search *s = tuner_search_new(g, &(tuner_search_options){
+		.kind = TUNER_RANDOM, .seed = 8, .population = 16,
+		.stall_generations = 100});
+	trace t = {0};
+
+	run(s, g, 6, fake_ms, &t);
+	cr_assert_eq(t.generations, 6);
+	cr_expect_eq(t.sizes[0], 1);
+	for (int i = 1; i < t.generations; i++)
+		cr_expect_eq(t.sizes[i], 16, "generation %d has %d plans", i, t.sizes[i]);
+	expect_all_different(&t);
+	trace_release(&t);
+	tuner_search_free(s);
+	sched_graph_free(g);
+}
+
+static const char *matmul =
+	"{\"version\": 1, \"tensors\": {"
+	"\"a\": {\"shape\": [512, 512], \"dtype\": \"f32\", \"role\": \"input\"},"
+	"\"b\": {\"shape\": [512, 512], \"dtype\": \"f32\", \"role\": \"input\"},"
+	"\"c\": {\"shape\": [512, 512], \"dtype\": \"f32\", \"role\": \"output\"}},"
+	"\"ops\": [\"c[i, j] = sum(k) a[i, k] * b[k, j]\"]}";
+
+/* The default plan of "g" with "parallel" loops in every kernel. */
+static double estimate_with(const sched_graph *g, int parallel,
+			    const kgen_peaks *peaks)
+{
+	kgen_plan *plan = kgen_plan_default(g);
+	double ms;
+
+	for (int k = 0; k < plan->nkernels; k++)
+		plan->kernels[k].schedule.parallel = parallel;
+	ms = tuner_optimistic_ms(g, plan, peaks, 0);
+	kgen_plan_free(plan);
+	return ms;
+}
+
+Test(cost, no_parallel_loop_is_no_faster_on_a_matmul)
+{
+	sched_graph *g = graph_of(matmul);
+	double serial = estimate_with(g, 0, &four_cores);
+	double parallel = estimate_with(g, 1, &four_cores);
+
+	cr_expect_geq(serial, parallel);
+	/* 2 * 512^3 flops on one core of four at 100 GFLOP/s in all. */
+	cr_expect_float_eq(serial, 2.0 * 512 * 512 * 512 / (25 * 1e6) + 0.005, 1e-9);
+	sched_graph_free(g);
+}
+
+Test(cost, estimates_are_positive)
+{
+	for (int e = 0; examples[e]; e++) {
+		sched_graph *g = example(examples[e]);
+		kgen_plan *plan = kgen_plan_default(g);
+
+		cr_expect_gt(tuner_optimistic_ms(g, plan, &four_cores, 0), 0, "%s",
+			     examples[e]);
+		cr_expect_gt(tuner_optimistic_ms(g, plan, &four_cores, 1), 0, "%s",
+			     examples[e]);
+		kgen_plan_free(plan);
+		sched_graph_free(g);
+	}
+}
+
+Test(cost, a_memory_bound_op_moves_its_bytes_at_the_peak)
+{
+	sched_graph *g = graph_of(
+		"{\"version\": 1, \"tensors\": {"
+		"\"x\": {\"shape\": [1024, 1024], \"dtype\": \"f16\", \"role\": \"input\"},"
+		"\"y\": {\"shape\": [1024, 1024], \"dtype\": \"f32\", \"role\": \"output\"}},"
+		"\"ops\": [\"y[i, j] = x[i, j] * x[i, j] + 1\"]}");
+	double bytes = 1024.0 * 1024 * (2 + 4);
+
+	cr_expect_float_eq(estimate_with(g, 2, &four_cores),
+			   bytes / (20 * 1e6) + 0.005, 1e-9);
+	sched_graph_free(g);
+}

@@ -1,0 +1,74 @@
+/*
+ * cost.c: NeoFlow's optimistic cost model of a plan (docs/tuning.md).
+ *
+ * A kernel cannot run faster than it takes to move the bytes it touches at
+ * the device's peak bandwidth, nor faster than its flops at the compute its
+ * parallel work can occupy: a kernel with 2 work items on 16 cores uses at
+ * most 2/16 of the peak. Each launch costs one empty launch. The estimate
+ * is a lower bound of the time only as far as the peaks are peaks: a probe
+ * that measured less than the device can do makes it pessimistic.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "../kernels/kgen_int.h"
+#include "tuner.h"
+
+static void touch(const sched_node *access, void *seen)
+{
+	((bool *)seen)[access->tensor] = true;
+}
+
+/* Bytes of every distinct tensor "op" reads or writes, each once. */
+static double op_bytes(const sched_graph *graph, const sched_op *op)
+{
+	bool *seen = calloc(graph->ntensors, sizeof(bool));
+	double bytes = 0;
+
+	if (!seen)
+		return 0;
+	seen[op->target] = true;
+	sched_node_each_access(op->body, touch, seen);
+	for (int i = 0; i < graph->ntensors; i++)
+		if (seen[i])
+			bytes += (double)graph->tensors[i].size *
+				 sched_dtype_bytes(graph->tensors[i].dtype);
+	free(seen);
+	return bytes;
+}
+
+/* The share of the device the kernel's work items can keep busy: on the
+ * cpu the tiles of its first "parallel" output dims (OpenMP's collapsed
+ * loops), on cuda the blocks of all its output dims. */
+static double device_share(const sched_tensor *t, const kgen_schedule *s,
+			   const kgen_peaks *peaks, int cuda)
+{
+	int dims = cuda ? t->rank : s->parallel;
+	double items = 1, cores = peaks->cores > 0 ? peaks->cores : 1;
+
+	for (int d = 0; d < dims; d++)
+		items *= ceil((double)t->shape[d] / (double)s->tile[d]);
+	return (items < cores ? items : cores) / cores;
+}
+
+static double kernel_ms(const sched_graph *graph, const kgen_kernel *kernel,
+			const kgen_peaks *peaks, int cuda)
+{
+	const sched_op *op = kgen_kernel_op(graph, kernel);
+	const sched_tensor *t = &graph->tensors[op->target];
+	double share = device_share(t, &kernel->schedule, peaks, cuda);
+	double memory_ms = op_bytes(graph, op) / (peaks->bandwidth_gbs * 1e6);
+	double compute_ms = (double)sched_op_flops(op) / (peaks->gflops * share * 1e6);
+
+	return fmax(memory_ms, compute_ms) + peaks->launch_ms;
+}
+
+double tuner_optimistic_ms(const sched_graph *graph, const kgen_plan *plan,
+			   const kgen_peaks *peaks, int cuda)
+{
+	double ms = 0;
+
+	for (int k = 0; k < plan->nkernels; k++)
+		ms += kernel_ms(graph, &plan->kernels[k], peaks, cuda);
+	return ms;
+}

@@ -1,0 +1,767 @@
+/*
+ * search.c: the search over the schedules of a graph, a generation at a
+ * time (docs/tuning.md).
+ *
+ * The genome has one gene per decision of each kernel's schedule: a tile
+ * and a thread count per output dim, the parallel loops, unroll, vector
+ * width and reduction split, each an index into a finite domain. Decoding
+ * repairs what would be illegal (threads per block, threads within tiles,
+ * whole warps, the cpu's tile of accumulators), so every genome becomes a
+ * plan kgen accepts.
+ *
+ * Every plan the search has seen (proposed, known from earlier trials, or
+ * dropped by the cost model) is a candidate, found by its text in a hash
+ * set, so no plan is proposed twice however many genomes repair to it.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/kgen_int.h"
+#include "tuner.h"
+
+#define MAX_TILES 12   /* powers of two to 256, the extent, the default */
+#define MAX_THREADS 10 /* 1, 2, 4, ... 256 and the default */
+#define TOURNAMENT 3
+#define TRIES 50       /* genomes drawn per place in a generation, at most */
+#define MAX_BLOCK 1024
+#define MAX_CPU_TILE 16384
+
+static const int64_t unrolls[] = {1, 2, 4, 8};
+static const int64_t vectors[] = {1, 2, 4, 8};
+
+typedef struct kernel_space {
+	int rank;
+	bool reduces;
+	int first_gene;
+	int ntiles[SCHED_MAX_RANK], nthreads[SCHED_MAX_RANK];
+	int64_t tiles[SCHED_MAX_RANK][MAX_TILES];
+	int64_t threads[SCHED_MAX_RANK][MAX_THREADS];
+} kernel_space;
+
+/* A plan seen: proposed (generation >= 0), known, or filtered (no genes,
+ * never measured). */
+typedef struct candidate {
+	char *text;     /* compact JSON with sorted keys */
+	uint64_t hash;  /* of text */
+	int *genes;     /* NULL when the plan is no genome's */
+	double ms;      /* NAN: not measured; INFINITY: failed */
+	int generation; /* the generation that proposed it, or -1 */
+} candidate;
+
+struct tuner_search {
+	const sched_graph *graph;
+	tuner_search_options o; /* with the defaults filled in */
+	int elites, immigrants;
+	kgen_plan *plan;        /* genomes are decoded into it */
+	kernel_space *kernels;
+	int nkernels, ngenes;
+	int *domain;            /* per gene, the size of its domain */
+	int *defaults;          /* the default plan's genome */
+	int *genes;             /* scratch */
+	uint64_t rng;
+	candidate *cands;
+	int ncands, capcands;
+	int *slots;             /* the hash set: indices into cands, or -1 */
+	int capslots;
+	int *pop, *next;        /* the population and the one being built */
+	int npop;
+	bool seeded;            /* the first population is drawn */
+	bool open;              /* a generation is out and not closed */
+	int generations, measured, filtered;
+	int first_of_generation; /* its first candidate */
+	double best, best_before; /* now, and when the generation began */
+	int since_gain;         /* generations closed without a gain */
+};
+
+static uint64_t rng_next(tuner_search *s)
+{
+	s->rng ^= s->rng >> 12;
+	s->rng ^= s->rng << 25;
+	s->rng ^= s->rng >> 27;
+	return s->rng * 0x2545f4914f6cdd1dULL;
+}
+
+static int rng_below(tuner_search *s, int n)
+{
+	return n > 1 ? (int)(rng_next(s) % (uint64_t)n) : 0;
+}
+
+static void add_choice(int64_t *values, int *n, int64_t value)
+{
+	for (int i = 0; i < *n; i++)
+		if (values[i] == value)
+			return;
+	values[(*n)++] = value;
+}
+
+/* Tiles of a dim: the powers of two up to 256 (and the extent), the
+ * extent itself when at most 256 (an exactly-sized tile), the default;
+ * threads: the powers of two up to 256 and the default. */
+static void dim_choices(kernel_space *ks, int d, int64_t extent,
+			const kgen_schedule *def)
+{
+	for (int64_t t = 1; t <= extent && t <= 256; t *= 2)
+		add_choice(ks->tiles[d], &ks->ntiles[d], t);
+	if (extent <= 256)
+		add_choice(ks->tiles[d], &ks->ntiles[d], extent);
+	add_choice(ks->tiles[d], &ks->ntiles[d], def->tile[d]);
+	for (int64_t t = 1; t <= 256; t *= 2)
+		add_choice(ks->threads[d], &ks->nthreads[d], t);
+	add_choice(ks->threads[d], &ks->nthreads[d], def->threads[d]);
+}
+
+/* The domains of kernel k's genes, from gene "first" on; the next free
+ * gene. */
+static int kernel_genes(tuner_search *s, int k, int first)
+{
+	const kgen_kernel *kernel = &s->plan->kernels[k];
+	const sched_op *op = kgen_kernel_op(s->graph, kernel);
+	const sched_tensor *t = &s->graph->tensors[op->target];
+	kernel_space *ks = &s->kernels[k];
+	int r = t->rank;
+
+	ks->rank = r;
+	ks->reduces = op->reducer != SCHED_RED_NONE;
+	ks->first_gene = first;
+	for (int d = 0; d < r; d++) {
+		dim_choices(ks, d, t->shape[d], &kernel->schedule);
+		s->domain[first + d] = ks->ntiles[d];
+		s->domain[first + r + d] = ks->nthreads[d];
+	}
+	s->domain[first + 2 * r] = r + 1;
+	s->domain[first + 2 * r + 1] = 4;
+	s->domain[first + 2 * r + 2] = 4;
+	s->domain[first + 2 * r + 3] = ks->reduces ? 3 : 1;
+	return first + 2 * r + 4;
+}
+
+/* The genome's layout, from the default plan in s->plan. */
+static int build_space(tuner_search *s)
+{
+	int gene = 0;
+
+	s->nkernels = s->plan->nkernels;
+	for (int k = 0; k < s->nkernels; k++)
+		s->ngenes += 2 * s->graph->tensors[kgen_kernel_op(s->graph,
+					&s->plan->kernels[k])->target].rank + 4;
+	s->kernels = calloc(s->nkernels + 1, sizeof(kernel_space));
+	s->domain = calloc(s->ngenes + 1, sizeof(int));
+	s->defaults = calloc(s->ngenes + 1, sizeof(int));
+	s->genes = calloc(s->ngenes + 1, sizeof(int));
+	if (!s->kernels || !s->domain || !s->defaults || !s->genes)
+		return -1;
+	for (int k = 0; k < s->nkernels; k++)
+		gene = kernel_genes(s, k, gene);
+	return 0;
+}
+
+static int index_of(const int64_t *values, int n, int64_t value)
+{
+	for (int i = 0; i < n; i++)
+		if (values[i] == value)
+			return i;
+	return -1;
+}
+
+/* The genes of schedule "sch" of kernel k into "genes": each value's index
+ * in its domain; false when a value is in none. */
+static bool encode_kernel(const tuner_search *s, int k, const kgen_schedule *sch,
+			  int *genes)
+{
+	const kernel_space *ks = &s->kernels[k];
+	int *at = genes + ks->first_gene, r = ks->rank;
+	bool ok = true;
+
+	for (int d = 0; d < r; d++) {
+		at[d] = index_of(ks->tiles[d], ks->ntiles[d], sch->tile[d]);
+		at[r + d] = index_of(ks->threads[d], ks->nthreads[d], sch->threads[d]);
+		ok = ok && at[d] >= 0 && at[r + d] >= 0;
+	}
+	at[2 * r] = sch->parallel;
+	at[2 * r + 1] = index_of(unrolls, 4, sch->unroll);
+	at[2 * r + 2] = index_of(vectors, 4, sch->vector);
+	at[2 * r + 3] = (int)sch->split;
+	return ok && at[2 * r + 1] >= 0 && at[2 * r + 2] >= 0 &&
+	       at[2 * r + 3] < s->domain[ks->first_gene + 2 * r + 3];
+}
+
+static bool encode(const tuner_search *s, const kgen_plan *plan, int *genes)
+{
+	if (plan->nkernels != s->nkernels)
+		return false;
+	for (int k = 0; k < s->nkernels; k++)
+		if (plan->kernels[k].ops[0] != s->plan->kernels[k].ops[0] ||
+		    !encode_kernel(s, k, &plan->kernels[k].schedule, genes))
+			return false;
+	return true;
+}
+
+static int64_t product(const int64_t *v, int n)
+{
+	int64_t p = 1;
+
+	for (int i = 0; i < n; i++)
+		p *= v[i];
+	return p;
+}
+
+/* Halves the largest of "v" (never below 1). */
+static void halve_largest(int64_t *v, int n)
+{
+	int at = 0;
+
+	for (int i = 1; i < n; i++)
+		if (v[i] > v[at])
+			at = i;
+	v[at] = v[at] > 1 ? v[at] / 2 : 1;
+}
+
+/* Kernel k's schedule from its genes, repaired to be legal: a reducing
+ * kernel's accumulators fit the cpu's tile, threads fit their tiles and a
+ * block, a warp split has whole warps. A legal schedule is left as is. */
+static void decode_kernel(const tuner_search *s, int k, const int *genes,
+			  kgen_schedule *sch)
+{
+	const kernel_space *ks = &s->kernels[k];
+	const int *at = genes + ks->first_gene;
+	int64_t threads[SCHED_MAX_RANK];
+	int r = ks->rank;
+
+	for (int d = 0; d < r; d++) {
+		sch->tile[d] = ks->tiles[d][at[d]];
+		threads[d] = ks->threads[d][at[r + d]];
+	}
+	while (ks->reduces && product(sch->tile, r) > MAX_CPU_TILE)
+		halve_largest(sch->tile, r);
+	for (int d = 0; d < r; d++)
+		threads[d] = threads[d] < sch->tile[d] ? threads[d] : sch->tile[d];
+	while (product(threads, r) > MAX_BLOCK)
+		halve_largest(threads, r);
+	for (int d = 0; d < r; d++)
+		sch->threads[d] = (int)threads[d];
+	sch->parallel = at[2 * r];
+	sch->unroll = (int)unrolls[at[2 * r + 1]];
+	sch->vector = (int)vectors[at[2 * r + 2]];
+	sch->split = at[2 * r + 3];
+	if (sch->split == KGEN_SPLIT_WARP && product(threads, r) % 32)
+		sch->split = KGEN_SPLIT_THREAD;
+}
+
+static void decode(tuner_search *s, const int *genes)
+{
+	for (int k = 0; k < s->nkernels; k++)
+		decode_kernel(s, k, genes, &s->plan->kernels[k].schedule);
+}
+
+/* The text plans are compared by; NULL when out of memory. */
+static char *plan_text(const tuner_search *s, const kgen_plan *plan)
+{
+	json_t *json = kgen_plan_to_json(s->graph, plan);
+	char *text = json ? json_dumps(json, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+
+	json_decref(json);
+	return text;
+}
+
+/* FNV-1a. */
+static uint64_t text_hash(const char *text)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+
+	for (; *text; text++)
+		h = (h ^ (unsigned char)*text) * 0x100000001b3ULL;
+	return h;
+}
+
+/* The slot of "text" in the hash set, or the empty slot where it would go. */
+static int slot_of(const tuner_search *s, const char *text, uint64_t hash)
+{
+	int mask = s->capslots - 1, i = (int)(hash & (uint64_t)mask);
+
+	while (s->slots[i] >= 0 && (s->cands[s->slots[i]].hash != hash ||
+				    strcmp(s->cands[s->slots[i]].text, text)))
+		i = (i + 1) & mask;
+	return i;
+}
+
+static int find(const tuner_search *s, const char *text, uint64_t hash)
+{
+	return s->slots[slot_of(s, text, hash)];
+}
+
+/* Doubles the hash set (kept at most half full) and re-inserts. */
+static int grow_slots(tuner_search *s)
+{
+	int cap = s->capslots ? 2 * s->capslots : 256;
+	int *slots = malloc(cap * sizeof(int));
+
+	if (!slots)
+		return -1;
+	free(s->slots);
+	s->slots = slots;
+	s->capslots = cap;
+	memset(slots, 0xff, cap * sizeof(int));
+	for (int i = 0; i < s->ncands; i++)
+		s->slots[slot_of(s, s->cands[i].text, s->cands[i].hash)] = i;
+	return 0;
+}
+
+/* A new candidate for "text" (taken) with a copy of "genes" (may be NULL);
+ * its index, or -1 when out of memory. */
+static int add_candidate(tuner_search *s, char *text, uint64_t hash,
+			 const int *genes)
+{
+	size_t bytes = s->ngenes * sizeof(int);
+	candidate *c;
+
+	if (s->ncands == s->capcands) {
+		int cap = 2 * s->capcands;
+		candidate *cands = realloc(s->cands, cap * sizeof(candidate));
+
+		if (!cands)
+			goto fail;
+		s->cands = cands;
+		s->capcands = cap;
+	}
+	if (2 * (s->ncands + 1) > s->capslots && grow_slots(s) < 0)
+		goto fail;
+	c = &s->cands[s->ncands];
+	*c = (candidate){text, hash, NULL, NAN, -1};
+	if (genes && !(c->genes = malloc(bytes)))
+		goto fail;
+	if (genes)
+		memcpy(c->genes, genes, bytes);
+	s->slots[slot_of(s, text, hash)] = s->ncands;
+	return s->ncands++;
+fail:
+	free(text);
+	return -1;
+}
+
+/* Whether the cost model rules out the plan in s->plan: estimated slower
+ * than filter_factor times the best time so far. */
+static bool too_slow(const tuner_search *s)
+{
+	return s->o.peaks && isfinite(s->best) &&
+	       tuner_optimistic_ms(s->graph, s->plan, s->o.peaks, s->o.cuda) >
+		       s->o.filter_factor * s->best;
+}
+
+/* Genome "genes" as a plan of the generation "out", unless its plan was
+ * seen before or is too slow (then remembered as filtered). Returns its
+ * candidate, or -1 when not proposed. */
+static int propose(tuner_search *s, const int *genes, json_t *out)
+{
+	char *text;
+	uint64_t hash;
+	bool drop;
+	int index;
+
+	decode(s, genes);
+	if (!(text = plan_text(s, s->plan)))
+		return -1;
+	hash = text_hash(text);
+	if (find(s, text, hash) >= 0) {
+		free(text);
+		return -1;
+	}
+	drop = too_slow(s);
+	index = add_candidate(s, text, hash, drop ? NULL : genes);
+	if (index < 0 || drop) {
+		s->filtered += drop;
+		return -1;
+	}
+	s->cands[index].generation = s->generations;
+	json_array_append_new(out, json_loads(s->cands[index].text, 0, NULL));
+	return index;
+}
+
+static void random_genes(tuner_search *s)
+{
+	for (int i = 0; i < s->ngenes; i++)
+		s->genes[i] = rng_below(s, s->domain[i]);
+}
+
+/* Fills "into" from "n" up to the population with random new plans;
+ * returns how many it holds. */
+static int draw_random(tuner_search *s, json_t *out, int *into, int n)
+{
+	for (int tries = 0; n < s->o.population &&
+			    tries < TRIES * s->o.population; tries++) {
+		int index;
+
+		random_genes(s);
+		if ((index = propose(s, s->genes, out)) >= 0)
+			into[n++] = index;
+	}
+	return n;
+}
+
+/* Lower is better; unmeasured and failed candidates last. */
+static double score(const tuner_search *s, int index)
+{
+	double ms = s->cands[index].ms;
+
+	return isnan(ms) ? INFINITY : ms;
+}
+
+typedef struct ranked {
+	double ms;
+	int index;
+} ranked;
+
+static int by_time(const void *a, const void *b)
+{
+	const ranked *x = a, *y = b;
+
+	if (x->ms != y->ms)
+		return x->ms < y->ms ? -1 : 1;
+	return (x->index > y->index) - (x->index < y->index);
+}
+
+/* Sorts candidate indices best first (ties by age: reproducible). Left
+ * as they are when out of memory. */
+static void sort_by_time(const tuner_search *s, int *indices, int n)
+{
+	ranked *r = malloc((n + 1) * sizeof(ranked));
+
+	if (!r)
+		return;
+	for (int i = 0; i < n; i++)
+		r[i] = (ranked){score(s, indices[i]), indices[i]};
+	qsort(r, n, sizeof(ranked), by_time);
+	for (int i = 0; i < n; i++)
+		indices[i] = r[i].index;
+	free(r);
+}
+
+/* The candidates with a time (and genes, if "breeders"), best first, in
+ * "*out" (the caller frees); how many, or -1 when out of memory. */
+static int best_indices(const tuner_search *s, bool breeders, int **out)
+{
+	int n = 0;
+
+	if (!(*out = malloc((s->ncands + 1) * sizeof(int))))
+		return -1;
+	for (int i = 0; i < s->ncands; i++)
+		if (isfinite(s->cands[i].ms) && (s->cands[i].genes || !breeders))
+			(*out)[n++] = i;
+	sort_by_time(s, *out, n);
+	return n;
+}
+
+/* The first population: the best plans measured or known (a quarter of it
+ * at most, and only those that are genomes), then random genomes. */
+static void first_population(tuner_search *s, json_t *out)
+{
+	int *best, n = best_indices(s, true, &best), seeds = s->o.population / 4;
+
+	if (n < 0)
+		return;
+	seeds = seeds > s->elites ? seeds : s->elites;
+	s->npop = n < seeds ? n : seeds;
+	memcpy(s->pop, best, s->npop * sizeof(int));
+	free(best);
+	s->npop = draw_random(s, out, s->pop, s->npop);
+	s->seeded = true;
+}
+
+static int tournament(tuner_search *s)
+{
+	int best = s->pop[rng_below(s, s->npop)];
+
+	for (int i = 1; i < TOURNAMENT; i++) {
+		int other = s->pop[rng_below(s, s->npop)];
+
+		if (score(s, other) < score(s, best))
+			best = other;
+	}
+	return best;
+}
+
+/* A child into s->genes: each kernel's genes whole from one parent or the
+ * other (the genes of a kernel belong together), then about two genes
+ * mutate. */
+static void breed(tuner_search *s)
+{
+	const int *a = s->cands[tournament(s)].genes;
+	const int *b = s->cands[tournament(s)].genes;
+
+	for (int k = 0; k < s->nkernels; k++) {
+		const kernel_space *ks = &s->kernels[k];
+		const int *from = rng_below(s, 2) ? a : b;
+
+		memcpy(s->genes + ks->first_gene, from + ks->first_gene,
+		       (2 * ks->rank + 4) * sizeof(int));
+	}
+	for (int i = 0; i < s->ngenes; i++)
+		if (rng_below(s, s->ngenes) < 2)
+			s->genes[i] = rng_below(s, s->domain[i]);
+}
+
+/* The next population: the elites stay (measured already), immigrants
+ * and children of tournaments fill the rest with new plans. */
+static void evolve(tuner_search *s, json_t *out)
+{
+	int n = 0, fresh = 0, *swap;
+
+	sort_by_time(s, s->pop, s->npop);
+	while (n < s->elites && n < s->npop) {
+		s->next[n] = s->pop[n];
+		n++;
+	}
+	for (int tries = 0; n < s->o.population &&
+			    tries < TRIES * s->o.population; tries++) {
+		int index;
+
+		if (fresh < s->immigrants || s->npop == 0)
+			random_genes(s);
+		else
+			breed(s);
+		if ((index = propose(s, s->genes, out)) >= 0) {
+			s->next[n++] = index;
+			fresh++;
+		}
+	}
+	swap = s->pop;
+	s->pop = s->next;
+	s->next = swap;
+	s->npop = n;
+}
+
+/* Ends the generation out: its unrecorded plans failed; it brought a gain
+ * when its best beat the best before it by more than the noise. */
+static void close_generation(tuner_search *s)
+{
+	double best = INFINITY;
+
+	if (!s->open)
+		return;
+	for (int i = s->first_of_generation; i < s->ncands; i++) {
+		candidate *c = &s->cands[i];
+
+		if (c->generation != s->generations - 1)
+			continue;
+		if (isnan(c->ms))
+			c->ms = INFINITY;
+		best = c->ms < best ? c->ms : best;
+	}
+	s->since_gain = best < s->best_before * (1 - s->o.noise) ? 0 : s->since_gain + 1;
+	s->open = false;
+}
+
+static void fill_generation(tuner_search *s, json_t *out)
+{
+	if (s->generations == 0 && propose(s, s->defaults, out) >= 0)
+		return;
+	if (s->o.kind == TUNER_RANDOM)
+		s->npop = draw_random(s, out, s->pop, 0);
+	else if (!s->seeded)
+		first_population(s, out);
+	else
+		evolve(s, out);
+}
+
+json_t *tuner_search_generation(tuner_search *s)
+{
+	json_t *out;
+
+	close_generation(s);
+	if (s->since_gain >= s->o.stall_generations || !(out = json_array()))
+		return NULL;
+	s->first_of_generation = s->ncands;
+	s->best_before = s->best;
+	fill_generation(s, out);
+	if (json_array_size(out) == 0) {
+		json_decref(out);
+		return NULL;
+	}
+	s->generations++;
+	s->open = true;
+	return out;
+}
+
+static void fill_defaults(tuner_search_options *o)
+{
+	if (o->population <= 0)
+		o->population = TUNER_POPULATION;
+	if (o->stall_generations <= 0)
+		o->stall_generations = TUNER_STALL;
+	if (o->noise <= 0)
+		o->noise = TUNER_NOISE;
+	if (o->filter_factor <= 0)
+		o->filter_factor = TUNER_FILTER_FACTOR;
+}
+
+/* Elites: 2, or a sixteenth of a large population, fewer than the whole;
+ * immigrants: an eighth of it, at least one. */
+static void set_shares(tuner_search *s)
+{
+	int p = s->o.population;
+
+	s->elites = p / 16 > 2 ? p / 16 : 2;
+	s->elites = s->elites < p ? s->elites : p - 1;
+	s->immigrants = p / 8 > 1 ? p / 8 : 1;
+}
+
+tuner_search *tuner_search_new(const sched_graph *graph,
+			       const tuner_search_options *options)
+{
+	tuner_search *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	s->graph = graph;
+	s->o = options ? *options : (tuner_search_options){0};
+	fill_defaults(&s->o);
+	set_shares(s);
+	s->rng = 0x9e3779b97f4a7c15ULL ^ ((uint64_t)s->o.seed * 0xbf58476d1ce4e5b9ULL);
+	s->best = s->best_before = INFINITY;
+	s->capcands = 64;
+	s->cands = malloc(s->capcands * sizeof(candidate));
+	s->pop = malloc(s->o.population * sizeof(int));
+	s->next = malloc(s->o.population * sizeof(int));
+	if (!s->cands || !s->pop || !s->next || grow_slots(s) < 0 ||
+	    !(s->plan = kgen_plan_default(graph)) || build_space(s) < 0) {
+		tuner_search_free(s);
+		return NULL;
+	}
+	encode(s, s->plan, s->defaults);
+	return s;
+}
+
+/* The candidate of "json" parsed for the graph, found by its text; -1
+ * when it does not parse or was never seen. */
+static int lookup(const tuner_search *s, json_t *json)
+{
+	kgen_plan *plan = NULL;
+	char *text;
+	int index;
+
+	if (kgen_plan_from_json(s->graph, json, &plan, NULL) < 0)
+		return -1;
+	text = plan_text(s, plan);
+	kgen_plan_free(plan);
+	if (!text)
+		return -1;
+	index = find(s, text, text_hash(text));
+	free(text);
+	return index;
+}
+
+/* A candidate for known plan "plan", with genes when it is a genome: its
+ * values are in their domains and its genes decode to it. */
+static int add_known(tuner_search *s, const kgen_plan *plan, char *text,
+		     uint64_t hash)
+{
+	bool genome = encode(s, plan, s->genes);
+
+	if (genome) {
+		char *again;
+
+		decode(s, s->genes);
+		again = plan_text(s, s->plan);
+		genome = again && !strcmp(again, text);
+		free(again);
+	}
+	return add_candidate(s, text, hash, genome ? s->genes : NULL);
+}
+
+void tuner_search_know(tuner_search *s, json_t *json, double ms)
+{
+	kgen_plan *plan = NULL;
+	candidate *c;
+	char *text;
+	uint64_t hash;
+	int index;
+
+	if (kgen_plan_from_json(s->graph, json, &plan, NULL) < 0)
+		return;
+	if (!(text = plan_text(s, plan))) {
+		kgen_plan_free(plan);
+		return;
+	}
+	hash = text_hash(text);
+	if ((index = find(s, text, hash)) >= 0)
+		free(text);
+	else
+		index = add_known(s, plan, text, hash);
+	kgen_plan_free(plan);
+	if (index < 0)
+		return;
+	c = &s->cands[index];
+	ms = ms > 0 ? ms : INFINITY;
+	c->ms = isnan(c->ms) || ms < c->ms ? ms : c->ms;
+	s->best = c->ms < s->best ? c->ms : s->best;
+}
+
+void tuner_search_record(tuner_search *s, json_t *plan, double ms)
+{
+	int index = lookup(s, plan);
+	candidate *c;
+
+	if (index < 0 || !s->open || s->cands[index].generation != s->generations - 1)
+		return;
+	c = &s->cands[index];
+	s->measured += isnan(c->ms);
+	c->ms = ms > 0 ? ms : INFINITY;
+	s->best = c->ms < s->best ? c->ms : s->best;
+}
+
+int tuner_search_generations(const tuner_search *s)
+{
+	return s->generations;
+}
+
+int tuner_search_measured(const tuner_search *s)
+{
+	return s->measured;
+}
+
+int tuner_search_filtered(const tuner_search *s)
+{
+	return s->filtered;
+}
+
+double tuner_search_best(const tuner_search *s)
+{
+	return s->best;
+}
+
+json_t *tuner_search_best_plans(const tuner_search *s, int n)
+{
+	json_t *plans = json_array();
+	int *best, count = best_indices(s, false, &best);
+
+	if (count < 0 || !plans) {
+		json_decref(plans);
+		free(best);
+		return NULL;
+	}
+	for (int i = 0; i < count && i < n; i++)
+		json_array_append_new(plans, json_loads(s->cands[best[i]].text, 0, NULL));
+	free(best);
+	return plans;
+}
+
+void tuner_search_free(tuner_search *s)
+{
+	if (!s)
+		return;
+	for (int i = 0; i < s->ncands; i++) {
+		free(s->cands[i].text);
+		free(s->cands[i].genes);
+	}
+	free(s->cands);
+	free(s->slots);
+	free(s->pop);
+	free(s->next);
+	free(s->kernels);
+	free(s->domain);
+	free(s->defaults);
+	free(s->genes);
+	kgen_plan_free(s->plan);
+	free(s);
+}
