@@ -4,10 +4,10 @@
  *   tuning_curve [--backend cpu|cuda|auto] [--examples A,B,...] [--trials N]
  *                [--population N] [--seed S] [--png FILE] [--json FILE]
  *
- * For each example, the genetic search and then random search
- * (tuner/search.c, the same seed and population) run a generation at a
- * time, both from generation 0, the default plan, until N trials are spent
- * or the search has nothing new to propose. Each plan is measured as the
+ * For each example, the genetic search and random search (tuner/search.c,
+ * the same seed and population) run a generation of each in turn, both
+ * from generation 0, the default plan, until N trials are spent or the
+ * search has nothing new to propose. Each plan is measured as the
  * daemon measures it (daemon/runner.c): by a tuned-worker, racing against
  * the best so far, a failure counting as INFINITY. Each search gets a fresh
  * worker, so that neither reuses kernels the other compiled.
@@ -21,6 +21,7 @@
 #include <getopt.h>
 #include <glob.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,34 +240,47 @@ static double measure(tuner_worker *w, const bench_example *ex, json_t *plan,
 	return ms > 0 ? ms : INFINITY;
 }
 
-/* Measures one plan of the current generation and appends it to "cv". */
-static void run_trial(tuner_search *s, tuner_worker *w, const bench_example *ex,
-		      json_t *plan, double start, curve *cv)
+/* One search under way. "seconds" is its own time so far (proposals and
+ * trials), not counting the other search's generations in between. */
+typedef struct bench_search {
+	enum curve_kind kind;
+	tuner_search *s;
+	tuner_worker *w;
+	curve *cv;
+	double seconds;
+	bool over;
+} bench_search;
+
+/* Measures one plan of the current generation and appends it to the
+ * curve; "clock" is what turns now_s() into the search's own seconds. */
+static void run_trial(bench_search *bs, const bench_example *ex, json_t *plan,
+		      double clock)
 {
+	curve *cv = bs->cv;
 	double best = cv->n ? cv->points[cv->n - 1].best_ms : INFINITY;
-	double ms = measure(w, ex, plan, best);
+	double ms = measure(bs->w, ex, plan, best);
 	curve_point *p = &cv->points[cv->n++];
 
-	tuner_search_record(s, plan, ms);
-	p->seconds = now_s() - start;
+	tuner_search_record(bs->s, plan, ms);
+	p->seconds = now_s() + clock;
 	p->ms = ms;
 	p->best_ms = fmin(best, ms);
 }
 
-static void report_generation(const bench_example *ex, enum curve_kind kind,
-			      const tuner_search *s, size_t plans,
-			      const curve *cv, double start)
+static void report_generation(const bench_example *ex, const bench_search *bs,
+			      size_t plans)
 {
 	fprintf(stderr, "tuning_curve: %s %s: generation %d, %zu plans, "
-		"trial %d/%d, best %.4g ms, %.1f s\n", ex->name, kind_names[kind],
-		tuner_search_generations(s) - 1, plans, cv->n, ex->opt->trials,
-		cv->points[cv->n - 1].best_ms, now_s() - start);
+		"trial %d/%d, best %.4g ms, %.1f s\n", ex->name, kind_names[bs->kind],
+		tuner_search_generations(bs->s) - 1, plans, bs->cv->n,
+		ex->opt->trials, bs->cv->points[bs->cv->n - 1].best_ms, bs->seconds);
 }
 
-/* One search of "ex" until its budget is spent or it ends. It never ends
- * for a stall: stall_generations is the budget, so both searches get it
- * all unless they run out of new plans. */
-static int run_search(const bench_example *ex, enum curve_kind kind, curve *cv)
+/* A search of "ex" with a fresh worker. It never ends for a stall:
+ * stall_generations is the budget, so each search gets it all unless it
+ * runs out of new plans. */
+static int search_start(const bench_example *ex, enum curve_kind kind,
+			curve *cv, bench_search *bs)
 {
 	const bench_options *opt = ex->opt;
 	tuner_search_options so = {
@@ -274,25 +288,58 @@ static int run_search(const bench_example *ex, enum curve_kind kind, curve *cv)
 		.seed = opt->seed, .population = opt->population,
 		.stall_generations = opt->trials,
 	};
-	tuner_search *s = tuner_search_new(ex->graph, &so);
-	tuner_worker *w = worker_new(opt->backend);
+
+	*bs = (bench_search){.kind = kind, .cv = cv};
+	bs->s = tuner_search_new(ex->graph, &so);
+	bs->w = worker_new(opt->backend);
+	cv->points = calloc(opt->trials, sizeof(*cv->points));
+	return bs->s && bs->w && cv->points ? 0 : -ENOMEM;
+}
+
+/* One generation of "bs", measured; it is over when the budget is spent or
+ * the search has nothing new. */
+static void search_step(const bench_example *ex, bench_search *bs)
+{
 	double start = now_s();
-	json_t *generation, *plan;
+	json_t *generation = tuner_search_generation(bs->s), *plan;
 	size_t i;
 
-	cv->points = calloc(opt->trials, sizeof(*cv->points));
-	while (s && w && cv->points && cv->n < opt->trials &&
-	       (generation = tuner_search_generation(s))) {
-		json_array_foreach(generation, i, plan)
-			if (cv->n < opt->trials)
-				run_trial(s, w, ex, plan, start, cv);
-		if (json_array_size(generation))
-			report_generation(ex, kind, s, json_array_size(generation), cv, start);
-		json_decref(generation);
+	json_array_foreach(generation, i, plan)
+		if (bs->cv->n < ex->opt->trials)
+			run_trial(bs, ex, plan, bs->seconds - start);
+	bs->seconds += now_s() - start;
+	if (json_array_size(generation))
+		report_generation(ex, bs, json_array_size(generation));
+	bs->over = !generation || bs->cv->n == ex->opt->trials;
+	json_decref(generation);
+}
+
+static void search_finish(bench_search *bs)
+{
+	tuner_worker_free(bs->w);
+	tuner_search_free(bs->s);
+}
+
+/* Both searches of "ex", a generation of each in turn, so that a change in
+ * the machine's load (other work, thermal state) hits both alike. */
+static int run_searches(const bench_example *ex, curve_example *out)
+{
+	bench_search searches[CURVE_KINDS] = {0};
+	int rc = 0, running = CURVE_KINDS;
+
+	for (int k = 0; k < CURVE_KINDS && rc == 0; k++)
+		rc = search_start(ex, k, &out->curves[k], &searches[k]);
+	while (rc == 0 && running) {
+		running = 0;
+		for (int k = 0; k < CURVE_KINDS; k++)
+			if (!searches[k].over) {
+				search_step(ex, &searches[k]);
+				running += !searches[k].over;
+			}
 	}
-	tuner_worker_free(w);
-	tuner_search_free(s);
-	return s && w && cv->points ? 0 : -ENOMEM;
+	for (int k = 0; k < CURVE_KINDS; k++)
+		search_finish(&searches[k]);
+	return rc;
 }
 
 /* Both searches of the example at "path" into "out". */
@@ -312,8 +359,8 @@ static int run_example(const bench_options *opt, const char *path,
 	ex.text = text;
 	ex.graph = graph;
 	ex.limit_s = graph ? tuner_time_limit(graph, opt->backend) : 0;
-	for (int k = 0; k < CURVE_KINDS && rc == 0; k++)
-		rc = run_search(&ex, k, &out->curves[k]);
+	if (rc == 0)
+		rc = run_searches(&ex, out);
 	out->default_ms = out->curves[CURVE_GENETIC].n ?
 		out->curves[CURVE_GENETIC].points[0].ms : INFINITY;
 	sched_graph_free(graph);

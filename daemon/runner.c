@@ -641,6 +641,8 @@ static void retime(tuned_runner *r, tuner_worker *worker, runner_job *job)
 			best_spread = entry_ms(times, i + 1, "spread_ms");
 			winner = picked[i];
 		}
+	if (!(job->first_ms > 0) && version_ms > 0)
+		job->first_ms = version_ms; /* a resumed key's version */
 	if (winner >= 0 && version_ms > 0 &&
 	    best_ms < version_ms - fmax(NOISE * version_ms, best_spread + version_spread))
 		publish(r, job, &job->cands[winner], best_ms, best_spread);
@@ -650,6 +652,7 @@ static void retime(tuned_runner *r, tuner_worker *worker, runner_job *job)
 	job->retiming = false;
 	uv_cond_broadcast(&r->compile_wake);
 	next_generation(r, job);
+	activate_jobs(r);
 }
 
 /* The device's peaks, for the cost model; a failed probe leaves the
@@ -794,6 +797,7 @@ void tuned_runner_cancel(tuned_runner *r, int64_t id)
 		job->cancelled = true;
 		if (job->open)
 			drop_pending(r, job);
+		activate_jobs(r);
 	}
 	uv_mutex_unlock(&r->lock);
 }

@@ -402,7 +402,7 @@ Test(cpu, a_compile_error_through_prepare_comes_back_with_the_log)
 	remove_share(dir);
 }
 
-Test(cpu, the_probe_measures_plausible_peaks, .timeout = 60)
+Test(cpu, the_probe_measures_plausible_peaks)
 {
 	bench b = {0};
 	kgen_peaks peaks;
@@ -417,7 +417,5 @@ Test(cpu, the_probe_measures_plausible_peaks, .timeout = 60)
 	cr_expect(peaks.launch_ms > 0 && peaks.launch_ms < 100, "%g ms",
 		  peaks.launch_ms);
 	cr_expect_eq(peaks.cores, sysconf(_SC_NPROCESSORS_ONLN));
-	cr_log_info("probe: %.1f GB/s, %.1f GFLOP/s, %.4f ms launch, %d cores",
-		    peaks.bandwidth_gbs, peaks.gflops, peaks.launch_ms, peaks.cores);
 	close_bench(&b);
 }
