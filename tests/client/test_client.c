@@ -318,6 +318,19 @@ static void record(fake *f, proto_request *req)
 	pthread_mutex_unlock(&f->lock);
 }
 
+/* Closes the connection as a daemon going away does: no more replies,
+ * and what the client still sends is read, so that the close reaches it
+ * as the end of the stream after every line sent, not as a reset. */
+static void drain(int fd)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	char buf[4096];
+
+	shutdown(fd, SHUT_WR);
+	while (poll(&p, 1, 2000) > 0 && read(fd, buf, sizeof(buf)) > 0)
+		;
+}
+
 /* Serves one connection until the client closes it or a handler ends it. */
 static void serve_connection(fake *f, int fd)
 {
@@ -349,6 +362,8 @@ static void serve_connection(fake *f, int fd)
 		}
 	}
 	proto_framer_free(framer);
+	if (!open)
+		drain(fd);
 }
 
 static void *serve(void *arg)
