@@ -57,7 +57,7 @@ static int write_chunk(FILE *f, const char type[4], const uint8_t *data,
 	put_be32(head, len);
 	memcpy(head + 4, type, 4);
 	put_be32(tail, crc32_update(crc32_update(0, head + 4, 4), data, len));
-	if (fwrite(head, 1, 8, f) != 8 || fwrite(data, 1, len, f) != len ||
+	if (fwrite(head, 1, 8, f) != 8 || (len && fwrite(data, 1, len, f) != len) ||
 	    fwrite(tail, 1, 4, f) != 4)
 		return -EIO;
 	return 0;

@@ -270,7 +270,7 @@ Test(search, a_resubmitted_key_resumes_without_measuring_twice, .timeout = 600)
 {
 	fixture f;
 	conn c;
-	json_t *first, *second, *stats;
+	json_t *first, *second, *stats, *pipeline;
 
 	fixture_init(&f);
 	fixture_start(&f, NULL);
@@ -281,11 +281,12 @@ Test(search, a_resubmitted_key_resumes_without_measuring_twice, .timeout = 600)
 	expect_distinct_trials(f.cache, 24);
 	cr_expect_geq(json_integer_value(json_object_get(json_object_get(
 		result_of(second), "progress"), "version")), 1);
-	stats = result_of(conn_call(&c, "stats", NULL));
-	cr_expect_gt(json_number_value(json_object_get(json_object_get(stats, "pipeline"),
-						       "device_busy_s")), 0);
-	cr_expect(json_is_object(json_object_get(json_object_get(stats, "pipeline"), "peaks")),
+	stats = conn_call(&c, "stats", NULL);
+	pipeline = json_object_get(result_of(stats), "pipeline");
+	cr_expect_gt(json_number_value(json_object_get(pipeline, "device_busy_s")), 0);
+	cr_expect(json_is_object(json_object_get(pipeline, "peaks")),
 		  "the device was not probed");
+	json_decref(stats);
 	json_decref(first);
 	json_decref(second);
 	conn_close(&c);
