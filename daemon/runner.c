@@ -35,12 +35,15 @@
 /* A candidate whose first run is this many times slower than the best is
  * not timed further (tuner/measure.c, cutoff_ms). */
 #define CUTOFF 3.0
-/* A new version must beat the old by this much at least, or by the
- * measured spread when that is larger. */
+/* A new version's median must beat the old by this much at least. */
 #define NOISE 0.03
 /* Candidates of a generation re-timed against the version. */
 #define CHALLENGERS 2
-#define RETIME_ROUNDS 5
+#define RETIME_ROUNDS 7
+#define ROUNDS_TO_WIN 6
+/* How long a trial times each kernel and the whole plan, at least 3 runs:
+ * a trial only ranks candidates; versions are decided by the re-timing. */
+#define TRIAL_TIMING_MS 100.0
 #define COMPILE_LIMIT_S 120
 #define PROBE_LIMIT_S 120
 
@@ -329,7 +332,7 @@ static void end_generation(tuned_runner *r, runner_job *job)
 		publish(r, job, &job->cands[best], job->cands[best].ms,
 			json_number_value(json_object_get(job->cands[best].answer,
 							  "total_spread_ms")));
-	} else if (job->incumbent && !expired(r, job) &&
+	} else if (job->incumbent && !job->cancelled && !r->stopping &&
 		   best_candidate(job, than, NULL, 0) >= 0) {
 		job->retiming = true;
 		uv_cond_signal(&r->measure_wake);
@@ -570,8 +573,9 @@ static void measure_one(tuned_runner *r, tuner_worker *worker, runner_job *job,
 			candidate *c)
 {
 	double best = tuner_search_best(job->search);
-	json_t *request = json_pack("{s:s, s:O, s:i}", "graph", job->graph_text,
-				    "plan", c->plan, "seed", job->trials + 1);
+	json_t *request = json_pack("{s:s, s:O, s:i, s:{s:f}}", "graph", job->graph_text,
+				    "plan", c->plan, "seed", job->trials + 1,
+				    "timing", "budget_ms", TRIAL_TIMING_MS);
 	tuner_reply reply = {0};
 	uint64_t started = uv_hrtime();
 	bool ok;
@@ -617,9 +621,25 @@ static double entry_ms(const json_t *times, int i, const char *field)
 	return json_number_value(json_object_get(json_array_get(times, i), field));
 }
 
-/* Re-times the generation's best side by side with the version; the
- * fastest is published if it beats the version by more than the noise: 3%,
- * or the two spreads when they are wider. */
+/* How many rounds "challenger" (entry c of "times") was faster than the
+ * version (entry 0) in. */
+static int rounds_won(const json_t *times, int c)
+{
+	const json_t *mine = json_object_get(json_array_get(times, c), "rounds_ms");
+	const json_t *theirs = json_object_get(json_array_get(times, 0), "rounds_ms");
+	int won = 0;
+
+	for (size_t i = 0; i < json_array_size(mine) && i < json_array_size(theirs); i++)
+		won += json_number_value(json_array_get(mine, i)) <
+		       json_number_value(json_array_get(theirs, i));
+	return won;
+}
+
+/* Re-times the generation's best side by side with the version. The
+ * fastest challenger is published only if it beats the version in at
+ * least ROUNDS_TO_WIN of the rounds (a sign test: by chance 6% of the
+ * time) and its median by the noise (3%): load that drifts during the
+ * re-timing hits both alike, round by round. */
 static void retime(tuned_runner *r, tuner_worker *worker, runner_job *job)
 {
 	int picked[CHALLENGERS], npicked = 0, winner = -1;
@@ -627,25 +647,24 @@ static void retime(tuned_runner *r, tuner_worker *worker, runner_job *job)
 	tuner_reply reply = {0};
 	uint64_t started = uv_hrtime();
 	const json_t *times;
-	double version_ms, version_spread, best_ms = INFINITY, best_spread = 0;
+	double version_ms, best_ms = INFINITY;
 
 	ask(r, worker, request, job->limit_s * (npicked + 1), &reply);
 	r->busy_ns += uv_hrtime() - started;
 	times = json_object_get(reply.answer, "times");
 	version_ms = entry_ms(times, 0, "median_ms");
-	version_spread = entry_ms(times, 0, "spread_ms");
 	for (int i = 0; i < npicked; i++)
 		if (entry_ms(times, i + 1, "median_ms") > 0 &&
-		    entry_ms(times, i + 1, "median_ms") < best_ms) {
+		    entry_ms(times, i + 1, "median_ms") < best_ms &&
+		    rounds_won(times, i + 1) >= ROUNDS_TO_WIN) {
 			best_ms = entry_ms(times, i + 1, "median_ms");
-			best_spread = entry_ms(times, i + 1, "spread_ms");
-			winner = picked[i];
+			winner = i;
 		}
 	if (!(job->first_ms > 0) && version_ms > 0)
 		job->first_ms = version_ms; /* a resumed key's version */
-	if (winner >= 0 && version_ms > 0 &&
-	    best_ms < version_ms - fmax(NOISE * version_ms, best_spread + version_spread))
-		publish(r, job, &job->cands[winner], best_ms, best_spread);
+	if (winner >= 0 && version_ms > 0 && best_ms < version_ms * (1 - NOISE))
+		publish(r, job, &job->cands[picked[winner]], best_ms,
+			entry_ms(times, winner + 1, "spread_ms"));
 	else if (version_ms > 0)
 		job->version_ms = version_ms;
 	json_decref(reply.answer);

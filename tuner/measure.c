@@ -423,15 +423,23 @@ static int compare_ms(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* {"median_ms", "spread_ms" (largest minus smallest), "runs"}, or
+/* {"median_ms", "spread_ms" (largest minus smallest), "runs", "rounds_ms"
+ * (each round's time, in round order, for paired comparisons)}, or
  * {"error"}. */
 static json_t *retime_json(retimed *r)
 {
-	if (r->error[0])
+	json_t *rounds = json_array();
+
+	if (r->error[0]) {
+		json_decref(rounds);
 		return json_pack("{s:s}", "error", r->error);
+	}
+	for (int i = 0; i < r->runs; i++)
+		json_array_append_new(rounds, json_real(r->ms[i]));
 	qsort(r->ms, r->runs, sizeof(double), compare_ms);
-	return json_pack("{s:f, s:f, s:i}", "median_ms", r->ms[r->runs / 2],
-			 "spread_ms", r->ms[r->runs - 1] - r->ms[0], "runs", r->runs);
+	return json_pack("{s:f, s:f, s:i, s:o}", "median_ms", r->ms[r->runs / 2],
+			 "spread_ms", r->ms[r->runs - 1] - r->ms[0], "runs", r->runs,
+			 "rounds_ms", rounds);
 }
 
 /* Times every plan of "list" in "rounds" rounds. */

@@ -258,6 +258,8 @@ Test(measure, retime_times_plans_side_by_side)
 			     "plan %d", i);
 		cr_expect_geq(json_real_value(json_object_get(t, "spread_ms")), 0);
 		cr_expect_eq(json_integer_value(json_object_get(t, "runs")), 3);
+		cr_expect_eq(json_array_size(json_object_get(t, "rounds_ms")), 3,
+			     "each round's time, for comparing round by round");
 	}
 	cr_expect_not_null(json_object_get(json_array_get(times, 2), "error"));
 	json_decref(reply.answer);
