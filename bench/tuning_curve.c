@@ -36,6 +36,7 @@
 /* A candidate whose first run is this many times slower than the best is
  * not timed further, as in the daemon (daemon/runner.c). */
 #define CUTOFF 3.0
+#define TRIAL_TIMING_MS 100.0 /* as daemon/runner.c times a trial */
 
 static const char usage[] =
 	"usage: tuning_curve [--backend cpu|cuda|auto] [--examples A,B,...]\n"
@@ -223,8 +224,9 @@ static int describe_device(const char *backend)
 static double measure(tuner_worker *w, const bench_example *ex, json_t *plan,
 		      double best_ms)
 {
-	json_t *request = json_pack("{s:s, s:O, s:i}", "graph", ex->text,
-				    "plan", plan, "seed", 1);
+	json_t *request = json_pack("{s:s, s:O, s:i, s:{s:f}}", "graph", ex->text,
+				    "plan", plan, "seed", 1, "timing", "budget_ms",
+				    TRIAL_TIMING_MS);
 	tuner_reply reply = {0};
 	const char *kind;
 	double ms = INFINITY;

@@ -271,13 +271,15 @@ static const char *plural(long long n)
 	return n == 1 ? "" : "s";
 }
 
-/* "gen 3: 96 trials, 2 compile failures, 5 filtered, best 1.234 ms
- * (1.42x over the first version)", from a generation event's data. */
+/* "gen 3: 96 trials, 2 compile failures, 5 filtered, best trial 1.198 ms,
+ * version 1.234 ms (1.42x over the first version)", from a generation
+ * event's data. */
 static void generation_text(json_t *data, char *out, size_t size)
 {
 	long long trials = integer(data, "trials");
 	long long failures = integer(data, "compile_failures");
 	double best = num(data, "best_ms"), gain = num(data, "gain");
+	double version = num(data, "version_ms");
 
 	snprintf(out, size, "gen %lld: %lld trial%s, %lld compile failure%s, "
 		 "%lld filtered", integer(data, "generation"), trials,
@@ -286,7 +288,9 @@ static void generation_text(json_t *data, char *out, size_t size)
 	if (isnan(best))
 		append(out, size, ", nothing timed yet");
 	else
-		append(out, size, ", best %.*f ms", ms_decimals(best), best);
+		append(out, size, ", best trial %.*f ms", ms_decimals(best), best);
+	if (!isnan(version))
+		append(out, size, ", version %.*f ms", ms_decimals(version), version);
 	if (!isnan(gain))
 		append(out, size, " (%.2fx over the first version)", gain);
 }

@@ -122,14 +122,24 @@ static void on_trial(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 	free(plan);
 }
 
+/* The generation event; the log says what its re-timing found. */
 static void on_generation(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 {
 	json_t *data = json_deep_copy(r->data);
+	json_t *retimed = json_object_get(data, "retimed");
 
 	json_object_set_new(data, "key", json_string(job->key));
-	tuned_log(TUNED_DEBUG, "job %lld: generation %lld, %d trials", (long long)job->id,
-		  (long long)json_integer_value(json_object_get(data, "generation")),
-		  job->trials);
+	if (json_is_object(retimed))
+		tuned_log(TUNED_INFO, "job %lld: generation %lld re-timed: version %.4g ms, "
+			  "challenger %.4g ms, faster in %lld of %lld rounds: %s",
+			  (long long)job->id,
+			  (long long)json_integer_value(json_object_get(data, "generation")),
+			  json_number_value(json_object_get(retimed, "version_ms")),
+			  json_number_value(json_object_get(retimed, "challenger_ms")),
+			  (long long)json_integer_value(json_object_get(retimed, "rounds_won")),
+			  (long long)json_integer_value(json_object_get(retimed, "rounds")),
+			  json_is_true(json_object_get(retimed, "published")) ?
+				  "published" : "kept the version");
 	tuned_broadcast(d, job->key, PROTO_EVENT_GENERATION, data);
 }
 

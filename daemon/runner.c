@@ -70,6 +70,7 @@ typedef struct runner_job {
 	uint64_t deadline;
 	int trials, generation, compile_failures, filtered;
 	double first_ms, version_ms;
+	json_t *retimed;  /* what the last re-timing found, for the event */
 	candidate *cands;
 	int ncands, open;
 	struct runner_job *next;
@@ -173,6 +174,7 @@ static void job_free(runner_job *job)
 	sched_graph_free(job->graph);
 	json_decref(job->known);
 	json_decref(job->incumbent);
+	json_decref(job->retimed);
 	free(job->graph_text);
 	free(job);
 }
@@ -256,19 +258,22 @@ static void set_candidates(runner_job *job, json_t *plans)
 	}
 }
 
-/* The counters of the generation just ended, for the generation event. */
+/* The counters of the generation just ended, for the generation event:
+ * the best trial, and the gain of the version over the first. */
 static json_t *generation_data(const runner_job *job)
 {
 	double best = tuner_search_best(job->search);
 
-	return json_pack("{s:I, s:i, s:i, s:i, s:i, s:o, s:o, s:o}",
+	return json_pack("{s:I, s:i, s:i, s:i, s:i, s:o, s:o, s:o, s:o, s:o}",
 			 "job", (json_int_t)job->id, "generation", job->generation - 1,
 			 "trials", job->trials, "compile_failures", job->compile_failures,
 			 "filtered", job->filtered,
 			 "best_ms", isfinite(best) ? json_real(best) : json_null(),
 			 "first_ms", job->first_ms > 0 ? json_real(job->first_ms) : json_null(),
-			 "gain", job->first_ms > 0 && isfinite(best) ?
-				 json_real(job->first_ms / best) : json_null());
+			 "version_ms", job->version_ms > 0 ? json_real(job->version_ms) : json_null(),
+			 "gain", job->first_ms > 0 && job->version_ms > 0 ?
+				 json_real(job->first_ms / job->version_ms) : json_null(),
+			 "retimed", job->retimed ? json_incref(job->retimed) : json_null());
 }
 
 /* A candidate becomes the key's version. */
@@ -316,6 +321,8 @@ static void next_generation(tuned_runner *r, runner_job *job)
 
 	if (event)
 		event->data = generation_data(job);
+	json_decref(job->retimed);
+	job->retimed = NULL;
 	push_result(r, event);
 	start_generation(r, job);
 }
@@ -568,13 +575,15 @@ static void compile_thread(worker_thread *t)
 	uv_mutex_unlock(&r->lock);
 }
 
-/* Verifies and times one compiled candidate. */
+/* Verifies and times one compiled candidate. Every candidate of a job is
+ * verified on the same inputs (the job's id seeds them), so that the
+ * worker computes the reference once (kernels/verify.c). */
 static void measure_one(tuned_runner *r, tuner_worker *worker, runner_job *job,
 			candidate *c)
 {
 	double best = tuner_search_best(job->search);
-	json_t *request = json_pack("{s:s, s:O, s:i, s:{s:f}}", "graph", job->graph_text,
-				    "plan", c->plan, "seed", job->trials + 1,
+	json_t *request = json_pack("{s:s, s:O, s:I, s:{s:f}}", "graph", job->graph_text,
+				    "plan", c->plan, "seed", (json_int_t)job->id,
 				    "timing", "budget_ms", TRIAL_TIMING_MS);
 	tuner_reply reply = {0};
 	uint64_t started = uv_hrtime();
@@ -611,9 +620,9 @@ static json_t *retime_request(runner_job *job, int *picked, int *npicked)
 		picked[(*npicked)++] = i;
 		json_array_append(plans, job->cands[i].plan);
 	}
-	return json_pack("{s:s, s:s, s:o, s:i, s:i}", "op", "retime", "graph",
-			 job->graph_text, "plans", plans, "seed", 1, "rounds",
-			 RETIME_ROUNDS);
+	return json_pack("{s:s, s:s, s:o, s:I, s:i}", "op", "retime", "graph",
+			 job->graph_text, "plans", plans, "seed", (json_int_t)job->id,
+			 "rounds", RETIME_ROUNDS);
 }
 
 static double entry_ms(const json_t *times, int i, const char *field)
@@ -648,6 +657,7 @@ static void retime(tuned_runner *r, tuner_worker *worker, runner_job *job)
 	uint64_t started = uv_hrtime();
 	const json_t *times;
 	double version_ms, best_ms = INFINITY;
+	bool published;
 
 	ask(r, worker, request, job->limit_s * (npicked + 1), &reply);
 	r->busy_ns += uv_hrtime() - started;
@@ -662,7 +672,13 @@ static void retime(tuned_runner *r, tuner_worker *worker, runner_job *job)
 		}
 	if (!(job->first_ms > 0) && version_ms > 0)
 		job->first_ms = version_ms; /* a resumed key's version */
-	if (winner >= 0 && version_ms > 0 && best_ms < version_ms * (1 - NOISE))
+	published = winner >= 0 && version_ms > 0 && best_ms < version_ms * (1 - NOISE);
+	job->retimed = json_pack("{s:o, s:o, s:i, s:i, s:b}",
+		"version_ms", version_ms > 0 ? json_real(version_ms) : json_null(),
+		"challenger_ms", winner >= 0 ? json_real(best_ms) : json_null(),
+		"rounds_won", winner >= 0 ? rounds_won(times, winner + 1) : 0,
+		"rounds", RETIME_ROUNDS, "published", published);
+	if (published)
 		publish(r, job, &job->cands[picked[winner]], best_ms,
 			entry_ms(times, winner + 1, "spread_ms"));
 	else if (version_ms > 0)

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -277,11 +278,28 @@ static void cpu_unload(kgen_backend *backend, void *module)
 	m->users--;
 }
 
+/* Tensors of 2 MiB and more are asked to live on huge pages from the
+ * start: otherwise the kernel may make them huge later, in the
+ * background, and a kernel timed after that runs faster than the same
+ * kernel timed before (twice as fast, on the VM this was written on), a
+ * drift that would pass for a better schedule. */
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static void *aligned_buffer(size_t bytes)
+{
+	size_t align = bytes >= HUGE_PAGE ? HUGE_PAGE : 64;
+	void *buffer = aligned_alloc(align, (bytes + align - 1) / align * align);
+
+	if (buffer && align == HUGE_PAGE)
+		madvise(buffer, (bytes + align - 1) / align * align, MADV_HUGEPAGE);
+	return buffer;
+}
+
 static int cpu_alloc(kgen_backend *backend, size_t bytes, void **buffer,
 		     kgen_error *err)
 {
 	(void)backend;
-	if (!(*buffer = aligned_alloc(64, (bytes + 63) / 64 * 64)))
+	if (!(*buffer = aligned_buffer(bytes)))
 		return kgen_fail(err, KGEN_ENOMEM, "cannot allocate %zu bytes", bytes);
 	return KGEN_OK;
 }
@@ -468,11 +486,13 @@ int kgen_cpu_open(kgen_backend *backend, kgen_error *err)
 	remove_stale_dirs();
 	snprintf(cpu->dir, sizeof(cpu->dir), "/tmp/tuned-cpu-%d-XXXXXX", (int)getpid());
 	cpu->flush_bytes = flush_size();
-	if (!mkdtemp(cpu->dir) || !(cpu->flush = calloc(1, cpu->flush_bytes))) {
+	if (!mkdtemp(cpu->dir) || !(cpu->flush = aligned_buffer(cpu->flush_bytes))) {
+		free(cpu->flush);
 		free(cpu);
 		return kgen_fail(err, KGEN_EBACKEND, "cannot make a work folder "
 				 "in /tmp: %s", strerror(errno));
 	}
+	memset(cpu->flush, 0, cpu->flush_bytes);
 	pin_openmp_runtime();
 	backend->ops = &cpu_ops;
 	backend->state = cpu;

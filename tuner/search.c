@@ -10,11 +10,13 @@
  * plan kgen accepts.
  *
  * Every plan the search has seen (proposed, known from earlier trials, or
- * dropped by the cost model) is a candidate, found by its text in a hash
- * set, so no plan is proposed twice however many genomes repair to it.
+ * dropped by the cost model) is a candidate, found by its identity in a
+ * hash set (its text; on the cpu, its C code), so no plan is proposed
+ * twice however many genomes repair to it.
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,7 +46,8 @@ typedef struct kernel_space {
  * never measured). */
 typedef struct candidate {
 	char *text;     /* compact JSON with sorted keys */
-	uint64_t hash;  /* of text */
+	char *code;     /* cpu: the SHA-256 of its C code, its identity; else NULL */
+	uint64_t hash;  /* of its identity: code, or else text */
 	int *genes;     /* NULL when the plan is no genome's */
 	double ms;      /* NAN: not measured; INFINITY: failed */
 	int generation; /* the generation that proposed it, or -1 */
@@ -98,16 +101,18 @@ static void add_choice(int64_t *values, int *n, int64_t value)
 
 /* Tiles of a dim: the powers of two up to 256 (and the extent), the
  * extent itself when at most 256 (an exactly-sized tile), the default;
- * threads: the powers of two up to 256 and the default. */
+ * threads: the powers of two up to 256 and the default on cuda, the
+ * default alone on the cpu, whose code has no threads per block (a gene
+ * that changes no code would only measure the same kernel again). */
 static void dim_choices(kernel_space *ks, int d, int64_t extent,
-			const kgen_schedule *def)
+			const kgen_schedule *def, bool cuda)
 {
 	for (int64_t t = 1; t <= extent && t <= 256; t *= 2)
 		add_choice(ks->tiles[d], &ks->ntiles[d], t);
 	if (extent <= 256)
 		add_choice(ks->tiles[d], &ks->ntiles[d], extent);
 	add_choice(ks->tiles[d], &ks->ntiles[d], def->tile[d]);
-	for (int64_t t = 1; t <= 256; t *= 2)
+	for (int64_t t = 1; cuda && t <= 256; t *= 2)
 		add_choice(ks->threads[d], &ks->nthreads[d], t);
 	add_choice(ks->threads[d], &ks->nthreads[d], def->threads[d]);
 }
@@ -126,14 +131,15 @@ static int kernel_genes(tuner_search *s, int k, int first)
 	ks->reduces = op->reducer != SCHED_RED_NONE;
 	ks->first_gene = first;
 	for (int d = 0; d < r; d++) {
-		dim_choices(ks, d, t->shape[d], &kernel->schedule);
+		dim_choices(ks, d, t->shape[d], &kernel->schedule, s->o.cuda);
 		s->domain[first + d] = ks->ntiles[d];
 		s->domain[first + r + d] = ks->nthreads[d];
 	}
 	s->domain[first + 2 * r] = r + 1;
 	s->domain[first + 2 * r + 1] = 4;
 	s->domain[first + 2 * r + 2] = 4;
-	s->domain[first + 2 * r + 3] = ks->reduces ? 3 : 1;
+	/* the split of a reduction among threads: cuda only */
+	s->domain[first + 2 * r + 3] = ks->reduces && s->o.cuda ? 3 : 1;
 	return first + 2 * r + 4;
 }
 
@@ -265,6 +271,36 @@ static char *plan_text(const tuner_search *s, const kgen_plan *plan)
 	return text;
 }
 
+/* On the cpu, plans are the same candidate when they print the same C:
+ * some genes change no code there (unroll without a reduction, a vector
+ * wider than the tile...), and a plan measured is never measured again.
+ * The SHA-256 of every kernel's source, or NULL on cuda (the plan's text
+ * is its identity there) or when out of memory. */
+static char *plan_code(const tuner_search *s, const kgen_plan *plan)
+{
+	char *all = NULL, *key = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	if (s->o.cuda || !(f = open_memstream(&all, &len)))
+		return NULL;
+	for (int k = 0; k < plan->nkernels; k++) {
+		char *source = kgen_print_c(s->graph, plan, k);
+
+		fputs(source ? source : "", f);
+		free(source);
+	}
+	if (fclose(f) == 0 && (key = malloc(SCHED_KEY_HEX + 1)))
+		sched_sha256_hex(all, len, key);
+	free(all);
+	return key;
+}
+
+static const char *identity(const candidate *c)
+{
+	return c->code ? c->code : c->text;
+}
+
 /* FNV-1a. */
 static uint64_t text_hash(const char *text)
 {
@@ -275,20 +311,21 @@ static uint64_t text_hash(const char *text)
 	return h;
 }
 
-/* The slot of "text" in the hash set, or the empty slot where it would go. */
-static int slot_of(const tuner_search *s, const char *text, uint64_t hash)
+/* The slot of identity "id" in the hash set, or the empty slot where it
+ * would go. */
+static int slot_of(const tuner_search *s, const char *id, uint64_t hash)
 {
 	int mask = s->capslots - 1, i = (int)(hash & (uint64_t)mask);
 
 	while (s->slots[i] >= 0 && (s->cands[s->slots[i]].hash != hash ||
-				    strcmp(s->cands[s->slots[i]].text, text)))
+				    strcmp(identity(&s->cands[s->slots[i]]), id)))
 		i = (i + 1) & mask;
 	return i;
 }
 
-static int find(const tuner_search *s, const char *text, uint64_t hash)
+static int find(const tuner_search *s, const char *id, uint64_t hash)
 {
-	return s->slots[slot_of(s, text, hash)];
+	return s->slots[slot_of(s, id, hash)];
 }
 
 /* Doubles the hash set (kept at most half full) and re-inserts. */
@@ -304,13 +341,14 @@ static int grow_slots(tuner_search *s)
 	s->capslots = cap;
 	memset(slots, 0xff, cap * sizeof(int));
 	for (int i = 0; i < s->ncands; i++)
-		s->slots[slot_of(s, s->cands[i].text, s->cands[i].hash)] = i;
+		s->slots[slot_of(s, identity(&s->cands[i]), s->cands[i].hash)] = i;
 	return 0;
 }
 
-/* A new candidate for "text" (taken) with a copy of "genes" (may be NULL);
- * its index, or -1 when out of memory. */
-static int add_candidate(tuner_search *s, char *text, uint64_t hash,
+/* A new candidate for "text" and "code" (both taken; code may be NULL)
+ * with a copy of "genes" (may be NULL); its index, or -1 when out of
+ * memory. */
+static int add_candidate(tuner_search *s, char *text, char *code, uint64_t hash,
 			 const int *genes)
 {
 	size_t bytes = s->ngenes * sizeof(int);
@@ -328,15 +366,16 @@ static int add_candidate(tuner_search *s, char *text, uint64_t hash,
 	if (2 * (s->ncands + 1) > s->capslots && grow_slots(s) < 0)
 		goto fail;
 	c = &s->cands[s->ncands];
-	*c = (candidate){text, hash, NULL, NAN, -1};
+	*c = (candidate){text, code, hash, NULL, NAN, -1};
 	if (genes && !(c->genes = malloc(bytes)))
 		goto fail;
 	if (genes)
 		memcpy(c->genes, genes, bytes);
-	s->slots[slot_of(s, text, hash)] = s->ncands;
+	s->slots[slot_of(s, identity(c), hash)] = s->ncands;
 	return s->ncands++;
 fail:
 	free(text);
+	free(code);
 	return -1;
 }
 
@@ -354,7 +393,7 @@ static bool too_slow(const tuner_search *s)
  * candidate, or -1 when not proposed. */
 static int propose(tuner_search *s, const int *genes, json_t *out)
 {
-	char *text;
+	char *text, *code;
 	uint64_t hash;
 	bool drop;
 	int index;
@@ -362,13 +401,15 @@ static int propose(tuner_search *s, const int *genes, json_t *out)
 	decode(s, genes);
 	if (!(text = plan_text(s, s->plan)))
 		return -1;
-	hash = text_hash(text);
-	if (find(s, text, hash) >= 0) {
+	code = plan_code(s, s->plan);
+	hash = text_hash(code ? code : text);
+	if (find(s, code ? code : text, hash) >= 0) {
 		free(text);
+		free(code);
 		return -1;
 	}
 	drop = too_slow(s);
-	index = add_candidate(s, text, hash, drop ? NULL : genes);
+	index = add_candidate(s, text, code, hash, drop ? NULL : genes);
 	if (index < 0 || drop) {
 		s->filtered += drop;
 		return -1;
@@ -637,24 +678,25 @@ tuner_search *tuner_search_new(const sched_graph *graph,
 static int lookup(const tuner_search *s, json_t *json)
 {
 	kgen_plan *plan = NULL;
-	char *text;
+	char *id;
 	int index;
 
 	if (kgen_plan_from_json(s->graph, json, &plan, NULL) < 0)
 		return -1;
-	text = plan_text(s, plan);
+	if (!(id = plan_code(s, plan)))
+		id = plan_text(s, plan);
 	kgen_plan_free(plan);
-	if (!text)
+	if (!id)
 		return -1;
-	index = find(s, text, text_hash(text));
-	free(text);
+	index = find(s, id, text_hash(id));
+	free(id);
 	return index;
 }
 
 /* A candidate for known plan "plan", with genes when it is a genome: its
  * values are in their domains and its genes decode to it. */
 static int add_known(tuner_search *s, const kgen_plan *plan, char *text,
-		     uint64_t hash)
+		     char *code, uint64_t hash)
 {
 	bool genome = encode(s, plan, s->genes);
 
@@ -666,14 +708,14 @@ static int add_known(tuner_search *s, const kgen_plan *plan, char *text,
 		genome = again && !strcmp(again, text);
 		free(again);
 	}
-	return add_candidate(s, text, hash, genome ? s->genes : NULL);
+	return add_candidate(s, text, code, hash, genome ? s->genes : NULL);
 }
 
 void tuner_search_know(tuner_search *s, json_t *json, double ms)
 {
 	kgen_plan *plan = NULL;
 	candidate *c;
-	char *text;
+	char *text, *code;
 	uint64_t hash;
 	int index;
 
@@ -683,11 +725,14 @@ void tuner_search_know(tuner_search *s, json_t *json, double ms)
 		kgen_plan_free(plan);
 		return;
 	}
-	hash = text_hash(text);
-	if ((index = find(s, text, hash)) >= 0)
+	code = plan_code(s, plan);
+	hash = text_hash(code ? code : text);
+	if ((index = find(s, code ? code : text, hash)) >= 0) {
 		free(text);
-	else
-		index = add_known(s, plan, text, hash);
+		free(code);
+	} else {
+		index = add_known(s, plan, text, code, hash);
+	}
 	kgen_plan_free(plan);
 	if (index < 0)
 		return;
@@ -752,6 +797,7 @@ void tuner_search_free(tuner_search *s)
 		return;
 	for (int i = 0; i < s->ncands; i++) {
 		free(s->cands[i].text);
+		free(s->cands[i].code);
 		free(s->cands[i].genes);
 	}
 	free(s->cands);

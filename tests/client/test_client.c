@@ -197,10 +197,10 @@ static void send_script(fake *f, int fd, bool jobs)
 		"device", f->device, "median_ms", 1.201, "spread_ms", 0.01,
 		"job", 7));
 	send_event(f, fd, PROTO_EVENT_GENERATION, json_pack(
-		"{s:i, s:s, s:i, s:i, s:i, s:i, s:f, s:f, s:f}", "job", 7,
+		"{s:i, s:s, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f}", "job", 7,
 		"key", KEY, "generation", 2, "trials", 96, "compile_failures", 2,
-		"filtered", 5, "best_ms", 1.234, "first_ms", 1.75, "gain",
-		1.75 / 1.234));
+		"filtered", 5, "best_ms", 1.198, "first_ms", 1.75, "version_ms",
+		1.234, "gain", 1.75 / 1.234));
 	if (jobs && !f->script_close)
 		send_event(f, fd, PROTO_EVENT_JOB, end);
 	else
@@ -1330,8 +1330,8 @@ Test(tunectl, watch_a_job_until_done_prints_each_event)
 		"gen 1: 32 trials, 1 compile failure, 0 filtered, nothing timed "
 		"yet\n",
 		"version 3: 1.201 ms \u00b1 0.010\n",
-		"gen 2: 96 trials, 2 compile failures, 5 filtered, best 1.234 ms "
-		"(1.42x over the first version)\n",
+		"gen 2: 96 trials, 2 compile failures, 5 filtered, best trial "
+		"1.198 ms, version 1.234 ms (1.42x over the first version)\n",
 		"job 7: done\n", NULL});
 	fake_stop(f);
 }
@@ -1500,7 +1500,7 @@ Test(tunectl, submit_wait_shows_the_generations)
 		"job 7: gen 1: 32 trials, 1 compile failure, 0 filtered, "
 		"nothing timed yet\n",
 		"job 7 done",
-		"  gen 2: 96 trials, 2 compile failures, 5 filtered, best "
-		"1.234 ms (1.42x over the first version)\n", NULL});
+		"  gen 2: 96 trials, 2 compile failures, 5 filtered, best trial "
+		"1.198 ms, version 1.234 ms (1.42x over the first version)\n", NULL});
 	fake_stop(f);
 }

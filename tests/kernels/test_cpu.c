@@ -160,6 +160,28 @@ Test(cpu, a_wrong_kernel_is_caught)
 	close_bench(&b);
 }
 
+/* The reference of the last graph and seed is kept for the next
+ * verification: a wrong kernel after a right one is still caught, on the
+ * same seed and on another. */
+Test(cpu, a_kept_reference_still_catches_a_wrong_kernel)
+{
+	bench b = planted("void k0_y(void **t)\n{ float *x = t[0], *y = t[1];\n"
+			  "for (int i = 0; i < 100; i++) y[i] = x[i] * 2 + 1; }\n");
+	const char *wrong[] = {"void k0_y(void **t)\n{ float *x = t[0], *y = t[1];\n"
+			       "for (int i = 0; i < 100; i++) y[i] = x[i] * 2 + 1.25f; }\n"};
+	kgen_program *second = NULL;
+
+	cr_assert_eq(b.err.code, KGEN_OK, "%s", b.err.message);
+	cr_assert_eq(kgen_program_build(b.backend, b.graph, b.plan, wrong, &second,
+					&b.err), KGEN_OK, "%s", b.err.message);
+	cr_expect_eq(kgen_verify(second, 5, b.checks, &b.err), KGEN_EWRONG);
+	cr_expect_eq(kgen_verify(b.prog, 5, b.checks, &b.err), KGEN_OK, "%s",
+		     b.err.message);
+	cr_expect_eq(kgen_verify(second, 6, b.checks, &b.err), KGEN_EWRONG);
+	kgen_program_free(second);
+	close_bench(&b);
+}
+
 Test(cpu, an_unwritten_element_is_caught)
 {
 	bench b = planted("void k0_y(void **t)\n{ float *x = t[0], *y = t[1];\n"

@@ -485,6 +485,65 @@ static double estimate_with(const sched_graph *g, int parallel,
 	return ms;
 }
 
+/* The C source of every kernel of "json", one text. */
+static char *c_sources(const sched_graph *g, json_t *json)
+{
+	kgen_plan *plan = legal(g, json);
+	size_t len = 0;
+	char *all = calloc(1, 1);
+
+	for (int k = 0; k < plan->nkernels; k++) {
+		char *source = kgen_print_c(g, plan, k);
+
+		cr_assert_not_null(source);
+		all = realloc(all, len + strlen(source) + 1);
+		memcpy(all + len, source, strlen(source) + 1);
+		len += strlen(source);
+		free(source);
+	}
+	kgen_plan_free(plan);
+	return all;
+}
+
+/* How many of the proposals of 12 generations (cpu or cuda genes) print
+ * the same C code as an earlier one. */
+static int same_code(const sched_graph *g, int cuda)
+{
+	tuner_search *s = tuner_search_new(g, &(tuner_search_options){.seed = 5,
+								   .cuda = cuda});
+	trace t = {0}, code = {0};
+	int same = 0;
+
+	run(s, g, 12, fake_ms, &t);
+	for (int i = 0; i < t.ntexts; i++) {
+		json_t *plan = json_loads(t.texts[i], 0, NULL);
+
+		keep_text(&code, json_string(""));
+		free(code.texts[i]);
+		code.texts[i] = c_sources(g, plan);
+		json_decref(plan);
+	}
+	qsort(code.texts, code.ntexts, sizeof(char *), compare_texts);
+	for (int i = 1; i < code.ntexts; i++)
+		same += !strcmp(code.texts[i - 1], code.texts[i]);
+	trace_release(&code);
+	trace_release(&t);
+	tuner_search_free(s);
+	return same;
+}
+
+/* The cpu's code has no threads per block and no split reduction: those
+ * genes are fixed there, or a search would measure the same kernels again
+ * and again; on cuda they are live. */
+Test(search, cpu_proposals_differ_in_their_code)
+{
+	sched_graph *g = example("bert_qkv_small");
+
+	cr_expect_eq(same_code(g, 0), 0);
+	cr_expect_gt(same_code(g, 1), 0, "the cuda genes changed no plan");
+	sched_graph_free(g);
+}
+
 Test(cost, no_parallel_loop_is_no_faster_on_a_matmul)
 {
 	sched_graph *g = graph_of(matmul);
