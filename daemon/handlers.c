@@ -15,6 +15,8 @@
 
 /* Trials read back for a job from the cache, newest first, at most. */
 #define MAX_KNOWN_TRIALS 20000
+/* Tuned keys compared with a new one for its nearest, at most. */
+#define MAX_NEIGHBOURS 256
 
 static void reply(tuned_client *client, proto_request *req, json_t *result)
 {
@@ -51,7 +53,7 @@ static int cached_version(tuned_daemon *d, const char *key)
 	int version = 0;
 
 	if (cache_fetch_best(d->cache, key, d->device, KGEN_CODEGEN_VERSION, 0, &plan,
-			     NULL) == 0)
+			     NULL) > 0)
 		version = plan->version;
 	cache_plan_free(plan);
 	return version;
@@ -88,19 +90,93 @@ static json_t *incumbent_plan(tuned_daemon *d, const char *key)
 	json_t *json = NULL;
 
 	if (cache_fetch_best(d->cache, key, d->device, KGEN_CODEGEN_VERSION, 0, &plan,
-			     NULL) == 0)
+			     NULL) > 0)
 		json = json_loads(plan->plan, JSON_DECODE_ANY, NULL);
 	cache_plan_free(plan);
 	return json;
 }
 
+/* Keys with a version on this device and code generator, at most
+ * MAX_NEIGHBOURS, for nearest_plan (which cannot read the cache inside
+ * cache_list). */
+typedef struct neighbours {
+	const tuned_daemon *d;
+	int n;
+	char keys[MAX_NEIGHBOURS][PROTO_KEY_HEX + 1];
+} neighbours;
+
+static int add_neighbour(void *user, const cache_entry *e)
+{
+	neighbours *nb = user;
+
+	if (!strcmp(e->device, nb->d->device) && !strcmp(e->codegen, KGEN_CODEGEN_VERSION))
+		snprintf(nb->keys[nb->n++], PROTO_KEY_HEX + 1, "%s", e->graph);
+	return nb->n == MAX_NEIGHBOURS;
+}
+
+/* How far the graph of "key" is from "canonical" (INFINITY: not of the
+ * same form). */
+static double distance_to(tuned_daemon *d, const char *key, const char *canonical)
+{
+	json_t *shown = NULL;
+	double distance = INFINITY;
+
+	if (cache_show(d->cache, key, &shown, NULL) == 0 &&
+	    !sched_canonical_distance(json_string_value(json_object_get(shown, "canonical")) ?: "",
+				      canonical, &distance))
+		distance = INFINITY;
+	json_decref(shown);
+	return distance;
+}
+
+/* The best plan of the key nearest "job" of the same form (the same ops
+ * on other shapes), or NULL: its first version can start from there. */
+static json_t *nearest_plan(tuned_daemon *d, const tuned_job *job)
+{
+	neighbours *nb = calloc(1, sizeof(*nb));
+	sched_graph *graph = NULL;
+	double best = INFINITY;
+	int nearest = -1;
+	json_t *plan;
+
+	if (!nb || sched_graph_read_string(job->graph, &graph, NULL) < 0) {
+		free(nb);
+		return NULL;
+	}
+	nb->d = d;
+	cache_list(d->cache, add_neighbour, nb, NULL);
+
+	for (int i = 0; i < nb->n; i++) {
+		double distance = strcmp(nb->keys[i], job->key) ?
+				  distance_to(d, nb->keys[i], sched_graph_canonical(graph)) :
+				  INFINITY;
+
+		if (distance < best) {
+			best = distance;
+			nearest = i;
+		}
+	}
+	plan = nearest >= 0 ? incumbent_plan(d, nb->keys[nearest]) : NULL;
+	if (plan)
+		tuned_log(TUNED_INFO, "job %lld: %s starts from the plan of %s, the nearest "
+			  "key of the same form", (long long)job->id, job->key,
+			  nb->keys[nearest]);
+	sched_graph_free(graph);
+	free(nb);
+	return plan;
+}
+
 /* The runner searches from what this device measured of the key before:
- * no plan is measured twice, and the best ones seed the search. */
+ * no plan is measured twice, and the best ones seed the search; a key
+ * never tuned starts from the plan of the nearest key of its form. */
 int tuned_run_job(tuned_daemon *d, const tuned_job *job)
 {
 	tuned_job_spec spec = {job->id, job->graph, job->budget_s, job->max_trials,
-			       job->priority, NULL, incumbent_plan(d, job->key)};
+			       job->priority, NULL, incumbent_plan(d, job->key), NULL};
 	cache_error err = {0};
+
+	if (!spec.incumbent)
+		spec.neighbour = nearest_plan(d, job);
 
 	if (cache_trials(d->cache, job->key, d->device, KGEN_CODEGEN_VERSION,
 			 MAX_KNOWN_TRIALS, &spec.known, &err) < 0)

@@ -143,8 +143,17 @@ static void on_generation(tuned_daemon *d, tuned_job *job, const tuned_result *r
 	tuned_broadcast(d, job->key, PROTO_EVENT_GENERATION, data);
 }
 
-/* The job is over: done when a trial was published, failed otherwise;
- * left running when the daemon is stopping, so that it resumes. */
+/* Whether the key has a version on this device: a job that found nothing
+ * better than the version it started from is done too. */
+static bool has_version(tuned_daemon *d, const char *key)
+{
+	return cache_fetch_best(d->cache, key, d->device, KGEN_CODEGEN_VERSION, 0, NULL,
+				NULL) > 0;
+}
+
+/* The job is over: done when the key has a version (this job's or an
+ * earlier one), failed otherwise; left running when the daemon is
+ * stopping, so that it resumes. */
 static void on_end(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 {
 	if (r->stopped || (job->state != TUNED_JOB_QUEUED && job->state != TUNED_JOB_RUNNING))
@@ -153,7 +162,7 @@ static void on_end(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 		tuned_job_finish(job, TUNED_JOB_CANCELLED, "cancelled");
 	else if (r->detail[0])
 		tuned_job_finish(job, TUNED_JOB_FAILED, r->detail);
-	else if (job->version > 0)
+	else if (job->version > 0 || has_version(d, job->key))
 		tuned_job_finish(job, TUNED_JOB_DONE, NULL);
 	else
 		tuned_job_finish(job, TUNED_JOB_FAILED, job->error[0] ? job->error :

@@ -61,7 +61,7 @@ typedef struct runner_job {
 	char *graph_text;
 	double budget_s;
 	int max_trials, priority;
-	json_t *known, *incumbent;
+	json_t *known, *incumbent, *neighbour;
 	bool active, waited, cancelled, retiming;
 	/* Active jobs: */
 	sched_graph *graph;
@@ -92,6 +92,9 @@ struct tuned_runner {
 	int active_jobs, nthreads, started;
 	worker_thread *threads; /* [0] measures, the others compile */
 	bool stopping, probe_done, probed;
+	bool cuda;              /* the device is a GPU, not the cpu's cores */
+	int compiling;          /* compiles in flight */
+	bool timing;            /* the device wants a quiet machine */
 	kgen_peaks peaks;
 	uint64_t started_ns, busy_ns;
 	runner_job *jobs;
@@ -174,6 +177,7 @@ static void job_free(runner_job *job)
 	sched_graph_free(job->graph);
 	json_decref(job->known);
 	json_decref(job->incumbent);
+	json_decref(job->neighbour);
 	json_decref(job->retimed);
 	free(job->graph_text);
 	free(job);
@@ -390,7 +394,7 @@ static int activate(tuned_runner *r, runner_job *job)
 {
 	tuner_search_options options = {.kind = TUNER_GENETIC, .seed = (unsigned)job->id,
 					.peaks = r->probed ? &r->peaks : NULL,
-					.cuda = !strcmp(r->backend, "cuda")};
+					.cuda = r->cuda};
 	sched_error err = {0};
 
 	job->active = true;
@@ -404,6 +408,8 @@ static int activate(tuned_runner *r, runner_job *job)
 		return -1;
 	}
 	know_trials(job->search, job->known);
+	if (job->neighbour)
+		tuner_search_suggest(job->search, job->neighbour);
 	job->limit_s = tuner_time_limit(job->graph, r->backend);
 	job->deadline = uv_hrtime() + (uint64_t)(job->budget_s * 1e9);
 	start_generation(r, job);
@@ -544,10 +550,12 @@ static void compile_one(tuned_runner *r, tuner_worker *worker, runner_job *job,
 	tuner_reply reply = {0};
 
 	c->stage = COMPILING;
+	r->compiling++;
 	ask(r, worker, request, COMPILE_LIMIT_S, &reply);
+	r->compiling--;
+	uv_cond_signal(&r->measure_wake);
 	if (answered_ok(&reply)) {
 		c->stage = READY;
-		uv_cond_signal(&r->measure_wake);
 	} else {
 		job->compile_failures++;
 		job->trials++;
@@ -558,7 +566,8 @@ static void compile_one(tuned_runner *r, tuner_worker *worker, runner_job *job,
 }
 
 /* Compile threads take the first candidate waiting, in job order. They
- * pause while a re-timing runs, so that it runs on a quiet machine. */
+ * pause while the device wants a quiet machine: a re-timing, and on the
+ * cpu every timing (the compilers would share its cores). */
 static void compile_thread(worker_thread *t)
 {
 	tuned_runner *r = t->runner;
@@ -567,7 +576,8 @@ static void compile_thread(worker_thread *t)
 
 	uv_mutex_lock(&r->lock);
 	while (!r->stopping) {
-		if (retiming_job(r) || !(c = pick(r, TO_COMPILE, &job)))
+		if (retiming_job(r) || (r->timing && !r->cuda) ||
+		    !(c = pick(r, TO_COMPILE, &job)))
 			uv_cond_wait(&r->compile_wake, &r->lock);
 		else
 			compile_one(r, t->worker, job, c);
@@ -645,13 +655,13 @@ static int rounds_won(const json_t *times, int c)
 }
 
 /* Re-times the generation's best side by side with the version. The
- * fastest challenger is published only if it beats the version in at
- * least ROUNDS_TO_WIN of the rounds (a sign test: by chance 6% of the
- * time) and its median by the noise (3%): load that drifts during the
- * re-timing hits both alike, round by round. */
+ * challenger with the lowest median is published only if it beats the
+ * version in at least ROUNDS_TO_WIN of the rounds (a sign test: by chance
+ * 6% of the time) and its median by the noise (3%): load that drifts
+ * during the re-timing hits both alike, round by round. */
 static void retime(tuned_runner *r, tuner_worker *worker, runner_job *job)
 {
-	int picked[CHALLENGERS], npicked = 0, winner = -1;
+	int picked[CHALLENGERS], npicked = 0, best = -1, won = 0;
 	json_t *request = retime_request(job, picked, &npicked);
 	tuner_reply reply = {0};
 	uint64_t started = uv_hrtime();
@@ -665,22 +675,22 @@ static void retime(tuned_runner *r, tuner_worker *worker, runner_job *job)
 	version_ms = entry_ms(times, 0, "median_ms");
 	for (int i = 0; i < npicked; i++)
 		if (entry_ms(times, i + 1, "median_ms") > 0 &&
-		    entry_ms(times, i + 1, "median_ms") < best_ms &&
-		    rounds_won(times, i + 1) >= ROUNDS_TO_WIN) {
+		    entry_ms(times, i + 1, "median_ms") < best_ms) {
 			best_ms = entry_ms(times, i + 1, "median_ms");
-			winner = i;
+			best = i;
 		}
+	won = best >= 0 ? rounds_won(times, best + 1) : 0;
 	if (!(job->first_ms > 0) && version_ms > 0)
 		job->first_ms = version_ms; /* a resumed key's version */
-	published = winner >= 0 && version_ms > 0 && best_ms < version_ms * (1 - NOISE);
+	published = best >= 0 && version_ms > 0 && won >= ROUNDS_TO_WIN &&
+		    best_ms < version_ms * (1 - NOISE);
 	job->retimed = json_pack("{s:o, s:o, s:i, s:i, s:b}",
 		"version_ms", version_ms > 0 ? json_real(version_ms) : json_null(),
-		"challenger_ms", winner >= 0 ? json_real(best_ms) : json_null(),
-		"rounds_won", winner >= 0 ? rounds_won(times, winner + 1) : 0,
-		"rounds", RETIME_ROUNDS, "published", published);
+		"challenger_ms", best >= 0 ? json_real(best_ms) : json_null(),
+		"rounds_won", won, "rounds", RETIME_ROUNDS, "published", published);
 	if (published)
-		publish(r, job, &job->cands[picked[winner]], best_ms,
-			entry_ms(times, winner + 1, "spread_ms"));
+		publish(r, job, &job->cands[picked[best]], best_ms,
+			entry_ms(times, best + 1, "spread_ms"));
 	else if (version_ms > 0)
 		job->version_ms = version_ms;
 	json_decref(reply.answer);
@@ -712,7 +722,8 @@ static void probe(tuned_runner *r, tuner_worker *worker)
 }
 
 /* The measurement thread: a re-timing first, else the first compiled
- * candidate in job order. */
+ * candidate in job order. A re-timing, and on the cpu every timing, waits
+ * for the compiles in flight and keeps new ones from starting. */
 static void measure_thread(worker_thread *t)
 {
 	tuned_runner *r = t->runner;
@@ -723,12 +734,22 @@ static void measure_thread(worker_thread *t)
 	probe(r, t->worker);
 	activate_jobs(r);
 	while (!r->stopping) {
-		if ((job = retiming_job(r)))
-			retime(r, t->worker, job);
-		else if ((c = pick(r, READY, &job)))
-			measure_one(r, t->worker, job, c);
-		else
+		runner_job *retiming = retiming_job(r);
+		bool quiet;
+
+		c = retiming ? NULL : pick(r, READY, &job);
+		quiet = retiming || (c && !r->cuda);
+		if (r->timing && !quiet)
+			uv_cond_broadcast(&r->compile_wake);
+		r->timing = quiet;
+		if (!retiming && !c)
 			uv_cond_wait(&r->measure_wake, &r->lock);
+		else if (quiet && r->compiling > 0)
+			uv_cond_wait(&r->measure_wake, &r->lock);
+		else if (retiming)
+			retime(r, t->worker, retiming);
+		else
+			measure_one(r, t->worker, job, c);
 	}
 	uv_mutex_unlock(&r->lock);
 }
@@ -762,7 +783,7 @@ static int start_threads(tuned_runner *r, const char *worker_path)
 }
 
 tuned_runner *tuned_runner_start(uv_async_t *notify, int active_jobs,
-				 int compile_workers, const char *backend,
+				 int compile_workers, const char *backend, bool cuda,
 				 const char *worker_path)
 {
 	tuned_runner *r = calloc(1, sizeof(*r));
@@ -771,6 +792,7 @@ tuned_runner *tuned_runner_start(uv_async_t *notify, int active_jobs,
 		return NULL;
 	r->notify = notify;
 	r->active_jobs = active_jobs;
+	r->cuda = cuda;
 	r->nthreads = 1 + (compile_workers > 0 ? compile_workers :
 			   (int)sysconf(_SC_NPROCESSORS_ONLN));
 	r->started_ns = uv_hrtime();
@@ -795,6 +817,7 @@ int tuned_runner_submit(tuned_runner *r, const tuned_job_spec *spec)
 		free(job);
 		json_decref(spec->known);
 		json_decref(spec->incumbent);
+		json_decref(spec->neighbour);
 		return -1;
 	}
 	job->id = spec->job;
@@ -803,6 +826,7 @@ int tuned_runner_submit(tuned_runner *r, const tuned_job_spec *spec)
 	job->priority = spec->priority;
 	job->known = spec->known;
 	job->incumbent = spec->incumbent;
+	job->neighbour = spec->neighbour;
 	uv_mutex_lock(&r->lock);
 	for (at = &r->jobs; *at; at = &(*at)->next)
 		;

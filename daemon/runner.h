@@ -44,7 +44,7 @@ typedef struct tuned_result {
 	struct tuned_result *next;
 } tuned_result;
 
-/* A job handed to the runner. known and incumbent are taken. */
+/* A job handed to the runner. known, incumbent and neighbour are taken. */
 typedef struct tuned_job_spec {
 	int64_t job;
 	const char *graph;  /* graph.json text */
@@ -53,16 +53,18 @@ typedef struct tuned_job_spec {
 	int priority;
 	json_t *known;      /* the key's trials on this device (cache_trials), or NULL */
 	json_t *incumbent;  /* the plan of the key's best version, or NULL */
+	json_t *neighbour;  /* without one, the best plan of the nearest key
+			     * of the same form, or NULL */
 } tuned_job_spec;
 
 typedef struct tuned_runner tuned_runner;
 
 /* Starts the measurement worker and "compile_workers" compile workers
- * (tuned-worker at "worker_path" on "backend"); at most "active_jobs" jobs
- * are searched at once. "notify" is signalled when results wait. NULL on
- * failure. */
+ * (tuned-worker at "worker_path" on "backend", whose device is a GPU when
+ * "cuda"); at most "active_jobs" jobs are searched at once. "notify" is
+ * signalled when results wait. NULL on failure. */
 tuned_runner *tuned_runner_start(uv_async_t *notify, int active_jobs,
-				 int compile_workers, const char *backend,
+				 int compile_workers, const char *backend, bool cuda,
 				 const char *worker_path);
 int tuned_runner_submit(tuned_runner *r, const tuned_job_spec *spec);
 /* A job not yet active is dropped; an active one ends after the trials in

@@ -175,8 +175,8 @@ static int start(tuned_daemon *d)
 	uv_async_init(d->loop, &d->results, tuned_on_results);
 	d->results.data = d;
 	if (!(d->runner = tuned_runner_start(&d->results, d->options.jobs,
-					     d->options.compile_workers,
-					     d->options.backend, d->worker_path))) {
+					     d->options.compile_workers, d->options.backend,
+					     !strncmp(d->device, "cuda", 4), d->worker_path))) {
 		tuned_log(TUNED_ERROR, "cannot start the worker threads");
 		return -1;
 	}

@@ -11,6 +11,8 @@
  * ... in order of first appearance. Only ops that no refinement can tell
  * apart fall back to their listing order, and those are interchangeable.
  */
+#include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -385,4 +387,25 @@ int sched_graph_canonicalize(sched_graph *graph)
 	order_canonically(&c);
 	name_unread(&c);
 	return print_canonical(&c);
+}
+
+bool sched_canonical_distance(const char *a, const char *b, double *distance)
+{
+	*distance = 0;
+	while (*a && *b) {
+		char *end_a, *end_b;
+		double x, y;
+
+		if (!isdigit((unsigned char)*a) || !isdigit((unsigned char)*b)) {
+			if (*a++ != *b++)
+				return false;
+			continue;
+		}
+		x = strtod(a, &end_a);
+		y = strtod(b, &end_b);
+		*distance += x > 0 && y > 0 ? fabs(log(x / y)) : x != y;
+		a = end_a;
+		b = end_b;
+	}
+	return *a == *b;
 }

@@ -89,6 +89,11 @@ const char *sched_op_text(__sched_keep const sched_graph *graph, int op);
  * of independent ops; and the key, the SHA-256 of it in hex. */
 const char *sched_graph_canonical(__sched_keep const sched_graph *graph);
 const char *sched_graph_key(__sched_keep const sched_graph *graph);
+/* Whether canonical texts "a" and "b" have the same form: the same ops on
+ * the same tensors, equal once every number is taken out (shapes, ranges,
+ * constants). Then "distance" is how far apart their numbers are: the sum
+ * of |ln(x / y)| over them, 0 for the same graph. */
+bool sched_canonical_distance(const char *a, const char *b, double *distance);
 
 /* The polyhedral forms of op "op" (an index into "ops") in "ctx": its
  * iteration domain { S<op>[vars] : box }, its write { S<op>[vars] -> T[..] }

@@ -62,6 +62,8 @@ struct tuner_search {
 	int nkernels, ngenes;
 	int *domain;            /* per gene, the size of its domain */
 	int *defaults;          /* the default plan's genome */
+	int *suggested;         /* genomes for generation 0 beside it */
+	int nsuggested;
 	int *genes;             /* scratch */
 	uint64_t rng;
 	candidate *cands;
@@ -595,8 +597,13 @@ static void close_generation(tuner_search *s)
 
 static void fill_generation(tuner_search *s, json_t *out)
 {
-	if (s->generations == 0 && propose(s, s->defaults, out) >= 0)
-		return;
+	if (s->generations == 0) {
+		propose(s, s->defaults, out);
+		for (int i = 0; i < s->nsuggested; i++)
+			propose(s, s->suggested + i * s->ngenes, out);
+		if (json_array_size(out))
+			return;
+	}
 	if (s->o.kind == TUNER_RANDOM)
 		s->npop = draw_random(s, out, s->pop, 0);
 	else if (!s->seeded)
@@ -711,6 +718,91 @@ static int add_known(tuner_search *s, const kgen_plan *plan, char *text,
 	return add_candidate(s, text, code, hash, genome ? s->genes : NULL);
 }
 
+/* The index of the value of "values" nearest "want", by ratio. */
+static int nearest(const int64_t *values, int n, int64_t want)
+{
+	int best = 0;
+
+	for (int i = 1; i < n; i++)
+		if (fabs(log((double)values[i] / (double)want)) <
+		    fabs(log((double)values[best] / (double)want)))
+			best = i;
+	return best;
+}
+
+/* Gene "gene" set to the nearest of "n" values to the integer "v", if
+ * "v" is a positive integer. */
+static void set_nearest(int *genes, int gene, const int64_t *values, int n,
+			const json_t *v)
+{
+	if (json_is_integer(v) && json_integer_value(v) > 0)
+		genes[gene] = nearest(values, n, json_integer_value(v));
+}
+
+/* The genes of kernel k nearest the schedule "sch" (JSON, any shapes). */
+static void nearest_kernel(const tuner_search *s, int k, const json_t *sch, int *genes)
+{
+	static const char *const splits[] = {"thread", "warp", "block"};
+	const kernel_space *ks = &s->kernels[k];
+	int first = ks->first_gene, r = ks->rank;
+	const char *split = json_string_value(json_object_get(sch, "split"));
+	const json_t *parallel = json_object_get(sch, "parallel");
+
+	for (int d = 0; d < r; d++) {
+		set_nearest(genes, first + d, ks->tiles[d], ks->ntiles[d],
+			    json_array_get(json_object_get(sch, "tile"), d));
+		set_nearest(genes, first + r + d, ks->threads[d], ks->nthreads[d],
+			    json_array_get(json_object_get(sch, "threads"), d));
+	}
+	if (json_is_integer(parallel) && json_integer_value(parallel) >= 0)
+		genes[first + 2 * r] = json_integer_value(parallel) < r ?
+				       (int)json_integer_value(parallel) : r;
+	set_nearest(genes, first + 2 * r + 1, unrolls, 4, json_object_get(sch, "unroll"));
+	set_nearest(genes, first + 2 * r + 2, vectors, 4, json_object_get(sch, "vector"));
+	for (int i = 0; split && i < s->domain[first + 2 * r + 3]; i++)
+		if (!strcmp(split, splits[i]))
+			genes[first + 2 * r + 3] = i;
+}
+
+/* The schedule of the kernel of "kernels" (JSON) that computes the op of
+ * this graph's kernel k alone, or NULL. Plans list kernels in an order
+ * of their own: they are matched by op. */
+static const json_t *schedule_of(const tuner_search *s, int k, const json_t *kernels)
+{
+	const json_t *kernel;
+	size_t i;
+
+	json_array_foreach(kernels, i, kernel) {
+		const json_t *ops = json_object_get(kernel, "ops");
+
+		if (json_array_size(ops) == 1 &&
+		    json_integer_value(json_array_get(ops, 0)) == s->plan->kernels[k].ops[0])
+			/* no schedule: the kernel itself, which has none of
+			 * the schedule's fields, so the defaults stay */
+			return json_object_get(kernel, "schedule") ?: kernel;
+	}
+	return NULL;
+}
+
+void tuner_search_suggest(tuner_search *s, const json_t *plan)
+{
+	const json_t *kernels = json_object_get(plan, "kernels");
+	int *genes;
+
+	if (json_array_size(kernels) != (size_t)s->nkernels)
+		return;
+	for (int k = 0; k < s->nkernels; k++)
+		if (!schedule_of(s, k, kernels))
+			return;
+	if (!(genes = realloc(s->suggested, (s->nsuggested + 1) * s->ngenes * sizeof(int))))
+		return;
+	s->suggested = genes;
+	genes += s->nsuggested++ * s->ngenes;
+	memcpy(genes, s->defaults, s->ngenes * sizeof(int));
+	for (int k = 0; k < s->nkernels; k++)
+		nearest_kernel(s, k, schedule_of(s, k, kernels), genes);
+}
+
 void tuner_search_know(tuner_search *s, json_t *json, double ms)
 {
 	kgen_plan *plan = NULL;
@@ -807,6 +899,7 @@ void tuner_search_free(tuner_search *s)
 	free(s->kernels);
 	free(s->domain);
 	free(s->defaults);
+	free(s->suggested);
 	free(s->genes);
 	kgen_plan_free(s->plan);
 	free(s);

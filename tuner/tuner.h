@@ -147,6 +147,13 @@ __tuner_give tuner_search *tuner_search_new(__tuner_keep const struct sched_grap
  * the graph is ignored. Call before the first generation. */
 void tuner_search_know(__tuner_keep tuner_search *s, __tuner_keep json_t *plan,
 		       double ms);
+/* A plan of a graph of the same form with other shapes (the key tuned
+ * nearest before, sched_canonical_distance): each of its values mapped to
+ * the nearest in its gene's domain, it is proposed in generation 0 beside
+ * the default plan, so that the first version is the better of the two.
+ * A plan whose kernels are not this graph's is ignored. Call before the
+ * first generation. */
+void tuner_search_suggest(__tuner_keep tuner_search *s, __tuner_keep const json_t *plan);
 /* The next generation: a JSON array of new plans (maybe fewer than the
  * population when most were seen or filtered), or NULL when the search is
  * over: no new plan can be found, or the last stall_generations generations

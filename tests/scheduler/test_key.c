@@ -201,3 +201,40 @@ Test(key, examples_keep_their_key_when_renamed_and_reordered)
 		check_example_invariance(path);
 	}
 }
+
+static char *canonical_of(const char *tensors, const char *const *ops)
+{
+	sched_graph *graph = NULL;
+	sched_error err = {0};
+	char *text;
+
+	cr_assert_eq(load_graph(tensors, ops, &graph, &err), SCHED_OK, "%s",
+		     err.message);
+	text = strdup(sched_graph_canonical(graph));
+	sched_graph_free(graph);
+	return text;
+}
+
+/* Graphs of one form differ in their numbers only; the distance grows
+ * with how far apart their shapes are. */
+Test(form, same_ops_on_other_shapes_are_one_form)
+{
+	static const char *const matmul[] = {"y[i, j] = sum(k) x[i, k] * w[k, j]", NULL};
+	static const char *const relu[] = {"y[i, j] = max(x[i, j], 0)", NULL};
+	char *a = canonical_of("x f32 8,16 in; w f32 16,4 in; y f32 8,4 out", matmul);
+	char *b = canonical_of("x f32 16,16 in; w f32 16,4 in; y f32 16,4 out", matmul);
+	char *c = canonical_of("x f32 64,16 in; w f32 16,4 in; y f32 64,4 out", matmul);
+	char *d = canonical_of("x f32 8,4 in; y f32 8,4 out", relu);
+	double ab, ac, aa, ad;
+
+	cr_expect(sched_canonical_distance(a, a, &aa));
+	cr_expect_float_eq(aa, 0, 1e-12);
+	cr_expect(sched_canonical_distance(a, b, &ab));
+	cr_expect(sched_canonical_distance(a, c, &ac));
+	cr_expect_gt(ac, ab, "64 rows are farther from 8 than 16 are");
+	cr_expect_not(sched_canonical_distance(a, d, &ad), "another op is another form");
+	free(a);
+	free(b);
+	free(c);
+	free(d);
+}

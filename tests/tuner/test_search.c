@@ -544,6 +544,46 @@ Test(search, cpu_proposals_differ_in_their_code)
 	sched_graph_free(g);
 }
 
+/* The default plan of "g" with every kernel unrolled 8 times, as JSON. */
+static json_t *unrolled_8(const sched_graph *g)
+{
+	kgen_plan *plan = kgen_plan_default(g);
+	json_t *json;
+
+	for (int k = 0; k < plan->nkernels; k++)
+		plan->kernels[k].schedule.unroll = 8;
+	json = kgen_plan_to_json(g, plan);
+	kgen_plan_free(plan);
+	return json;
+}
+
+/* A plan of the same graph on other shapes joins generation 0, mapped to
+ * this graph's domains; a plan of another graph is ignored. */
+Test(search, a_plan_of_the_same_form_joins_generation_0)
+{
+	sched_graph *big = example("bert_qkv"), *small = example("bert_qkv_small");
+	sched_graph *other = example("softmax_scores");
+	json_t *from_big = unrolled_8(big), *from_other = unrolled_8(other), *g0;
+	tuner_search *s = search_new(small, 3);
+	kgen_plan *plan;
+
+	tuner_search_suggest(s, from_other);
+	tuner_search_suggest(s, from_big);
+	g0 = tuner_search_generation(s);
+	cr_assert_eq(json_array_size(g0), 2, "the default plan and the suggestion");
+	plan = legal(small, json_array_get(g0, 1));
+	for (int k = 0; k < plan->nkernels; k++)
+		cr_expect_eq(plan->kernels[k].schedule.unroll, 8);
+	kgen_plan_free(plan);
+	json_decref(g0);
+	json_decref(from_big);
+	json_decref(from_other);
+	tuner_search_free(s);
+	sched_graph_free(big);
+	sched_graph_free(small);
+	sched_graph_free(other);
+}
+
 Test(cost, no_parallel_loop_is_no_faster_on_a_matmul)
 {
 	sched_graph *g = graph_of(matmul);
