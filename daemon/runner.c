@@ -11,10 +11,12 @@
  * TO_COMPILE → COMPILING → READY), then verified and timed by the
  * measurement worker (READY → MEASURING → DONE), which loads what the
  * compile worker left and so never waits on a compiler while compiled
- * candidates wait for it. When a generation is done, its best candidates
- * are re-timed side by side with the key's version, and the best becomes
- * the next version only if it beats that version by more than the noise of
- * the re-timing; then the search proposes the next generation.
+ * candidates wait for it. On the cpu, whose cores are the device's,
+ * compiles pause while candidates are timed, and a timing waits for the
+ * compiles in flight. When a generation is done, its best candidates are
+ * re-timed side by side with the key's version, round by round, and the
+ * best becomes the next version only if it beats that version in nearly
+ * every round; then the search proposes the next generation.
  *
  * Work is taken from the jobs in order: priority, then jobs a client waits
  * on, then the job with the fewest generations, then the oldest; so the
@@ -69,7 +71,8 @@ typedef struct runner_job {
 	double limit_s;
 	uint64_t deadline;
 	int trials, generation, compile_failures, filtered;
-	double first_ms, version_ms;
+	double first_ms, version_ms; /* the version the job started from, and now */
+	bool first_retimed;          /* first_ms is from a re-timing */
 	json_t *retimed;  /* what the last re-timing found, for the event */
 	candidate *cands;
 	int ncands, open;
@@ -680,8 +683,11 @@ static void retime(tuned_runner *r, tuner_worker *worker, runner_job *job)
 			best = i;
 		}
 	won = best >= 0 ? rounds_won(times, best + 1) : 0;
-	if (!(job->first_ms > 0) && version_ms > 0)
-		job->first_ms = version_ms; /* a resumed key's version */
+	if (!job->first_retimed && version_ms > 0) {
+		/* the version the job started from, side by side at last */
+		job->first_ms = version_ms;
+		job->first_retimed = true;
+	}
 	published = best >= 0 && version_ms > 0 && won >= ROUNDS_TO_WIN &&
 		    best_ms < version_ms * (1 - NOISE);
 	job->retimed = json_pack("{s:o, s:o, s:i, s:i, s:b}",

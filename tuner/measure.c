@@ -394,10 +394,15 @@ static void retime_build(kgen_backend *backend, const sched_graph *graph,
 	free(checks);
 }
 
-/* One round: each plan still standing timed once, in turn. */
+/* One round: each plan still standing timed in turn, its round's time the
+ * median of the runs that fit in ROUND_MS (one run at least): a kernel of
+ * microseconds is timed many times, so that a round is not one noisy run. */
+#define ROUND_MS 20.0
+
 static void retime_round(retimed *plans, int n)
 {
-	kgen_timing once = {.warmup = 0, .min_runs = 1, .max_runs = 1};
+	kgen_timing once = {.warmup = 0, .min_runs = 1, .max_runs = 50,
+			    .budget_ms = ROUND_MS};
 
 	for (int i = 0; i < n; i++) {
 		kgen_error err = {0};
