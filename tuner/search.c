@@ -495,8 +495,35 @@ static int best_indices(const tuner_search *s, bool breeders, int **out)
 	return n;
 }
 
+/* About two genes of s->genes drawn again. */
+static void mutate(tuner_search *s)
+{
+	for (int i = 0; i < s->ngenes; i++)
+		if (rng_below(s, s->ngenes) < 2)
+			s->genes[i] = rng_below(s, s->domain[i]);
+}
+
+/* Mutants of "parent" proposed into "into" from place n until "until"
+ * places are filled (or the tries run out); the places filled. */
+static int draw_mutants(tuner_search *s, const int *parent, json_t *out, int *into,
+			int n, int until)
+{
+	for (int tries = 0; n < until && tries < TRIES * s->o.population; tries++) {
+		int index;
+
+		memcpy(s->genes, parent, s->ngenes * sizeof(int));
+		mutate(s);
+		if ((index = propose(s, s->genes, out)) >= 0)
+			into[n++] = index;
+	}
+	return n;
+}
+
 /* The first population: the best plans measured or known (a quarter of it
- * at most, and only those that are genomes), then random genomes. */
+ * at most, and only those that are genomes), mutants of the best of them
+ * (the default plan, for a new key) in half the places left, then random
+ * genomes: the search looks near what is known to be good and far from
+ * it at once. */
 static void first_population(tuner_search *s, json_t *out)
 {
 	int *best, n = best_indices(s, true, &best), seeds = s->o.population / 4;
@@ -507,6 +534,9 @@ static void first_population(tuner_search *s, json_t *out)
 	s->npop = n < seeds ? n : seeds;
 	memcpy(s->pop, best, s->npop * sizeof(int));
 	free(best);
+	if (s->npop > 0)
+		s->npop = draw_mutants(s, s->cands[s->pop[0]].genes, out, s->pop, s->npop,
+				       s->npop + (s->o.population - s->npop) / 2);
 	s->npop = draw_random(s, out, s->pop, s->npop);
 	s->seeded = true;
 }
@@ -539,9 +569,7 @@ static void breed(tuner_search *s)
 		memcpy(s->genes + ks->first_gene, from + ks->first_gene,
 		       (2 * ks->rank + 4) * sizeof(int));
 	}
-	for (int i = 0; i < s->ngenes; i++)
-		if (rng_below(s, s->ngenes) < 2)
-			s->genes[i] = rng_below(s, s->domain[i]);
+	mutate(s);
 }
 
 /* The next population: the elites stay (measured already), immigrants

@@ -584,6 +584,48 @@ Test(search, a_plan_of_the_same_form_joins_generation_0)
 	sched_graph_free(other);
 }
 
+/* How many kernels of "json" have another schedule than in "def". */
+static int kernels_changed(const sched_graph *g, const kgen_plan *def, json_t *json)
+{
+	kgen_plan *plan = legal(g, json);
+	int changed = 0;
+
+	for (int k = 0; k < plan->nkernels; k++)
+		changed += memcmp(&plan->kernels[k].schedule, &def->kernels[k].schedule,
+				  sizeof(kgen_schedule)) != 0;
+	kgen_plan_free(plan);
+	return changed;
+}
+
+/* The first population looks near the default (mutants: a kernel or two
+ * changed) and far from it (random genomes: most kernels changed). */
+Test(search, the_first_population_holds_mutants_of_the_default)
+{
+	sched_graph *g = example("bert_qkv_small");
+	tuner_search *s = search_new(g, 11);
+	kgen_plan *def = kgen_plan_default(g);
+	json_t *generation, *plan;
+	int near = 0, far = 0;
+	size_t i;
+
+	generation = tuner_search_generation(s);
+	tuner_search_record(s, json_array_get(generation, 0), 1);
+	json_decref(generation);
+	generation = tuner_search_generation(s);
+	json_array_foreach(generation, i, plan) {
+		int changed = kernels_changed(g, def, plan);
+
+		near += changed <= 2;
+		far += changed > 4;
+	}
+	cr_expect_geq(near, 8, "%d mutants of the default", near);
+	cr_expect_geq(far, 8, "%d random genomes", far);
+	json_decref(generation);
+	kgen_plan_free(def);
+	tuner_search_free(s);
+	sched_graph_free(g);
+}
+
 Test(cost, no_parallel_loop_is_no_faster_on_a_matmul)
 {
 	sched_graph *g = graph_of(matmul);
