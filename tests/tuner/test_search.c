@@ -511,22 +511,24 @@ static int same_code(const sched_graph *g, int cuda)
 {
 	tuner_search *s = tuner_search_new(g, &(tuner_search_options){.seed = 5,
 								   .cuda = cuda});
-	trace t = {0}, code = {0};
+	trace t = {0};
+	char **code;
 	int same = 0;
 
 	run(s, g, 12, fake_ms, &t);
+	code = calloc(t.ntexts + 1, sizeof(char *));
 	for (int i = 0; i < t.ntexts; i++) {
 		json_t *plan = json_loads(t.texts[i], 0, NULL);
 
-		keep_text(&code, json_string(""));
-		free(code.texts[i]);
-		code.texts[i] = c_sources(g, plan);
+		code[i] = c_sources(g, plan);
 		json_decref(plan);
 	}
-	qsort(code.texts, code.ntexts, sizeof(char *), compare_texts);
-	for (int i = 1; i < code.ntexts; i++)
-		same += !strcmp(code.texts[i - 1], code.texts[i]);
-	trace_release(&code);
+	qsort(code, t.ntexts, sizeof(char *), compare_texts);
+	for (int i = 1; i < t.ntexts; i++)
+		same += !strcmp(code[i - 1], code[i]);
+	for (int i = 0; i < t.ntexts; i++)
+		free(code[i]);
+	free(code);
 	trace_release(&t);
 	tuner_search_free(s);
 	return same;
