@@ -43,6 +43,8 @@
 #define CHALLENGERS 2
 #define RETIME_ROUNDS 7
 #define ROUNDS_TO_WIN 6
+#define ROUNDS_TO_EXTEND 4
+#define EXTENDED_TO_WIN 11 /* of 2 * RETIME_ROUNDS */
 /* How long a trial times each kernel and the whole plan, at least 3 runs:
  * a trial only ranks candidates; versions are decided by the re-timing. */
 #define TRIAL_TIMING_MS 100.0
@@ -619,7 +621,7 @@ static void measure_one(tuned_runner *r, tuner_worker *worker, runner_job *job,
 
 /* The version (entry 0) and the generation's best challengers, to be
  * timed in turns. */
-static json_t *retime_request(runner_job *job, int *picked, int *npicked)
+static json_t *retime_plans(runner_job *job, int *picked, int *npicked)
 {
 	json_t *plans = json_array();
 
@@ -633,9 +635,27 @@ static json_t *retime_request(runner_job *job, int *picked, int *npicked)
 		picked[(*npicked)++] = i;
 		json_array_append(plans, job->cands[i].plan);
 	}
-	return json_pack("{s:s, s:s, s:o, s:I, s:i}", "op", "retime", "graph",
-			 job->graph_text, "plans", plans, "seed", (json_int_t)job->id,
-			 "rounds", RETIME_ROUNDS);
+	return plans;
+}
+
+/* "plans" (taken) timed side by side by the measurement worker: the
+ * answer's "times", or NULL. */
+static json_t *side_by_side(tuned_runner *r, tuner_worker *worker, runner_job *job,
+			    json_t *plans)
+{
+	double limit_s = job->limit_s * (double)json_array_size(plans);
+	json_t *request = json_pack("{s:s, s:s, s:o, s:I, s:i}", "op", "retime", "graph",
+				    job->graph_text, "plans", plans, "seed",
+				    (json_int_t)job->id, "rounds", RETIME_ROUNDS);
+	tuner_reply reply = {0};
+	uint64_t started = uv_hrtime();
+	json_t *times;
+
+	ask(r, worker, request, limit_s, &reply);
+	r->busy_ns += uv_hrtime() - started;
+	times = json_incref(json_object_get(reply.answer, "times"));
+	json_decref(reply.answer);
+	return times;
 }
 
 static double entry_ms(const json_t *times, int i, const char *field)
@@ -657,49 +677,86 @@ static int rounds_won(const json_t *times, int c)
 	return won;
 }
 
+/* What a re-timing found of the version and its best challenger. */
+typedef struct verdict {
+	int best;           /* the challenger with the lowest median, or -1: an
+			     * index in the re-timed plans past the version,
+			     * then (retime) in the job's candidates */
+	double version_ms, best_ms, best_spread;
+	int won, rounds;
+} verdict;
+
+static void judge(const json_t *times, int nchallengers, verdict *v)
+{
+	*v = (verdict){.best = -1, .best_ms = INFINITY, .rounds = RETIME_ROUNDS,
+		       .version_ms = entry_ms(times, 0, "median_ms")};
+	for (int i = 0; i < nchallengers; i++)
+		if (entry_ms(times, i + 1, "median_ms") > 0 &&
+		    entry_ms(times, i + 1, "median_ms") < v->best_ms) {
+			v->best_ms = entry_ms(times, i + 1, "median_ms");
+			v->best_spread = entry_ms(times, i + 1, "spread_ms");
+			v->best = i;
+		}
+	v->won = v->best >= 0 ? rounds_won(times, v->best + 1) : 0;
+}
+
+/* A close call (the challenger's median lower by the noise, but only
+ * ROUNDS_TO_EXTEND to ROUNDS_TO_WIN - 1 rounds won) gets RETIME_ROUNDS more
+ * rounds of the two; its verdict then counts the rounds of both. */
+static void extend_if_close(tuned_runner *r, tuner_worker *worker, runner_job *job,
+			    const candidate *challenger, verdict *v)
+{
+	json_t *more;
+	int won_before = v->won, which = v->best;
+
+	if (v->best < 0 || v->won >= ROUNDS_TO_WIN || v->won < ROUNDS_TO_EXTEND ||
+	    !(v->best_ms < v->version_ms * (1 - NOISE)) ||
+	    !(more = side_by_side(r, worker, job, json_pack("[O, O]", job->incumbent,
+							     challenger->plan))))
+		return;
+	judge(more, 1, v);
+	v->best = v->best >= 0 ? which : -1;
+	v->won += won_before;
+	v->rounds = 2 * RETIME_ROUNDS;
+	json_decref(more);
+}
+
 /* Re-times the generation's best side by side with the version. The
  * challenger with the lowest median is published only if it beats the
- * version in at least ROUNDS_TO_WIN of the rounds (a sign test: by chance
- * 6% of the time) and its median by the noise (3%): load that drifts
- * during the re-timing hits both alike, round by round. */
+ * version in at least ROUNDS_TO_WIN of the RETIME_ROUNDS rounds (a sign
+ * test: by chance 6% of the time), or, in a close call, in
+ * EXTENDED_TO_WIN of twice as many (3%), and its median by the noise
+ * (3%): load that drifts during the re-timing hits both alike, round by
+ * round. */
 static void retime(tuned_runner *r, tuner_worker *worker, runner_job *job)
 {
-	int picked[CHALLENGERS], npicked = 0, best = -1, won = 0;
-	json_t *request = retime_request(job, picked, &npicked);
-	tuner_reply reply = {0};
-	uint64_t started = uv_hrtime();
-	const json_t *times;
-	double version_ms, best_ms = INFINITY;
+	int picked[CHALLENGERS], npicked = 0;
+	json_t *times = side_by_side(r, worker, job, retime_plans(job, picked, &npicked));
+	verdict v;
 	bool published;
 
-	ask(r, worker, request, job->limit_s * (npicked + 1), &reply);
-	r->busy_ns += uv_hrtime() - started;
-	times = json_object_get(reply.answer, "times");
-	version_ms = entry_ms(times, 0, "median_ms");
-	for (int i = 0; i < npicked; i++)
-		if (entry_ms(times, i + 1, "median_ms") > 0 &&
-		    entry_ms(times, i + 1, "median_ms") < best_ms) {
-			best_ms = entry_ms(times, i + 1, "median_ms");
-			best = i;
-		}
-	won = best >= 0 ? rounds_won(times, best + 1) : 0;
-	if (!job->first_retimed && version_ms > 0) {
+	judge(times, npicked, &v);
+	json_decref(times);
+	if (v.best >= 0)
+		v.best = picked[v.best];
+	if (v.best >= 0)
+		extend_if_close(r, worker, job, &job->cands[v.best], &v);
+	if (!job->first_retimed && v.version_ms > 0) {
 		/* the version the job started from, side by side at last */
-		job->first_ms = version_ms;
+		job->first_ms = v.version_ms;
 		job->first_retimed = true;
 	}
-	published = best >= 0 && version_ms > 0 && won >= ROUNDS_TO_WIN &&
-		    best_ms < version_ms * (1 - NOISE);
+	published = v.best >= 0 && v.version_ms > 0 &&
+		    v.won >= (v.rounds > RETIME_ROUNDS ? EXTENDED_TO_WIN : ROUNDS_TO_WIN) &&
+		    v.best_ms < v.version_ms * (1 - NOISE);
 	job->retimed = json_pack("{s:o, s:o, s:i, s:i, s:b}",
-		"version_ms", version_ms > 0 ? json_real(version_ms) : json_null(),
-		"challenger_ms", best >= 0 ? json_real(best_ms) : json_null(),
-		"rounds_won", won, "rounds", RETIME_ROUNDS, "published", published);
+		"version_ms", v.version_ms > 0 ? json_real(v.version_ms) : json_null(),
+		"challenger_ms", v.best >= 0 ? json_real(v.best_ms) : json_null(),
+		"rounds_won", v.won, "rounds", v.rounds, "published", published);
 	if (published)
-		publish(r, job, &job->cands[picked[best]], best_ms,
-			entry_ms(times, best + 1, "spread_ms"));
-	else if (version_ms > 0)
-		job->version_ms = version_ms;
-	json_decref(reply.answer);
+		publish(r, job, &job->cands[v.best], v.best_ms, v.best_spread);
+	else if (v.version_ms > 0)
+		job->version_ms = v.version_ms;
 	job->retiming = false;
 	uv_cond_broadcast(&r->compile_wake);
 	next_generation(r, job);

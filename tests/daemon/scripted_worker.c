@@ -8,9 +8,12 @@
  *   "flat"  every plan takes 1 ms: nothing is ever an improvement;
  *   "hash"  1 to 2 ms, from a hash of the plan's text.
  * $SCRIPTED_DELAY_MS, when set, is slept before each measurement.
+ * $SCRIPTED_CLOSE, when set, makes every other re-timing (the first, the
+ * third...) a close call: the challengers lose its first two rounds.
  * Arguments are accepted and ignored, as tuned passes them.
  */
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,9 +56,11 @@ static json_t *measure(const json_t *request)
 			 "sources", "launch");
 }
 
-/* Every round of a plan takes its time exactly. */
+/* Every round of a plan takes its time exactly, but for a close call. */
 static json_t *retime(const json_t *request)
 {
+	static int retimes;
+	bool close = getenv("SCRIPTED_CLOSE") && retimes++ % 2 == 0;
 	int rounds = (int)json_integer_value(json_object_get(request, "rounds"));
 	json_t *times = json_array(), *plan;
 	size_t i;
@@ -64,7 +69,8 @@ static json_t *retime(const json_t *request)
 		json_t *each = json_array();
 
 		for (int r = 0; r < rounds; r++)
-			json_array_append_new(each, json_real(plan_ms(plan)));
+			json_array_append_new(each, json_real(plan_ms(plan) *
+							      (close && i > 0 && r < 2 ? 3 : 1)));
 		json_array_append_new(times, json_pack("{s:f, s:f, s:i, s:o}", "median_ms",
 						       plan_ms(plan), "spread_ms", 0.0,
 						       "runs", rounds, "rounds_ms", each));

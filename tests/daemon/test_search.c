@@ -164,6 +164,43 @@ Test(search, watchers_see_each_version_once_and_in_order, .timeout = 120)
 	stop(&f);
 }
 
+/* The generation events' re-timings of "rounds" rounds that published. */
+static int published_after(json_t *events, int rounds)
+{
+	json_t *event;
+	size_t i;
+	int n = 0;
+
+	json_array_foreach(events, i, event) {
+		json_t *retimed = json_object_get(json_object_get(event, "data"), "retimed");
+
+		n += !strcmp(event_name(event), "generation") &&
+		     json_integer_value(json_object_get(retimed, "rounds")) == rounds &&
+		     json_is_true(json_object_get(retimed, "published"));
+	}
+	return n;
+}
+
+/* Every other re-timing is a close call (the challengers lose 2 of 7
+ * rounds): the first is, and 7 more rounds settle it (12 of 14 won). */
+Test(search, a_close_call_gets_more_rounds, .timeout = 120)
+{
+	fixture f;
+	conn c;
+	json_t *events;
+
+	setenv("SCRIPTED_CLOSE", "1", 1);
+	start_scripted(&f, "hash", "0", NULL);
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	submit(&c, "softmax_scores_small", 120, 0);
+	events = events_until_done(&c, 1);
+	cr_expect_geq(published_after(events, 14), 1, "12 of 14 rounds publish");
+	json_decref(events);
+	conn_close(&c);
+	stop(&f);
+}
+
 /* The index of the first (or last) event "name" of "job", or -1. */
 static int index_of(json_t *events, const char *name, json_int_t job, bool last)
 {
