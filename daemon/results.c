@@ -79,12 +79,13 @@ static void on_version(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 {
 	char *plan = json_dumps(r->plan, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
 	char *sources = array_text(json_object_get(r->answer, "sources"));
-	char *launch = launch_text(r->answer);
+	char *launch = launch_text(r->answer), found_by[32];
 	cache_plan p = {job->key, d->device, KGEN_CODEGEN_VERSION, 0, plan, sources,
-			NULL, 0, launch, r->median_ms, r->spread_ms, "search", 0};
+			NULL, 0, launch, r->median_ms, r->spread_ms, found_by, 0};
 	cache_error err = {0};
 	int version;
 
+	snprintf(found_by, sizeof(found_by), "generation %d", r->generation);
 	if (!plan || !sources || !launch ||
 	    cache_publish(d->cache, &p, &version, &err) < 0) {
 		tuned_log(TUNED_ERROR, "job %lld: cannot publish: %s", (long long)job->id,

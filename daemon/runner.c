@@ -297,6 +297,7 @@ static void publish(tuned_runner *r, runner_job *job, const candidate *c,
 	version->answer = json_incref(c->answer);
 	version->median_ms = median_ms;
 	version->spread_ms = spread_ms;
+	version->generation = job->generation - 1;
 	push_result(r, version);
 	json_decref(job->incumbent);
 	job->incumbent = json_incref(c->plan);

@@ -38,6 +38,7 @@ typedef struct tuned_result {
 	json_t *plan;      /* TRIAL, VERSION: the plan */
 	double median_ms;  /* VERSION: retimed side by side with the version it beat */
 	double spread_ms;
+	int generation;    /* VERSION: the generation that found it */
 	json_t *data;      /* GENERATION: the event's counters */
 	bool cancelled;    /* END: the job was cancelled, or */
 	bool stopped;      /* END: the daemon is stopping (the job resumes later) */

@@ -96,6 +96,8 @@ Test(daemon, submit_wait_fetch_watch, .timeout = 300)
 	cr_expect_eq(json_integer_value(json_object_get(result_of(reply), "version")), 1);
 	cr_expect_gt(json_array_size(json_object_get(result_of(reply), "sources")), 0);
 	cr_expect_gt(json_number_value(json_object_get(result_of(reply), "median_ms")), 0);
+	cr_expect_str_eq(json_string_value(json_object_get(result_of(reply), "found_by")),
+			 "generation 0", "the default plan");
 	json_decref(reply);
 	reply = conn_call(&c, "fetch", json_pack("{s:I, s:i, s:i}", "job", job,
 						 "min_version", 2, "timeout_ms", 200));
