@@ -46,15 +46,24 @@ static char *graph_text(const json_t *graph)
 	return json_dumps(graph, JSON_COMPACT | JSON_PRESERVE_ORDER);
 }
 
-/* The best version the cache holds for "key" on this device, or 0. */
-static int cached_version(tuned_daemon *d, const char *key)
+/* The best version the cache holds for "key" on this device and code
+ * generator, or NULL. */
+static cache_plan *best_version(tuned_daemon *d, const char *key)
 {
 	cache_plan *plan = NULL;
-	int version = 0;
 
 	if (cache_fetch_best(d->cache, key, d->device, KGEN_CODEGEN_VERSION, 0, &plan,
 			     NULL) > 0)
-		version = plan->version;
+		return plan;
+	cache_plan_free(plan);
+	return NULL;
+}
+
+int tuned_cached_version(tuned_daemon *d, const char *key)
+{
+	cache_plan *plan = best_version(d, key);
+	int version = plan ? plan->version : 0;
+
 	cache_plan_free(plan);
 	return version;
 }
@@ -86,12 +95,9 @@ static tuned_job *queue_job(tuned_daemon *d, const sched_graph *graph,
 /* The plan of the key's best version, or NULL. */
 static json_t *incumbent_plan(tuned_daemon *d, const char *key)
 {
-	cache_plan *plan = NULL;
-	json_t *json = NULL;
+	cache_plan *plan = best_version(d, key);
+	json_t *json = plan ? json_loads(plan->plan, JSON_DECODE_ANY, NULL) : NULL;
 
-	if (cache_fetch_best(d->cache, key, d->device, KGEN_CODEGEN_VERSION, 0, &plan,
-			     NULL) > 0)
-		json = json_loads(plan->plan, JSON_DECODE_ANY, NULL);
 	cache_plan_free(plan);
 	return json;
 }
@@ -214,7 +220,7 @@ static void on_submit(tuned_client *client, proto_request *req)
 		tuned_update_waited(d);
 		result = tuned_job_json(job);
 		json_object_set_new(result, "cached_version",
-				    json_integer(cached_version(d, job->key)));
+				    json_integer(tuned_cached_version(d, job->key)));
 		reply(client, req, result);
 	}
 	sched_graph_free(graph);
@@ -408,7 +414,7 @@ static void on_fetch(tuned_client *client, proto_request *req)
 		return reply(client, req, result);
 	}
 	d->fetch_misses++;
-	if (!tuned_jobs_find_active(&d->jobs, key) && !cached_version(d, key) &&
+	if (!tuned_jobs_find_active(&d->jobs, key) && !tuned_cached_version(d, key) &&
 	    req->job <= 0)
 		reply_error(client, req, PROTO_ENOT_FOUND, "no job and no cached "
 			    "kernel for this key");
@@ -427,7 +433,7 @@ static void on_watch(tuned_client *client, proto_request *req)
 	subscribe(client, req->key);
 	tuned_update_waited(client->daemon);
 	reply(client, req, json_pack("{s:s, s:i}", "key", req->key,
-				     "version", cached_version(client->daemon, req->key)));
+				     "version", tuned_cached_version(client->daemon, req->key)));
 }
 
 static bool is_watched(const tuned_daemon *d, const char *key)

@@ -144,14 +144,6 @@ static void on_generation(tuned_daemon *d, tuned_job *job, const tuned_result *r
 	tuned_broadcast(d, job->key, PROTO_EVENT_GENERATION, data);
 }
 
-/* Whether the key has a version on this device: a job that found nothing
- * better than the version it started from is done too. */
-static bool has_version(tuned_daemon *d, const char *key)
-{
-	return cache_fetch_best(d->cache, key, d->device, KGEN_CODEGEN_VERSION, 0, NULL,
-				NULL) > 0;
-}
-
 /* The job is over: done when the key has a version (this job's or an
  * earlier one), failed otherwise; left running when the daemon is
  * stopping, so that it resumes. */
@@ -163,7 +155,7 @@ static void on_end(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 		tuned_job_finish(job, TUNED_JOB_CANCELLED, "cancelled");
 	else if (r->detail[0])
 		tuned_job_finish(job, TUNED_JOB_FAILED, r->detail);
-	else if (job->version > 0 || has_version(d, job->key))
+	else if (job->version > 0 || tuned_cached_version(d, job->key) > 0)
 		tuned_job_finish(job, TUNED_JOB_DONE, NULL);
 	else
 		tuned_job_finish(job, TUNED_JOB_FAILED, job->error[0] ? job->error :

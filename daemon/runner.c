@@ -22,7 +22,6 @@
  * on, then the job with the fewest generations, then the oldest; so the
  * generations of concurrent jobs interleave.
  */
-#include <dirent.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -206,22 +205,6 @@ static int count_active(const tuned_runner *r)
 	return n;
 }
 
-/* The shared folder of compiled kernels emptied: no job needs them. */
-static void clear_share(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	char path[512];
-
-	while (d && (e = readdir(d)))
-		if (e->d_name[0] != '.') {
-			snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-			unlink(path);
-		}
-	if (d)
-		closedir(d);
-}
-
 /* The job is over: said, and forgotten. */
 static void end_job(tuned_runner *r, runner_job *job, const char *error)
 {
@@ -236,7 +219,7 @@ static void end_job(tuned_runner *r, runner_job *job, const char *error)
 	unlink_job(r, job);
 	job_free(job);
 	if (!count_active(r))
-		clear_share(r->share);
+		kgen_empty_folder(r->share); /* no job needs its kernels */
 }
 
 /* No new candidate starts: cancelled, stopping, or out of budget (the
@@ -525,6 +508,16 @@ static void ask(tuned_runner *r, tuner_worker *worker, json_t *request,
 	uv_mutex_lock(&r->lock);
 }
 
+/* An ask of the measurement worker, its time counted as the device's. */
+static void ask_device(tuned_runner *r, tuner_worker *worker, json_t *request,
+		       double limit_s, tuner_reply *reply)
+{
+	uint64_t started = uv_hrtime();
+
+	ask(r, worker, request, limit_s, reply);
+	r->busy_ns += uv_hrtime() - started;
+}
+
 /* A trial's result for the loop thread (the cache and clients). */
 static void push_trial(tuned_runner *r, runner_job *job, const candidate *c,
 		       const tuner_reply *reply)
@@ -602,14 +595,12 @@ static void measure_one(tuned_runner *r, tuner_worker *worker, runner_job *job,
 				    "plan", c->plan, "seed", (json_int_t)job->id,
 				    "timing", "budget_ms", TRIAL_TIMING_MS);
 	tuner_reply reply = {0};
-	uint64_t started = uv_hrtime();
 	bool ok;
 
 	if (request && isfinite(best))
 		json_object_set_new(request, "cutoff_ms", json_real(CUTOFF * best));
 	c->stage = MEASURING;
-	ask(r, worker, request, job->limit_s, &reply);
-	r->busy_ns += uv_hrtime() - started;
+	ask_device(r, worker, request, job->limit_s, &reply);
 	job->trials++;
 	push_trial(r, job, c, &reply);
 	if ((ok = answered_ok(&reply)))
@@ -649,11 +640,9 @@ static json_t *side_by_side(tuned_runner *r, tuner_worker *worker, runner_job *j
 				    job->graph_text, "plans", plans, "seed",
 				    (json_int_t)job->id, "rounds", RETIME_ROUNDS);
 	tuner_reply reply = {0};
-	uint64_t started = uv_hrtime();
 	json_t *times;
 
-	ask(r, worker, request, limit_s, &reply);
-	r->busy_ns += uv_hrtime() - started;
+	ask_device(r, worker, request, limit_s, &reply);
 	times = json_incref(json_object_get(reply.answer, "times"));
 	json_decref(reply.answer);
 	return times;
@@ -964,7 +953,7 @@ void tuned_runner_stop(tuned_runner *r)
 		next = res->next;
 		tuned_result_free(res);
 	}
-	clear_share(r->share);
+	kgen_empty_folder(r->share);
 	rmdir(r->share);
 	free(r->threads);
 	uv_cond_destroy(&r->compile_wake);

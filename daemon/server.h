@@ -84,6 +84,8 @@ void tuned_drop_waiters(tuned_daemon *d, tuned_client *client);
 void tuned_fail_waiters(tuned_daemon *d, const char *key, int code,
 			const char *message);
 
+/* The best version the cache holds for "key" on this device, or 0. */
+int tuned_cached_version(tuned_daemon *d, const char *key);
 /* Tells the runner which jobs a client waits on (watch, or a fetch for a
  * newer version): they go first. */
 void tuned_update_waited(tuned_daemon *d);

@@ -2,6 +2,7 @@
  * backend.c: opening a backend by name, and "auto"; the shared folder of
  * compiled kernels.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -174,4 +175,19 @@ int kgen_share_read(const char *path, char **data, size_t *size,
 bool kgen_share_has(const char *path)
 {
 	return access(path, R_OK) == 0;
+}
+
+void kgen_empty_folder(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *entry;
+	char path[PATH_MAX];
+
+	while (d && (entry = readdir(d)))
+		if (entry->d_name[0] != '.') {
+			snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name);
+			unlink(path);
+		}
+	if (d)
+		closedir(d);
 }

@@ -356,17 +356,7 @@ static int cpu_run(kgen_backend *backend, const kgen_launch *launches, int n,
 /* Removes the files of "dir" (no subfolders) and the folder. */
 static void remove_dir(const char *dir)
 {
-	DIR *d = opendir(dir);
-	struct dirent *entry;
-	char path[320];
-
-	while (d && (entry = readdir(d)))
-		if (entry->d_name[0] != '.') {
-			snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name);
-			unlink(path);
-		}
-	if (d)
-		closedir(d);
+	kgen_empty_folder(dir);
 	rmdir(dir);
 }
 

@@ -131,6 +131,10 @@ int kgen_program_prepare(__sched_keep kgen_backend *backend,
 			 __sched_keep const kgen_plan *plan,
 			 const char *const *sources, kgen_error *err);
 
+/* Removes the files of folder "dir" (it has no subfolders), leaving the
+ * folder: a shared folder emptied, or a work folder before its rmdir. */
+void kgen_empty_folder(const char *dir);
+
 /* The measured peaks of a backend's device (kernels/probe.c): copy
  * bandwidth, f32 multiply-add rate (2 flops each), the time of one empty
  * launch, and its cores (cpu) or multiprocessors (cuda). */

@@ -309,17 +309,7 @@ static int count_files(const char *dir, const char *suffix)
 
 static void remove_share(const char *dir)
 {
-	DIR *d = opendir(dir);
-	struct dirent *entry;
-	char path[512];
-
-	while (d && (entry = readdir(d)))
-		if (entry->d_name[0] != '.') {
-			snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name);
-			unlink(path);
-		}
-	if (d)
-		closedir(d);
+	kgen_empty_folder(dir);
 	rmdir(dir);
 }
 

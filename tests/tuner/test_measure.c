@@ -7,13 +7,13 @@
  * measures from; probe; retime; an unknown op.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "kgen.h"
 #include "tuner.h"
 
 #define GRAPH "{\"version\": 1, \"tensors\": {\"x\": {\"shape\": [64], \"dtype\": " \
@@ -152,17 +152,7 @@ static tuner_worker *shared_worker(const char *dir)
 
 static void remove_share(const char *dir)
 {
-	DIR *d = opendir(dir);
-	struct dirent *entry;
-	char path[512];
-
-	while (d && (entry = readdir(d)))
-		if (entry->d_name[0] != '.') {
-			snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name);
-			unlink(path);
-		}
-	if (d)
-		closedir(d);
+	kgen_empty_folder(dir);
 	rmdir(dir);
 }
 
