@@ -24,7 +24,7 @@
 /* The version of the code generators: part of every cache key, so that a
  * change of generated code never serves a stale kernel. Bump it with any
  * change of the printers or of what a plan means. */
-#define KGEN_CODEGEN_VERSION "kgen-1"
+#define KGEN_CODEGEN_VERSION "kgen-2"
 
 enum kgen_code {
 	KGEN_OK = 0,
@@ -65,10 +65,16 @@ typedef struct kgen_schedule {
 	enum kgen_split split;
 } kgen_schedule;
 
+/* A kernel computes a group of ops (docs/fusion.md): one op, or ops fused
+ * by the fusion planner. The schedule's dims are those of its root's
+ * output (the first op no other member reads); lanes place the group's
+ * branches (nlanes 0: each branch in its own lane, side by side). */
 typedef struct kgen_kernel {
 	char name[64];
 	int nops;
 	int ops[KGEN_MAX_OPS];
+	int nlanes;
+	int lanes[KGEN_MAX_OPS];
 	kgen_schedule schedule;
 } kgen_kernel;
 
@@ -86,6 +92,17 @@ int kgen_plan_from_json(__sched_keep const sched_graph *graph,
  * their defaults (which reading fills in again). */
 __sched_give json_t *kgen_plan_to_json(__sched_keep const sched_graph *graph,
 				       __sched_keep const kgen_plan *plan);
+/* The block-local memory a fused kernel may use: shared memory on cuda
+ * (the static limit), the block's stack on the cpu. */
+#define KGEN_LOCAL_BYTES (48 * 1024)
+
+/* The fused group kernel "kernel" computes, analysed for the cuda backend
+ * (its threads per block) or the cpu; KGEN_EPLAN with the reason when the
+ * group is not legal. */
+int kgen_kernel_group(__sched_keep const sched_graph *graph,
+		      __sched_keep const kgen_kernel *kernel, bool cuda,
+		      __sched_give sched_group **out, kgen_error *err);
+
 /* One kernel per op, in dependence order, with the default schedule. */
 __sched_give kgen_plan *kgen_plan_default(__sched_keep const sched_graph *graph);
 void kgen_plan_free(__sched_take kgen_plan *plan);

@@ -11,7 +11,8 @@
 int kgen_fail(kgen_error *err, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
-/* The op a single-op kernel computes. */
+/* The op whose output the kernel's schedule cuts: its only op, or the
+ * root of a fused group's first branch. */
 const sched_op *kgen_kernel_op(const sched_graph *graph, const kgen_kernel *kernel);
 
 /* A kernel ready to launch: its function, shape and tensor arguments. */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kgen_int.h"
+#include "print_int.h"
 
 #define MAX_KERNELS 4096
 #define MAX_THREADS 1024
@@ -38,9 +38,28 @@ void kgen_error_release(kgen_error *err)
 	err->log = NULL;
 }
 
+static bool read_by_member(const sched_graph *graph, const kgen_kernel *kernel,
+			   int tensor)
+{
+	for (int i = 0; i < kernel->nops; i++)
+		if (graph->ops[kernel->ops[i]].target != tensor &&
+		    kgen_op_touches(&graph->ops[kernel->ops[i]], tensor))
+			return true;
+	return false;
+}
+
 const sched_op *kgen_kernel_op(const sched_graph *graph, const kgen_kernel *kernel)
 {
-	return &graph->ops[kernel->ops[0]];
+	int root = -1;
+
+	for (int i = 0; i < kernel->nops; i++) {
+		int op = kernel->ops[i];
+
+		if ((root < 0 || op < root) &&
+		    !read_by_member(graph, kernel, graph->ops[op].target))
+			root = op;
+	}
+	return &graph->ops[root < 0 ? kernel->ops[0] : root];
 }
 
 static const sched_tensor *target_of(const sched_graph *graph,
@@ -48,6 +67,26 @@ static const sched_tensor *target_of(const sched_graph *graph,
 {
 	return &graph->tensors[kgen_kernel_op(graph, kernel)->target];
 }
+
+int kgen_kernel_group(const sched_graph *graph, const kgen_kernel *kernel,
+		      bool cuda, sched_group **out, kgen_error *err)
+{
+	const sched_tensor *t = target_of(graph, kernel);
+	int threads = 1;
+	sched_group_spec spec = {kernel->nops, kernel->ops, kernel->schedule.tile,
+				 kernel->nlanes ? kernel->lanes : NULL, 0,
+				 KGEN_LOCAL_BYTES};
+	sched_error why;
+
+	for (int d = 0; cuda && d < t->rank; d++)
+		threads *= kernel->schedule.threads[d];
+	spec.threads = cuda ? threads : 0;
+	if (sched_group_new(graph, &spec, out, &why) < 0)
+		return kgen_fail(err, why.code == SCHED_ENOMEM ? KGEN_ENOMEM : KGEN_EPLAN,
+				 "kernel '%s': %s", kernel->name, why.message);
+	return KGEN_OK;
+}
+
 
 void kgen_plan_free(kgen_plan *plan)
 {
@@ -315,17 +354,56 @@ static int read_ops(const sched_graph *graph, json_t *ops, kgen_kernel *kernel,
 					 (long long)json_integer_value(v), graph->nops);
 		kernel->ops[kernel->nops++] = (int)json_integer_value(v);
 	}
-	if (kernel->nops > 1)
-		return kgen_fail(err, KGEN_EPLAN, "kernel %d groups %d ops: fused "
-				 "kernels are not supported yet, give one op per "
-				 "kernel", index, kernel->nops);
 	return KGEN_OK;
+}
+
+/* The optional "lanes": one lane number per branch of a fused group. */
+static int read_lanes(json_t *lanes, kgen_kernel *kernel, int index,
+		      kgen_error *err)
+{
+	json_t *v;
+	size_t i;
+
+	if (!lanes)
+		return KGEN_OK;
+	if (!json_is_array(lanes) || json_array_size(lanes) == 0 ||
+	    json_array_size(lanes) > (size_t)kernel->nops)
+		return kgen_fail(err, KGEN_EPLAN, "kernel %d: 'lanes' must list one "
+				 "lane per branch of the group", index);
+	json_array_foreach(lanes, i, v) {
+		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+		    json_integer_value(v) >= (json_int_t)json_array_size(lanes))
+			return kgen_fail(err, KGEN_EPLAN, "kernel %d: lane %zu must be "
+					 "an integer from 0 to %zu", index, i,
+					 json_array_size(lanes) - 1);
+		kernel->lanes[kernel->nlanes++] = (int)json_integer_value(v);
+	}
+	return KGEN_OK;
+}
+
+/* A fused kernel's group must be legal, and its lanes name every branch. */
+static int check_group(const sched_graph *graph, const kgen_kernel *kernel,
+		       kgen_error *err)
+{
+	sched_group *group;
+	int rc;
+
+	if (kernel->nops == 1 && !kernel->nlanes)
+		return KGEN_OK;
+	if ((rc = kgen_kernel_group(graph, kernel, false, &group, err)) < 0)
+		return rc;
+	if (kernel->nlanes && kernel->nlanes != group->nbranches)
+		rc = kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'lanes' lists %d lanes "
+			       "for %d branches", kernel->name, kernel->nlanes,
+			       group->nbranches);
+	sched_group_free(group);
+	return rc;
 }
 
 static int read_kernel(const sched_graph *graph, json_t *obj, kgen_kernel *kernel,
 		       int index, kgen_error *err)
 {
-	static const char *const keys[] = {"name", "ops", "schedule", NULL};
+	static const char *const keys[] = {"name", "ops", "lanes", "schedule", NULL};
 	const char *key;
 	json_t *value;
 	int rc;
@@ -341,14 +419,16 @@ static int read_kernel(const sched_graph *graph, json_t *obj, kgen_kernel *kerne
 			return kgen_fail(err, KGEN_EPLAN, "kernel %d: unknown key '%s'",
 					 index, key);
 	}
-	if ((rc = read_ops(graph, json_object_get(obj, "ops"), kernel, index, err)) < 0)
+	if ((rc = read_ops(graph, json_object_get(obj, "ops"), kernel, index, err)) < 0 ||
+	    (rc = read_lanes(json_object_get(obj, "lanes"), kernel, index, err)) < 0)
 		return rc;
 	default_name(graph, index, kernel);
 	default_schedule(kgen_kernel_op(graph, kernel), target_of(graph, kernel),
 			 &kernel->schedule);
-	if ((rc = read_name(json_object_get(obj, "name"), kernel, index, err)) < 0)
+	if ((rc = read_name(json_object_get(obj, "name"), kernel, index, err)) < 0 ||
+	    (rc = read_schedule(graph, json_object_get(obj, "schedule"), kernel, err)) < 0)
 		return rc;
-	return read_schedule(graph, json_object_get(obj, "schedule"), kernel, err);
+	return check_group(graph, kernel, err);
 }
 
 /* Every op in exactly one kernel, names distinct, and each kernel after
@@ -364,12 +444,14 @@ static int check_coverage(const sched_graph *graph, const kgen_plan *plan,
 	for (int i = 0; i < graph->nops; i++)
 		kernel_of[i] = -1;
 	for (int k = 0; k < plan->nkernels && rc == KGEN_OK; k++) {
-		int op = plan->kernels[k].ops[0];
+		for (int i = 0; i < plan->kernels[k].nops && rc == KGEN_OK; i++) {
+			int op = plan->kernels[k].ops[i];
 
-		if (kernel_of[op] >= 0)
-			rc = kgen_fail(err, KGEN_EPLAN, "op %d is in kernels %d and %d",
-				       op, kernel_of[op], k);
-		kernel_of[op] = k;
+			if (kernel_of[op] >= 0)
+				rc = kgen_fail(err, KGEN_EPLAN, "op %d is in kernels %d "
+					       "and %d", op, kernel_of[op], k);
+			kernel_of[op] = k;
+		}
 		for (int j = 0; j < k && rc == KGEN_OK; j++)
 			if (!strcmp(plan->kernels[j].name, plan->kernels[k].name))
 				rc = kgen_fail(err, KGEN_EPLAN, "two kernels are named '%s'",
@@ -407,14 +489,17 @@ static int check_launch_order(const sched_graph *graph, const kgen_plan *plan,
 	if (!written)
 		return KGEN_ENOMEM;
 	for (int k = 0; k < plan->nkernels && rc == KGEN_OK; k++) {
-		const sched_op *op = kgen_kernel_op(graph, &plan->kernels[k]);
+		const kgen_kernel *kernel = &plan->kernels[k];
 
-		sched_node_each_access(op->body, find_unwritten, &c);
+		for (int i = 0; i < kernel->nops; i++) /* members feed members */
+			written[graph->ops[kernel->ops[i]].target] = true;
+		for (int i = 0; i < kernel->nops; i++)
+			sched_node_each_access(graph->ops[kernel->ops[i]].body,
+					       find_unwritten, &c);
 		if (c.missing >= 0)
 			rc = kgen_fail(err, KGEN_EPLAN, "kernel '%s' reads '%s' before "
-				       "any kernel writes it", plan->kernels[k].name,
+				       "any kernel writes it", kernel->name,
 				       graph->tensors[c.missing].name);
-		written[op->target] = true;
 	}
 	free(written);
 	return rc;
@@ -528,6 +613,13 @@ json_t *kgen_plan_to_json(const sched_graph *graph, const kgen_plan *plan)
 						 &kernel->schedule);
 		json_t *obj = json_pack("{s:s, s:o}", "name", kernel->name, "ops", ops);
 
+		if (kernel->nlanes) {
+			json_t *lanes = json_array();
+
+			for (int l = 0; l < kernel->nlanes; l++)
+				json_array_append_new(lanes, json_integer(kernel->lanes[l]));
+			json_object_set_new(obj, "lanes", lanes);
+		}
 		if (json_object_size(schedule))
 			json_object_set_new(obj, "schedule", schedule);
 		else

@@ -7,6 +7,7 @@
  * t_<name> and variables v_<name> in the generated code.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -72,6 +73,7 @@ static const char common_helpers[] =
 	"KFN idx_t kfloordiv(idx_t a, idx_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }\n"
 	"KFN idx_t kfloormod(idx_t a, idx_t b) { idx_t r = a % b; return r < 0 ? r + b : r; }\n"
 	"KFN idx_t kmin(idx_t a, idx_t b) { return a < b ? a : b; }\n"
+	"KFN idx_t kmaxi(idx_t a, idx_t b) { return a > b ? a : b; }\n"
 	"KFN float kfmod(float a, float b) { return a - b * floorf(a / b); }\n"
 	"KFN float ksigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }\n"
 	"KFN float krelu(float x) { return x < 0.0f ? 0.0f : x; }\n"
@@ -160,14 +162,67 @@ void kgen_print_offset(sched_buf *buf, const kgen_printer *pr,
 	print_horner(buf, pr, &pr->graph->tensors[access->tensor], access);
 }
 
+/* Row-major from the stage's lo within its largest extents; index d is
+ * access->args[d], or the op's target variable d. */
+static void print_local_place(sched_buf *buf, const kgen_printer *pr, int stage,
+			      const sched_node *access)
+{
+	const sched_stage *st = &pr->group->stages[stage];
+
+	if (st->rank == 0)
+		return sched_buf_printf(buf, "0");
+	for (int d = 1; d < st->rank; d++)
+		sched_buf_printf(buf, "(");
+	for (int d = 0; d < st->rank; d++) {
+		if (d > 0)
+			sched_buf_printf(buf, ") * %lld + ", (long long)st->extent[d]);
+		sched_buf_printf(buf, "(");
+		if (access)
+			kgen_print_index(buf, pr, access->args[d]);
+		else
+			sched_buf_printf(buf, "v_%s", pr->op->vars[d].name);
+		sched_buf_printf(buf, " - lo_%d_%d)", stage, d);
+	}
+}
+
+void kgen_print_local_index(sched_buf *buf, const kgen_printer *pr, int stage)
+{
+	print_local_place(buf, pr, stage, NULL);
+}
+
+void kgen_print_local(sched_buf *buf, const kgen_printer *pr, int stage,
+		      const sched_node *access)
+{
+	sched_buf_printf(buf, "local[%lld + ", (long long)pr->group->stages[stage].offset);
+	print_local_place(buf, pr, stage, access);
+	sched_buf_printf(buf, "]");
+}
+
+/* A member recomputed at each read: its macro K_<tensor>(indices). */
+static void print_recompute(sched_buf *buf, const kgen_printer *pr,
+			    const sched_node *access)
+{
+	sched_buf_printf(buf, "K_%s(", pr->graph->tensors[access->tensor].name);
+	for (int d = 0; d < access->nargs; d++) {
+		sched_buf_printf(buf, d ? ", " : "");
+		kgen_print_index(buf, pr, access->args[d]);
+	}
+	sched_buf_printf(buf, ")");
+}
+
 static void print_load(sched_buf *buf, const kgen_printer *pr,
 		       const sched_node *access)
 {
 	const sched_tensor *t = &pr->graph->tensors[access->tensor];
+	int stage = pr->group ? sched_group_stage_of(pr->group, t->writer) : -1;
 	const char *open = t->dtype == SCHED_F16 ? "f16_load(" :
 			   t->dtype == SCHED_BF16 ? "bf16_load(" :
 			   t->dtype == SCHED_I32 ? "(float)(" : "(";
 
+	if (stage >= 0 && pr->group->stages[stage].store == SCHED_STORE_INLINE)
+		return print_recompute(buf, pr, access);
+	if (stage >= 0 && pr->group->stages[stage].store != SCHED_STORE_GLOBAL)
+		return kgen_print_local(buf, pr, stage, access);
 	sched_buf_printf(buf, "%st_%s[", open, t->name);
 	kgen_print_offset(buf, pr, access);
 	sched_buf_printf(buf, "])");
@@ -385,4 +440,12 @@ bool kgen_op_touches(const sched_op *op, int tensor)
 
 	sched_node_each_access(op->body, find_tensor, &t);
 	return t.found;
+}
+
+bool kgen_wide_indices(const sched_graph *graph)
+{
+	for (int t = 0; t < graph->ntensors; t++)
+		if (graph->tensors[t].size >= INT32_MAX)
+			return true;
+	return false;
 }

@@ -173,7 +173,10 @@ char *kgen_print_c(const sched_graph *graph, const kgen_plan *plan, int index)
 	const kgen_kernel *kernel = &plan->kernels[index];
 	const sched_op *op = kgen_kernel_op(graph, kernel);
 	sched_buf buf = {0};
-	c_kernel k = {{graph, op}, kernel, &graph->tensors[op->target], &buf};
+
+	if (kernel->nops > 1)
+		return kgen_print_fused(graph, kernel, false);
+	c_kernel k = {{graph, op, NULL}, kernel, &graph->tensors[op->target], &buf};
 
 	kgen_print_helpers(&buf, false, true);
 	kgen_print_header(&buf, &k.pr, kernel->name);

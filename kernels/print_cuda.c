@@ -41,22 +41,20 @@ void kgen_cuda_launch_shape(const sched_graph *graph, const kgen_kernel *kernel,
 {
 	const sched_tensor *t = &graph->tensors[kgen_kernel_op(graph, kernel)->target];
 	int64_t b = 1, n = 1;
+	sched_group *group;
 
 	for (int d = 0; d < t->rank; d++) {
 		b *= (t->shape[d] + kernel->schedule.tile[d] - 1) / kernel->schedule.tile[d];
 		n *= kernel->schedule.threads[d];
 	}
+	if (kernel->nops > 1 && kgen_kernel_group(graph, kernel, true, &group, NULL) == 0) {
+		b = group->blocks;
+		sched_group_free(group);
+	}
 	*blocks = (unsigned)b;
 	*threads = (unsigned)n;
 }
 
-static bool wide_indices(const sched_graph *graph)
-{
-	for (int t = 0; t < graph->ntensors; t++)
-		if (graph->tensors[t].size >= INT32_MAX)
-			return true;
-	return false;
-}
 
 static void print_params(const cuda_kernel *k)
 {
@@ -270,11 +268,14 @@ char *kgen_print_cuda(const sched_graph *graph, const kgen_plan *plan, int index
 	const kgen_kernel *kernel = &plan->kernels[index];
 	const sched_op *op = kgen_kernel_op(graph, kernel);
 	sched_buf buf = {0};
-	cuda_kernel k = {{graph, op}, kernel, &graph->tensors[op->target], &buf, 0};
+
+	if (kernel->nops > 1)
+		return kgen_print_fused(graph, kernel, true);
+	cuda_kernel k = {{graph, op, NULL}, kernel, &graph->tensors[op->target], &buf, 0};
 	unsigned blocks;
 
 	kgen_cuda_launch_shape(graph, kernel, &blocks, &k.threads);
-	kgen_print_helpers(&buf, true, wide_indices(graph));
+	kgen_print_helpers(&buf, true, kgen_wide_indices(graph));
 	kgen_print_header(&buf, &k.pr, kernel->name);
 	print_params(&k);
 	print_coordinates(&k);

@@ -6,9 +6,13 @@
 
 #include "kgen_int.h"
 
+/* What a printer prints an expression of: op "op" of "graph", inside the
+ * fused group "group" (NULL for a single-op kernel), whose members' reads
+ * of each other's results go to block-local memory or are recomputed. */
 typedef struct kgen_printer {
 	const sched_graph *graph;
 	const sched_op *op;
+	const sched_group *group;
 } kgen_printer;
 
 void kgen_print_helpers(sched_buf *buf, bool cuda, bool wide_indices);
@@ -27,5 +31,21 @@ void kgen_print_combine(sched_buf *buf, enum sched_reducer reducer,
 bool kgen_has_division(const sched_node *node);
 void kgen_print_target_offset(sched_buf *buf, const kgen_printer *pr);
 bool kgen_op_touches(const sched_op *op, int tensor);
+
+/* The element of stage "stage"'s buffer at "access" (NULL: at the op's
+ * own target variables): local[offset + row-major place from its lo]. */
+void kgen_print_local(sched_buf *buf, const kgen_printer *pr, int stage,
+		      const sched_node *access);
+/* The row-major place of the element at the op's target variables within
+ * stage "stage"'s largest extents, from its lo. */
+void kgen_print_local_index(sched_buf *buf, const kgen_printer *pr, int stage);
+
+/* Whether some tensor has 2^31 elements or more (cuda indices are then
+ * 64-bit). */
+bool kgen_wide_indices(const sched_graph *graph);
+
+/* print_fused.c: a fused group's kernel, as C with OpenMP or CUDA C. */
+char *kgen_print_fused(const sched_graph *graph, const kgen_kernel *kernel,
+		       bool cuda);
 
 #endif

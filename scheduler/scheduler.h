@@ -136,4 +136,108 @@ void sched_values_free(__sched_keep const sched_graph *graph,
 /* SHA-256 of "len" bytes of "data" as 64 lowercase hex digits and a NUL. */
 void sched_sha256_hex(const void *data, size_t len, char hex[SCHED_KEY_HEX + 1]);
 
+/* fusion.c: dependences, their widths and fused groups (docs/fusion.md).
+ *
+ * Widths follow SIRIUS: a dependence between two ops under a mapping of
+ * their instances to blocks and threads is thread-level when each consumer
+ * thread reads only what the same thread wrote, block-level when each
+ * consumer block reads from exactly one producer block, global otherwise. */
+enum sched_width { SCHED_WIDTH_THREAD, SCHED_WIDTH_BLOCK, SCHED_WIDTH_GLOBAL };
+
+const char *sched_width_name(enum sched_width width);
+
+/* The dependence of op "consumer" on op "producer": the map from each
+ * producer instance to the consumer instances that read what it wrote
+ * (empty when the consumer does not read the producer's target). */
+__sched_give isl_map *sched_dependence(isl_ctx *ctx,
+				       __sched_keep const sched_graph *graph,
+				       int producer, int consumer);
+
+/* The width of "dep" (P -> C) when P's instances run on the blocks
+ * "block_p" (P -> B[..]) and threads "thread_p" (P -> T[..]; threads are
+ * named with their block, so T holds the block's coordinates too), and C's
+ * on "block_c" and "thread_c". Thread maps may be NULL: never thread-level.
+ * -1 when isl fails. */
+int sched_width_of(__sched_keep isl_map *dep, __sched_keep isl_map *block_p,
+		   __sched_keep isl_map *block_c, __sched_keep isl_map *thread_p,
+		   __sched_keep isl_map *thread_c);
+
+/* Where a stage of a fused group keeps what it computes: in block-local
+ * memory (shared memory on cuda, the block's stack on the cpu), in the
+ * tensor in global memory, both (a member whose tensor is an output or
+ * read outside the group), or nowhere: recomputed at each read (a cheap
+ * elementwise member, when block-local memory runs short). */
+enum sched_store { SCHED_STORE_LOCAL, SCHED_STORE_GLOBAL, SCHED_STORE_BOTH,
+		   SCHED_STORE_INLINE };
+
+#define SCHED_GROUP_MAX_OPS 16
+
+/* A fused group to analyse: its ops (any order), the tile that cuts the
+ * output of each root (a member no other member reads) into blocks, which
+ * branches (connected parts; numbered in the order of their roots in
+ * graph.json) share a lane, the threads per block and the block-local
+ * memory a block may use. */
+typedef struct sched_group_spec {
+	int nops;
+	const int *ops;
+	const int64_t *tile;  /* per dim of the roots' outputs */
+	const int *lanes;     /* per branch; NULL: each branch its own lane */
+	int threads;          /* cuda threads per block; 0: cpu, one per block */
+	int64_t local_bytes;  /* block-local memory at most, in bytes */
+} sched_group_spec;
+
+/* One op of a group. Its region, the part of its target one block
+ * computes, is [lo[d], hi[d]) per dim: C expressions of the block's
+ * coordinates b0, b1, ... of its branch. */
+typedef struct sched_stage {
+	int op;
+	int branch;
+	enum sched_store store;
+	enum sched_width width;  /* the widest member dependence it reads */
+	bool barrier;            /* cuda: __syncthreads() before it runs */
+	int rank;
+	char *lo[SCHED_MAX_RANK], *hi[SCHED_MAX_RANK];
+	int64_t extent[SCHED_MAX_RANK]; /* the largest hi - lo: its buffer's shape */
+	int64_t offset;          /* of its buffer in the block's local floats */
+} sched_stage;
+
+/* A branch's blocks tile its root's output: grid[d] blocks along dim d,
+ * numbered row-major. The branches of a lane run one after another in
+ * the same block (vertical placement) and need the same number of blocks;
+ * lanes run in different blocks of one launch (horizontal placement). */
+typedef struct sched_branch {
+	int root;
+	int lane;
+	int rank;
+	int64_t tile[SCHED_MAX_RANK]; /* the tile, within the root's shape */
+	int64_t grid[SCHED_MAX_RANK];
+	int64_t blocks;
+} sched_branch;
+
+typedef struct sched_group {
+	int nstages;
+	sched_stage *stages;   /* in dependence order, branch after branch */
+	int nbranches;
+	sched_branch *branches;
+	int nlanes;
+	int64_t *lane_blocks;  /* per lane */
+	int64_t blocks;        /* of the launch: the sum over lanes */
+	int64_t local_floats;  /* block-local floats a block needs */
+} sched_group;
+
+/* Analyses "spec": the members' regions propagated back from the roots'
+ * tiles (FusionStitching's schedule consistency), the width of every
+ * member dependence, where each result lives, the block-local memory
+ * (buffers reused once their readers ran) and, with threads, the barriers
+ * (only where a dependence that is not thread-level or a reused buffer
+ * needs one). A group that is not legal -- a global dependence, a branch
+ * with two roots, regions that overlap, memory beyond the limit -- fails
+ * with SCHED_EMEANING and the reason in "err". */
+int sched_group_new(__sched_keep const sched_graph *graph,
+		    const sched_group_spec *spec, __sched_give sched_group **out,
+		    sched_error *err);
+void sched_group_free(__sched_take sched_group *group);
+/* The stage of op "op" in "group", or -1. */
+int sched_group_stage_of(__sched_keep const sched_group *group, int op);
+
 #endif

@@ -90,9 +90,8 @@ Test(plan, invalid_plans_are_refused_with_a_reason)
 	expect_refused("{\"kernels\": [{\"ops\": [0]}]}", "op 1 is in no kernel");
 	expect_refused("{\"kernels\": [{\"ops\": [1]}, {\"ops\": [0]}]}",
 		       "kernel 'k0_y' reads 't' before any kernel writes it");
-	expect_refused("{\"kernels\": [{\"ops\": [0, 1]}]}",
-		       "kernel 0 groups 2 ops: fused kernels are not supported yet, "
-		       "give one op per kernel");
+	expect_refused("{\"kernels\": [{\"ops\": [0, 1], \"lanes\": [0, 1]}]}",
+		       "kernel 'k0_y': 'lanes' lists 2 lanes for 1 branches");
 	expect_refused("{\"kernels\": [{\"ops\": [0], \"name\": \"a\"}, "
 		       "{\"ops\": [1], \"name\": \"a\"}]}", "two kernels are named 'a'");
 	expect_refused("{\"kernels\": [{\"ops\": [0], \"schedule\": {\"tile\": [65, 8]}}, "

@@ -1,0 +1,471 @@
+/*
+ * print_fused.c: the kernel of a fused group (docs/fusion.md), as C with
+ * OpenMP (cpu) or CUDA C, from the group's analysis (scheduler/fusion.c).
+ *
+ * One launch runs every block of every lane; a lane's branches run one
+ * after another in its blocks, and a branch's stages in dependence order.
+ * Each stage computes its region [lo, hi) of its target, whose bounds are
+ * C expressions of the branch's block coordinates b0, b1, ...; members
+ * keep their results in block-local memory ("local": the block's stack on
+ * the cpu, shared memory on cuda), rounded to their tensor's type as the
+ * reference does, or are recomputed at each read (macros K_<tensor>).
+ *
+ * cpu: OpenMP shares the blocks among threads; a block runs on one.
+ * cuda: a block per blockIdx.x; stage element e runs on thread
+ * e mod blockDim.x, which is the thread map the widths were computed
+ * with, and __syncthreads() stands where the analysis put a barrier.
+ */
+#include <stdlib.h>
+
+#include "print_int.h"
+
+typedef struct fused_kernel {
+	kgen_printer pr;
+	const kgen_kernel *kernel;
+	sched_buf *buf;
+	bool cuda;
+} fused_kernel;
+
+static const sched_group *group_of(const fused_kernel *k)
+{
+	return k->pr.group;
+}
+
+static const sched_tensor *stage_target(const fused_kernel *k, int s)
+{
+	const sched_graph *g = k->pr.graph;
+
+	return &g->tensors[g->ops[group_of(k)->stages[s].op].target];
+}
+
+static void use_stage(fused_kernel *k, int s)
+{
+	k->pr.op = &k->pr.graph->ops[group_of(k)->stages[s].op];
+}
+
+static const char *var_name(const fused_kernel *k, int v)
+{
+	return k->pr.op->vars[v].name;
+}
+
+static void print_header(fused_kernel *k)
+{
+	const sched_graph *g = k->pr.graph;
+
+	sched_buf_printf(k->buf, "/* tuned kernel %s, graph %.16s, fused:\n",
+			 k->kernel->name, g->key);
+	for (int s = 0; s < group_of(k)->nstages; s++) {
+		const sched_op *op = &g->ops[group_of(k)->stages[s].op];
+
+		sched_buf_printf(k->buf, " * op %d: %s\n", op->index, op->text);
+	}
+	sched_buf_printf(k->buf, " */\n#define floord(n, d) kfloordiv(n, d)\n"
+			 "#define min(a, b) kmin(a, b)\n#define max(a, b) kmaxi(a, b)\n");
+}
+
+/* A recomputed member as a macro of its target variables. */
+static void print_recomputed(fused_kernel *k)
+{
+	for (int s = 0; s < group_of(k)->nstages; s++) {
+		if (group_of(k)->stages[s].store != SCHED_STORE_INLINE)
+			continue;
+		use_stage(k, s);
+		sched_buf_printf(k->buf, "#define K_%s(", stage_target(k, s)->name);
+		for (int v = 0; v < k->pr.op->ntarget_vars; v++)
+			sched_buf_printf(k->buf, "%sv_%s", v ? ", " : "", var_name(k, v));
+		sched_buf_printf(k->buf, ") (");
+		kgen_print_value(k->buf, &k->pr, k->pr.op->body);
+		sched_buf_printf(k->buf, ")\n");
+	}
+}
+
+/* Whether tensor "t" is written to global memory by the kernel. */
+static bool writes_global(const fused_kernel *k, int t)
+{
+	int s = sched_group_stage_of(group_of(k), k->pr.graph->tensors[t].writer);
+
+	return s >= 0 && (group_of(k)->stages[s].store == SCHED_STORE_GLOBAL ||
+			  group_of(k)->stages[s].store == SCHED_STORE_BOTH);
+}
+
+static bool touched(const fused_kernel *k, int t)
+{
+	for (int s = 0; s < group_of(k)->nstages; s++)
+		if (kgen_op_touches(&k->pr.graph->ops[group_of(k)->stages[s].op], t))
+			return true;
+	return false;
+}
+
+static void print_params(fused_kernel *k)
+{
+	const sched_graph *g = k->pr.graph;
+	unsigned threads = 1;
+
+	if (!k->cuda) {
+		sched_buf_printf(k->buf, "void %s(void **tensors)\n{\n", k->kernel->name);
+		for (int t = 0; t < g->ntensors; t++)
+			if (touched(k, t))
+				sched_buf_printf(k->buf, "\t%s%s *restrict t_%s = tensors[%d];\n",
+						 writes_global(k, t) ? "" : "const ",
+						 kgen_ctype(g->tensors[t].dtype, false),
+						 g->tensors[t].name, t);
+		return;
+	}
+	for (int d = 0; d < stage_target(k, group_of(k)->nstages - 1)->rank; d++)
+		threads *= k->kernel->schedule.threads[d];
+	sched_buf_printf(k->buf, "extern \"C\" __global__ void __launch_bounds__(%u)\n%s(",
+			 threads, k->kernel->name);
+	for (int t = 0; t < g->ntensors; t++)
+		sched_buf_printf(k->buf, "%s%s%s *__restrict__ t_%s", t ? ",\n\t" : "",
+				 writes_global(k, t) ? "" : "const ",
+				 kgen_ctype(g->tensors[t].dtype, true), g->tensors[t].name);
+	sched_buf_printf(k->buf, ")\n{\n");
+}
+
+/* x rounded to the stage's tensor type, as a stored element would be. */
+static void print_rounded(fused_kernel *k, int s, const char *x)
+{
+	switch (stage_target(k, s)->dtype) {
+	case SCHED_F16:
+		return sched_buf_printf(k->buf, "f16_load(f16_store(%s))", x);
+	case SCHED_BF16:
+		return sched_buf_printf(k->buf, "bf16_load(bf16_store(%s))", x);
+	case SCHED_I32:
+		return sched_buf_printf(k->buf, "(float)(int)(%s)", x);
+	default:
+		return sched_buf_printf(k->buf, "%s", x);
+	}
+}
+
+/* Keeps x, the stage's value at its target variables: in local memory
+ * and/or in its tensor. */
+static void print_keep(fused_kernel *k, int s, const char *indent, const char *x)
+{
+	const sched_stage *st = &group_of(k)->stages[s];
+	const sched_tensor *t = stage_target(k, s);
+
+	if (st->store == SCHED_STORE_LOCAL || st->store == SCHED_STORE_BOTH) {
+		sched_buf_printf(k->buf, "%s", indent);
+		kgen_print_local(k->buf, &k->pr, s, NULL);
+		sched_buf_printf(k->buf, " = ");
+		print_rounded(k, s, x);
+		sched_buf_printf(k->buf, ";\n");
+	}
+	if (st->store == SCHED_STORE_GLOBAL || st->store == SCHED_STORE_BOTH) {
+		sched_buf_printf(k->buf, "%st_%s[", indent, t->name);
+		kgen_print_target_offset(k->buf, &k->pr);
+		sched_buf_printf(k->buf, "] = %s%s);\n", kgen_store_open(t), x);
+	}
+}
+
+/* The reduction loops; the innermost unrolled unless "simd" already
+ * stands before them. */
+static void print_reduction_loops(fused_kernel *k, const char *indent, bool simd)
+{
+	const sched_op *op = k->pr.op;
+
+	for (int v = op->ntarget_vars; v < op->nvars; v++) {
+		if (v == op->nvars - 1 && !(simd && v == op->ntarget_vars))
+			sched_buf_printf(k->buf, "#pragma %s %d\n", k->cuda ? "unroll" :
+					 "GCC unroll", k->kernel->schedule.unroll);
+		sched_buf_printf(k->buf, "%sfor (idx_t v_%s = %lld; v_%s < %lld; v_%s++)\n",
+				 indent, var_name(k, v), (long long)op->vars[v].lo,
+				 var_name(k, v), (long long)op->vars[v].hi, var_name(k, v));
+	}
+}
+
+static int64_t stage_elements(const fused_kernel *k, int s)
+{
+	const sched_stage *st = &group_of(k)->stages[s];
+	int64_t n = 1;
+
+	for (int d = 0; d < st->rank; d++)
+		n *= st->extent[d];
+	return n;
+}
+
+/* ---- cpu ---- */
+
+/* Loops over the stage's region; the innermost under omp simd. The
+ * caller closes the block it opens. */
+static void print_region_loops(fused_kernel *k, int s, const char *indent)
+{
+	const sched_stage *st = &group_of(k)->stages[s];
+
+	for (int d = 0; d < st->rank; d++) {
+		if (d == st->rank - 1)
+			sched_buf_printf(k->buf, "#pragma omp simd\n");
+		sched_buf_printf(k->buf, "%sfor (idx_t v_%s = lo_%d_%d; v_%s < hi_%d_%d; v_%s++)\n",
+				 indent, var_name(k, d), s, d, var_name(k, d), s, d,
+				 var_name(k, d));
+	}
+	sched_buf_printf(k->buf, "%s{\n", indent);
+}
+
+static void print_cpu_elementwise(fused_kernel *k, int s)
+{
+	print_region_loops(k, s, "\t\t\t");
+	sched_buf_printf(k->buf, "\t\t\t\tconst float x = ");
+	kgen_print_value(k->buf, &k->pr, k->pr.op->body);
+	sched_buf_printf(k->buf, ";\n");
+	print_keep(k, s, "\t\t\t\t", "x");
+	sched_buf_printf(k->buf, "\t\t\t}\n");
+}
+
+/* Accumulators over the region (a member's own buffer), the reduction
+ * loops outside the region loops, then the results kept: for reductions
+ * whose innermost loop walks the region's last dim in memory (a matrix
+ * product's columns). */
+static void print_cpu_reducing_outside(fused_kernel *k, int s)
+{
+	const sched_stage *st = &group_of(k)->stages[s];
+	sched_buf acc = {0};
+
+	if (st->store == SCHED_STORE_GLOBAL)
+		sched_buf_printf(k->buf, "\t\t\tfloat acc_%d[%lld];\n\t\t\tfloat *acc = acc_%d;\n",
+				 s, (long long)stage_elements(k, s), s);
+	else
+		sched_buf_printf(k->buf, "\t\t\tfloat *acc = local + %lld;\n",
+				 (long long)st->offset);
+	sched_buf_printf(k->buf, "\t\t\tfor (idx_t a = 0; a < %lld; a++)\n\t\t\t\tacc[a] = %s;\n",
+			 (long long)stage_elements(k, s),
+			 kgen_reducer_identity(k->pr.op->reducer));
+	sched_buf_printf(&acc, "acc[");
+	kgen_print_local_index(&acc, &k->pr, s);
+	sched_buf_printf(&acc, "]");
+	print_reduction_loops(k, "\t\t\t", false);
+	print_region_loops(k, s, "\t\t\t");
+	sched_buf_printf(k->buf, "\t\t\t\tconst float x = ");
+	kgen_print_value(k->buf, &k->pr, k->pr.op->body);
+	sched_buf_printf(k->buf, ";\n\t\t\t\t");
+	kgen_print_combine(k->buf, k->pr.op->reducer, acc.str ? acc.str : "", "x");
+	sched_buf_printf(k->buf, "\n\t\t\t}\n");
+	print_region_loops(k, s, "\t\t\t");
+	sched_buf_printf(k->buf, "\t\t\t\tconst float x = %s;\n", acc.str ? acc.str : "");
+	print_keep(k, s, "\t\t\t\t", "x");
+	sched_buf_printf(k->buf, "\t\t\t}\n");
+	sched_buf_release(&acc);
+}
+
+typedef struct last_index {
+	const sched_op *op;
+	bool reduction_last; /* the last reduction variable ends an access */
+	bool target_last;    /* the last target variable is in an access's last index */
+} last_index;
+
+static bool mentions(const sched_node *node, int var)
+{
+	if (node->kind == SCHED_NODE_VAR)
+		return node->var == var;
+	for (int i = 0; i < node->nargs; i++)
+		if (mentions(node->args[i], var))
+			return true;
+	return false;
+}
+
+static void look_at_last_index(const sched_node *access, void *user)
+{
+	last_index *li = user;
+	const sched_node *last = access->nargs ? access->args[access->nargs - 1] : NULL;
+
+	if (access->nargs < 2)
+		return;
+	li->reduction_last |= last->kind == SCHED_NODE_VAR &&
+			      last->var == li->op->nvars - 1;
+	li->target_last |= li->op->ntarget_vars > 0 &&
+			   mentions(last, li->op->ntarget_vars - 1);
+}
+
+/* Whether the reduction should run innermost: it walks the last dim of
+ * a matrix the region's last dim does not (a row reduction). */
+static bool reduction_inside(const sched_op *op)
+{
+	last_index li = {op, false, false};
+
+	sched_node_each_access(op->body, look_at_last_index, &li);
+	return li.reduction_last && !li.target_last;
+}
+
+static const char *simd_reducer(enum sched_reducer reducer)
+{
+	switch (reducer) {
+	case SCHED_RED_SUM: return "+";
+	case SCHED_RED_PROD: return "*";
+	case SCHED_RED_MAX: return "max";
+	default: return "min";
+	}
+}
+
+/* One element at a time, its reduction innermost under omp simd. */
+static void print_cpu_reducing_inside(fused_kernel *k, int s)
+{
+	const sched_op *op = k->pr.op;
+	const sched_stage *st = &group_of(k)->stages[s];
+
+	for (int d = 0; d < st->rank; d++)
+		sched_buf_printf(k->buf, "\t\t\tfor (idx_t v_%s = lo_%d_%d; v_%s < hi_%d_%d; v_%s++)\n",
+				 var_name(k, d), s, d, var_name(k, d), s, d, var_name(k, d));
+	sched_buf_printf(k->buf, "\t\t\t{\n\t\t\t\tfloat x = %s;\n",
+			 kgen_reducer_identity(op->reducer));
+	sched_buf_printf(k->buf, "#pragma omp simd reduction(%s:x)\n",
+			 simd_reducer(op->reducer));
+	print_reduction_loops(k, "\t\t\t\t", true);
+	sched_buf_printf(k->buf, "\t\t\t\t{\n\t\t\t\t\tconst float y = ");
+	kgen_print_value(k->buf, &k->pr, op->body);
+	sched_buf_printf(k->buf, ";\n\t\t\t\t\t");
+	kgen_print_combine(k->buf, op->reducer, "x", "y");
+	sched_buf_printf(k->buf, "\n\t\t\t\t}\n");
+	print_keep(k, s, "\t\t\t\t", "x");
+	sched_buf_printf(k->buf, "\t\t\t}\n");
+}
+
+/* ---- cuda ---- */
+
+/* Element e of the region runs on thread e mod blockDim.x. */
+static void print_cuda_elements(fused_kernel *k, int s)
+{
+	const sched_stage *st = &group_of(k)->stages[s];
+	int64_t stride = stage_elements(k, s);
+
+	sched_buf_printf(k->buf, "\t\tfor (idx_t e = threadIdx.x; e < %lld; e += blockDim.x) {\n",
+			 (long long)stride);
+	for (int d = 0; d < st->rank; d++) {
+		stride /= st->extent[d];
+		sched_buf_printf(k->buf, "\t\t\tconst idx_t v_%s = lo_%d_%d + e / %lld %% %lld;\n",
+				 var_name(k, d), s, d, (long long)stride,
+				 (long long)st->extent[d]);
+	}
+	for (int d = 0; d < st->rank; d++)
+		sched_buf_printf(k->buf, "\t\t\tif (v_%s >= hi_%d_%d)\n\t\t\t\tcontinue;\n",
+				 var_name(k, d), s, d);
+}
+
+static void print_cuda_stage(fused_kernel *k, int s)
+{
+	const sched_op *op = k->pr.op;
+
+	print_cuda_elements(k, s);
+	if (op->reducer == SCHED_RED_NONE) {
+		sched_buf_printf(k->buf, "\t\t\tconst float x = ");
+		kgen_print_value(k->buf, &k->pr, op->body);
+		sched_buf_printf(k->buf, ";\n");
+	} else {
+		sched_buf_printf(k->buf, "\t\t\tfloat x = %s;\n",
+				 kgen_reducer_identity(op->reducer));
+		print_reduction_loops(k, "\t\t\t", false);
+		sched_buf_printf(k->buf, "\t\t\t{\n\t\t\t\tconst float y = ");
+		kgen_print_value(k->buf, &k->pr, op->body);
+		sched_buf_printf(k->buf, ";\n\t\t\t\t");
+		kgen_print_combine(k->buf, op->reducer, "x", "y");
+		sched_buf_printf(k->buf, "\n\t\t\t}\n");
+	}
+	print_keep(k, s, "\t\t\t", "x");
+	sched_buf_printf(k->buf, "\t\t}\n");
+}
+
+/* ---- blocks, lanes, branches ---- */
+
+static void print_stage(fused_kernel *k, int s)
+{
+	const sched_stage *st = &group_of(k)->stages[s];
+
+	if (st->store == SCHED_STORE_INLINE)
+		return;
+	use_stage(k, s);
+	sched_buf_printf(k->buf, "\t\t/* op %d: %s */\n", k->pr.op->index,
+			 stage_target(k, s)->name);
+	if (k->cuda && st->barrier)
+		sched_buf_printf(k->buf, "\t\t__syncthreads();\n");
+	if (k->cuda)
+		return print_cuda_stage(k, s);
+	sched_buf_printf(k->buf, "\t\t{\n");
+	if (k->pr.op->reducer == SCHED_RED_NONE)
+		print_cpu_elementwise(k, s);
+	else if (reduction_inside(k->pr.op))
+		print_cpu_reducing_inside(k, s);
+	else
+		print_cpu_reducing_outside(k, s);
+	sched_buf_printf(k->buf, "\t\t}\n");
+}
+
+/* The branch's block coordinates from the lane's block lb, and the bounds
+ * of its stages' regions. */
+static void print_branch(fused_kernel *k, int b)
+{
+	const sched_group *g = group_of(k);
+	const sched_branch *br = &g->branches[b];
+	int64_t stride = br->blocks;
+
+	sched_buf_printf(k->buf, "\t{\n");
+	for (int d = 0; d < br->rank; d++) {
+		stride /= br->grid[d];
+		sched_buf_printf(k->buf, "\t\tconst idx_t b%d = lb / %lld %% %lld;\n", d,
+				 (long long)stride, (long long)br->grid[d]);
+	}
+	for (int s = 0; s < g->nstages; s++) {
+		if (g->stages[s].branch != b || g->stages[s].store == SCHED_STORE_INLINE)
+			continue;
+		for (int d = 0; d < g->stages[s].rank; d++)
+			sched_buf_printf(k->buf, "\t\tconst idx_t lo_%d_%d = %s, hi_%d_%d = %s;\n",
+					 s, d, g->stages[s].lo[d], s, d, g->stages[s].hi[d]);
+	}
+	for (int s = 0; s < g->nstages; s++)
+		if (g->stages[s].branch == b)
+			print_stage(k, s);
+	sched_buf_printf(k->buf, "\t}\n");
+}
+
+static void print_lanes(fused_kernel *k)
+{
+	const sched_group *g = group_of(k);
+	int64_t first = 0;
+
+	for (int l = 0; l < g->nlanes; first += g->lane_blocks[l++]) {
+		sched_buf_printf(k->buf, "\t%sif (blk < %lld) {\n\tconst idx_t lb = blk - %lld;\n",
+				 l ? "else " : "", (long long)(first + g->lane_blocks[l]),
+				 (long long)first);
+		for (int b = 0; b < g->nbranches; b++)
+			if (g->branches[b].lane == l)
+				print_branch(k, b);
+		sched_buf_printf(k->buf, "\t}\n");
+	}
+}
+
+static void print_body(fused_kernel *k)
+{
+	const sched_group *g = group_of(k);
+	int64_t floats = g->local_floats ? g->local_floats : 1;
+
+	if (k->cuda) {
+		sched_buf_printf(k->buf, "\t__shared__ float local[%lld];\n"
+				 "\tconst idx_t blk = blockIdx.x;\n", (long long)floats);
+		print_lanes(k);
+		return;
+	}
+	if (k->kernel->schedule.parallel > 0 && g->blocks > 1)
+		sched_buf_printf(k->buf, "#pragma omp parallel for schedule(static)\n");
+	sched_buf_printf(k->buf, "\tfor (idx_t blk = 0; blk < %lld; blk++) {\n"
+			 "\tfloat local[%lld];\n", (long long)g->blocks, (long long)floats);
+	print_lanes(k);
+	sched_buf_printf(k->buf, "\t}\n");
+}
+
+char *kgen_print_fused(const sched_graph *graph, const kgen_kernel *kernel,
+		       bool cuda)
+{
+	sched_group *group;
+	sched_buf buf = {0};
+	fused_kernel k = {{graph, NULL, NULL}, kernel, &buf, cuda};
+
+	if (kgen_kernel_group(graph, kernel, cuda, &group, NULL) < 0)
+		return NULL;
+	k.pr.group = group;
+	kgen_print_helpers(&buf, cuda, kgen_wide_indices(graph) || !cuda);
+	print_header(&k);
+	print_recomputed(&k);
+	print_params(&k);
+	print_body(&k);
+	sched_buf_printf(&buf, "}\n");
+	sched_group_free(group);
+	return buf.str;
+}
