@@ -15,6 +15,9 @@ int kgen_fail(kgen_error *err, int code, const char *fmt, ...)
  * root of a fused group's first branch. */
 const sched_op *kgen_kernel_op(const sched_graph *graph, const kgen_kernel *kernel);
 
+/* Whether "op" reads or writes "tensor" (print.c). */
+bool kgen_op_touches(const sched_op *op, int tensor);
+
 /* A kernel ready to launch: its function, shape and tensor arguments. */
 typedef struct kgen_launch {
 	const char *name;

@@ -2,6 +2,7 @@
  * plan.c: plans as data: reading, checking, writing, and the default plan.
  */
 #include <ctype.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +69,66 @@ static const sched_tensor *target_of(const sched_graph *graph,
 	return &graph->tensors[kgen_kernel_op(graph, kernel)->target];
 }
 
+/* Analyses are remembered (by graph, ops, tile, lanes and threads): a
+ * kernel is checked when its plan is read, printed, estimated and
+ * compiled, and the search meets the same groups again and again. */
+#define MEMO_SLOTS 512
+
+typedef struct memo_entry {
+	char *key;
+	sched_group *group; /* NULL: refused, with "why" */
+	sched_error why;
+} memo_entry;
+
+static memo_entry memo[MEMO_SLOTS];
+static int memo_used;
+static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static char *memo_key(const sched_graph *graph, const kgen_kernel *kernel, int threads)
+{
+	sched_buf buf = {0};
+
+	sched_buf_printf(&buf, "%s|", graph->key);
+	for (int i = 0; i < kernel->nops; i++)
+		sched_buf_printf(&buf, "%d,", kernel->ops[i]);
+	for (int d = 0; d < target_of(graph, kernel)->rank; d++)
+		sched_buf_printf(&buf, "t%lld,", (long long)kernel->schedule.tile[d]);
+	for (int l = 0; l < kernel->nlanes; l++)
+		sched_buf_printf(&buf, "l%d,", kernel->lanes[l]);
+	sched_buf_printf(&buf, "x%d", threads);
+	return buf.str;
+}
+
+/* The remembered analysis of "key" (copied into *out), or false. */
+static bool recall(const char *key, sched_group **out, sched_error *why)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&memo_lock);
+	for (int i = 0; i < memo_used && !found; i++)
+		if (!strcmp(memo[i].key, key)) {
+			found = true;
+			*out = memo[i].group ? sched_group_copy(memo[i].group) : NULL;
+			*why = memo[i].why;
+		}
+	pthread_mutex_unlock(&memo_lock);
+	return found;
+}
+
+static void remember(char *key, const sched_group *group, const sched_error *why)
+{
+	pthread_mutex_lock(&memo_lock);
+	if (memo_used == MEMO_SLOTS) {
+		for (int i = 0; i < memo_used; i++) {
+			free(memo[i].key);
+			sched_group_free(memo[i].group);
+		}
+		memo_used = 0;
+	}
+	memo[memo_used++] = (memo_entry){key, group ? sched_group_copy(group) : NULL, *why};
+	pthread_mutex_unlock(&memo_lock);
+}
+
 int kgen_kernel_group(const sched_graph *graph, const kgen_kernel *kernel,
 		      bool cuda, sched_group **out, kgen_error *err)
 {
@@ -76,13 +137,26 @@ int kgen_kernel_group(const sched_graph *graph, const kgen_kernel *kernel,
 	sched_group_spec spec = {kernel->nops, kernel->ops, kernel->schedule.tile,
 				 kernel->nlanes ? kernel->lanes : NULL, 0,
 				 KGEN_LOCAL_BYTES};
-	sched_error why;
+	sched_error why = {0};
+	char *key;
 
 	for (int d = 0; cuda && d < t->rank; d++)
 		threads *= kernel->schedule.threads[d];
 	spec.threads = cuda ? threads : 0;
-	if (sched_group_new(graph, &spec, out, &why) < 0)
-		return kgen_fail(err, why.code == SCHED_ENOMEM ? KGEN_ENOMEM : KGEN_EPLAN,
+	key = memo_key(graph, kernel, spec.threads);
+	*out = NULL;
+	if (!key || !recall(key, out, &why)) {
+		sched_group_new(graph, &spec, out, &why);
+		if (key && why.code != SCHED_ENOMEM)
+			remember(key, *out, &why);
+		else
+			free(key);
+	} else {
+		free(key);
+	}
+	if (!*out)
+		return kgen_fail(err, why.code == SCHED_ENOMEM || why.code == 0 ?
+				 KGEN_ENOMEM : KGEN_EPLAN,
 				 "kernel '%s': %s", kernel->name, why.message);
 	return KGEN_OK;
 }

@@ -30,7 +30,6 @@ void kgen_print_combine(sched_buf *buf, enum sched_reducer reducer,
 			const char *acc, const char *x);
 bool kgen_has_division(const sched_node *node);
 void kgen_print_target_offset(sched_buf *buf, const kgen_printer *pr);
-bool kgen_op_touches(const sched_op *op, int tensor);
 
 /* The element of stage "stage"'s buffer at "access" (NULL: at the op's
  * own target variables): local[offset + row-major place from its lo]. */

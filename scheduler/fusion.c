@@ -19,6 +19,7 @@
 #include <isl/id.h>
 #include <isl/ast.h>
 #include <isl/ast_build.h>
+#include <isl/fixed_box.h>
 #include <isl/ilp.h>
 #include <isl/local_space.h>
 #include <isl/space.h>
@@ -404,21 +405,71 @@ static isl_pw_aff *bound(isl_map *needed, int d, int rank, bool max)
 	return pa;
 }
 
-/* The bounding box of "needed" (block -> elements of stage s's target,
- * taken) per block; fills the stage's lo and hi (exclusive). */
-static isl_map *box_of(analysis *a, int s, isl_map *needed)
+/* The box of constant size isl finds around "needed" per block, its
+ * offset affine in the block (the common case, and a fast one), clipped
+ * to the tensor: fills lo and hi (exclusive); false when there is none. */
+static bool fixed_box(analysis *a, int s, isl_map *needed)
 {
 	stage_work *w = &a->work[s];
 	const sched_tensor *t = stage_target(a, s);
+	isl_fixed_box *box = isl_map_get_range_simple_fixed_box_hull(needed);
+	isl_bool valid = isl_fixed_box_is_valid(box);
+	isl_multi_aff *offset;
+	isl_multi_val *size;
+	isl_set *blocks;
+
+	if (valid != isl_bool_true) {
+		isl_fixed_box_free(box);
+		return false;
+	}
+	offset = isl_fixed_box_get_offset(box);
+	size = isl_fixed_box_get_size(box);
+	blocks = isl_map_domain(isl_map_copy(needed));
+	for (int d = 0; d < t->rank; d++) {
+		isl_pw_aff *lo = isl_pw_aff_intersect_domain(isl_pw_aff_from_aff(
+			isl_multi_aff_get_aff(offset, d)), isl_set_copy(blocks));
+		isl_pw_aff *hi = isl_pw_aff_add_constant_val(isl_pw_aff_copy(lo),
+							     isl_multi_val_get_val(size, d));
+		isl_local_space *ls = isl_local_space_from_space(isl_set_get_space(blocks));
+		isl_aff *zero = isl_aff_zero_on_domain(ls);
+		isl_aff *end = isl_aff_add_constant_si(isl_aff_copy(zero), (int)t->shape[d]);
+
+		w->lo[d] = isl_pw_aff_max(lo, isl_pw_aff_intersect_domain(
+			isl_pw_aff_from_aff(zero), isl_set_copy(blocks)));
+		w->hi[d] = isl_pw_aff_min(hi, isl_pw_aff_intersect_domain(
+			isl_pw_aff_from_aff(end), isl_set_copy(blocks)));
+	}
+	isl_set_free(blocks);
+	isl_multi_aff_free(offset);
+	isl_multi_val_free(size);
+	isl_fixed_box_free(box);
+	return true;
+}
+
+/* The bounding box of "needed" (block -> elements of stage s's target,
+ * taken) per block; fills the stage's lo and hi (exclusive). */
+static isl_map *box_of(analysis *a, int s, isl_map *needed, bool exact)
+{
+	stage_work *w = &a->work[s];
+	const sched_tensor *t = stage_target(a, s);
+	bool fixed = !exact && t->rank > 0 && fixed_box(a, s, needed);
 	isl_map *box = NULL;
 
 	for (int d = 0; d < t->rank; d++) {
-		isl_pw_aff *hi = bound(needed, d, t->rank, true);
+		isl_pw_aff *hi = fixed ? isl_pw_aff_sub(isl_pw_aff_copy(w->hi[d]),
+							isl_pw_aff_val_on_domain(
+								isl_pw_aff_domain(isl_pw_aff_copy(w->hi[d])),
+								isl_val_one(a->ctx))) :
+					 bound(needed, d, t->rank, true);
 		isl_map *side;
 
-		w->lo[d] = bound(needed, d, t->rank, false);
+		if (!fixed)
+			w->lo[d] = bound(needed, d, t->rank, false);
 		side = interval(isl_pw_aff_copy(w->lo[d]), isl_pw_aff_copy(hi));
-		w->hi[d] = isl_pw_aff_add_constant_val(hi, isl_val_one(a->ctx));
+		if (fixed)
+			isl_pw_aff_free(hi);
+		else
+			w->hi[d] = isl_pw_aff_add_constant_val(hi, isl_val_one(a->ctx));
 		box = box ? isl_map_flat_range_product(box, side) : side;
 	}
 	if (!box)
@@ -460,24 +511,47 @@ static bool needed_outside(const analysis *a, int s)
 	return false;
 }
 
-/* Stage s's region, instances and blocks, from its readers' (or, for a
- * root, from the tile). */
-static int stage_region(analysis *a, int s)
+static void forget_region(stage_work *w)
+{
+	w->instances = isl_map_free(w->instances);
+	w->blocks = isl_map_free(w->blocks);
+	for (int d = 0; d < SCHED_MAX_RANK; d++) {
+		w->lo[d] = isl_pw_aff_free(w->lo[d]);
+		w->hi[d] = isl_pw_aff_free(w->hi[d]);
+	}
+}
+
+/* Stage s's instances and blocks from what its readers need (or, for a
+ * root, from the tile), and whether each instance is on one block. The
+ * fast box may be looser than the exact one at the edges of the tensor. */
+static isl_bool place_stage(analysis *a, int s, bool exact)
 {
 	sched_stage *st = &a->group->stages[s];
 	stage_work *w = &a->work[s];
 	isl_map *write = write_of(a->ctx, a->graph, st->op);
 	isl_map *needed = needed_of(a, s);
-	isl_bool ok;
 
-	st->rank = stage_target(a, s)->rank;
 	if (!needed)
 		needed = isl_map_apply_range(root_instances(a, s), isl_map_copy(write));
 	else
 		needed = isl_map_intersect_range(needed, isl_map_range(isl_map_copy(write)));
-	w->instances = isl_map_apply_range(box_of(a, s, needed), isl_map_reverse(write));
+	w->instances = isl_map_apply_range(box_of(a, s, needed, exact), isl_map_reverse(write));
 	w->blocks = isl_map_reverse(isl_map_copy(w->instances));
-	ok = isl_map_is_single_valued(w->blocks);
+	return isl_map_is_single_valued(w->blocks);
+}
+
+/* Stage s's region, instances and blocks, and where its result lives. */
+static int stage_region(analysis *a, int s)
+{
+	sched_stage *st = &a->group->stages[s];
+	stage_work *w = &a->work[s];
+	isl_bool ok = place_stage(a, s, false);
+
+	st->rank = stage_target(a, s)->rank;
+	if (ok == isl_bool_false) {
+		forget_region(w);
+		ok = place_stage(a, s, true);
+	}
 	if (ok == isl_bool_error)
 		return isl_failed(a);
 	if (!ok)
@@ -867,14 +941,14 @@ static int analyse(analysis *a)
 	find_reads(a);
 	for (int s = g->nstages - 1; s >= 0 && rc == SCHED_OK; s--)
 		rc = stage_region(a, s);
-	for (int s = 0; s < g->nstages && rc == SCHED_OK; s++) {
+	for (int s = 0; s < g->nstages && rc == SCHED_OK; s++)
 		rc = stage_bounds(a, s);
-		a->work[s].threads = a->spec->threads > 0 ? thread_map(a, s) :
-				     isl_map_copy(a->work[s].blocks);
-		if (rc == SCHED_OK && !a->work[s].threads)
+	/* on the cpu a block runs on one thread: every dependence within
+	 * a block is thread-level */
+	for (int s = 0; s < g->nstages && rc == SCHED_OK && a->spec->threads > 0; s++)
+		if (!(a->work[s].threads = thread_map(a, s)))
 			rc = isl_failed(a);
-	}
-	if (rc == SCHED_OK)
+	if (rc == SCHED_OK && a->spec->threads > 0)
 		rc = stage_widths(a);
 	if (rc == SCHED_OK)
 		rc = plan_memory(a);
@@ -935,6 +1009,35 @@ void sched_group_free(sched_group *group)
 	free(group->branches);
 	free(group->lane_blocks);
 	free(group);
+}
+
+sched_group *sched_group_copy(const sched_group *group)
+{
+	sched_group *copy = calloc(1, sizeof(*copy));
+	bool ok = copy != NULL;
+
+	if (ok) {
+		*copy = *group;
+		copy->stages = malloc(group->nstages * sizeof(sched_stage));
+		copy->branches = malloc(group->nbranches * sizeof(sched_branch));
+		copy->lane_blocks = malloc(group->nbranches * sizeof(int64_t));
+		ok = copy->stages && copy->branches && copy->lane_blocks;
+	}
+	if (!ok) {
+		if (copy)
+			copy->nstages = 0;
+		sched_group_free(copy);
+		return NULL;
+	}
+	memcpy(copy->stages, group->stages, group->nstages * sizeof(sched_stage));
+	memcpy(copy->branches, group->branches, group->nbranches * sizeof(sched_branch));
+	memcpy(copy->lane_blocks, group->lane_blocks, group->nbranches * sizeof(int64_t));
+	for (int s = 0; s < group->nstages; s++)
+		for (int d = 0; d < group->stages[s].rank; d++) {
+			copy->stages[s].lo[d] = strdup(group->stages[s].lo[d]);
+			copy->stages[s].hi[d] = strdup(group->stages[s].hi[d]);
+		}
+	return copy;
 }
 
 int sched_group_stage_of(const sched_group *group, int op)

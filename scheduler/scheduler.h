@@ -237,6 +237,8 @@ int sched_group_new(__sched_keep const sched_graph *graph,
 		    const sched_group_spec *spec, __sched_give sched_group **out,
 		    sched_error *err);
 void sched_group_free(__sched_take sched_group *group);
+/* A copy of "group"; NULL when out of memory. */
+__sched_give sched_group *sched_group_copy(__sched_keep const sched_group *group);
 /* The stage of op "op" in "group", or -1. */
 int sched_group_stage_of(__sched_keep const sched_group *group, int op);
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "../kernels/kgen_int.h"
-#include "tuner.h"
+#include "tuner_int.h"
 
 static void touch(const sched_node *access, void *seen)
 {
@@ -51,15 +51,57 @@ static double device_share(const sched_tensor *t, const kgen_schedule *s,
 	return (items < cores ? items : cores) / cores;
 }
 
-static double kernel_ms(const sched_graph *graph, const kgen_kernel *kernel,
-			const kgen_peaks *peaks, int cuda)
+/* A fused kernel: the bytes of the tensors it reads from or writes to
+ * memory (not those its members keep in block-local memory), the flops
+ * of its members (a recomputed one counted once per read), its blocks. */
+static double fused_ms(const sched_graph *graph, const kgen_kernel *kernel,
+		       const kgen_peaks *peaks, int cuda)
+{
+	sched_group *group;
+	bool *seen = calloc(graph->ntensors, sizeof(bool));
+	double bytes = 0, flops = 0, cores = peaks->cores > 0 ? peaks->cores : 1;
+	double items;
+
+	if (!seen || kgen_kernel_group(graph, kernel, cuda != 0, &group, NULL) < 0) {
+		free(seen);
+		return INFINITY;
+	}
+	for (int s = 0; s < group->nstages; s++) {
+		const sched_op *op = &graph->ops[group->stages[s].op];
+
+		sched_node_each_access(op->body, touch, seen);
+		seen[op->target] = true;
+		flops += (double)sched_op_flops(op) *
+			 (group->stages[s].store == SCHED_STORE_INLINE ? op->naccesses : 1);
+	}
+	for (int s = 0; s < group->nstages; s++)
+		if (group->stages[s].store == SCHED_STORE_LOCAL ||
+		    group->stages[s].store == SCHED_STORE_INLINE)
+			seen[graph->ops[group->stages[s].op].target] = false;
+	for (int i = 0; i < graph->ntensors; i++)
+		if (seen[i])
+			bytes += (double)graph->tensors[i].size *
+				 sched_dtype_bytes(graph->tensors[i].dtype);
+	items = cuda || kernel->schedule.parallel > 0 ? (double)group->blocks : 1;
+	sched_group_free(group);
+	free(seen);
+	return fmax(bytes / (peaks->bandwidth_gbs * 1e6),
+		    flops / (peaks->gflops * fmin(items, cores) / cores * 1e6)) +
+	       peaks->launch_ms;
+}
+
+double tuner_kernel_ms(const sched_graph *graph, const kgen_kernel *kernel,
+		       const kgen_peaks *peaks, int cuda)
 {
 	const sched_op *op = kgen_kernel_op(graph, kernel);
 	const sched_tensor *t = &graph->tensors[op->target];
-	double share = device_share(t, &kernel->schedule, peaks, cuda);
-	double memory_ms = op_bytes(graph, op) / (peaks->bandwidth_gbs * 1e6);
-	double compute_ms = (double)sched_op_flops(op) / (peaks->gflops * share * 1e6);
+	double share, memory_ms, compute_ms;
 
+	if (kernel->nops > 1)
+		return fused_ms(graph, kernel, peaks, cuda);
+	share = device_share(t, &kernel->schedule, peaks, cuda);
+	memory_ms = op_bytes(graph, op) / (peaks->bandwidth_gbs * 1e6);
+	compute_ms = (double)sched_op_flops(op) / (peaks->gflops * share * 1e6);
 	return fmax(memory_ms, compute_ms) + peaks->launch_ms;
 }
 
@@ -69,6 +111,6 @@ double tuner_optimistic_ms(const sched_graph *graph, const kgen_plan *plan,
 	double ms = 0;
 
 	for (int k = 0; k < plan->nkernels; k++)
-		ms += kernel_ms(graph, &plan->kernels[k], peaks, cuda);
+		ms += tuner_kernel_ms(graph, &plan->kernels[k], peaks, cuda);
 	return ms;
 }

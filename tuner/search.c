@@ -2,12 +2,14 @@
  * search.c: the search over the schedules of a graph, a generation at a
  * time (docs/tuning.md).
  *
- * The genome has one gene per decision of each kernel's schedule: a tile
- * and a thread count per output dim, the parallel loops, unroll, vector
- * width and reduction split, each an index into a finite domain. Decoding
- * repairs what would be illegal (threads per block, threads within tiles,
- * whole warps, the cpu's tile of accumulators), so every genome becomes a
- * plan kgen accepts.
+ * The genome has one gene per decision of each op's schedule: a tile and
+ * a thread count per output dim, the parallel loops, unroll, vector width
+ * and reduction split, each an index into a finite domain; then the
+ * fusion genes (fuse.c): which ops share a kernel, and how. A fused
+ * kernel runs on the schedule of its root. Decoding repairs what would be
+ * illegal (threads per block, threads within tiles, whole warps, the
+ * cpu's tile of accumulators, fusions the planner refuses), so every
+ * genome becomes a plan kgen accepts.
  *
  * Every plan the search has seen (proposed, known from earlier trials, or
  * dropped by the cost model) is a candidate, found by its identity in a
@@ -20,8 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/kgen_int.h"
-#include "tuner.h"
+#include "tuner_int.h"
 
 #define MAX_TILES 12   /* powers of two to 256, the extent, the default */
 #define MAX_THREADS 10 /* 1, 2, 4, ... 256 and the default */
@@ -57,9 +58,13 @@ struct tuner_search {
 	const sched_graph *graph;
 	tuner_search_options o; /* with the defaults filled in */
 	int elites, immigrants;
-	kgen_plan *plan;        /* genomes are decoded into it */
+	kgen_plan *base;        /* one kernel per op: the default plan */
+	kgen_plan *plan;        /* the last genome decoded */
+	kgen_schedule *schedules; /* scratch: one per kernel of the base */
+	tuner_fusion *fusion;
 	kernel_space *kernels;
 	int nkernels, ngenes;
+	int first_fusion_gene;
 	int *domain;            /* per gene, the size of its domain */
 	int *defaults;          /* the default plan's genome */
 	int *suggested;         /* genomes for generation 0 beside it */
@@ -102,7 +107,8 @@ static void add_choice(int64_t *values, int *n, int64_t value)
 }
 
 /* Tiles of a dim: the powers of two up to 256 (and the extent), the
- * extent itself when at most 256 (an exactly-sized tile), the default;
+ * extent itself (an exactly-sized tile; whole rows for fused groups), the
+ * default;
  * threads: the powers of two up to 256 and the default on cuda, the
  * default alone on the cpu, whose code has no threads per block (a gene
  * that changes no code would only measure the same kernel again). */
@@ -111,8 +117,7 @@ static void dim_choices(kernel_space *ks, int d, int64_t extent,
 {
 	for (int64_t t = 1; t <= extent && t <= 256; t *= 2)
 		add_choice(ks->tiles[d], &ks->ntiles[d], t);
-	if (extent <= 256)
-		add_choice(ks->tiles[d], &ks->ntiles[d], extent);
+	add_choice(ks->tiles[d], &ks->ntiles[d], extent);
 	add_choice(ks->tiles[d], &ks->ntiles[d], def->tile[d]);
 	for (int64_t t = 1; cuda && t <= 256; t *= 2)
 		add_choice(ks->threads[d], &ks->nthreads[d], t);
@@ -123,7 +128,7 @@ static void dim_choices(kernel_space *ks, int d, int64_t extent,
  * gene. */
 static int kernel_genes(tuner_search *s, int k, int first)
 {
-	const kgen_kernel *kernel = &s->plan->kernels[k];
+	const kgen_kernel *kernel = &s->base->kernels[k];
 	const sched_op *op = kgen_kernel_op(s->graph, kernel);
 	const sched_tensor *t = &s->graph->tensors[op->target];
 	kernel_space *ks = &s->kernels[k];
@@ -145,24 +150,39 @@ static int kernel_genes(tuner_search *s, int k, int first)
 	return first + 2 * r + 4;
 }
 
-/* The genome's layout, from the default plan in s->plan. */
+/* The genome's layout, from the default plan in s->base: each kernel's
+ * genes, then the fusion genes. */
 static int build_space(tuner_search *s)
 {
 	int gene = 0;
 
-	s->nkernels = s->plan->nkernels;
+	s->nkernels = s->base->nkernels;
 	for (int k = 0; k < s->nkernels; k++)
 		s->ngenes += 2 * s->graph->tensors[kgen_kernel_op(s->graph,
-					&s->plan->kernels[k])->target].rank + 4;
+					&s->base->kernels[k])->target].rank + 4;
+	s->first_fusion_gene = s->ngenes;
+	s->ngenes += tuner_fusion_genes(s->fusion);
 	s->kernels = calloc(s->nkernels + 1, sizeof(kernel_space));
+	s->schedules = calloc(s->nkernels + 1, sizeof(kgen_schedule));
 	s->domain = calloc(s->ngenes + 1, sizeof(int));
 	s->defaults = calloc(s->ngenes + 1, sizeof(int));
 	s->genes = calloc(s->ngenes + 1, sizeof(int));
-	if (!s->kernels || !s->domain || !s->defaults || !s->genes)
+	if (!s->kernels || !s->schedules || !s->domain || !s->defaults || !s->genes)
 		return -1;
 	for (int k = 0; k < s->nkernels; k++)
 		gene = kernel_genes(s, k, gene);
+	for (int g = 0; g < tuner_fusion_genes(s->fusion); g++)
+		s->domain[gene + g] = tuner_fusion_domain(s->fusion, g);
 	return 0;
+}
+
+/* The base kernel that computes op "op". */
+static int base_kernel(const tuner_search *s, int op)
+{
+	for (int k = 0; k < s->nkernels; k++)
+		if (s->base->kernels[k].ops[0] == op)
+			return k;
+	return -1;
 }
 
 static int index_of(const int64_t *values, int n, int64_t value)
@@ -195,14 +215,19 @@ static bool encode_kernel(const tuner_search *s, int k, const kgen_schedule *sch
 	       at[2 * r + 3] < s->domain[ks->first_gene + 2 * r + 3];
 }
 
+/* The genes of "plan": each kernel's schedule as its root's genes (the
+ * other members' keep their defaults), its grouping as fusion genes. */
 static bool encode(const tuner_search *s, const kgen_plan *plan, int *genes)
 {
-	if (plan->nkernels != s->nkernels)
-		return false;
-	for (int k = 0; k < s->nkernels; k++)
-		if (plan->kernels[k].ops[0] != s->plan->kernels[k].ops[0] ||
-		    !encode_kernel(s, k, &plan->kernels[k].schedule, genes))
+	if (genes != s->defaults)
+		memcpy(genes, s->defaults, s->ngenes * sizeof(int));
+	for (int k = 0; k < plan->nkernels; k++) {
+		int b = base_kernel(s, kgen_kernel_op(s->graph, &plan->kernels[k])->index);
+
+		if (b < 0 || !encode_kernel(s, b, &plan->kernels[k].schedule, genes))
 			return false;
+	}
+	tuner_fusion_encode(s->fusion, plan, genes + s->first_fusion_gene);
 	return true;
 }
 
@@ -257,10 +282,15 @@ static void decode_kernel(const tuner_search *s, int k, const int *genes,
 		sch->split = KGEN_SPLIT_THREAD;
 }
 
+/* s->plan from "genes"; NULL when out of memory. */
 static void decode(tuner_search *s, const int *genes)
 {
-	for (int k = 0; k < s->nkernels; k++)
-		decode_kernel(s, k, genes, &s->plan->kernels[k].schedule);
+	for (int k = 0; k < s->nkernels; k++) {
+		s->schedules[k] = s->base->kernels[k].schedule;
+		decode_kernel(s, k, genes, &s->schedules[k]);
+	}
+	kgen_plan_free(s->plan);
+	s->plan = tuner_fusion_plan(s->fusion, s->schedules, genes + s->first_fusion_gene);
 }
 
 /* The text plans are compared by; NULL when out of memory. */
@@ -401,7 +431,7 @@ static int propose(tuner_search *s, const int *genes, json_t *out)
 	int index;
 
 	decode(s, genes);
-	if (!(text = plan_text(s, s->plan)))
+	if (!s->plan || !(text = plan_text(s, s->plan)))
 		return -1;
 	code = plan_code(s, s->plan);
 	hash = text_hash(code ? code : text);
@@ -555,8 +585,8 @@ static int tournament(tuner_search *s)
 }
 
 /* A child into s->genes: each kernel's genes whole from one parent or the
- * other (the genes of a kernel belong together), then about two genes
- * mutate. */
+ * other (the genes of a kernel belong together), the fusion genes whole
+ * from one of them, then about two genes mutate. */
 static void breed(tuner_search *s)
 {
 	const int *a = s->cands[tournament(s)].genes;
@@ -569,6 +599,9 @@ static void breed(tuner_search *s)
 		memcpy(s->genes + ks->first_gene, from + ks->first_gene,
 		       (2 * ks->rank + 4) * sizeof(int));
 	}
+	memcpy(s->genes + s->first_fusion_gene,
+	       (rng_below(s, 2) ? a : b) + s->first_fusion_gene,
+	       (s->ngenes - s->first_fusion_gene) * sizeof(int));
 	mutate(s);
 }
 
@@ -700,11 +733,13 @@ tuner_search *tuner_search_new(const sched_graph *graph,
 	s->pop = malloc(s->o.population * sizeof(int));
 	s->next = malloc(s->o.population * sizeof(int));
 	if (!s->cands || !s->pop || !s->next || grow_slots(s) < 0 ||
-	    !(s->plan = kgen_plan_default(graph)) || build_space(s) < 0) {
+	    !(s->base = kgen_plan_default(graph)) ||
+	    !(s->fusion = tuner_fusion_new(graph, s->base, s->o.peaks, s->o.cuda)) ||
+	    build_space(s) < 0) {
 		tuner_search_free(s);
 		return NULL;
 	}
-	encode(s, s->plan, s->defaults);
+	encode(s, s->base, s->defaults);
 	return s;
 }
 
@@ -792,21 +827,60 @@ static void nearest_kernel(const tuner_search *s, int k, const json_t *sch, int 
 			genes[first + 2 * r + 3] = i;
 }
 
-/* The schedule of the kernel of "kernels" (JSON) that computes the op of
- * this graph's kernel k alone, or NULL. Plans list kernels in an order
- * of their own: they are matched by op. */
-static const json_t *schedule_of(const tuner_search *s, int k, const json_t *kernels)
+/* The kernels of a plan (JSON, possibly of a graph of the same form with
+ * other shapes) as this graph's: their ops and lanes, each on its root's
+ * default schedule; NULL unless they hold each of this graph's ops once. */
+static kgen_plan *grouping_of(const tuner_search *s, const json_t *kernels)
 {
+	kgen_plan *plan = calloc(1, sizeof(*plan));
+	int *seen = calloc(s->nkernels, sizeof(int)), covered = 0;
 	const json_t *kernel;
 	size_t i;
 
+	if (!plan || !seen ||
+	    !(plan->kernels = calloc(json_array_size(kernels) + 1, sizeof(kgen_kernel)))) {
+		free(plan);
+		free(seen);
+		return NULL;
+	}
 	json_array_foreach(kernels, i, kernel) {
+		kgen_kernel *k = &plan->kernels[plan->nkernels++];
 		const json_t *ops = json_object_get(kernel, "ops");
+		const json_t *lanes = json_object_get(kernel, "lanes");
+		int b = -1;
 
-		if (json_array_size(ops) == 1 &&
-		    json_integer_value(json_array_get(ops, 0)) == s->plan->kernels[k].ops[0])
-			/* no schedule: the kernel itself, which has none of
-			 * the schedule's fields, so the defaults stay */
+		for (size_t j = 0; j < json_array_size(ops) && j < KGEN_MAX_OPS; j++)
+			k->ops[k->nops++] = (int)json_integer_value(json_array_get(ops, j));
+		for (size_t j = 0; j < json_array_size(lanes) && j < KGEN_MAX_OPS; j++)
+			k->lanes[k->nlanes++] = (int)json_integer_value(json_array_get(lanes, j));
+		for (int j = 0; j < k->nops; j++)
+			if (k->ops[j] < 0 || k->ops[j] >= s->nkernels || seen[k->ops[j]]++)
+				k->nops = 0;
+		if (k->nops > 0)
+			b = base_kernel(s, kgen_kernel_op(s->graph, k)->index);
+		if (b < 0)
+			break;
+		k->schedule = s->base->kernels[b].schedule;
+		covered += k->nops;
+	}
+	free(seen);
+	if (covered != s->nkernels) {
+		kgen_plan_free(plan);
+		return NULL;
+	}
+	return plan;
+}
+
+/* The schedule of the kernel of "kernels" (JSON) whose root is op "op",
+ * the kernel itself when it has none (its defaults stay), or NULL when op
+ * is a member of another root's kernel. */
+static const json_t *schedule_of(const tuner_search *s, const kgen_plan *grouping,
+				 int op, const json_t *kernels)
+{
+	for (int k = 0; k < grouping->nkernels; k++) {
+		const json_t *kernel = json_array_get(kernels, k);
+
+		if (kgen_kernel_op(s->graph, &grouping->kernels[k])->index == op)
 			return json_object_get(kernel, "schedule") ?: kernel;
 	}
 	return NULL;
@@ -815,20 +889,25 @@ static const json_t *schedule_of(const tuner_search *s, int k, const json_t *ker
 void tuner_search_suggest(tuner_search *s, const json_t *plan)
 {
 	const json_t *kernels = json_object_get(plan, "kernels");
+	kgen_plan *grouping = grouping_of(s, kernels);
 	int *genes;
 
-	if (json_array_size(kernels) != (size_t)s->nkernels)
+	if (!grouping || !(genes = realloc(s->suggested,
+					   (s->nsuggested + 1) * s->ngenes * sizeof(int)))) {
+		kgen_plan_free(grouping);
 		return;
-	for (int k = 0; k < s->nkernels; k++)
-		if (!schedule_of(s, k, kernels))
-			return;
-	if (!(genes = realloc(s->suggested, (s->nsuggested + 1) * s->ngenes * sizeof(int))))
-		return;
+	}
 	s->suggested = genes;
 	genes += s->nsuggested++ * s->ngenes;
 	memcpy(genes, s->defaults, s->ngenes * sizeof(int));
-	for (int k = 0; k < s->nkernels; k++)
-		nearest_kernel(s, k, schedule_of(s, k, kernels), genes);
+	for (int k = 0; k < s->nkernels; k++) {
+		const json_t *sch = schedule_of(s, grouping, s->base->kernels[k].ops[0], kernels);
+
+		if (sch)
+			nearest_kernel(s, k, sch, genes);
+	}
+	tuner_fusion_encode(s->fusion, grouping, genes + s->first_fusion_gene);
+	kgen_plan_free(grouping);
 }
 
 void tuner_search_know(tuner_search *s, json_t *json, double ms)
@@ -929,6 +1008,9 @@ void tuner_search_free(tuner_search *s)
 	free(s->defaults);
 	free(s->suggested);
 	free(s->genes);
+	free(s->schedules);
 	kgen_plan_free(s->plan);
+	kgen_plan_free(s->base);
+	tuner_fusion_free(s->fusion);
 	free(s);
 }
