@@ -2,7 +2,10 @@
  * tunectl: the command-line client of tuned.
  *
  *   tunectl validate FILE [--json]   check a graph; exit 0, or 1 with the error
- *   tunectl explain FILE [--json]    domains, accesses, ranges, FLOPs, bytes, key
+ *   tunectl explain FILE [--json] [--dot OUT]
+ *                                    domains, accesses, ranges, FLOPs, bytes,
+ *                                    key; dependences, fused groups and their
+ *                                    plan (explain_fusion.c)
  *   tunectl run FILE [options]       compile, verify and time a plan (run.c)
  *   tunectl submit|status|list|wait|cancel|watch|fetch|stats|cache ...
  *                                    talk to a daemon (service.c)
@@ -23,7 +26,16 @@ static const char usage[] =
 	"  validate FILE   check FILE (graph.json v1); print its key, or the\n"
 	"                  first error (op index and column) and exit 1\n"
 	"  explain FILE    per op: iteration domain, write and read accesses as\n"
-	"                  isl maps, reduction ranges, FLOPs and bytes; the key\n"
+	"                  isl maps, reduction ranges, FLOPs and bytes; the key;\n"
+	"                  then the fusion planner's view: every dependence (the\n"
+	"                  consumer reads the producer's target) as an isl map with\n"
+	"                  its width (thread, block, or global and why) for the\n"
+	"                  pair fused under the consumer's default tile and 256\n"
+	"                  threads; the groups a greedy walk over the dependences\n"
+	"                  fuses (each legal under its root's default tile or that\n"
+	"                  tile widened to the whole extent after the first dim),\n"
+	"                  with tiles, blocks and each stage's store, width and\n"
+	"                  barrier; and their plan, for run --plan\n"
 	"  run FILE        compile the plan (the default one unless --plan), check\n"
 	"                  every output against the reference interpreter on\n"
 	"                  random inputs, and time each kernel and the whole plan,\n"
@@ -49,7 +61,12 @@ static const char usage[] =
 	"\n"
 	"options:\n"
 	"  --json               print one JSON object on stdout instead of text\n"
-	"                       (watch: one JSON line per event)\n"
+	"                       (watch: one JSON line per event; explain: adds the\n"
+	"                       keys dependences, merges, groups and plan)\n"
+	"  --dot OUT            explain: also write the ops, their dependences\n"
+	"                       (coloured by width: thread green, block orange,\n"
+	"                       global red) and the fused groups (clusters) as a\n"
+	"                       Graphviz file OUT\n"
 	"  --backend B          run: cpu, cuda or auto (default: auto, cuda where a\n"
 	"                       GPU is usable)\n"
 	"  --plan PLAN.json     run: the plan to run (docs/kernels.md)\n"
@@ -167,13 +184,18 @@ static void print_op_text(json_t *op)
 	       json_integer_value(json_object_get(op, "bytes")));
 }
 
-static int explain(const sched_graph *graph, bool as_json)
+static int explain(const sched_graph *graph, bool as_json, const char *dot)
 {
 	json_t *obj = sched_graph_explain(graph), *op;
+	char why[600];
 	size_t i;
 
 	if (!obj)
 		return fprintf(stderr, "tunectl: out of memory\n"), EXIT_INVALID;
+	if (tunectl_explain_fusion(graph, obj, dot, why, sizeof(why)) < 0) {
+		json_decref(obj);
+		return fprintf(stderr, "tunectl: %s\n", why), EXIT_INVALID;
+	}
 	if (as_json)
 		return tunectl_print_json(obj), EXIT_SUCCESS;
 	printf("graph '%s'\nkey %s\n", sched_graph_name(graph), sched_graph_key(graph));
@@ -182,11 +204,13 @@ static int explain(const sched_graph *graph, bool as_json)
 	printf("total: %lld flops, %lld bytes\n",
 	       json_integer_value(json_object_get(obj, "flops")),
 	       json_integer_value(json_object_get(obj, "bytes")));
+	tunectl_print_fusion(obj);
 	json_decref(obj);
 	return EXIT_SUCCESS;
 }
 
-static int run_command(const char *command, const char *path, bool as_json)
+static int run_command(const char *command, const char *path, bool as_json,
+		       const char *dot)
 {
 	sched_error err = {0};
 	sched_graph *graph;
@@ -197,14 +221,14 @@ static int run_command(const char *command, const char *path, bool as_json)
 	if (!strcmp(command, "validate"))
 		status = validate(path, graph, as_json);
 	else
-		status = explain(graph, as_json);
+		status = explain(graph, as_json, dot);
 	sched_graph_free(graph);
 	return status;
 }
 
 int main(int argc, char **argv)
 {
-	const char *command = NULL, *path = NULL;
+	const char *command = NULL, *path = NULL, *dot = NULL;
 	bool as_json = false;
 
 	if (argc > 1 && !strcmp(argv[1], "run"))
@@ -214,6 +238,13 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
 			return fputs(usage, stdout), EXIT_SUCCESS;
+		if (!strcmp(argv[i], "--dot")) {
+			if (++i == argc || !argv[i][0])
+				return fprintf(stderr, "tunectl: --dot needs a file\n"),
+				       EXIT_USAGE;
+			dot = argv[i];
+			continue;
+		}
 		if (!strcmp(argv[i], "--json"))
 			as_json = true;
 		else if (argv[i][0] == '-' && argv[i][1])
@@ -235,5 +266,8 @@ int main(int argc, char **argv)
 	if (!path)
 		return fprintf(stderr, "tunectl: '%s' needs a FILE\n", command),
 		       EXIT_USAGE;
-	return run_command(command, path, as_json);
+	if (dot && strcmp(command, "explain"))
+		return fprintf(stderr, "tunectl: --dot is an option of explain\n"),
+		       EXIT_USAGE;
+	return run_command(command, path, as_json, dot);
 }

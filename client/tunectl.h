@@ -5,6 +5,7 @@
 #define TUNECTL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include <jansson.h>
 
@@ -16,6 +17,16 @@ char *tunectl_read_text(const char *path);
 
 /* Prints "obj" (taken) indented, on stdout. */
 void tunectl_print_json(json_t *obj);
+
+/* explain_fusion.c: adds to "obj" (tunectl explain's JSON) what the fusion
+ * planner makes of "graph": "dependences" (each with its width), "merges"
+ * (the greedy walk's steps), "groups" and "plan"; with "dot_path", writes
+ * them as a Graphviz file there. -1 with the reason in "why" on failure. */
+struct sched_graph;
+int tunectl_explain_fusion(const struct sched_graph *graph, json_t *obj,
+			   const char *dot_path, char *why, size_t size);
+/* Prints those keys of "obj" as text. */
+void tunectl_print_fusion(json_t *obj);
 
 /* tunectl run FILE [options]: compile, verify and time a plan in a worker
  * process. "argv" holds what follows "run". */

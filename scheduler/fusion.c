@@ -562,9 +562,11 @@ static int stage_region(analysis *a, int s)
 		    needed_outside(a, s) ? SCHED_STORE_BOTH : SCHED_STORE_LOCAL;
 	if (st->store == SCHED_STORE_BOTH) {
 		isl_set *all = sched_op_domain(a->ctx, a->graph, st->op);
+		isl_set *covered = isl_map_range(isl_map_copy(w->instances));
 
-		ok = isl_set_is_subset(all, isl_map_range(isl_map_copy(w->instances)));
+		ok = isl_set_is_subset(all, covered);
 		isl_set_free(all);
+		isl_set_free(covered);
 		if (ok == isl_bool_error)
 			return isl_failed(a);
 		if (!ok)

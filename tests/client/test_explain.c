@@ -1,0 +1,344 @@
+/*
+ * test_explain.c: what tunectl explain shows of the fusion planner
+ * (client/explain_fusion.c): the width of every dependence, the fused
+ * groups, their plan (read back with kgen_plan_from_json) and the
+ * Graphviz file of --dot, run as a process beside this test in the build
+ * tree on the examples.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "kgen.h"
+#include "scheduler.h"
+
+static char folder[64];
+
+static void make_folder(void)
+{
+	strcpy(folder, "/tmp/tunectl-explain-XXXXXX");
+	cr_assert_not_null(mkdtemp(folder), "mkdtemp: %s", strerror(errno));
+}
+
+static void remove_folder(void)
+{
+	kgen_empty_folder(folder);
+	rmdir(folder);
+}
+
+TestSuite(explain, .init = make_folder, .fini = remove_folder);
+
+static void example(const char *name, char *out, size_t size)
+{
+	const char *root = getenv("TUNED_SOURCE_ROOT");
+
+	snprintf(out, size, "%s/examples/%s.json", root ? root : ".", name);
+}
+
+/* tunectl, beside this test in the build tree: build/client/tunectl. */
+static void tunectl_path(char *out, size_t size)
+{
+	char self[PATH_MAX] = "";
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+	self[n > 0 ? n : 0] = 0;
+	snprintf(out, size, "%s/../../client/tunectl", dirname(self));
+	if (access(out, X_OK) != 0)
+		cr_skip_test("no tunectl at %s", out);
+}
+
+/* Runs tunectl with "args" (NULL-terminated), its stdout into
+ * folder/out and its stderr into folder/err; its exit status. */
+static int tunectl(const char *const *args)
+{
+	char path[PATH_MAX + 32], out[128], err[128];
+	const char *argv[16] = {"tunectl"};
+	int i, status;
+	pid_t pid;
+
+	tunectl_path(path, sizeof(path));
+	snprintf(out, sizeof(out), "%s/out", folder);
+	snprintf(err, sizeof(err), "%s/err", folder);
+	for (i = 0; args[i] && i < 14; i++)
+		argv[i + 1] = args[i];
+	argv[i + 1] = NULL;
+	fflush(NULL);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		if (!freopen(out, "w", stdout) || !freopen(err, "w", stderr))
+			_exit(99);
+		execv(path, (char *const *)argv);
+		_exit(98);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status), "tunectl did not exit: status %d", status);
+	return WEXITSTATUS(status);
+}
+
+static char *slurp(const char *name)
+{
+	char path[128];
+	FILE *f;
+	char *text = NULL;
+	size_t len = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", folder, name);
+	f = fopen(path, "rb");
+	cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+	if (getdelim(&text, &len, '\0', f) < 0) {
+		free(text);
+		text = strdup("");
+	}
+	fclose(f);
+	return text;
+}
+
+/* tunectl explain --json on example "name", parsed. */
+static json_t *explain_json(const char *name)
+{
+	char file[PATH_MAX];
+	json_error_t jerr;
+	json_t *obj;
+	char *text;
+
+	example(name, file, sizeof(file));
+	cr_assert_eq(tunectl((const char *const[]){"explain", "--json", file, NULL}), 0,
+		     "explain %s failed: %s", name, slurp("err"));
+	text = slurp("out");
+	obj = json_loads(text, 0, &jerr);
+	cr_assert_not_null(obj, "not JSON (%s):\n%s", jerr.text, text);
+	free(text);
+	return obj;
+}
+
+/* The dependence on tensor "tensor" in "obj", or NULL. */
+static json_t *dependence(json_t *obj, const char *tensor, int consumer)
+{
+	json_t *dep;
+	size_t i;
+
+	json_array_foreach(json_object_get(obj, "dependences"), i, dep)
+		if (!strcmp(json_string_value(json_object_get(dep, "tensor")), tensor) &&
+		    (consumer < 0 ||
+		     json_integer_value(json_object_get(dep, "consumer")) == consumer))
+			return dep;
+	return NULL;
+}
+
+static const char *width_of(json_t *dep)
+{
+	return json_string_value(json_object_get(dep, "width"));
+}
+
+/* The group holding op "op", or -1. */
+static int group_of(json_t *obj, int op)
+{
+	json_t *group, *v;
+	size_t i, j;
+
+	json_array_foreach(json_object_get(obj, "groups"), i, group)
+		json_array_foreach(json_object_get(group, "ops"), j, v)
+			if (json_integer_value(v) == op)
+				return (int)i;
+	return -1;
+}
+
+/* The plan in "obj" is valid for the graph, one kernel per group. */
+static void expect_plan_reads_back(const char *name, json_t *obj)
+{
+	char file[PATH_MAX];
+	sched_graph *graph;
+	kgen_plan *plan;
+	kgen_error err = {0};
+
+	example(name, file, sizeof(file));
+	cr_assert_eq(sched_graph_read_file(file, &graph, NULL), 0);
+	cr_expect_eq(kgen_plan_from_json(graph, json_object_get(obj, "plan"), &plan,
+					 &err), 0, "%s: %s", name, err.message);
+	if (plan)
+		cr_expect_eq((size_t)plan->nkernels,
+			     json_array_size(json_object_get(obj, "groups")));
+	kgen_plan_free(plan);
+	kgen_error_release(&err);
+	sched_graph_free(graph);
+}
+
+Test(explain, bert_qkv_widths_are_thread_or_block_never_global)
+{
+	json_t *obj = explain_json("bert_qkv"), *dep;
+	size_t i;
+
+	cr_expect_eq(json_array_size(json_object_get(obj, "dependences")), 6);
+	cr_assert_not_null(dependence(obj, "xq", 1));
+	cr_expect_str_eq(width_of(dependence(obj, "xq", 1)), "thread");
+	cr_assert_not_null(dependence(obj, "yq", 2));
+	cr_expect(!strcmp(width_of(dependence(obj, "yq", 2)), "thread") ||
+		  !strcmp(width_of(dependence(obj, "yq", 2)), "block"));
+	json_array_foreach(json_object_get(obj, "dependences"), i, dep) {
+		cr_expect_str_neq(width_of(dep), "global", "%s: %s",
+				  json_string_value(json_object_get(dep, "tensor")),
+				  json_string_value(json_object_get(dep, "reason")));
+		cr_expect_null(json_object_get(dep, "reason"));
+		cr_expect(json_is_string(json_object_get(dep, "relation")));
+		cr_expect(strstr(json_string_value(json_object_get(dep, "relation")), "->"));
+	}
+	/* Each projection's chain is one group: xq, yq, q; xk, yk, k; ... */
+	cr_expect_eq(json_array_size(json_object_get(obj, "groups")), 3);
+	cr_expect_eq(group_of(obj, 0), group_of(obj, 2));
+	cr_expect_neq(group_of(obj, 0), group_of(obj, 3));
+	expect_plan_reads_back("bert_qkv", obj);
+	json_decref(obj);
+}
+
+Test(explain, conv_pair_a1_to_y2_is_global)
+{
+	json_t *obj = explain_json("conv_pair"), *dep = dependence(obj, "a1", 2);
+	json_t *group, *stage;
+	size_t i, j;
+
+	cr_assert_not_null(dep);
+	cr_expect_str_eq(width_of(dep), "global");
+	cr_expect(json_is_string(json_object_get(dep, "reason")));
+	cr_expect_str_eq(width_of(dependence(obj, "y1", 1)), "thread");
+	cr_expect_str_eq(width_of(dependence(obj, "y2", 3)), "thread");
+	cr_expect_neq(group_of(obj, 1), group_of(obj, 2));
+	json_array_foreach(json_object_get(obj, "groups"), i, group) {
+		cr_expect_eq(json_array_size(json_object_get(group, "roots")), 1);
+		cr_expect_gt(json_integer_value(json_object_get(group, "blocks")), 0);
+		json_array_foreach(json_object_get(group, "stages"), j, stage)
+			cr_expect(json_is_string(json_object_get(stage, "store")) &&
+				  json_is_boolean(json_object_get(stage, "barrier")));
+	}
+	expect_plan_reads_back("conv_pair", obj);
+	json_decref(obj);
+}
+
+Test(explain, every_example_plans_groups_that_read_back)
+{
+	static const char *const names[] = {"conv_pair_small", "gpt3_mlp_small",
+		"llama_mlp_small", "lstm_cell_small", "ln_residual_small",
+		"softmax_scores_small", "mi_lstm_cell_small", NULL};
+
+	for (int n = 0; names[n]; n++) {
+		json_t *obj = explain_json(names[n]);
+
+		expect_plan_reads_back(names[n], obj);
+		json_decref(obj);
+	}
+}
+
+Test(explain, text_has_the_fusion_sections)
+{
+	char file[PATH_MAX];
+	char *text, *plan;
+	json_t *parsed;
+
+	example("conv_pair", file, sizeof(file));
+	cr_assert_eq(tunectl((const char *const[]){"explain", file, NULL}), 0);
+	text = slurp("out");
+	cr_expect(strstr(text, "\ndependences"), "%s", text);
+	cr_expect(strstr(text, "op 1 -> op 2 (a1): global"), "%s", text);
+	cr_expect(strstr(text, "\nfusion groups"), "%s", text);
+	plan = strstr(text, "\nplan\n");
+	cr_assert_not_null(plan, "%s", text);
+	parsed = json_loads(plan + strlen("\nplan\n"), 0, NULL);
+	cr_expect(json_is_array(json_object_get(parsed, "kernels")),
+		  "the plan section is not a plan: %s", plan);
+	json_decref(parsed);
+	free(text);
+}
+
+/* Every dependence of "obj" is an edge of "dot" coloured by its width. */
+static void expect_edges(json_t *obj, const char *dot)
+{
+	static const char *const colors[][2] = {{"thread", "green"},
+		{"block", "orange"}, {"global", "red"}};
+	json_t *dep;
+	size_t i;
+
+	json_array_foreach(json_object_get(obj, "dependences"), i, dep) {
+		char edge[128];
+		const char *color = NULL;
+
+		for (int c = 0; c < 3; c++)
+			if (!strcmp(width_of(dep), colors[c][0]))
+				color = colors[c][1];
+		snprintf(edge, sizeof(edge), "op%lld -> op%lld [label=\"%s\", color=%s",
+			 json_integer_value(json_object_get(dep, "producer")),
+			 json_integer_value(json_object_get(dep, "consumer")),
+			 width_of(dep), color);
+		cr_expect(strstr(dot, edge), "no '%s' in\n%s", edge, dot);
+	}
+}
+
+Test(explain, dot_writes_clusters_and_coloured_edges)
+{
+	static const char *const names[] = {"conv_pair", "softmax_scores", NULL};
+
+	for (int n = 0; names[n]; n++) {
+		char file[PATH_MAX], dot_path[128];
+		json_t *obj = explain_json(names[n]);
+		char *dot;
+
+		example(names[n], file, sizeof(file));
+		snprintf(dot_path, sizeof(dot_path), "%s/graph.dot", folder);
+		cr_assert_eq(tunectl((const char *const[]){"explain", file, "--dot",
+							   dot_path, NULL}), 0);
+		dot = slurp("graph.dot");
+		cr_expect(!strncmp(dot, "digraph ", 8), "%s", dot);
+		cr_expect(strstr(dot, "subgraph cluster_0"), "%s", dot);
+		for (size_t g = 1; g < json_array_size(json_object_get(obj, "groups")); g++) {
+			char cluster[64];
+
+			snprintf(cluster, sizeof(cluster), "subgraph cluster_%zu", g);
+			cr_expect(strstr(dot, cluster), "no %s in\n%s", cluster, dot);
+		}
+		cr_expect(strstr(dot, "op2 [label=\"2: "), "%s", dot);
+		expect_edges(obj, dot);
+		free(dot);
+		json_decref(obj);
+	}
+	/* conv_pair has thread and global edges; softmax_scores block ones. */
+	{
+		char file[PATH_MAX], dot_path[128];
+		char *dot;
+
+		example("softmax_scores", file, sizeof(file));
+		snprintf(dot_path, sizeof(dot_path), "%s/graph.dot", folder);
+		cr_assert_eq(tunectl((const char *const[]){"explain", "--json", file,
+							   "--dot", dot_path, NULL}), 0);
+		dot = slurp("graph.dot");
+		cr_expect(strstr(dot, "color=green") && strstr(dot, "color=orange") &&
+			  strstr(dot, "color=red"), "%s", dot);
+		free(dot);
+	}
+}
+
+Test(explain, bad_dot_path_is_a_clear_error)
+{
+	char file[PATH_MAX];
+	char *err, *out;
+
+	example("conv_pair_small", file, sizeof(file));
+	cr_expect_eq(tunectl((const char *const[]){"explain", file, "--dot",
+						   "/nonexistent/folder/graph.dot", NULL}), 1);
+	err = slurp("err");
+	out = slurp("out");
+	cr_expect(strstr(err, "cannot write '/nonexistent/folder/graph.dot'"), "%s", err);
+	cr_expect(strstr(err, "No such file or directory"), "%s", err);
+	cr_expect_str_eq(out, "");
+	free(err);
+	free(out);
+	cr_expect_eq(tunectl((const char *const[]){"explain", file, "--dot", NULL}), 2);
+	cr_expect_eq(tunectl((const char *const[]){"validate", file, "--dot",
+						   "x.dot", NULL}), 2);
+}
