@@ -342,14 +342,23 @@ static void compare_output(check_run *c, int t, kgen_check *check)
 			continue;
 		out = load(c->host[t], tensor->dtype, i);
 		check->checked++;
-		if (isnan(out) && !isnan(ref) && !check->problem[0]) {
-			describe_element(tensor, i, where, sizeof(where));
-			snprintf(check->problem, sizeof(check->problem),
-				 "%s is %s", where, tensor->dtype == SCHED_I32 ?
-				 "not written" : "NaN (not written, or not a number)");
+		norm += isfinite(ref) ? ref * ref : 0;
+		if (out == ref || (isnan(out) && isnan(ref)))
+			continue; /* equal, infinities (an f16 overflow) included */
+		if (isfinite(out) && isfinite(ref)) {
+			diff += (out - ref) * (out - ref);
+			continue;
 		}
-		diff += (out - ref) * (out - ref);
-		norm += ref * ref;
+		if (check->problem[0])
+			continue;
+		describe_element(tensor, i, where, sizeof(where));
+		if (isnan(out))
+			snprintf(check->problem, sizeof(check->problem), "%s is %s", where,
+				 tensor->dtype == SCHED_I32 ? "not written" :
+				 "NaN (not written, or not a number)");
+		else
+			snprintf(check->problem, sizeof(check->problem),
+				 "%s is %g where the reference is %g", where, out, ref);
 	}
 	check->rel_error = sqrt(diff) / fmax(sqrt(norm), 1e-30);
 	check->passed = !check->problem[0] && check->rel_error <= check->tolerance;

@@ -182,6 +182,34 @@ Test(cpu, a_kept_reference_still_catches_a_wrong_kernel)
 	close_bench(&b);
 }
 
+/* An f16 output that overflows to infinity in the reference and in the
+ * kernel alike matches; an infinity where the reference is finite does
+ * not. */
+Test(cpu, overflow_to_infinity_matches_only_itself)
+{
+	static const char *const overflow[] = {"y[i] = x[i] * 100000 + 100000", NULL};
+	const char *planted_inf[] = {"#include <stdint.h>\n"
+				     "void k0_y(void **t)\n{ uint16_t *y = t[1];\n"
+				     "for (int i = 0; i < 100; i++) y[i] = 0x7c00; }\n"};
+	bench b = {0};
+	sched_error serr = {0};
+
+	open_cpu(&b);
+	cr_assert_eq(load_graph("x f32 100 in; y f16 100 out", overflow, &b.graph, &serr),
+		     SCHED_OK);
+	b.plan = kgen_plan_default(b.graph);
+	cr_expect_eq(build_and_verify(&b, NULL, 5), KGEN_OK, "%s", b.err.message);
+	close_bench(&b);
+	open_cpu(&b);
+	cr_assert_eq(load_graph("x f32 100 in; y f16 100 out", one_op, &b.graph, &serr),
+		     SCHED_OK);
+	b.plan = kgen_plan_default(b.graph);
+	cr_expect_eq(build_and_verify(&b, planted_inf, 5), KGEN_EWRONG);
+	cr_expect(strstr(b.err.message, "is inf where the reference is") != NULL, "%s",
+		  b.err.message);
+	close_bench(&b);
+}
+
 Test(cpu, an_unwritten_element_is_caught)
 {
 	bench b = planted("void k0_y(void **t)\n{ float *x = t[0], *y = t[1];\n"
