@@ -174,6 +174,25 @@ static void print_reduction_loops(fused_kernel *k, const char *indent, bool simd
 	}
 }
 
+/* "float x", the current element's reduction: its loops at "indent",
+ * under omp simd with "simd" as the reducer when not NULL. */
+static void print_reduced_element(fused_kernel *k, const char *indent,
+				  const char *simd)
+{
+	const sched_op *op = k->pr.op;
+
+	sched_buf_printf(k->buf, "%sfloat x = %s;\n", indent,
+			 kgen_reducer_identity(op->reducer));
+	if (simd)
+		sched_buf_printf(k->buf, "#pragma omp simd reduction(%s:x)\n", simd);
+	print_reduction_loops(k, indent, simd != NULL);
+	sched_buf_printf(k->buf, "%s{\n%s\tconst float y = ", indent, indent);
+	kgen_print_value(k->buf, &k->pr, op->body);
+	sched_buf_printf(k->buf, ";\n%s\t", indent);
+	kgen_print_combine(k->buf, op->reducer, "x", "y");
+	sched_buf_printf(k->buf, "\n%s}\n", indent);
+}
+
 static int64_t stage_elements(const fused_kernel *k, int s)
 {
 	const sched_stage *st = &group_of(k)->stages[s];
@@ -305,16 +324,8 @@ static void print_cpu_reducing_inside(fused_kernel *k, int s)
 	for (int d = 0; d < st->rank; d++)
 		sched_buf_printf(k->buf, "\t\t\tfor (idx_t v_%s = lo_%d_%d; v_%s < hi_%d_%d; v_%s++)\n",
 				 var_name(k, d), s, d, var_name(k, d), s, d, var_name(k, d));
-	sched_buf_printf(k->buf, "\t\t\t{\n\t\t\t\tfloat x = %s;\n",
-			 kgen_reducer_identity(op->reducer));
-	sched_buf_printf(k->buf, "#pragma omp simd reduction(%s:x)\n",
-			 simd_reducer(op->reducer));
-	print_reduction_loops(k, "\t\t\t\t", true);
-	sched_buf_printf(k->buf, "\t\t\t\t{\n\t\t\t\t\tconst float y = ");
-	kgen_print_value(k->buf, &k->pr, op->body);
-	sched_buf_printf(k->buf, ";\n\t\t\t\t\t");
-	kgen_print_combine(k->buf, op->reducer, "x", "y");
-	sched_buf_printf(k->buf, "\n\t\t\t\t}\n");
+	sched_buf_printf(k->buf, "\t\t\t{\n");
+	print_reduced_element(k, "\t\t\t\t", simd_reducer(op->reducer));
 	print_keep(k, s, "\t\t\t\t", "x");
 	sched_buf_printf(k->buf, "\t\t\t}\n");
 }
@@ -350,14 +361,7 @@ static void print_cuda_stage(fused_kernel *k, int s)
 		kgen_print_value(k->buf, &k->pr, op->body);
 		sched_buf_printf(k->buf, ";\n");
 	} else {
-		sched_buf_printf(k->buf, "\t\t\tfloat x = %s;\n",
-				 kgen_reducer_identity(op->reducer));
-		print_reduction_loops(k, "\t\t\t", false);
-		sched_buf_printf(k->buf, "\t\t\t{\n\t\t\t\tconst float y = ");
-		kgen_print_value(k->buf, &k->pr, op->body);
-		sched_buf_printf(k->buf, ";\n\t\t\t\t");
-		kgen_print_combine(k->buf, op->reducer, "x", "y");
-		sched_buf_printf(k->buf, "\n\t\t\t}\n");
+		print_reduced_element(k, "\t\t\t", NULL);
 	}
 	print_keep(k, s, "\t\t\t", "x");
 	sched_buf_printf(k->buf, "\t\t}\n");
