@@ -683,3 +683,63 @@ Test(cost, a_memory_bound_op_moves_its_bytes_at_the_peak)
 			   bytes / (20 * 1e6) + 0.005, 1e-9);
 	sched_graph_free(g);
 }
+
+typedef struct fusion_seen {
+	int fused;      /* plans with a kernel of several ops */
+	int whole;      /* plans of one kernel */
+	int vertical;   /* plans whose fused kernel shares a lane among branches */
+	int horizontal; /* plans with a kernel of several branches, each its own lane */
+} fusion_seen;
+
+static void count_fusion(const sched_graph *g, json_t *json, fusion_seen *seen)
+{
+	kgen_plan *plan = legal(g, json);
+	bool fused = false;
+
+	for (int k = 0; k < plan->nkernels; k++) {
+		const kgen_kernel *kernel = &plan->kernels[k];
+		sched_group *group;
+
+		fused |= kernel->nops > 1;
+		if (kernel->nops < 2 ||
+		    kgen_kernel_group(g, kernel, false, &group, NULL) != KGEN_OK)
+			continue;
+		seen->vertical += group->nlanes < group->nbranches;
+		seen->horizontal += group->nbranches > 1 && group->nlanes == group->nbranches;
+		sched_group_free(group);
+	}
+	seen->fused += fused;
+	seen->whole += plan->nkernels == 1;
+	kgen_plan_free(plan);
+}
+
+/* The fusion genes are searched: the first populations hold fused plans,
+ * whole-graph kernels where the planner allows them, and both placements
+ * of BERT's sibling projections. */
+Test(search, fusion_genes_give_fused_plans_and_both_placements, .timeout = 120)
+{
+	static const char *const names[] = {"ln_residual_small", "bert_qkv_small"};
+	fusion_seen seen[2] = {{0}};
+
+	for (int e = 0; e < 2; e++) {
+		sched_graph *g = example(names[e]);
+		tuner_search *s = search_new(g, 5);
+		json_t *generation, *plan;
+		size_t i;
+
+		for (int n = 0; n < 3 && (generation = tuner_search_generation(s)); n++) {
+			json_array_foreach(generation, i, plan) {
+				count_fusion(g, plan, &seen[e]);
+				tuner_search_record(s, plan, fake_ms(g, plan));
+			}
+			json_decref(generation);
+		}
+		tuner_search_free(s);
+		sched_graph_free(g);
+	}
+	cr_expect_geq(seen[0].fused, 10, "%d fused plans of ln_residual", seen[0].fused);
+	cr_expect_geq(seen[0].whole, 1, "no single-kernel ln_residual");
+	cr_expect_geq(seen[1].fused, 10, "%d fused plans of bert_qkv", seen[1].fused);
+	cr_expect_geq(seen[1].vertical, 1, "no vertical placement");
+	cr_expect_geq(seen[1].horizontal, 1, "no horizontal placement");
+}
