@@ -67,6 +67,7 @@ struct tuner_search {
 	int first_fusion_gene;
 	int *domain;            /* per gene, the size of its domain */
 	int *defaults;          /* the default plan's genome */
+	int *fused;             /* the same with every fusion gene on */
 	int *suggested;         /* genomes for generation 0 beside it */
 	int nsuggested;
 	int *genes;             /* scratch */
@@ -166,8 +167,10 @@ static int build_space(tuner_search *s)
 	s->schedules = calloc(s->nkernels + 1, sizeof(kgen_schedule));
 	s->domain = calloc(s->ngenes + 1, sizeof(int));
 	s->defaults = calloc(s->ngenes + 1, sizeof(int));
+	s->fused = calloc(s->ngenes + 1, sizeof(int));
 	s->genes = calloc(s->ngenes + 1, sizeof(int));
-	if (!s->kernels || !s->schedules || !s->domain || !s->defaults || !s->genes)
+	if (!s->kernels || !s->schedules || !s->domain || !s->defaults || !s->fused ||
+	    !s->genes)
 		return -1;
 	for (int k = 0; k < s->nkernels; k++)
 		gene = kernel_genes(s, k, gene);
@@ -550,10 +553,11 @@ static int draw_mutants(tuner_search *s, const int *parent, json_t *out, int *in
 }
 
 /* The first population: the best plans measured or known (a quarter of it
- * at most, and only those that are genomes), mutants of the best of them
- * (the default plan, for a new key) in half the places left, then random
- * genomes: the search looks near what is known to be good and far from
- * it at once. */
+ * at most, and only those that are genomes), the default schedules with
+ * every fusion the planner allows (its repair keeps what is legal and
+ * pays), mutants of the best (the default plan, for a new key) in half
+ * the places left, then random genomes: the search looks near what is
+ * known to be good and far from it at once. */
 static void first_population(tuner_search *s, json_t *out)
 {
 	int *best, n = best_indices(s, true, &best), seeds = s->o.population / 4;
@@ -564,6 +568,8 @@ static void first_population(tuner_search *s, json_t *out)
 	s->npop = n < seeds ? n : seeds;
 	memcpy(s->pop, best, s->npop * sizeof(int));
 	free(best);
+	if ((n = propose(s, s->fused, out)) >= 0)
+		s->pop[s->npop++] = n;
 	if (s->npop > 0)
 		s->npop = draw_mutants(s, s->cands[s->pop[0]].genes, out, s->pop, s->npop,
 				       s->npop + (s->o.population - s->npop) / 2);
@@ -740,6 +746,9 @@ tuner_search *tuner_search_new(const sched_graph *graph,
 		return NULL;
 	}
 	encode(s, s->base, s->defaults);
+	memcpy(s->fused, s->defaults, s->ngenes * sizeof(int));
+	for (int g = s->first_fusion_gene; g < s->ngenes; g++)
+		s->fused[g] = 1;
 	return s;
 }
 
@@ -1006,6 +1015,7 @@ void tuner_search_free(tuner_search *s)
 	free(s->kernels);
 	free(s->domain);
 	free(s->defaults);
+	free(s->fused);
 	free(s->suggested);
 	free(s->genes);
 	free(s->schedules);

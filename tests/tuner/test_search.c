@@ -58,8 +58,8 @@ static kgen_plan *legal(const sched_graph *g, json_t *json)
 	return plan;
 }
 
-/* A made-up time for a plan: lowest with tiles of 4 and unroll 2, so that
- * the search has something to find. */
+/* A made-up time for a plan: lowest with tiles of 4 and unroll 2 for
+ * every op (fused or not), so that the search has something to find. */
 static double fake_ms(const sched_graph *g, json_t *json)
 {
 	kgen_plan *plan = legal(g, json);
@@ -68,7 +68,8 @@ static double fake_ms(const sched_graph *g, json_t *json)
 	for (int k = 0; k < plan->nkernels; k++) {
 		const kgen_schedule *s = &plan->kernels[k].schedule;
 
-		ms += fabs((double)s->tile[0] - 4) + abs(s->unroll - 2);
+		ms += plan->kernels[k].nops *
+		      (fabs((double)s->tile[0] - 4) + abs(s->unroll - 2));
 	}
 	kgen_plan_free(plan);
 	return ms;
@@ -307,7 +308,7 @@ Test(search, known_plans_are_never_proposed_and_seed_the_search)
 	sched_graph *g = example("gpt3_mlp_small");
 	tuner_search *first = search_new(g, 5), *again = search_new(g, 5);
 	json_t *good = good_plan(g), *best;
-	char *good_text = text_of(good), *best_text;
+	char *good_text = text_of(good);
 	double good_ms = fake_ms(g, good);
 	trace t1 = {0}, t2 = {0};
 
@@ -327,11 +328,10 @@ Test(search, known_plans_are_never_proposed_and_seed_the_search)
 		cr_expect(!in_trace(&t1, t2.texts[i]), "known plan %d proposed", i);
 		cr_expect_str_neq(t2.texts[i], good_text, "the known best proposed");
 	}
+	/* the best is the known good plan, or a plan as good (a fused one) */
 	best = tuner_search_best_plans(again, 3);
-	best_text = text_of(json_array_get(best, 0));
-	cr_expect_str_eq(best_text, good_text);
+	cr_expect_eq(fake_ms(g, json_array_get(best, 0)), good_ms);
 	cr_expect_leq(tuner_search_best(again), good_ms);
-	free(best_text);
 	json_decref(best);
 	free(good_text);
 	json_decref(good);
