@@ -153,7 +153,7 @@ typedef struct analysis {
 	sched_group *group;
 	stage_work work[SCHED_GROUP_MAX_OPS];
 	int order[SCHED_GROUP_MAX_OPS]; /* stages lane after lane */
-	int lane_start[SCHED_GROUP_MAX_OPS + 1]; /* where each lane's begin in order */
+	int lane_start[SCHED_GROUP_MAX_OPS + 1]; /* where each lane begins in order */
 } analysis;
 
 __attribute__((format(printf, 2, 3)))
@@ -203,25 +203,30 @@ static bool op_reads(const sched_graph *graph, int op, int tensor)
 static int collect_members(analysis *a, int *members, int *n)
 {
 	const sched_group_spec *spec = a->spec;
-	bool in[256] = {false};
+	int rc = SCHED_OK;
+	bool *in;
 
 	if (spec->nops < 1 || spec->nops > SCHED_GROUP_MAX_OPS)
 		return refuse(a, "a fused group has 1 to %d ops, not %d",
 			      SCHED_GROUP_MAX_OPS, spec->nops);
-	for (int i = 0; i < spec->nops; i++) {
+	if (!(in = calloc(a->graph->nops, sizeof(bool))))
+		return sched_fail(a->err, SCHED_ENOMEM, -1, 0, "out of memory");
+	for (int i = 0; i < spec->nops && rc == SCHED_OK; i++) {
 		int op = spec->ops[i];
 
-		if (op < 0 || op >= a->graph->nops || a->graph->nops > 256)
-			return refuse(a, "op %d is not in the graph", op);
-		if (in[op])
-			return refuse(a, "op %d is twice in one group", op);
-		in[op] = true;
+		if (op < 0 || op >= a->graph->nops)
+			rc = refuse(a, "op %d is not in the graph", op);
+		else if (in[op])
+			rc = refuse(a, "op %d is twice in one group", op);
+		else
+			in[op] = true;
 	}
 	*n = 0;
-	for (int i = 0; i < a->graph->nops; i++)
+	for (int i = 0; i < a->graph->nops && rc == SCHED_OK; i++)
 		if (in[a->graph->order[i]])
 			members[(*n)++] = a->graph->order[i];
-	return SCHED_OK;
+	free(in);
+	return rc;
 }
 
 static int find_root(int *parent, int i)

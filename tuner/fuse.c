@@ -145,9 +145,11 @@ tuner_fusion *tuner_fusion_new(const sched_graph *graph, const kgen_plan *base,
 	f->peaks = peaks;
 	f->cuda = cuda;
 	f->nops = n;
+	int paths = n > TUNER_FUSION_MAX_OPS ? 1 : n * n;
+
 	f->kernel_of = calloc(n, sizeof(int));
-	f->reads = calloc(n * n, sizeof(bool));
-	f->reaches = calloc(n * n, sizeof(bool));
+	f->reads = calloc(paths, sizeof(bool));
+	f->reaches = calloc(paths, sizeof(bool));
 	f->cache = calloc(CACHE_SLOTS, sizeof(verdict));
 	if (!f->kernel_of || !f->reads || !f->reaches || !f->cache) {
 		tuner_fusion_free(f);
@@ -155,6 +157,8 @@ tuner_fusion *tuner_fusion_new(const sched_graph *graph, const kgen_plan *base,
 	}
 	for (int k = 0; k < base->nkernels; k++)
 		f->kernel_of[base->kernels[k].ops[0]] = k;
+	if (n > TUNER_FUSION_MAX_OPS)
+		return f; /* no pairs: no fusion genes */
 	find_paths(f);
 	if (find_pairs(f) < 0) {
 		tuner_fusion_free(f);
@@ -402,7 +406,7 @@ static void try_merge(decoding *d, int a, int b)
 {
 	const tuner_fusion *f = d->f;
 	int ra = find_group(d, a), rb = find_group(d, b);
-	bool in[256] = {false};
+	bool in[TUNER_FUSION_MAX_OPS] = {false};
 	kgen_kernel k = {.nops = 0};
 	verdict scratch = {0};
 	const verdict *v;
@@ -483,9 +487,28 @@ static kgen_plan *plan_of(const decoding *d)
 	return plan;
 }
 
+/* The base plan on "schedules": a graph too large for fusion genes. */
+static kgen_plan *unfused(const tuner_fusion *f, const kgen_schedule *schedules)
+{
+	kgen_plan *plan = calloc(1, sizeof(*plan));
+
+	if (!plan || !(plan->kernels = calloc(f->base->nkernels, sizeof(kgen_kernel)))) {
+		free(plan);
+		return NULL;
+	}
+	plan->nkernels = f->base->nkernels;
+	for (int k = 0; k < plan->nkernels; k++) {
+		plan->kernels[k] = f->base->kernels[k];
+		plan->kernels[k].schedule = schedules[k];
+	}
+	return plan;
+}
+
 kgen_plan *tuner_fusion_plan(tuner_fusion *f, const kgen_schedule *schedules,
 			     const int *genes)
 {
+	if (f->nops > TUNER_FUSION_MAX_OPS)
+		return unfused(f, schedules);
 	decoding d = {f, schedules, genes, calloc(f->nops, sizeof(int)),
 		      calloc(f->nops, sizeof(kgen_kernel))};
 	kgen_plan *plan = NULL;

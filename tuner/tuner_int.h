@@ -16,7 +16,10 @@
  * cyclic or the group illegal (a global dependence, overlapping regions,
  * too much block-local memory) is dropped, after trying the root's tile
  * widened to whole rows; with peaks, so is a merge the cost model says
- * cannot pay (NeoFlow's reward: saved bytes, launches and occupancy). */
+ * cannot pay (NeoFlow's reward: saved bytes, launches and occupancy).
+ * Graphs of more than TUNER_FUSION_MAX_OPS ops get no fusion genes. */
+#define TUNER_FUSION_MAX_OPS 64
+
 typedef struct tuner_fusion tuner_fusion;
 
 __tuner_give tuner_fusion *tuner_fusion_new(__tuner_keep const sched_graph *graph,

@@ -15,7 +15,7 @@
 
 #include "kgen.h"
 #include "random_graph.h"
-#include "tuner.h"
+#include "tuner_int.h"
 
 static const char *const examples[] = {
 	"bert_qkv", "bert_qkv_small", "conv_pair", "conv_pair_small",
@@ -742,4 +742,42 @@ Test(search, fusion_genes_give_fused_plans_and_both_placements, .timeout = 120)
 	cr_expect_geq(seen[1].fused, 10, "%d fused plans of bert_qkv", seen[1].fused);
 	cr_expect_geq(seen[1].vertical, 1, "no vertical placement");
 	cr_expect_geq(seen[1].horizontal, 1, "no horizontal placement");
+}
+
+/* A graph of more ops than TUNER_FUSION_MAX_OPS gets no fusion genes: its
+ * plans keep a kernel per op, and the search runs as before. */
+Test(search, a_graph_too_large_for_fusion_genes_is_searched_unfused)
+{
+	sched_buf text = {0};
+	int n = TUNER_FUSION_MAX_OPS + 6;
+	sched_graph *g;
+	tuner_search *s;
+	json_t *generation, *plan;
+	size_t i;
+
+	sched_buf_printf(&text, "{\"version\": 1, \"name\": \"chain\", \"tensors\": {");
+	for (int t = 0; t <= n; t++)
+		sched_buf_printf(&text, "%s\"t%d\": {\"shape\": [64], \"dtype\": \"f32\"%s}",
+				 t ? ", " : "", t, t == 0 ? ", \"role\": \"input\"" :
+				 t == n ? ", \"role\": \"output\"" : "");
+	sched_buf_printf(&text, "}, \"ops\": [");
+	for (int o = 0; o < n; o++)
+		sched_buf_printf(&text, "%s\"t%d[i] = t%d[i] * 0.5 + 1\"", o ? ", " : "", o + 1, o);
+	sched_buf_printf(&text, "]}");
+	g = graph_of(text.str);
+	s = search_new(g, 2);
+	for (int gen = 0; gen < 2 && (generation = tuner_search_generation(s)); gen++) {
+		json_array_foreach(generation, i, plan) {
+			kgen_plan *p = legal(g, plan);
+
+			cr_expect_eq(p->nkernels, n);
+			kgen_plan_free(p);
+			tuner_search_record(s, plan, 1 + (double)i);
+		}
+		json_decref(generation);
+	}
+	cr_expect_eq(tuner_search_generations(s), 2);
+	tuner_search_free(s);
+	sched_graph_free(g);
+	sched_buf_release(&text);
 }
