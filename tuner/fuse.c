@@ -4,7 +4,10 @@
  * A genome's fusion genes are merges of groups of ops: along an edge (a
  * consumer with its producer) or between siblings (independent ops of the
  * same form, such as the three projections of BERT's Q, K and V). Merges
- * are tried in layer order; each must keep the plan acyclic (a group may
+ * are tried in layer order, and again until none succeeds (a merge that
+ * failed while its ops' neighbours were apart may succeed once they are
+ * together, e.g. a layernorm's sum once its mean and variance are one
+ * group); each must keep the plan acyclic (a group may
  * not feed an op outside that feeds the group back), pass the fusion
  * planner's analysis (sched_group_new through kgen_kernel_group) under the
  * root's tile or that tile widened to whole rows, and, when the device's
@@ -401,8 +404,8 @@ static double kernel_cost(const decoding *d, const kgen_kernel *k)
 }
 
 /* Merges the groups of a and b when the merged group is legal (and, with
- * peaks, estimated no slower than the two apart). */
-static void try_merge(decoding *d, int a, int b)
+ * peaks, estimated no slower than the two apart); whether it did. */
+static bool try_merge(decoding *d, int a, int b)
 {
 	const tuner_fusion *f = d->f;
 	int ra = find_group(d, a), rb = find_group(d, b);
@@ -412,24 +415,25 @@ static void try_merge(decoding *d, int a, int b)
 	const verdict *v;
 
 	if (ra == rb)
-		return;
+		return false;
 	for (int op = 0; op < f->nops; op++) {
 		in[op] = find_group(d, op) == ra || find_group(d, op) == rb;
 		if (in[op] && k.nops < KGEN_MAX_OPS)
 			k.ops[k.nops++] = op;
 		else if (in[op])
-			return;
+			return false;
 	}
 	if (!convex(f, in))
-		return;
+		return false;
 	k.schedule = d->schedules[f->kernel_of[kgen_kernel_op(f->graph, &k)->index]];
 	strcpy(k.name, "fused");
 	set_lanes(d, &k);
 	if (!(v = judged(d->f, &k, &scratch)) || !v->legal ||
 	    (f->peaks && v->ms > kernel_cost(d, &d->kernels[ra]) + kernel_cost(d, &d->kernels[rb])))
-		return;
+		return false;
 	d->group[rb] = ra;
 	d->kernels[ra] = k;
+	return true;
 }
 
 /* ---- the plan ---- */
@@ -519,9 +523,13 @@ kgen_plan *tuner_fusion_plan(tuner_fusion *f, const kgen_schedule *schedules,
 			d.kernels[op] = f->base->kernels[f->kernel_of[op]];
 			d.kernels[op].schedule = schedules[f->kernel_of[op]];
 		}
-		for (int i = 0; i < tuner_fusion_genes(f); i++)
-			if (genes[f->order[i]])
-				try_merge(&d, f->pairs[f->order[i]][0], f->pairs[f->order[i]][1]);
+		for (bool merged = true; merged;) { /* again, until none merges */
+			merged = false;
+			for (int i = 0; i < tuner_fusion_genes(f); i++)
+				if (genes[f->order[i]])
+					merged |= try_merge(&d, f->pairs[f->order[i]][0],
+							    f->pairs[f->order[i]][1]);
+		}
 		plan = plan_of(&d);
 	}
 	free(d.group);

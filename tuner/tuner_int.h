@@ -12,11 +12,12 @@
  * independent sibling ops of the same form (0: apart, 1: one kernel side
  * by side, 2: one kernel, one after the other in the same blocks). Genes
  * are applied in layers, producers nearer the inputs first
- * (FusionStitching's work/span order); a merge that would leave the plan
- * cyclic or the group illegal (a global dependence, overlapping regions,
- * too much block-local memory) is dropped, after trying the root's tile
- * widened to whole rows; with peaks, so is a merge the cost model says
- * cannot pay (NeoFlow's reward: saved bytes, launches and occupancy).
+ * (FusionStitching's work/span order), again until none merges; a merge
+ * that would leave the plan cyclic or the group illegal (a global
+ * dependence, overlapping regions, too much block-local memory) is
+ * dropped, after trying the root's tile widened to whole rows; with
+ * peaks, so is a merge the cost model says cannot pay (NeoFlow's reward:
+ * saved bytes, launches and occupancy).
  * Graphs of more than TUNER_FUSION_MAX_OPS ops get no fusion genes. */
 #define TUNER_FUSION_MAX_OPS 64
 
