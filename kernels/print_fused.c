@@ -122,12 +122,13 @@ static void print_params(fused_kernel *k)
 	sched_buf_printf(k->buf, ")\n{\n");
 }
 
-/* x rounded to the stage's tensor type, as a stored element would be. */
+/* x rounded to the stage's tensor type, as a stored element would be:
+ * fused plans compute what unfused plans compute. */
 static void print_rounded(fused_kernel *k, int s, const char *x)
 {
 	switch (stage_target(k, s)->dtype) {
 	case SCHED_F16:
-		return sched_buf_printf(k->buf, "f16_load(f16_store(%s))", x);
+		return sched_buf_printf(k->buf, "f16_round(%s)", x);
 	case SCHED_BF16:
 		return sched_buf_printf(k->buf, "bf16_load(bf16_store(%s))", x);
 	case SCHED_I32:

@@ -290,6 +290,47 @@ Test(cpu, f16_widening_is_exact_for_every_bit_pattern)
 	close_bench(&b);
 }
 
+/* An f16 intermediate kept in a fused kernel's block-local memory is
+ * rounded as its tensor would round it (f16_round, bit for bit), on a
+ * spread of float bit patterns: normals, subnormals of f16, ties, values
+ * that overflow to infinity, NaNs. */
+Test(cpu, f16_rounding_in_block_local_memory_is_exact)
+{
+	enum { N = 1 << 22 };
+	bench b = {0};
+	sched_error serr = {0};
+	uint32_t *x = malloc(N * sizeof(uint32_t));
+	float *h = malloc(N * sizeof(float) / 2), *y = malloc(N * sizeof(float));
+	void *host[3] = {x, h, y};
+	json_t *json = json_loads("{\"kernels\": [{\"ops\": [0, 1]}]}", 0, NULL);
+
+	open_cpu(&b);
+	cr_assert_eq(load_graph("x f32 4194304 in; h f16 4194304; y f32 4194304 out",
+				OPS("h[i] = x[i]", "y[i] = h[i]"), &b.graph, &serr), SCHED_OK);
+	cr_assert_eq(kgen_plan_from_json(b.graph, json, &b.plan, &b.err), KGEN_OK, "%s",
+		     b.err.message);
+	cr_assert_eq(kgen_program_build(b.backend, b.graph, b.plan, NULL, &b.prog,
+					&b.err), KGEN_OK, "%s", b.err.message);
+	for (uint32_t i = 0; i < N; i++)
+		x[i] = i & 1 ? ((i * 1021u) & ~0x1fffu) | 0x1000u /* a tie */ : i * 1021u;
+	cr_assert_eq(kgen_program_run(b.prog, host, &b.err), KGEN_OK);
+	for (uint32_t i = 0; i < N; i++) {
+		float in, want;
+
+		memcpy(&in, &x[i], 4);
+		want = (float)(_Float16)in;
+		if (want != want)
+			cr_expect(y[i] != y[i], "0x%08x: %a, want NaN", x[i], y[i]);
+		else if (memcmp(&y[i], &want, 4) != 0)
+			cr_expect_fail("0x%08x: %a, want %a", x[i], y[i], want);
+	}
+	json_decref(json);
+	free(x);
+	free(h);
+	free(y);
+	close_bench(&b);
+}
+
 /* Kernels compiled once are reused by later programs of the same backend
  * (a search recompiles mostly the same kernels): each program still runs
  * its own buffers and verifies. */
