@@ -442,24 +442,9 @@ void kgen_print_target_offset(sched_buf *buf, const kgen_printer *pr)
 	print_horner(buf, pr, &pr->graph->tensors[pr->op->target], NULL);
 }
 
-typedef struct touch {
-	int tensor;
-	bool found;
-} touch;
-
-static void find_tensor(const sched_node *access, void *user)
-{
-	touch *t = user;
-
-	t->found |= access->tensor == t->tensor;
-}
-
 bool kgen_op_touches(const sched_op *op, int tensor)
 {
-	touch t = {tensor, op->target == tensor};
-
-	sched_node_each_access(op->body, find_tensor, &t);
-	return t.found;
+	return op->target == tensor || sched_op_reads_tensor(op, tensor);
 }
 
 bool kgen_wide_indices(const sched_graph *graph)

@@ -191,12 +191,17 @@ static void find_read(const sched_node *access, void *user)
 	r->found |= access->tensor == r->tensor;
 }
 
-static bool op_reads(const sched_graph *graph, int op, int tensor)
+bool sched_op_reads_tensor(const sched_op *op, int tensor)
 {
 	reads_tensor r = {tensor, false};
 
-	sched_node_each_access(graph->ops[op].body, find_read, &r);
+	sched_node_each_access(op->body, find_read, &r);
 	return r.found;
+}
+
+static bool op_reads(const sched_graph *graph, int op, int tensor)
+{
+	return sched_op_reads_tensor(&graph->ops[op], tensor);
 }
 
 /* The members in dependence order; duplicates and bad indices refused. */

@@ -210,24 +210,9 @@ static int try_tiles(const sched_graph *g, fusion *f, int ntiles, bool first,
 	return ok;
 }
 
-typedef struct reads_tensor {
-	int tensor;
-	bool found;
-} reads_tensor;
-
-static void find_read(const sched_node *access, void *user)
-{
-	reads_tensor *r = user;
-
-	r->found |= access->tensor == r->tensor;
-}
-
 static bool reads(const sched_graph *g, int consumer, int producer)
 {
-	reads_tensor r = {g->ops[producer].target, false};
-
-	sched_node_each_access(g->ops[consumer].body, find_read, &r);
-	return r.found;
+	return sched_op_reads_tensor(&g->ops[consumer], g->ops[producer].target);
 }
 
 /* The runs of consecutive ops in graph order: from each op, the longest
