@@ -283,10 +283,12 @@ static void set_lanes(const decoding *d, kgen_kernel *k)
 			a = k->ops[i] == f->pairs[g][0] ? i : a;
 			b = k->ops[i] == f->pairs[g][1] ? i : b;
 		}
-		if (a >= 0 && b >= 0 && d->genes[g] == 2 &&
-		    find_root(lane, branch_of[a]) != find_root(lane, branch_of[b])) {
-			lane[find_root(lane, branch_of[b])] = find_root(lane, branch_of[a]);
-			shared = true;
+		if (a >= 0 && b >= 0 && d->genes[g] == 2) {
+			int la = find_root(lane, branch_of[a]), lb = find_root(lane, branch_of[b]);
+
+			/* the smaller branch leads, so that lanes number in order */
+			lane[la > lb ? la : lb] = la < lb ? la : lb;
+			shared |= la != lb;
 		}
 	}
 	k->nlanes = shared ? nroots : 0;
