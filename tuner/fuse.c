@@ -43,6 +43,7 @@ struct tuner_fusion {
 	int nedges, nsiblings;
 	int (*pairs)[2];   /* edges (producer, consumer), then siblings */
 	int *order;        /* the genes in the order their merges are tried */
+	int *layer;        /* per op, the longest path from the inputs to it */
 	verdict *cache;
 	int cached;
 };
@@ -106,14 +107,12 @@ static void find_layers(const tuner_fusion *f, int *layer)
  * op, edges before siblings within a layer. */
 static int find_pairs(tuner_fusion *f)
 {
-	int n = f->nops, np = 0, *layer = calloc(n, sizeof(int));
+	int n = f->nops, np = 0, *layer = f->layer = calloc(n, sizeof(int));
 
 	f->pairs = calloc(n * n + 1, sizeof(*f->pairs));
 	f->order = calloc(n * n + 1, sizeof(int));
-	if (!layer || !f->pairs || !f->order) {
-		free(layer);
+	if (!layer || !f->pairs || !f->order)
 		return -1;
-	}
 	for (int p = 0; p < n; p++)
 		for (int c = 0; c < n; c++)
 			if (reads_op(f, c, p))
@@ -131,7 +130,6 @@ static int find_pairs(tuner_fusion *f)
 		for (int i = 0; i < np; i++)
 			if (layer[f->pairs[i][0]] == g / 2 && (i < f->nedges) == (g % 2 == 0))
 				f->order[placed++] = i;
-	free(layer);
 	return 0;
 }
 
@@ -191,6 +189,7 @@ void tuner_fusion_free(tuner_fusion *f)
 	free(f->reaches);
 	free(f->pairs);
 	free(f->order);
+	free(f->layer);
 	free(f);
 }
 
@@ -202,6 +201,11 @@ int tuner_fusion_genes(const tuner_fusion *f)
 int tuner_fusion_domain(const tuner_fusion *f, int gene)
 {
 	return gene < f->nedges ? 2 : 3;
+}
+
+int tuner_fusion_edge_layer(const tuner_fusion *f, int gene)
+{
+	return gene < f->nedges ? f->layer[f->pairs[gene][0]] : -1;
 }
 
 /* ---- one merge ---- */

@@ -552,10 +552,34 @@ static int draw_mutants(tuner_search *s, const int *parent, json_t *out, int *in
 	return n;
 }
 
+/* Into the population: the default schedules with every fusion gene on,
+ * and, for each layer of producers, the same with that layer's edges off
+ * (a matrix product kept apart from the elementwise tail that follows it,
+ * which then fuses whole). Each repairs to the largest such fusion the
+ * planner allows. */
+static void propose_fused(tuner_search *s, json_t *out)
+{
+	int index, layers = 0;
+
+	if ((index = propose(s, s->fused, out)) >= 0)
+		s->pop[s->npop++] = index;
+	for (int g = 0; g < s->ngenes - s->first_fusion_gene; g++)
+		if (tuner_fusion_edge_layer(s->fusion, g) + 1 > layers)
+			layers = tuner_fusion_edge_layer(s->fusion, g) + 1;
+	for (int l = 0; l < layers && s->npop < s->o.population / 2; l++) {
+		memcpy(s->genes, s->fused, s->ngenes * sizeof(int));
+		for (int g = 0; g < s->ngenes - s->first_fusion_gene; g++)
+			if (tuner_fusion_edge_layer(s->fusion, g) == l)
+				s->genes[s->first_fusion_gene + g] = 0;
+		if ((index = propose(s, s->genes, out)) >= 0)
+			s->pop[s->npop++] = index;
+	}
+}
+
 /* The first population: the best plans measured or known (a quarter of it
  * at most, and only those that are genomes), the default schedules with
- * every fusion the planner allows (its repair keeps what is legal and
- * pays), mutants of the best (the default plan, for a new key) in half
+ * every fusion the planner allows and with one layer of producers kept
+ * apart (propose_fused), mutants of the best (the default plan, for a new key) in half
  * the places left, then random genomes: the search looks near what is
  * known to be good and far from it at once. */
 static void first_population(tuner_search *s, json_t *out)
@@ -568,8 +592,7 @@ static void first_population(tuner_search *s, json_t *out)
 	s->npop = n < seeds ? n : seeds;
 	memcpy(s->pop, best, s->npop * sizeof(int));
 	free(best);
-	if ((n = propose(s, s->fused, out)) >= 0)
-		s->pop[s->npop++] = n;
+	propose_fused(s, out);
 	if (s->npop > 0)
 		s->npop = draw_mutants(s, s->cands[s->pop[0]].genes, out, s->pop, s->npop,
 				       s->npop + (s->o.population - s->npop) / 2);

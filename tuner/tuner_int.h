@@ -30,6 +30,9 @@ __tuner_give tuner_fusion *tuner_fusion_new(__tuner_keep const sched_graph *grap
 void tuner_fusion_free(__tuner_take tuner_fusion *f);
 int tuner_fusion_genes(__tuner_keep const tuner_fusion *f);
 int tuner_fusion_domain(__tuner_keep const tuner_fusion *f, int gene);
+/* The layer of an edge gene's producer (its longest path from the
+ * inputs); -1 for a sibling gene. */
+int tuner_fusion_edge_layer(__tuner_keep const tuner_fusion *f, int gene);
 /* The plan of "genes" (the fusion genes) with "schedules", one per kernel
  * of the base plan (one kernel per op); NULL when out of memory. */
 __tuner_give kgen_plan *tuner_fusion_plan(__tuner_keep tuner_fusion *f,
