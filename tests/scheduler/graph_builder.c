@@ -63,3 +63,12 @@ int load_graph(const char *tensors, const char *const *ops,
 	free(text);
 	return rc;
 }
+
+int load_example(const char *name, sched_graph **graph, sched_error *err)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/examples/%s.json", getenv("TUNED_SOURCE_ROOT"),
+		 name);
+	return sched_graph_read_file(path, graph, err);
+}

@@ -242,12 +242,9 @@ static sched_graph *example(const char *name)
 {
 	sched_graph *graph = NULL;
 	sched_error err = {0};
-	char path[512];
 
-	snprintf(path, sizeof(path), "%s/examples/%s.json", getenv("TUNED_SOURCE_ROOT"),
-		 name);
-	cr_assert_eq(sched_graph_read_file(path, &graph, &err), SCHED_OK, "%s: %s",
-		     path, err.message);
+	cr_assert_eq(load_example(name, &graph, &err), SCHED_OK, "%s: %s", name,
+		     err.message);
 	return graph;
 }
 
