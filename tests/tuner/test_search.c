@@ -8,6 +8,7 @@
  * roofline says.
  */
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,20 +212,30 @@ Test(search, generation_0_is_the_default_plan)
 	sched_graph_free(g);
 }
 
-Test(search, proposals_are_legal_and_new_on_every_example)
+/* One test per example, so that they run side by side; the parameter is
+ * the example's index (criterion copies parameters to other processes). */
+ParameterizedTestParameters(search, proposals_are_legal_and_new_on_every_example)
 {
-	for (int e = 0; examples[e]; e++) {
-		sched_graph *g = example(examples[e]);
-		tuner_search *s = search_new(g, 1 + e);
-		trace t = {0};
+	size_t n = sizeof(examples) / sizeof(*examples) - 1;
+	int *indices = cr_malloc(n * sizeof(*indices));
 
-		run(s, g, 10, fake_ms, &t);
-		cr_expect_gt(t.generations, 2, "%s", examples[e]);
-		expect_all_different(&t);
-		trace_release(&t);
-		tuner_search_free(s);
-		sched_graph_free(g);
-	}
+	for (size_t i = 0; i < n; i++)
+		indices[i] = (int)i;
+	return cr_make_param_array(int, indices, n);
+}
+
+ParameterizedTest(int *index, search, proposals_are_legal_and_new_on_every_example)
+{
+	sched_graph *g = example(examples[*index]);
+	tuner_search *s = search_new(g, 1 + (unsigned)*index);
+	trace t = {0};
+
+	run(s, g, 10, fake_ms, &t);
+	cr_expect_gt(t.generations, 2, "%s", examples[*index]);
+	expect_all_different(&t);
+	trace_release(&t);
+	tuner_search_free(s);
+	sched_graph_free(g);
 }
 
 Test(search, random_graphs_only_get_legal_plans)
