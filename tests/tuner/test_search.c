@@ -755,6 +755,71 @@ Test(search, fusion_genes_give_fused_plans_and_both_placements, .timeout = 120)
 	cr_expect_geq(seen[1].horizontal, 1, "no horizontal placement");
 }
 
+/* The kernels of "plan" as compact texts without their names (which
+ * number them), sorted, into "texts". */
+static int kernel_texts(json_t *plan, char **texts)
+{
+	json_t *kernel;
+	size_t i;
+
+	json_array_foreach(json_object_get(plan, "kernels"), i, kernel) {
+		json_t *unnamed = json_deep_copy(kernel);
+
+		json_object_del(unnamed, "name");
+		texts[i] = text_of(unnamed);
+		json_decref(unnamed);
+	}
+	qsort(texts, i, sizeof(char *), compare_texts);
+	return (int)i;
+}
+
+/* Whether "plan" is "base" with two of its kernels merged into one and
+ * every other kernel unchanged, schedule included. */
+static bool one_fusion_away(json_t *base, json_t *plan)
+{
+	char *a[64], *b[64];
+	int na = kernel_texts(base, a), nb = kernel_texts(plan, b), kept = 0;
+
+	for (int i = 0, j = 0; i < na && j < nb;) {
+		int c = strcmp(a[i], b[j]);
+
+		kept += c == 0;
+		i += c <= 0;
+		j += c >= 0;
+	}
+	for (int i = 0; i < na; i++)
+		free(a[i]);
+	for (int j = 0; j < nb; j++)
+		free(b[j]);
+	return nb == na - 1 && kept == na - 2;
+}
+
+/* When the best plan is the unfused default, the next generation opens
+ * with its fusion neighbours: the default with one more fusion and the
+ * same schedules elsewhere. */
+Test(search, the_best_plan_s_fusion_neighbours_come_first)
+{
+	sched_graph *g = example("lstm_cell_small");
+	tuner_search *s = search_new(g, 9);
+	json_t *g0 = tuner_search_generation(s), *g1, *g2, *plan;
+	size_t i;
+
+	tuner_search_record(s, json_array_get(g0, 0), 1);
+	g1 = tuner_search_generation(s);
+	json_array_foreach(g1, i, plan)
+		tuner_search_record(s, plan, 10);
+	g2 = tuner_search_generation(s);
+	cr_assert_geq(json_array_size(g2), 4);
+	for (i = 0; i < 4; i++)
+		cr_expect(one_fusion_away(json_array_get(g0, 0), json_array_get(g2, i)),
+			  "plan %zu of the generation is no fusion neighbour", i);
+	json_decref(g0);
+	json_decref(g1);
+	json_decref(g2);
+	tuner_search_free(s);
+	sched_graph_free(g);
+}
+
 /* A graph of more ops than TUNER_FUSION_MAX_OPS gets no fusion genes: its
  * plans keep a kernel per op, and the search runs as before. */
 Test(search, a_graph_too_large_for_fusion_genes_is_searched_unfused)
