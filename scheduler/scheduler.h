@@ -106,6 +106,22 @@ __sched_give isl_union_map *sched_op_reads(isl_ctx *ctx,
 					   __sched_keep const sched_graph *graph,
 					   int op);
 
+/* A contraction (contraction.c): op C = sum A * B that is a matrix
+ * product C[m, n] = sum(k) A[m, k] B[k, n] once the op's vars of each
+ * kind merge, read off the isl access relations. Element (m, n, k) of A
+ * sits at a0 + m a_m + k a_k, of B at b0 + k b_k + n b_n, of C at
+ * c0 + m c_m + n c_n; n is the dim along which C is contiguous where one
+ * is. A kind with no var has extent 1 and stride 0. */
+typedef struct sched_contraction {
+	int a, b; /* the factors' tensors */
+	int64_t m, n, k;
+	int64_t a_m, a_k, b_k, b_n, c_m, c_n;
+	int64_t a0, b0, c0;
+} sched_contraction;
+
+bool sched_op_contraction(__sched_keep const sched_graph *graph, int op,
+			  sched_contraction *out);
+
 /* Per op: domain, accesses as isl maps, reduction ranges, FLOPs, bytes;
  * and the graph's totals and key. */
 __sched_give json_t *sched_graph_explain(__sched_keep const sched_graph *graph);

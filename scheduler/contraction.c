@@ -1,0 +1,204 @@
+/*
+ * contraction.c: whether an op is a matrix product, read off its isl
+ * access relations (docs/kernels.md, "Contractions").
+ *
+ * An op C[..] = sum(..) A[..] * B[..] is a contraction when each access's
+ * element offset is affine in the op's vars and the vars fall in three
+ * kinds: m (an output var that moves A and C, not B), n (moves B and C,
+ * not A) and k (a reduction var that moves A and B, not C). The vars of
+ * a kind merge into one when their strides chain (m = (s, t) with
+ * stride(s) = stride(t) * extent(t) in both tensors it moves), so that
+ * x[b, s, c] * w[c, j] is one product of (b s) x c by c x j.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <isl/aff.h>
+#include <isl/map.h>
+#include <isl/val.h>
+
+#include "sched_int.h"
+
+enum { MOVES_A = 1, MOVES_B = 2, MOVES_C = 4 };
+
+/* The element offset of an access as coefficients per op var and a
+ * constant (row-major strides over the tensor's shape). */
+typedef struct offset {
+	int64_t coef[2 * SCHED_MAX_RANK];
+	int64_t constant;
+} offset;
+
+static bool val_to_int(isl_val *v, int64_t *out)
+{
+	bool ok = v && isl_val_is_int(v);
+
+	if (ok)
+		*out = isl_val_get_num_si(v);
+	isl_val_free(v);
+	return ok;
+}
+
+/* Adds "scale" times the affine "aff" (over the op's vars) to "off". */
+static bool add_aff(const sched_op *op, isl_aff *aff, int64_t scale, offset *off)
+{
+	int64_t c;
+
+	if (isl_aff_dim(aff, isl_dim_div) != 0 ||
+	    !val_to_int(isl_aff_get_constant_val(aff), &c))
+		return false;
+	off->constant += scale * c;
+	for (int v = 0; v < op->nvars; v++) {
+		if (!val_to_int(isl_aff_get_coefficient_val(aff, isl_dim_in, v), &c))
+			return false;
+		off->coef[v] += scale * c;
+	}
+	return true;
+}
+
+/* The offset of the tensor element "map" (one affine piece) sends each
+ * point of the op's domain to. */
+static bool offset_of(const sched_graph *graph, const sched_op *op, int tensor,
+		      isl_map *map, offset *off)
+{
+	const sched_tensor *t = &graph->tensors[tensor];
+	isl_pw_multi_aff *pma = isl_pw_multi_aff_from_map(map);
+	isl_multi_aff *ma;
+	int64_t stride = 1;
+	bool ok;
+
+	if (!pma || isl_pw_multi_aff_isa_multi_aff(pma) != isl_bool_true) {
+		isl_pw_multi_aff_free(pma);
+		return false;
+	}
+	ma = isl_pw_multi_aff_as_multi_aff(pma);
+	ok = ma != NULL;
+	for (int d = t->rank - 1; ok && d >= 0; stride *= t->shape[d--]) {
+		isl_aff *aff = isl_multi_aff_get_at(ma, d);
+
+		ok = aff && add_aff(op, aff, stride, off);
+		isl_aff_free(aff);
+	}
+	isl_multi_aff_free(ma);
+	return ok;
+}
+
+/* One kind of var merged into one: its extent and strides in A, B, C. */
+typedef struct merged {
+	int64_t extent, stride[3];
+} merged;
+
+/* Merges the vars of "op" whose movement is "kind" (outermost first) into
+ * "out"; false when their strides do not chain. No var: extent 1. */
+static bool merge_kind(const sched_op *op, const int *moves, const offset *offs,
+		       int kind, merged *out)
+{
+	*out = (merged){.extent = 1};
+	for (int v = op->nvars - 1; v >= 0; v--) {
+		int64_t extent = op->vars[v].hi - op->vars[v].lo;
+
+		if (moves[v] != kind)
+			continue;
+		for (int x = 0; x < 3; x++) {
+			if (out->extent > 1 && offs[x].coef[v] != out->stride[x] * out->extent)
+				return false;
+			if (out->extent == 1)
+				out->stride[x] = offs[x].coef[v];
+		}
+		out->extent *= extent;
+	}
+	return true;
+}
+
+/* Which of A, B, C each var moves. */
+static void var_moves(const sched_op *op, const offset *offs, int *moves)
+{
+	for (int v = 0; v < op->nvars; v++) {
+		moves[v] = 0;
+		for (int x = 0; x < 3; x++)
+			moves[v] |= offs[x].coef[v] ? 1 << x : 0;
+	}
+}
+
+/* Whether every var is of a kind: m, n (output vars), k (reduction). A var
+ * of extent 1 moves nothing that matters and is taken as it comes. */
+static bool kinds_are_valid(const sched_op *op, const int *moves)
+{
+	for (int v = 0; v < op->nvars; v++) {
+		bool reduces = v >= op->ntarget_vars;
+		int m = moves[v];
+
+		if (op->vars[v].hi - op->vars[v].lo == 1)
+			continue;
+		if (reduces ? m != (MOVES_A | MOVES_B)
+			    : m != (MOVES_A | MOVES_C) && m != (MOVES_B | MOVES_C))
+			return false;
+	}
+	return true;
+}
+
+/* The offsets of the op's two factors and its target, over its domain. */
+static bool offsets_of(const sched_graph *graph, const sched_op *op, offset *offs)
+{
+	isl_ctx *ctx = sched_isl_ctx_new();
+	const sched_node *factors[2] = {op->body->args[0], op->body->args[1]};
+	bool ok = ctx != NULL;
+
+	for (int x = 0; x < 2 && ok; x++)
+		ok = offset_of(graph, op, factors[x]->tensor,
+			       sched_access_map(ctx, graph, op, factors[x]), &offs[x]);
+	ok = ok && offset_of(graph, op, op->target,
+			     sched_op_write(ctx, graph, op->index), &offs[2]);
+	isl_ctx_free(ctx);
+	return ok;
+}
+
+/* The vars' lower bounds folded into the constants. */
+static void fold_lower_bounds(const sched_op *op, offset *offs)
+{
+	for (int x = 0; x < 3; x++)
+		for (int v = 0; v < op->nvars; v++)
+			offs[x].constant += offs[x].coef[v] * op->vars[v].lo;
+}
+
+/* C = A B as C^T = B^T A^T: the factors trade places, m and n too, so
+ * that n is the dim along which C is contiguous. */
+static void transpose(sched_contraction *c)
+{
+	*c = (sched_contraction){
+		.a = c->b, .b = c->a, .m = c->n, .n = c->m, .k = c->k,
+		.a_m = c->b_n, .a_k = c->b_k, .b_k = c->a_k, .b_n = c->a_m,
+		.c_m = c->c_n, .c_n = c->c_m, .a0 = c->b0, .b0 = c->a0, .c0 = c->c0,
+	};
+}
+
+bool sched_op_contraction(const sched_graph *graph, int index, sched_contraction *out)
+{
+	const sched_op *op = &graph->ops[index];
+	const sched_node *body = op->body;
+	offset offs[3];
+	int moves[2 * SCHED_MAX_RANK];
+	merged m, n, k;
+
+	memset(offs, 0, sizeof(offs));
+	if (op->reducer != SCHED_RED_SUM || body->kind != SCHED_NODE_BINARY ||
+	    body->op != SCHED_MUL || body->args[0]->kind != SCHED_NODE_ACCESS ||
+	    body->args[1]->kind != SCHED_NODE_ACCESS || !offsets_of(graph, op, offs))
+		return false;
+	fold_lower_bounds(op, offs);
+	var_moves(op, offs, moves);
+	if (!kinds_are_valid(op, moves) ||
+	    !merge_kind(op, moves, offs, MOVES_A | MOVES_C, &m) ||
+	    !merge_kind(op, moves, offs, MOVES_B | MOVES_C, &n) ||
+	    !merge_kind(op, moves, offs, MOVES_A | MOVES_B, &k))
+		return false;
+	*out = (sched_contraction){
+		.a = body->args[0]->tensor, .b = body->args[1]->tensor,
+		.m = m.extent, .n = n.extent, .k = k.extent,
+		.a_m = m.stride[0], .a_k = k.stride[0], .b_k = k.stride[1],
+		.b_n = n.stride[1], .c_m = m.stride[2], .c_n = n.stride[2],
+		.a0 = offs[0].constant, .b0 = offs[1].constant, .c0 = offs[2].constant,
+	};
+	if (out->c_n != 1 && out->c_m == 1)
+		transpose(out);
+	return true;
+}

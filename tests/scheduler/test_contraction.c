@@ -1,0 +1,130 @@
+/*
+ * test_contraction.c: matrix products read off the access relations.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+
+#include "graph_builder.h"
+
+static sched_graph *graph_of(const char *tensors, const char *const *ops)
+{
+	sched_graph *g = NULL;
+	sched_error err = {0};
+
+	cr_assert_eq(load_graph(tensors, ops, &g, &err), SCHED_OK, "%s", err.message);
+	return g;
+}
+
+/* Op 0 of the graph as a contraction; false if it is none. */
+static bool contraction_of(const char *tensors, const char *op, sched_contraction *c)
+{
+	sched_graph *g = graph_of(tensors, OPS(op));
+	bool is = sched_op_contraction(g, 0, c);
+
+	sched_graph_free(g);
+	return is;
+}
+
+Test(contraction, a_matrix_product_has_its_strides)
+{
+	sched_contraction c;
+
+	cr_assert(contraction_of("a f32 6,5 in; b f32 5,7 in; y f32 6,7 out",
+				 "y[i, j] = sum(k) a[i, k] * b[k, j]", &c));
+	cr_expect_eq(c.m, 6);
+	cr_expect_eq(c.n, 7);
+	cr_expect_eq(c.k, 5);
+	cr_expect(c.a_m == 5 && c.a_k == 1 && c.b_k == 7 && c.b_n == 1);
+	cr_expect(c.c_m == 7 && c.c_n == 1);
+	cr_expect(c.a0 == 0 && c.b0 == 0 && c.c0 == 0);
+}
+
+/* The names do not matter, nor the order of the factors. */
+Test(contraction, factors_in_either_order_and_any_names)
+{
+	sched_contraction c;
+
+	cr_assert(contraction_of("w f32 5,7 in; x f32 6,5 in; out f32 6,7 out",
+				 "out[p, q] = sum(z) w[z, q] * x[p, z]", &c));
+	cr_expect_eq(c.m, 6);
+	cr_expect_eq(c.n, 7);
+	cr_expect_eq(c.c_n, 1, "n is the dim along which the output is contiguous");
+	cr_expect_eq(c.a_m, 5);
+	cr_expect_eq(c.b_k, 7);
+}
+
+/* A transposed factor, and an offset into a factor. */
+Test(contraction, transposed_and_shifted_factors)
+{
+	sched_contraction c;
+
+	cr_assert(contraction_of("a f32 5,6 in; b f32 7,8 in; y f32 6,7 out",
+				 "y[i, j] = sum(k < 5) a[k, i] * b[j, k + 2]", &c));
+	cr_expect(c.m == 6 && c.n == 7 && c.k == 5);
+	cr_expect(c.a_m == 1 && c.a_k == 6);
+	cr_expect(c.b_k == 1 && c.b_n == 8 && c.b0 == 2);
+}
+
+/* Batch and sequence dims whose strides chain merge into m. */
+Test(contraction, chained_dims_merge)
+{
+	sched_contraction c;
+
+	cr_assert(contraction_of("x f32 2,3,4 in; w f32 4,5 in; y f32 2,3,5 out",
+				 "y[b, s, j] = sum(c) x[b, s, c] * w[c, j]", &c));
+	cr_expect_eq(c.m, 6);
+	cr_expect(c.a_m == 4 && c.c_m == 5);
+}
+
+/* Dims of m in another order in the output do not chain: no product. */
+Test(contraction, dims_that_do_not_chain_are_no_product)
+{
+	sched_contraction c;
+
+	cr_expect_not(contraction_of("x f32 2,3,4 in; w f32 4,5 in; y f32 3,2,5 out",
+				     "y[s, b, j] = sum(c) x[b, s, c] * w[c, j]", &c));
+}
+
+Test(contraction, other_ops_are_no_product)
+{
+	sched_contraction c;
+
+	cr_expect_not(contraction_of("a f32 6,5 in; y f32 6 out",
+				     "y[i] = sum(k) a[i, k] * 0.5", &c), "a constant factor");
+	cr_expect_not(contraction_of("a f32 6,5 in; y f32 6 out",
+				     "y[i] = sum(k) a[i, k]", &c), "no product");
+	cr_expect_not(contraction_of("a f32 6,5 in; b f32 5,7 in; y f32 6,7 out",
+				     "y[i, j] = max(k) a[i, k] * b[k, j]", &c), "max");
+	cr_expect_not(contraction_of("a f32 5 in; b f32 5 in; y f32 6 out",
+				     "y[i] = sum(k) a[k] * b[k]", &c),
+		      "an output var that moves no factor");
+	cr_expect_not(contraction_of("a f32 6,5 in; b f32 6,5 in; y f32 6 out",
+				     "y[i] = sum(k) a[i, k] * b[i, k]", &c),
+		      "a var that moves all three");
+}
+
+/* The examples' products are found, their convolutions (a select) and
+ * reductions are not. */
+Test(contraction, the_examples)
+{
+	static const struct {
+		const char *name;
+		int products;
+	} cases[] = {{"bert_qkv", 3}, {"gpt3_mlp_m256", 2}, {"llama_mlp_small", 3},
+		     {"lstm_cell", 2}, {"conv_pair", 0}, {"ln_residual", 0},
+		     {"softmax_scores", 0}};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		sched_graph *g = NULL;
+		sched_error err = {0};
+		sched_contraction c;
+		int products = 0;
+
+		cr_assert_eq(load_example(cases[i].name, &g, &err), SCHED_OK, "%s", err.message);
+		for (int op = 0; op < sched_graph_op_count(g); op++)
+			products += sched_op_contraction(g, op, &c);
+		cr_expect_eq(products, cases[i].products, "%s: %d products", cases[i].name,
+			     products);
+		sched_graph_free(g);
+	}
+}
