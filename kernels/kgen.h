@@ -24,7 +24,7 @@
 /* The version of the code generators: part of every cache key, so that a
  * change of generated code never serves a stale kernel. Bump it with any
  * change of the printers or of what a plan means. */
-#define KGEN_CODEGEN_VERSION "kgen-2"
+#define KGEN_CODEGEN_VERSION "kgen-3"
 
 enum kgen_code {
 	KGEN_OK = 0,
@@ -56,6 +56,24 @@ enum kgen_split { KGEN_SPLIT_THREAD, KGEN_SPLIT_WARP, KGEN_SPLIT_BLOCK };
  * length; cuda: consecutive elements per thread). A plan's "shared" (inputs
  * staged in shared memory) is refused until the shared-memory planner
  * exists. */
+/* A contraction (sched_op_contraction) as register-blocked micro-kernels
+ * (cpu; kernels/print_micro.c): blocks of mr x nr elements of C held in
+ * vector registers, nr a multiple of KGEN_MICRO_NR_STEP; K in slices kc
+ * deep; mc x nc blocks of C (multiples of mr and nr) shared among
+ * threads; pack 1 packs A's slices too (B's always are). mr 0: the
+ * kernel is printed from its tiles instead. */
+typedef struct kgen_micro {
+	int mr, nr, kc, mc, nc, pack;
+} kgen_micro;
+
+#define KGEN_MICRO_NR_STEP 8
+#define KGEN_MICRO_MAX_MR 16
+#define KGEN_MICRO_MAX_NR 64
+
+/* The width of the cpu's vectors in floats: 16 with AVX-512, 8 with
+ * AVX2, else 4 (micro-kernels use the widest that divides nr). */
+int kgen_cpu_vector_floats(void);
+
 typedef struct kgen_schedule {
 	int64_t tile[SCHED_MAX_RANK];
 	int threads[SCHED_MAX_RANK];
@@ -63,6 +81,7 @@ typedef struct kgen_schedule {
 	int unroll;
 	int vector;
 	enum kgen_split split;
+	kgen_micro micro;
 } kgen_schedule;
 
 /* A kernel computes a group of ops (docs/fusion.md): one op, or ops fused
@@ -208,6 +227,15 @@ typedef struct kgen_time {
 int kgen_program_time(__sched_keep kgen_program *program,
 		      const kgen_timing *timing, kgen_time *times,
 		      kgen_time *total, kgen_error *err);
+/* Times call(arg), a function of the host, exactly as kgen_program_time
+ * times a plan: the same warm-up, caches flushed before each timed run,
+ * the same budget, median and spread; so that a library routine (a BLAS,
+ * bench/gemm_cpu) and a plan are timed alike. The cpu backend only;
+ * KGEN_EBACKEND on another. */
+int kgen_backend_time_call(__sched_keep kgen_backend *backend,
+			   void (*call)(void *arg), void *arg,
+			   const kgen_timing *timing, kgen_time *out,
+			   kgen_error *err);
 
 /* One output compared with the reference interpreter. */
 typedef struct kgen_check {

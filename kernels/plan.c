@@ -278,6 +278,73 @@ static int read_shared(json_t *sched, kgen_kernel *kernel, kgen_error *err)
 			 "supported yet; give \"shared\": []", kernel->name);
 }
 
+static int64_t round_up(int64_t x, int64_t step)
+{
+	return (x + step - 1) / step * step;
+}
+
+/* Checks "micro" of a kernel of contraction "c" (docs/kernels.md). */
+static int check_micro(const sched_contraction *c, const sched_tensor *t,
+		       const kgen_kernel *kernel, kgen_error *err)
+{
+	const kgen_micro *m = &kernel->schedule.micro;
+
+	if (m->nr % KGEN_MICRO_NR_STEP)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': micro 'nr' must be a "
+				 "multiple of %d", kernel->name, KGEN_MICRO_NR_STEP);
+	if (m->mc % m->mr || m->mc > round_up(c->m, m->mr))
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': micro 'mc' must be a "
+				 "multiple of mr (%d) up to %lld", kernel->name, m->mr,
+				 (long long)round_up(c->m, m->mr));
+	if (m->nc % m->nr || m->nc > round_up(c->n, m->nr))
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': micro 'nc' must be a "
+				 "multiple of nr (%d) up to %lld", kernel->name, m->nr,
+				 (long long)round_up(c->n, m->nr));
+	if (m->kc > c->k || (t->dtype != SCHED_F32 && m->kc != c->k))
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': micro 'kc' must be "
+				 "from 1 to K (%lld)%s", kernel->name, (long long)c->k,
+				 t->dtype != SCHED_F32 ? ", and K itself for an output "
+				 "that is not f32" : "");
+	return KGEN_OK;
+}
+
+/* Reads "micro": {"mr", "nr", "kc", "mc", "nc", "pack"}, for a kernel of
+ * one op that is a contraction. */
+static int read_micro(const sched_graph *graph, json_t *sched, kgen_kernel *kernel,
+		      kgen_error *err)
+{
+	static const char *const keys[] = {"mr", "nr", "kc", "mc", "nc", "pack"};
+	static const int64_t highest[] = {KGEN_MICRO_MAX_MR, KGEN_MICRO_MAX_NR,
+					  INT32_MAX, INT32_MAX, INT32_MAX, 1};
+	json_t *micro = json_object_get(sched, "micro");
+	const sched_op *op = kgen_kernel_op(graph, kernel);
+	kgen_micro *m = &kernel->schedule.micro;
+	int *fields[] = {&m->mr, &m->nr, &m->kc, &m->mc, &m->nc, &m->pack};
+	sched_contraction c;
+	int rc;
+
+	if (!micro)
+		return KGEN_OK;
+	if (kernel->nops > 1 || !sched_op_contraction(graph, op->index, &c))
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'micro' is for a "
+				 "kernel of one op that is a matrix product", kernel->name);
+	if (!json_is_object(micro) || json_object_size(micro) != 6)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'micro' must be an "
+				 "object of mr, nr, kc, mc, nc and pack", kernel->name);
+	for (int f = 0; f < 6; f++) {
+		int64_t v = -1;
+
+		if (!json_object_get(micro, keys[f]))
+			return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'micro' has no "
+					 "'%s'", kernel->name, keys[f]);
+		if ((rc = read_int(micro, keys[f], f == 5 ? 0 : 1, highest[f], &v,
+				   kernel->name, err)) < 0)
+			return rc;
+		*fields[f] = (int)v;
+	}
+	return check_micro(&c, &graph->tensors[op->target], kernel, err);
+}
+
 /* A reducing kernel keeps a tile of accumulators on the cpu's stack. */
 static int check_cpu_tile(const sched_op *op, const sched_tensor *t,
 			  const kgen_kernel *kernel, kgen_error *err)
@@ -334,7 +401,7 @@ static int read_schedule(const sched_graph *graph, json_t *sched,
 			 kgen_kernel *kernel, kgen_error *err)
 {
 	static const char *const keys[] = {"tile", "threads", "parallel", "unroll",
-					   "vector", "split", "shared", NULL};
+					   "vector", "split", "shared", "micro", NULL};
 	const sched_op *op = kgen_kernel_op(graph, kernel);
 	const sched_tensor *t = target_of(graph, kernel);
 	kgen_schedule *s = &kernel->schedule;
@@ -388,6 +455,8 @@ static int read_schedule(const sched_graph *graph, json_t *sched,
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'vector' must be "
 				 "1, 2, 4 or 8", kernel->name);
 	s->vector = (int)v;
+	if ((rc = read_micro(graph, sched, kernel, err)) < 0)
+		return rc;
 	return read_shared(sched, kernel, err);
 }
 
@@ -669,6 +738,10 @@ static json_t *schedule_json(const sched_op *op, const sched_tensor *t,
 		json_object_set_new(obj, "vector", json_integer(s->vector));
 	if (s->split != def.split)
 		json_object_set_new(obj, "split", json_string(split_names[s->split]));
+	if (s->micro.mr)
+		json_object_set_new(obj, "micro", json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}",
+			"mr", s->micro.mr, "nr", s->micro.nr, "kc", s->micro.kc,
+			"mc", s->micro.mc, "nc", s->micro.nc, "pack", s->micro.pack));
 	return obj;
 }
 

@@ -235,9 +235,7 @@ static void print_load(sched_buf *buf, const kgen_printer *pr,
 {
 	const sched_tensor *t = &pr->graph->tensors[access->tensor];
 	int stage = pr->group ? sched_group_stage_of(pr->group, t->writer) : -1;
-	const char *open = t->dtype == SCHED_F16 ? "f16_load(" :
-			   t->dtype == SCHED_BF16 ? "bf16_load(" :
-			   t->dtype == SCHED_I32 ? "(float)(" : "(";
+	const char *open = kgen_load_open(t);
 
 	if (stage >= 0 && pr->group->stages[stage].store == SCHED_STORE_INLINE)
 		return print_recompute(buf, pr, access);
@@ -246,6 +244,16 @@ static void print_load(sched_buf *buf, const kgen_printer *pr,
 	sched_buf_printf(buf, "%st_%s[", open, t->name);
 	kgen_print_offset(buf, pr, access);
 	sched_buf_printf(buf, "])");
+}
+
+const char *kgen_load_open(const sched_tensor *t)
+{
+	switch (t->dtype) {
+	case SCHED_F16: return "f16_load(";
+	case SCHED_BF16: return "bf16_load(";
+	case SCHED_I32: return "(float)(";
+	default: return "(";
+	}
 }
 
 /* The conversion of a float value to the storage type of tensor "t". */

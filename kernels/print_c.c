@@ -176,6 +176,8 @@ char *kgen_print_c(const sched_graph *graph, const kgen_plan *plan, int index)
 
 	if (kernel->nops > 1)
 		return kgen_print_fused(graph, kernel, false);
+	if (kernel->schedule.micro.mr)
+		return kgen_print_micro(graph, kernel);
 	c_kernel k = {{graph, op, NULL}, kernel, &graph->tensors[op->target], &buf};
 
 	kgen_print_helpers(&buf, false, true);

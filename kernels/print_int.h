@@ -25,6 +25,8 @@ void kgen_print_offset(sched_buf *buf, const kgen_printer *pr,
 void kgen_print_value(sched_buf *buf, const kgen_printer *pr,
 		      const sched_node *node);
 const char *kgen_store_open(const sched_tensor *t);
+/* The conversion of an element of tensor "t" to float, opened. */
+const char *kgen_load_open(const sched_tensor *t);
 const char *kgen_reducer_identity(enum sched_reducer reducer);
 void kgen_print_combine(sched_buf *buf, enum sched_reducer reducer,
 			const char *acc, const char *x);
@@ -46,5 +48,9 @@ bool kgen_wide_indices(const sched_graph *graph);
 /* print_fused.c: a fused group's kernel, as C with OpenMP or CUDA C. */
 char *kgen_print_fused(const sched_graph *graph, const kgen_kernel *kernel,
 		       bool cuda);
+
+/* print_micro.c: a contraction's kernel as micro-kernels (cpu); NULL
+ * when the op is no contraction. */
+char *kgen_print_micro(const sched_graph *graph, const kgen_kernel *kernel);
 
 #endif

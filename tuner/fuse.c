@@ -432,6 +432,7 @@ static bool try_merge(decoding *d, int a, int b)
 	if (!convex(f, in))
 		return false;
 	k.schedule = d->schedules[f->kernel_of[kgen_kernel_op(f->graph, &k)->index]];
+	k.schedule.micro = (kgen_micro){0}; /* for a kernel of one op only */
 	strcpy(k.name, "fused");
 	set_lanes(d, &k);
 	if (!(v = judged(d->f, &k, &scratch)) || !v->legal ||

@@ -35,10 +35,24 @@
 static const int64_t unrolls[] = {1, 2, 4, 8};
 static const int64_t vectors[] = {1, 2, 4, 8};
 
+/* The micro-kernel genes of a contraction on the cpu (kgen_micro): mr (0:
+ * no micro-kernels, the kernel's tiles rule), nr, kc (0: all of K), mc
+ * and nc as multiples of mr and nr, pack. */
+#define MICRO_GENES 6
+static const int64_t micro_mrs[] = {0, 4, 6, 8, 12, 14};
+static const int64_t micro_nrs[] = {8, 16, 32, 48, 64};
+static const int64_t micro_kcs[] = {64, 128, 256, 512, 0};
+static const int64_t micro_blocks[] = {1, 4, 8, 16, 32};
+static const int micro_domain[MICRO_GENES] = {6, 5, 5, 5, 5, 2};
+
 typedef struct kernel_space {
 	int rank;
 	bool reduces;
 	int first_gene;
+	int ngenes;
+	bool micro;          /* a contraction on the cpu: micro genes follow */
+	sched_contraction product;
+	bool f32_out;
 	int ntiles[SCHED_MAX_RANK], nthreads[SCHED_MAX_RANK];
 	int64_t tiles[SCHED_MAX_RANK][MAX_TILES];
 	int64_t threads[SCHED_MAX_RANK][MAX_THREADS];
@@ -126,6 +140,14 @@ static void dim_choices(kernel_space *ks, int d, int64_t extent,
 	add_choice(ks->threads[d], &ks->nthreads[d], def->threads[d]);
 }
 
+/* Whether kernel k of the base gets micro-kernel genes, with its product. */
+static bool micro_kernel(const tuner_search *s, int k, sched_contraction *product)
+{
+	const sched_op *op = kgen_kernel_op(s->graph, &s->base->kernels[k]);
+
+	return !s->o.cuda && sched_op_contraction(s->graph, op->index, product);
+}
+
 /* The domains of kernel k's genes, from gene "first" on; the next free
  * gene. */
 static int kernel_genes(tuner_search *s, int k, int first)
@@ -139,6 +161,8 @@ static int kernel_genes(tuner_search *s, int k, int first)
 	ks->rank = r;
 	ks->reduces = op->reducer != SCHED_RED_NONE;
 	ks->first_gene = first;
+	ks->micro = micro_kernel(s, k, &ks->product);
+	ks->f32_out = t->dtype == SCHED_F32;
 	for (int d = 0; d < r; d++) {
 		dim_choices(ks, d, t->shape[d], &kernel->schedule, s->o.cuda);
 		s->domain[first + d] = ks->ntiles[d];
@@ -149,8 +173,13 @@ static int kernel_genes(tuner_search *s, int k, int first)
 	s->domain[first + 2 * r + 2] = 4;
 	/* the split of a reduction among threads: cuda only */
 	s->domain[first + 2 * r + 3] = ks->reduces && s->o.cuda ? 3 : 1;
-	return first + 2 * r + 4;
+	ks->ngenes = 2 * r + 4;
+	if (ks->micro)
+		for (int g = 0; g < MICRO_GENES; g++)
+			s->domain[first + ks->ngenes++] = micro_domain[g];
+	return first + ks->ngenes;
 }
+
 
 /* The genome's layout, from the default plan in s->base: each kernel's
  * genes, then the fusion genes. */
@@ -159,9 +188,13 @@ static int build_space(tuner_search *s)
 	int gene = 0;
 
 	s->nkernels = s->base->nkernels;
-	for (int k = 0; k < s->nkernels; k++)
+	for (int k = 0; k < s->nkernels; k++) {
+		sched_contraction product;
+
 		s->ngenes += 2 * s->graph->tensors[kgen_kernel_op(s->graph,
 					&s->base->kernels[k])->target].rank + 4;
+		s->ngenes += micro_kernel(s, k, &product) ? MICRO_GENES : 0;
+	}
 	s->first_fusion_gene = s->ngenes;
 	s->ngenes += tuner_fusion_genes(s->fusion);
 	s->kernels = calloc(s->nkernels + 1, sizeof(kernel_space));
@@ -197,6 +230,58 @@ static int index_of(const int64_t *values, int n, int64_t value)
 	return -1;
 }
 
+static int64_t round_up(int64_t x, int64_t step)
+{
+	return (x + step - 1) / step * step;
+}
+
+/* The micro-kernel of genes "at", repaired: the accumulators, the B
+ * vectors and an A value fit the vector registers (32 with AVX-512, 16
+ * else), kc within K (all of K for an output that is not f32, which
+ * cannot hold partial sums), mc and nc within M and N rounded up. */
+static kgen_micro decode_micro(const kernel_space *ks, const int *at)
+{
+	const sched_contraction *c = &ks->product;
+	kgen_micro m = {.mr = (int)micro_mrs[at[0]], .nr = (int)micro_nrs[at[1]]};
+	int width = kgen_cpu_vector_floats(), registers = width == 16 ? 32 : 16;
+
+	if (!m.mr)
+		return (kgen_micro){0};
+	while (m.nr % width)
+		width /= 2;
+	while (2 * (m.nr / width) + 1 > registers)
+		m.nr /= 2;
+	if (m.mr > (registers - 1 - m.nr / width) / (m.nr / width))
+		m.mr = (registers - 1 - m.nr / width) / (m.nr / width);
+	m.kc = (int)(micro_kcs[at[2]] && micro_kcs[at[2]] < c->k && ks->f32_out
+		     ? micro_kcs[at[2]] : c->k);
+	m.mc = (int)(micro_blocks[at[3]] * m.mr < round_up(c->m, m.mr)
+		     ? micro_blocks[at[3]] * m.mr : round_up(c->m, m.mr));
+	m.nc = (int)(micro_blocks[at[4]] * m.nr < round_up(c->n, m.nr)
+		     ? micro_blocks[at[4]] * m.nr : round_up(c->n, m.nr));
+	m.pack = at[5];
+	return m;
+}
+
+/* The first micro genes that decode to "m" into "at"; false if none do. */
+static bool encode_micro(const kernel_space *ks, const kgen_micro *m, int *at)
+{
+	int n = 1;
+
+	for (int g = 0; g < MICRO_GENES; g++)
+		n *= micro_domain[g];
+	for (int i = 0; i < n; i++) {
+		kgen_micro d;
+
+		for (int g = MICRO_GENES - 1, rest = i; g >= 0; rest /= micro_domain[g--])
+			at[g] = rest % micro_domain[g];
+		d = decode_micro(ks, at);
+		if (!memcmp(&d, m, sizeof(d)))
+			return true;
+	}
+	return false;
+}
+
 /* The genes of schedule "sch" of kernel k into "genes": each value's index
  * in its domain; false when a value is in none. */
 static bool encode_kernel(const tuner_search *s, int k, const kgen_schedule *sch,
@@ -215,6 +300,10 @@ static bool encode_kernel(const tuner_search *s, int k, const kgen_schedule *sch
 	at[2 * r + 1] = index_of(unrolls, 4, sch->unroll);
 	at[2 * r + 2] = index_of(vectors, 4, sch->vector);
 	at[2 * r + 3] = (int)sch->split;
+	if (ks->micro)
+		ok = ok && encode_micro(ks, &sch->micro, at + 2 * r + 4);
+	else
+		ok = ok && !sch->micro.mr;
 	return ok && at[2 * r + 1] >= 0 && at[2 * r + 2] >= 0 &&
 	       at[2 * r + 3] < s->domain[ks->first_gene + 2 * r + 3];
 }
@@ -284,6 +373,8 @@ static void decode_kernel(const tuner_search *s, int k, const int *genes,
 	sch->split = at[2 * r + 3];
 	if (sch->split == KGEN_SPLIT_WARP && product(threads, r) % 32)
 		sch->split = KGEN_SPLIT_THREAD;
+	if (ks->micro)
+		sch->micro = decode_micro(ks, at + 2 * r + 4);
 }
 
 /* s->plan from "genes"; NULL when out of memory. */
@@ -627,7 +718,7 @@ static void breed(tuner_search *s)
 		const int *from = rng_below(s, 2) ? a : b;
 
 		memcpy(s->genes + ks->first_gene, from + ks->first_gene,
-		       (2 * ks->rank + 4) * sizeof(int));
+		       ks->ngenes * sizeof(int));
 	}
 	memcpy(s->genes + s->first_fusion_gene,
 	       (rng_below(s, 2) ? a : b) + s->first_fusion_gene,

@@ -820,6 +820,48 @@ Test(search, the_best_plan_s_fusion_neighbours_come_first)
 	sched_graph_free(g);
 }
 
+/* The micro-kernel plans among a generation's "plans" of "g"; each one is
+ * of a kernel that computes a matrix product alone. */
+static int count_micro(const sched_graph *g, json_t *plans)
+{
+	json_t *json;
+	size_t i;
+	int n = 0;
+
+	json_array_foreach(plans, i, json) {
+		kgen_plan *plan = legal(g, json);
+
+		for (int k = 0; k < plan->nkernels; k++)
+			n += plan->kernels[k].schedule.micro.mr > 0;
+		kgen_plan_free(plan);
+	}
+	return n;
+}
+
+/* On the cpu, a matrix product gets micro-kernel genes; on cuda not. */
+Test(search, products_get_micro_kernels_on_the_cpu_only)
+{
+	sched_graph *g = example("gpt3_mlp_small");
+
+	for (int cuda = 0; cuda < 2; cuda++) {
+		tuner_search *s = tuner_search_new(g, &(tuner_search_options){
+						    .seed = 4, .cuda = cuda});
+		json_t *g0 = tuner_search_generation(s), *g1;
+
+		tuner_search_record(s, json_array_get(g0, 0), 1);
+		g1 = tuner_search_generation(s);
+		if (cuda)
+			cr_expect_eq(count_micro(g, g1), 0);
+		else
+			cr_expect_geq(count_micro(g, g1), 8, "%d micro-kernels",
+				      count_micro(g, g1));
+		json_decref(g0);
+		json_decref(g1);
+		tuner_search_free(s);
+	}
+	sched_graph_free(g);
+}
+
 /* A graph of more ops than TUNER_FUSION_MAX_OPS gets no fusion genes: its
  * plans keep a kernel per op, and the search runs as before. */
 Test(search, a_graph_too_large_for_fusion_genes_is_searched_unfused)

@@ -1,0 +1,286 @@
+/*
+ * print_micro.c: a contraction as register-blocked micro-kernels (cpu),
+ * EXO's family of exactly-sized kernels (docs/kernels.md, "Micro-kernels").
+ *
+ * C = A B is cut into mc x nc blocks, one OpenMP task each. For every kc
+ * deep slice of K, a task packs B's slice into panels nr wide (and, with
+ * "pack", A's into panels mr high), then runs a micro-kernel per mr x nr
+ * block of C: the block's accumulators stay in vector registers while
+ * the slice streams through, and are added to C at the end. The edges of
+ * M and N get micro-kernels of their own exact size (M % mr rows,
+ * N % nr columns), printed only where there is an edge, instead of one
+ * kernel that tests bounds. Vectors are GCC vector extensions as wide as
+ * the machine's (16 floats with AVX-512, 8 with AVX2) where nr allows.
+ */
+#include <stdlib.h>
+
+#include "print_int.h"
+
+/* What the printer knows of the kernel: the product, its tensors, the
+ * blocking, and the width of a vector in floats. */
+typedef struct micro_printer {
+	sched_buf *buf;
+	sched_contraction c;
+	const sched_tensor *a, *b, *target;
+	kgen_micro s;
+	int width;
+} micro_printer;
+
+int kgen_cpu_vector_floats(void)
+{
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f"))
+		return 16;
+	return __builtin_cpu_supports("avx2") ? 8 : 4;
+}
+
+/* The widest vector of this machine that nr is a multiple of (nr is a
+ * multiple of 8, KGEN_MICRO_NR_STEP). */
+static int vector_width(int nr)
+{
+	int width = kgen_cpu_vector_floats();
+
+	while (nr % width)
+		width /= 2;
+	return width;
+}
+
+static const char *ctype(const sched_tensor *t)
+{
+	return kgen_ctype(t->dtype, false);
+}
+
+static void print_params(const micro_printer *p, int target)
+{
+	sched_buf_printf(p->buf, "\tconst %s *restrict t_a = tensors[%d];\n"
+			 "\tconst %s *restrict t_b = tensors[%d];\n"
+			 "\t%s *restrict t_c = tensors[%d];\n",
+			 ctype(p->a), p->c.a, ctype(p->b), p->c.b, ctype(p->target), target);
+}
+
+/* B's slice [pc, pc + kc) x [jc, jc + nc) into panels nr wide, each
+ * p-major and zero-padded to whole vectors (the edge panel's width is
+ * that of its own micro-kernel). */
+static void print_pack_b(const micro_printer *p)
+{
+	sched_buf_printf(p->buf,
+		"static void pack_b(const %s *restrict b, float *restrict bp, idx_t pc,\n"
+		"\t\t   idx_t kc, idx_t jc, idx_t nc)\n"
+		"{\n"
+		"\tfor (idx_t jr = 0; jr < nc; jr += %d) {\n"
+		"\t\tidx_t w = kmin(%d, nc - jr), wp = (w + %d) / %d * %d;\n"
+		"\t\tfloat *panel = bp + jr * kc;\n"
+		"\t\tfor (idx_t p = 0; p < kc; p++)\n"
+		"\t\t\tfor (idx_t j = 0; j < wp; j++)\n"
+		"\t\t\t\tpanel[p * wp + j] = j < w ? %sb[%lldLL + (pc + p) * %lldLL + "
+		"(jc + jr + j) * %lldLL]) : 0.0f;\n"
+		"\t}\n"
+		"}\n",
+		ctype(p->b), p->s.nr, p->s.nr,
+		p->width - 1, p->width, p->width, kgen_load_open(p->b),
+		(long long)p->c.b0, (long long)p->c.b_k, (long long)p->c.b_n);
+}
+
+/* A's slice [ic, ic + mc) x [pc, pc + kc) into panels mr high (the edge
+ * panel as high as its rows), each p-major. */
+static void print_pack_a(const micro_printer *p)
+{
+	sched_buf_printf(p->buf,
+		"static void pack_a(const %s *restrict a, float *restrict ap, idx_t ic,\n"
+		"\t\t   idx_t mc, idx_t pc, idx_t kc)\n"
+		"{\n"
+		"\tfor (idx_t ir = 0; ir < mc; ir += %d) {\n"
+		"\t\tidx_t h = kmin(%d, mc - ir);\n"
+		"\t\tfloat *panel = ap + ir * kc;\n"
+		"\t\tfor (idx_t p = 0; p < kc; p++)\n"
+		"\t\t\tfor (idx_t i = 0; i < h; i++)\n"
+		"\t\t\t\tpanel[p * h + i] = %sa[%lldLL + (ic + ir + i) * %lldLL + "
+		"(pc + p) * %lldLL]);\n"
+		"\t}\n"
+		"}\n",
+		ctype(p->a), p->s.mr, p->s.mr,
+		kgen_load_open(p->a), (long long)p->c.a0,
+		(long long)p->c.a_m, (long long)p->c.a_k);
+}
+
+/* Element (i, p) of the A operand of a micro-kernel: its packed panel, or
+ * A itself from the block's first element. */
+static void print_a_element(const micro_printer *p, int rows, int i)
+{
+	if (p->s.pack)
+		sched_buf_printf(p->buf, "ap[p * %d + %d]", rows, i);
+	else
+		sched_buf_printf(p->buf, "%sa[%lldLL * %d + p * %lldLL])",
+				 kgen_load_open(p->a), (long long)p->c.a_m, i,
+				 (long long)p->c.a_k);
+}
+
+/* Adds the accumulators of row i, vector v (lanes of them) to C. */
+static void print_store(const micro_printer *p, int i, int v, int lanes)
+{
+	const sched_tensor *c = p->target;
+	long long at_m = (long long)p->c.c_m * i, cn = (long long)p->c.c_n;
+
+	if (lanes == p->width && c->dtype == SCHED_F32 && cn == 1) {
+		sched_buf_printf(p->buf,
+			"\t{\n\t\tvf t = acc_%d_%d;\n"
+			"\t\tif (!first)\n\t\t\tt += vload(c + %lldLL + %d);\n"
+			"\t\tvstore(c + %lldLL + %d, t);\n\t}\n",
+			i, v, at_m, v * p->width, at_m, v * p->width);
+		return;
+	}
+	sched_buf_printf(p->buf,
+		"\tfor (int l = 0; l < %d; l++) {\n"
+		"\t\t%s *to = c + %lldLL + (%d + l) * %lldLL;\n"
+		"\t\tfloat x = acc_%d_%d[l];\n"
+		"\t\t*to = %sfirst ? x : %s*to) + x);\n"
+		"\t}\n",
+		lanes, kgen_ctype(c->dtype, false), at_m, v * p->width, cn, i, v,
+		kgen_store_open(c), kgen_load_open(c));
+}
+
+/* The micro-kernel of a block of "rows" x "cols": rows x ceil(cols / width)
+ * vector accumulators over kc steps, then added to C (stored, when
+ * "first" is set). */
+static void print_micro_kernel(const micro_printer *p, int rows, int cols)
+{
+	const sched_tensor *c = p->target;
+	int vectors = (cols + p->width - 1) / p->width;
+
+	sched_buf_printf(p->buf,
+		"static inline void micro_%d_%d(idx_t kc, const %s *restrict ap,\n"
+		"\t\t\t\tconst float *restrict bp, %s *restrict c, int first)\n{\n",
+		rows, cols, p->s.pack ? "float" : ctype(p->a),
+		kgen_ctype(c->dtype, false));
+	if (!p->s.pack)
+		sched_buf_printf(p->buf, "\tconst %s *restrict a = ap;\n",
+				 ctype(p->a));
+	for (int i = 0; i < rows; i++)
+		for (int v = 0; v < vectors; v++)
+			sched_buf_printf(p->buf, "\tvf acc_%d_%d = {0};\n", i, v);
+	sched_buf_printf(p->buf, "\tfor (idx_t p = 0; p < kc; p++) {\n");
+	for (int v = 0; v < vectors; v++)
+		sched_buf_printf(p->buf, "\t\tconst vf b%d = vload(bp + p * %d + %d);\n", v,
+				 vectors * p->width, v * p->width);
+	for (int i = 0; i < rows; i++) {
+		sched_buf_printf(p->buf, "\t\t{\n\t\t\tconst float x = ");
+		print_a_element(p, rows, i);
+		sched_buf_printf(p->buf, ";\n");
+		for (int v = 0; v < vectors; v++)
+			sched_buf_printf(p->buf, "\t\t\tacc_%d_%d += x * b%d;\n", i, v, v);
+		sched_buf_printf(p->buf, "\t\t}\n");
+	}
+	sched_buf_printf(p->buf, "\t}\n");
+	for (int i = 0; i < rows; i++)
+		for (int v = 0; v < vectors; v++)
+			print_store(p, i, v, v < vectors - 1 || cols % p->width == 0
+					       ? p->width : cols % p->width);
+	sched_buf_printf(p->buf, "}\n");
+}
+
+/* The family: a micro-kernel per size of block that occurs. */
+static void print_family(const micro_printer *p)
+{
+	int rows[2] = {p->s.mr, (int)(p->c.m % p->s.mr)};
+	int cols[2] = {p->s.nr, (int)(p->c.n % p->s.nr)};
+
+	for (int r = 0; r < 2; r++)
+		for (int c = 0; c < 2; c++)
+			if (rows[r] && cols[c])
+				print_micro_kernel(p, rows[r], cols[c]);
+}
+
+/* The call of the micro-kernel of this block: full, or one of the edges. */
+static void print_dispatch(const micro_printer *p)
+{
+	int edge_rows = (int)(p->c.m % p->s.mr), edge_cols = (int)(p->c.n % p->s.nr);
+	const char *a = p->s.pack ? "ap + ir * kcb" : "a_block";
+
+	for (int r = 0; r < 2; r++) {
+		int rows = r ? edge_rows : p->s.mr;
+
+		if (!rows)
+			continue;
+		sched_buf_printf(p->buf, "\t\t\t\t\t%s {\n",
+				 r ? "else" : edge_rows ? "if (ir + MR <= mcb)" : "");
+		for (int c = 0; c < 2; c++) {
+			int cols = c ? edge_cols : p->s.nr;
+
+			if (!cols)
+				continue;
+			sched_buf_printf(p->buf, "\t\t\t\t\t\t%s\n\t\t\t\t\t\t\t"
+					 "micro_%d_%d(kcb, %s, bp + jr * kcb, c, pc == 0);\n",
+					 c ? "else" : edge_cols ? "if (jr + NR <= ncb)" : "",
+					 rows, cols, a);
+		}
+		sched_buf_printf(p->buf, "\t\t\t\t\t}\n");
+	}
+}
+
+/* The blocks of C shared among threads, each with its own packing
+ * buffers; the slices of K in order, so C is stored at the first. */
+static void print_driver(const micro_printer *p, const char *name, int target)
+{
+	const sched_tensor *c = p->target;
+
+	sched_buf_printf(p->buf, "void %s(void **tensors)\n{\n", name);
+	print_params(p, target);
+	sched_buf_printf(p->buf,
+		"#pragma omp parallel\n\t{\n"
+		"\t\tfloat *bp = aligned_alloc(64, (KC * NC + 64) / 16 * 16 * sizeof(float));\n"
+		"\t\tfloat *ap = %s;\n"
+		"#pragma omp for collapse(2) schedule(static)\n"
+		"\t\tfor (idx_t jc = 0; jc < N; jc += NC)\n"
+		"\t\tfor (idx_t ic = 0; ic < M; ic += MC) {\n"
+		"\t\t\tidx_t mcb = kmin(MC, M - ic), ncb = kmin(NC, N - jc);\n"
+		"\t\t\tfor (idx_t pc = 0; pc < K; pc += KC) {\n"
+		"\t\t\t\tidx_t kcb = kmin(KC, K - pc);\n"
+		"\t\t\t\tpack_b(t_b, bp, pc, kcb, jc, ncb);\n",
+		p->s.pack ? "aligned_alloc(64, (MC * KC + 64) / 16 * 16 * sizeof(float))"
+			  : "NULL");
+	if (p->s.pack)
+		sched_buf_printf(p->buf, "\t\t\t\tpack_a(t_a, ap, ic, mcb, pc, kcb);\n");
+	sched_buf_printf(p->buf,
+		"\t\t\t\tfor (idx_t jr = 0; jr < ncb; jr += NR)\n"
+		"\t\t\t\tfor (idx_t ir = 0; ir < mcb; ir += MR) {\n"
+		"\t\t\t\t\t%s *c = t_c + %lldLL + (ic + ir) * %lldLL + (jc + jr) * %lldLL;\n",
+		kgen_ctype(c->dtype, false), (long long)p->c.c0, (long long)p->c.c_m,
+		(long long)p->c.c_n);
+	if (!p->s.pack)
+		sched_buf_printf(p->buf, "\t\t\t\t\tconst %s *a_block = t_a + %lldLL + "
+				 "(ic + ir) * %lldLL + pc * %lldLL;\n",
+				 ctype(p->a), (long long)p->c.a0,
+				 (long long)p->c.a_m, (long long)p->c.a_k);
+	print_dispatch(p);
+	sched_buf_printf(p->buf, "\t\t\t\t}\n\t\t\t}\n\t\t}\n\t\tfree(bp);\n\t\tfree(ap);\n\t}\n}\n");
+}
+
+char *kgen_print_micro(const sched_graph *graph, const kgen_kernel *kernel)
+{
+	const sched_op *op = kgen_kernel_op(graph, kernel);
+	sched_buf buf = {0};
+	micro_printer p = {.buf = &buf, .s = kernel->schedule.micro};
+
+	if (!sched_op_contraction(graph, op->index, &p.c))
+		return NULL;
+	p.a = &graph->tensors[p.c.a];
+	p.b = &graph->tensors[p.c.b];
+	p.target = &graph->tensors[op->target];
+	p.width = vector_width(p.s.nr);
+	kgen_print_helpers(&buf, false, true);
+	kgen_print_header(&buf, &(kgen_printer){graph, op, NULL}, kernel->name);
+	sched_buf_printf(&buf, "#include <stdlib.h>\n"
+			 "typedef float vf __attribute__((vector_size(%d)));\n"
+			 "static inline vf vload(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }\n"
+			 "static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }\n"
+			 "#define M %lldLL\n#define N %lldLL\n#define K %lldLL\n"
+			 "#define MR %d\n#define NR %d\n#define KC %d\n#define MC %d\n#define NC %d\n",
+			 4 * p.width, (long long)p.c.m, (long long)p.c.n, (long long)p.c.k,
+			 p.s.mr, p.s.nr, p.s.kc, p.s.mc, p.s.nc);
+	print_pack_b(&p);
+	if (p.s.pack)
+		print_pack_a(&p);
+	print_family(&p);
+	print_driver(&p, kernel->name, op->target);
+	return buf.str;
+}

@@ -1,0 +1,229 @@
+/*
+ * test_micro.c: contractions as register-blocked micro-kernels on the
+ * cpu: every blocking, edge and dtype matches the reference interpreter
+ * on random inputs; the family holds one kernel per size of block that
+ * occurs; plans that misuse "micro" are refused with the reason.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_builder.h"
+#include "kgen.h"
+
+static sched_graph *gemm(const char *tensors, const char *op)
+{
+	sched_graph *g = NULL;
+	sched_error err = {0};
+
+	cr_assert_eq(load_graph(tensors, OPS(op), &g, &err), SCHED_OK, "%s", err.message);
+	return g;
+}
+
+/* The one-kernel plan of "g" with micro-kernels "m"; NULL (and the
+ * reason in "err") when it is refused. */
+static kgen_plan *micro_plan(const sched_graph *g, kgen_micro m, kgen_error *err)
+{
+	char text[256];
+	json_t *json;
+	kgen_plan *plan = NULL;
+
+	snprintf(text, sizeof(text),
+		 "{\"kernels\": [{\"ops\": [0], \"schedule\": {\"micro\": {\"mr\": %d, "
+		 "\"nr\": %d, \"kc\": %d, \"mc\": %d, \"nc\": %d, \"pack\": %d}}}]}",
+		 m.mr, m.nr, m.kc, m.mc, m.nc, m.pack);
+	json = json_loads(text, 0, NULL);
+	if (kgen_plan_from_json(g, json, &plan, err) < 0)
+		plan = NULL;
+	json_decref(json);
+	return plan;
+}
+
+/* Builds plan "m" of "g" and checks it against the reference on the
+ * inputs of two seeds. */
+static void expect_verified(const sched_graph *g, kgen_micro m)
+{
+	kgen_backend *backend = NULL;
+	kgen_program *prog = NULL;
+	kgen_check checks[4];
+	kgen_error err = {0};
+	kgen_plan *plan = micro_plan(g, m, &err);
+
+	cr_assert_not_null(plan, "%s", err.message);
+	cr_assert_eq(kgen_backend_open("cpu", &backend, &err), KGEN_OK, "%s", err.message);
+	cr_assert_eq(kgen_program_build(backend, g, plan, NULL, &prog, &err), KGEN_OK,
+		     "%s\n%s", err.message, err.log ? err.log : "");
+	for (unsigned seed = 1; seed <= 2; seed++)
+		cr_expect_eq(kgen_verify(prog, seed, checks, &err), KGEN_OK,
+			     "mr %d nr %d kc %d mc %d nc %d pack %d: %s", m.mr, m.nr, m.kc,
+			     m.mc, m.nc, m.pack, err.message);
+	kgen_program_free(prog);
+	kgen_backend_close(backend);
+	kgen_plan_free(plan);
+	kgen_error_release(&err);
+}
+
+/* Edges in M, N (also within a vector) and K, full blocks, one block;
+ * A packed and read in place. */
+Test(micro, every_blocking_matches_the_reference, .timeout = 600)
+{
+	static const kgen_micro blockings[] = {
+		{6, 16, 32, 48, 64, 1}, {6, 16, 32, 48, 64, 0}, {4, 32, 50, 8, 32, 1},
+		{8, 8, 7, 16, 8, 0}, {1, 24, 50, 3, 48, 1}, {14, 48, 16, 28, 96, 0},
+		{3, 64, 13, 102, 128, 1},
+	};
+	sched_graph *g = gemm("a f32 100,50 in; b f32 50,70 in; y f32 100,70 out",
+			      "y[i, j] = sum(k) a[i, k] * b[k, j]");
+
+	for (size_t i = 0; i < sizeof(blockings) / sizeof(*blockings); i++)
+		expect_verified(g, blockings[i]);
+	sched_graph_free(g);
+}
+
+/* f16 and bf16 factors, an f16 product (summed over all of K at once),
+ * transposed and shifted factors, dims that merge, an output contiguous
+ * along its first dim. */
+Test(micro, dtypes_strides_and_merged_dims, .timeout = 600)
+{
+	static const struct {
+		const char *tensors, *op;
+		kgen_micro m;
+	} cases[] = {
+		{"a f16 33,40 in; b bf16 40,20 in; y f32 33,20 out",
+		 "y[i, j] = sum(k) a[i, k] * b[k, j]", {4, 16, 16, 8, 16, 1}},
+		{"a f16 33,40 in; b f16 40,20 in; y f16 33,20 out",
+		 "y[i, j] = sum(k) a[i, k] * b[k, j]", {4, 16, 40, 8, 16, 0}},
+		{"a f32 40,33 in; b f32 21,44 in; y f32 33,21 out",
+		 "y[i, j] = sum(k < 40) a[k, i] * b[j, k + 4]", {5, 8, 16, 10, 16, 1}},
+		{"x f32 2,9,12 in; w f32 12,17 in; y f32 2,9,17 out",
+		 "y[b, s, j] = sum(c) x[b, s, c] * w[c, j]", {6, 16, 5, 12, 32, 0}},
+		{"a f32 30,12 in; b f32 12,19 in; y f32 19,30 out",
+		 "y[j, i] = sum(k) a[i, k] * b[k, j]", {4, 8, 12, 8, 32, 1}},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		sched_graph *g = gemm(cases[i].tensors, cases[i].op);
+
+		expect_verified(g, cases[i].m);
+		sched_graph_free(g);
+	}
+}
+
+/* Random shapes and blockings, on random inputs. */
+Test(micro, random_shapes_and_blockings, .timeout = 600)
+{
+	srand(17);
+	for (int trial = 0; trial < 12; trial++) {
+		int m = 1 + rand() % 70, n = 1 + rand() % 90, k = 1 + rand() % 60;
+		kgen_micro b = {1 + rand() % 14, 8 * (1 + rand() % 8), 1 + rand() % k,
+				0, 0, rand() % 2};
+		char tensors[160];
+		sched_graph *g;
+
+		b.mc = b.mr * (1 + rand() % ((m + b.mr - 1) / b.mr));
+		b.nc = b.nr * (1 + rand() % ((n + b.nr - 1) / b.nr));
+		snprintf(tensors, sizeof(tensors), "a f32 %d,%d in; b f32 %d,%d in; "
+			 "y f32 %d,%d out", m, k, k, n, m, n);
+		g = gemm(tensors, "y[i, j] = sum(k) a[i, k] * b[k, j]");
+		expect_verified(g, b);
+		sched_graph_free(g);
+	}
+}
+
+/* The family: one micro-kernel per size of block that occurs, each of
+ * exact size (EXO), and no edge kernel where the blocks divide. */
+Test(micro, one_kernel_per_block_size_that_occurs)
+{
+	sched_graph *edges = gemm("a f32 100,50 in; b f32 50,70 in; y f32 100,70 out",
+				  "y[i, j] = sum(k) a[i, k] * b[k, j]");
+	sched_graph *even = gemm("a f32 96,50 in; b f32 50,64 in; y f32 96,64 out",
+				 "y[i, j] = sum(k) a[i, k] * b[k, j]");
+	kgen_error err = {0};
+	kgen_plan *p1 = micro_plan(edges, (kgen_micro){6, 16, 50, 48, 64, 1}, &err);
+	kgen_plan *p2 = micro_plan(even, (kgen_micro){6, 16, 50, 48, 64, 1}, &err);
+	char *s1 = kgen_print_c(edges, p1, 0), *s2 = kgen_print_c(even, p2, 0);
+
+	cr_assert(s1 && s2);
+	for (int i = 0; i < 4; i++) {
+		static const char *const family[] = {"micro_6_16(", "micro_4_16(",
+						     "micro_6_6(", "micro_4_6("};
+
+		cr_expect_not_null(strstr(s1, family[i]), "no %s", family[i]);
+		cr_expect_eq(strstr(s2, family[i]) != NULL, i == 0, "%s", family[i]);
+	}
+	free(s1);
+	free(s2);
+	kgen_plan_free(p1);
+	kgen_plan_free(p2);
+	sched_graph_free(edges);
+	sched_graph_free(even);
+}
+
+static void expect_refused(const sched_graph *g, const char *plan_text,
+			   const char *reason)
+{
+	json_t *json = json_loads(plan_text, 0, NULL);
+	kgen_plan *plan = NULL;
+	kgen_error err = {0};
+
+	cr_assert_not_null(json);
+	cr_expect_eq(kgen_plan_from_json(g, json, &plan, &err), KGEN_EPLAN, "%s", plan_text);
+	cr_expect_not_null(strstr(err.message, reason), "'%s' for %s", err.message,
+			   plan_text);
+	kgen_plan_free(plan);
+	json_decref(json);
+}
+
+#define MICRO(fields) "{\"kernels\": [{\"ops\": [0], \"schedule\": {\"micro\": {" fields "}}}]}"
+
+Test(micro, misuses_are_refused_with_the_reason)
+{
+	sched_graph *g = gemm("a f32 10,8 in; b f32 8,12 in; y f32 10,12 out",
+			      "y[i, j] = sum(k) a[i, k] * b[k, j]");
+	sched_graph *half = gemm("a f16 10,8 in; b f16 8,12 in; y f16 10,12 out",
+				 "y[i, j] = sum(k) a[i, k] * b[k, j]");
+	sched_graph *row_sum = gemm("a f32 10,8 in; y f32 10 out", "y[i] = sum(k) a[i, k]");
+	kgen_error err = {0};
+	kgen_plan *fine;
+
+	expect_refused(g, MICRO("\"mr\": 2, \"nr\": 12, \"kc\": 8, \"mc\": 4, \"nc\": 12, "
+				"\"pack\": 1"), "multiple of 8");
+	expect_refused(g, MICRO("\"mr\": 4, \"nr\": 8, \"kc\": 8, \"mc\": 6, \"nc\": 8, "
+				"\"pack\": 1"), "'mc' must be a multiple of mr");
+	expect_refused(g, MICRO("\"mr\": 2, \"nr\": 8, \"kc\": 8, \"mc\": 4, \"nc\": 24, "
+				"\"pack\": 1"), "'nc' must be a multiple of nr (8) up to 16");
+	expect_refused(g, MICRO("\"mr\": 2, \"nr\": 8, \"kc\": 9, \"mc\": 4, \"nc\": 8, "
+				"\"pack\": 1"), "'kc' must be from 1 to K (8)");
+	expect_refused(half, MICRO("\"mr\": 2, \"nr\": 8, \"kc\": 4, \"mc\": 4, \"nc\": 8, "
+				   "\"pack\": 1"), "K itself for an output that is not f32");
+	expect_refused(g, MICRO("\"mr\": 2, \"nr\": 8"), "object of mr, nr, kc, mc, nc and pack");
+	expect_refused(g, MICRO("\"mr\": 2, \"nr\": 8, \"kc\": 8, \"mc\": 4, \"nc\": 8, "
+				"\"pack\": 2"), "'pack' must be an integer from 0 to 1");
+	expect_refused(row_sum, MICRO("\"mr\": 2, \"nr\": 8, \"kc\": 8, \"mc\": 4, \"nc\": 8, "
+				      "\"pack\": 1"), "one op that is a matrix product");
+	fine = micro_plan(g, (kgen_micro){2, 8, 8, 4, 8, 1}, &err);
+	cr_expect_not_null(fine, "a legal blocking refused: %s", err.message);
+	kgen_plan_free(fine);
+	sched_graph_free(g);
+	sched_graph_free(half);
+	sched_graph_free(row_sum);
+}
+
+/* A plan with micro-kernels reads back as it was written. */
+Test(micro, plans_round_trip_through_json)
+{
+	sched_graph *g = gemm("a f32 10,8 in; b f32 8,12 in; y f32 10,12 out",
+			      "y[i, j] = sum(k) a[i, k] * b[k, j]");
+	kgen_error err = {0};
+	kgen_plan *plan = micro_plan(g, (kgen_micro){2, 8, 5, 4, 16, 0}, &err), *back = NULL;
+	json_t *json = kgen_plan_to_json(g, plan);
+
+	cr_assert_eq(kgen_plan_from_json(g, json, &back, &err), KGEN_OK, "%s", err.message);
+	cr_expect_eq(memcmp(&back->kernels[0].schedule.micro, &plan->kernels[0].schedule.micro,
+			    sizeof(kgen_micro)), 0);
+	json_decref(json);
+	kgen_plan_free(plan);
+	kgen_plan_free(back);
+	sched_graph_free(g);
+}
