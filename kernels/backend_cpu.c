@@ -337,6 +337,12 @@ static void flush_caches(cpu_state *cpu)
 	(void)sink;
 }
 
+static void call_kernels(const kgen_launch *launches, int n)
+{
+	for (int i = 0; i < n; i++)
+		((cpu_kernel_fn)launches[i].function)(launches[i].tensors);
+}
+
 static int cpu_run(kgen_backend *backend, const kgen_launch *launches, int n,
 		   double *ms, kgen_error *err)
 {
@@ -346,10 +352,20 @@ static int cpu_run(kgen_backend *backend, const kgen_launch *launches, int n,
 	if (ms)
 		flush_caches(backend->state);
 	start = kgen_now_ms();
-	for (int i = 0; i < n; i++)
-		((cpu_kernel_fn)launches[i].function)(launches[i].tensors);
+	call_kernels(launches, n);
 	if (ms)
 		*ms = kgen_now_ms() - start;
+	return KGEN_OK;
+}
+
+static int cpu_enqueue(kgen_backend *backend, const kgen_launch *launches, int n,
+		       void *stream, kgen_error *err)
+{
+	(void)backend;
+	if (stream)
+		return kgen_fail(err, KGEN_EBACKEND, "the cpu backend has no streams: "
+				 "give NULL");
+	call_kernels(launches, n);
 	return KGEN_OK;
 }
 
@@ -383,6 +399,7 @@ static const kgen_backend_ops cpu_ops = {
 	.upload = cpu_copy,
 	.download = cpu_copy,
 	.run = cpu_run,
+	.enqueue = cpu_enqueue,
 	.close = cpu_close,
 };
 

@@ -235,7 +235,7 @@ static int cuda_download(kgen_backend *backend, void *host, const void *buffer,
 }
 
 /* The kernel's arguments: the address of each tensor's device pointer. */
-static int launch_one(const kgen_launch *launch, kgen_error *err)
+static int launch_one(const kgen_launch *launch, void *stream, kgen_error *err)
 {
 	void **params = calloc(launch->ntensors + 1, sizeof(void *));
 	int rc;
@@ -245,7 +245,7 @@ static int launch_one(const kgen_launch *launch, kgen_error *err)
 	for (int t = 0; t < launch->ntensors; t++)
 		params[t] = &launch->tensors[t];
 	rc = check(cu.launch(launch->function, launch->blocks, 1, 1,
-			     launch->threads, 1, 1, 0, NULL, params, NULL),
+			     launch->threads, 1, 1, 0, stream, params, NULL),
 		   launch->name, err);
 	free(params);
 	return rc;
@@ -264,7 +264,7 @@ static int cuda_run(kgen_backend *backend, const kgen_launch *launches, int n,
 	if (rc == KGEN_OK && ms)
 		rc = check(cu.event_record(cuda->start, NULL), "cuEventRecord", err);
 	for (int i = 0; i < n && rc == KGEN_OK; i++)
-		rc = launch_one(&launches[i], err);
+		rc = launch_one(&launches[i], NULL, err);
 	if (rc == KGEN_OK && ms)
 		rc = check(cu.event_record(cuda->end, NULL), "cuEventRecord", err);
 	if (rc == KGEN_OK)
@@ -274,6 +274,17 @@ static int cuda_run(kgen_backend *backend, const kgen_launch *launches, int n,
 			   "cuEventElapsedTime", err);
 	if (ms)
 		*ms = elapsed;
+	return rc;
+}
+
+static int cuda_enqueue(kgen_backend *backend, const kgen_launch *launches, int n,
+			void *stream, kgen_error *err)
+{
+	int rc = KGEN_OK;
+
+	(void)backend;
+	for (int i = 0; i < n && rc == KGEN_OK; i++)
+		rc = launch_one(&launches[i], stream, err);
 	return rc;
 }
 
@@ -298,6 +309,7 @@ static const kgen_backend_ops cuda_ops = {
 	.upload = cuda_upload,
 	.download = cuda_download,
 	.run = cuda_run,
+	.enqueue = cuda_enqueue,
 	.close = cuda_close,
 };
 

@@ -181,8 +181,9 @@ static double percentile(const double *sorted, int n, double p)
 /* Times "n" launches run together: warm-up, then runs until the budget
  * of wall time (cache flushes included) is spent, within [min_runs,
  * max_runs]. */
-static int time_launches(kgen_program *prog, const kgen_launch *launches, int n,
-			 const kgen_timing *timing, kgen_time *out, kgen_error *err)
+static int time_launches(kgen_backend *backend, const kgen_launch *launches,
+			 int n, const kgen_timing *timing, kgen_time *out,
+			 kgen_error *err)
 {
 	double *ms = calloc(timing->max_runs, sizeof(double)), start;
 	int runs = 0, rc = KGEN_OK;
@@ -190,11 +191,11 @@ static int time_launches(kgen_program *prog, const kgen_launch *launches, int n,
 	if (!ms)
 		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
 	for (int i = 0; i < timing->warmup && rc == KGEN_OK; i++)
-		rc = prog->backend->ops->run(prog->backend, launches, n, NULL, err);
+		rc = backend->ops->run(backend, launches, n, NULL, err);
 	start = kgen_now_ms();
 	while (rc == KGEN_OK && runs < timing->max_runs &&
 	       (runs < timing->min_runs || kgen_now_ms() - start < timing->budget_ms))
-		rc = prog->backend->ops->run(prog->backend, launches, n, &ms[runs++], err);
+		rc = backend->ops->run(backend, launches, n, &ms[runs++], err);
 	qsort(ms, runs, sizeof(double), compare_ms);
 	if (rc == KGEN_OK)
 		*out = (kgen_time){percentile(ms, runs, 0.5),
@@ -210,10 +211,66 @@ int kgen_program_time(kgen_program *prog, const kgen_timing *timing,
 	int rc = KGEN_OK;
 
 	for (int k = 0; times && k < prog->plan->nkernels && rc == KGEN_OK; k++)
-		rc = time_launches(prog, &prog->launches[k], 1, timing, &times[k], err);
+		rc = time_launches(prog->backend, &prog->launches[k], 1, timing,
+				   &times[k], err);
 	if (rc == KGEN_OK)
-		rc = time_launches(prog, prog->launches, prog->plan->nkernels, timing,
-				   total, err);
+		rc = time_launches(prog->backend, prog->launches, prog->plan->nkernels,
+				   timing, total, err);
+	return rc;
+}
+
+/* A host call and its argument, as the one tensor of a launch. */
+typedef struct host_call {
+	void (*call)(void *arg);
+	void *arg;
+} host_call;
+
+/* A cpu kernel (void NAME(void **tensors)) that makes the host call in
+ * tensors[0]: the cpu backend's run op flushes the caches before it and
+ * times it as it times any kernel. */
+static void run_host_call(void **tensors)
+{
+	const host_call *hc = tensors[0];
+
+	hc->call(hc->arg);
+}
+
+int kgen_backend_time_call(kgen_backend *backend, void (*call)(void *arg),
+			   void *arg, const kgen_timing *timing, kgen_time *out,
+			   kgen_error *err)
+{
+	host_call hc = {call, arg};
+	void *tensors[] = {&hc};
+	kgen_launch launch = {.name = "host_call", .function = (void *)run_host_call,
+			      .blocks = 1, .threads = 1, .ntensors = 1,
+			      .tensors = tensors};
+
+	if (strcmp(backend->ops->name, "cpu"))
+		return kgen_fail(err, KGEN_EBACKEND, "only the cpu backend times host "
+				 "calls, not '%s'", backend->ops->name);
+	return time_launches(backend, &launch, 1, timing, out, err);
+}
+
+int kgen_program_run_on(kgen_program *prog, void *stream, void *const *tensors,
+			kgen_error *err)
+{
+	int n = prog->plan->nkernels, rc;
+	void **args = calloc(prog->graph->ntensors + 1, sizeof(void *));
+	kgen_launch *launches = calloc(n + 1, sizeof(kgen_launch));
+
+	if (!args || !launches)
+		rc = kgen_fail(err, KGEN_ENOMEM, "out of memory");
+	else {
+		for (int t = 0; t < prog->graph->ntensors; t++)
+			args[t] = tensors[t] ? tensors[t] : prog->buffers[t];
+		for (int k = 0; k < n; k++) {
+			launches[k] = prog->launches[k];
+			launches[k].tensors = args;
+		}
+		rc = prog->backend->ops->enqueue(prog->backend, launches, n, stream, err);
+	}
+	free(args);
+	free(launches);
 	return rc;
 }
 

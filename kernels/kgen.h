@@ -207,6 +207,15 @@ void kgen_program_free(__sched_take kgen_program *program);
 int kgen_program_run(__sched_keep kgen_program *program, void **host,
 		     kgen_error *err);
 
+/* Runs every kernel in order on the caller's "tensors" (one per tensor in
+ * graph order: device pointers on cuda, host ones on the cpu; NULL: the
+ * program's own buffer, the scratch of an intermediate), on "stream" (a
+ * CUstream on cuda, NULL for the default; NULL on the cpu), without
+ * copies and without waiting on cuda: how a training process runs a
+ * fetched plan (client/tuned_exec.h). */
+int kgen_program_run_on(__sched_keep kgen_program *program, void *stream,
+			void *const *tensors, kgen_error *err);
+
 typedef struct kgen_timing {
 	int warmup;       /* runs before timing */
 	int min_runs;     /* at least this many timed runs */

@@ -50,6 +50,10 @@ typedef struct kgen_backend_ops {
 	 * the caches first and measures the time the launches took. */
 	int (*run)(kgen_backend *backend, const kgen_launch *launches, int n,
 		   double *ms, kgen_error *err);
+	/* Puts the launches on "stream" in order (cuda: a CUstream, NULL the
+	 * default one; cpu: NULL, and they run at once) without waiting. */
+	int (*enqueue)(kgen_backend *backend, const kgen_launch *launches, int n,
+		       void *stream, kgen_error *err);
 	void (*close)(kgen_backend *backend);
 } kgen_backend_ops;
 

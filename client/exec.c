@@ -1,0 +1,167 @@
+/*
+ * exec.c: a fetched plan loaded into a training process and run on its
+ * tensors (tuned_exec.h). The plan is built with kgen from the sources
+ * the fetch carries, so the process runs the kernels tuned verified.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "kgen.h"
+#include "tuned_exec.h"
+
+struct tuned_exec {
+	sched_graph *graph;
+	kgen_backend *backend;
+	kgen_plan *plan;
+	kgen_program *prog;
+};
+
+static int fail(char *why, size_t size, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int fail(char *why, size_t size, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (why && size) {
+		va_start(ap, fmt);
+		vsnprintf(why, size, fmt, ap);
+		va_end(ap);
+	}
+	return -1;
+}
+
+/* The language the backend's kernels are written in. */
+static const char *language_of(const char *backend)
+{
+	return strcmp(backend, "cuda") ? "c" : "cuda";
+}
+
+/* The entry of "sources" for kernel "name", or NULL. */
+static json_t *source_named(json_t *sources, const char *name)
+{
+	json_t *s;
+	size_t i;
+
+	json_array_foreach(sources, i, s)
+		if (!strcmp(json_string_value(json_object_get(s, "kernel")) ?: "", name))
+			return s;
+	return NULL;
+}
+
+/* The fetched source of each kernel of the plan, by name, into
+ * "sources"; all NULL when the fetch has none (kernels are printed
+ * again). -1 when one is missing or of another backend's language. */
+static int fetched_sources(json_t *fetched, const kgen_plan *plan, const char *backend,
+			   const char **sources, char *why, size_t size)
+{
+	json_t *list = json_object_get(fetched, "sources");
+
+	for (int k = 0; list && k < plan->nkernels; k++) {
+		json_t *s = source_named(list, plan->kernels[k].name);
+		const char *language = json_string_value(json_object_get(s, "language"));
+
+		if (!s)
+			return fail(why, size, "the fetch has no source for kernel '%s'",
+				    plan->kernels[k].name);
+		if (!language || strcmp(language, language_of(backend)))
+			return fail(why, size, "kernel '%s' is %s, not for backend %s: "
+				    "load the plan on the backend it was tuned for",
+				    plan->kernels[k].name, language ? language : "of no language",
+				    backend);
+		sources[k] = json_string_value(json_object_get(s, "source"));
+	}
+	return 0;
+}
+
+/* The plan and its kernels' sources from "fetched", then built. */
+static int build(tuned_exec *e, json_t *fetched, const char *backend, char *why,
+		 size_t size)
+{
+	json_t *plan = json_object_get(fetched, "plan") ?: fetched;
+	kgen_error err = {0};
+	const char **sources = NULL;
+	int rc = -1;
+
+	if (kgen_plan_from_json(e->graph, plan, &e->plan, &err) < 0)
+		fail(why, size, "the plan does not fit the graph: %s", err.message);
+	else if (!(sources = calloc(e->plan->nkernels, sizeof(char *))))
+		fail(why, size, "out of memory");
+	else if (fetched_sources(fetched, e->plan, backend, sources, why, size) == 0) {
+		if (kgen_backend_open(backend, &e->backend, &err) < 0 ||
+		    kgen_program_build(e->backend, e->graph, e->plan, sources, &e->prog,
+				       &err) < 0)
+			fail(why, size, "%s", err.message);
+		else
+			rc = 0;
+	}
+	free(sources);
+	kgen_error_release(&err);
+	return rc;
+}
+
+int tuned_exec_load(const char *graph, const char *fetched, const char *backend,
+		    tuned_exec **out, char *why, size_t size)
+{
+	tuned_exec *e = calloc(1, sizeof(*e));
+	json_error_t jerr;
+	json_t *json = fetched ? json_loads(fetched, 0, &jerr) : NULL;
+	sched_error serr = {0};
+	int rc = -1;
+
+	*out = NULL;
+	if (!e)
+		fail(why, size, "out of memory");
+	else if (!json)
+		fail(why, size, "the fetched plan is not JSON: %s",
+		     fetched ? jerr.text : "none given");
+	else if (!backend || (strcmp(backend, "cpu") && strcmp(backend, "cuda")))
+		fail(why, size, "unknown backend '%s': cpu or cuda", backend ? backend : "");
+	else if (sched_graph_read_string(graph, &e->graph, &serr) < 0)
+		fail(why, size, "the graph: %s", serr.message);
+	else
+		rc = build(e, json, backend, why, size);
+	json_decref(json);
+	if (rc < 0)
+		tuned_exec_free(e);
+	else
+		*out = e;
+	return rc;
+}
+
+int tuned_exec_tensor_count(const tuned_exec *e)
+{
+	return sched_graph_tensor_count(e->graph);
+}
+
+int tuned_exec_run(tuned_exec *e, void *stream, void *const *tensors, char *why,
+		   size_t size)
+{
+	kgen_error err = {0};
+	int rc = 0;
+
+	for (int t = 0; t < sched_graph_tensor_count(e->graph); t++)
+		if (!tensors[t] && sched_tensor_role(e->graph, t) != SCHED_INTERMEDIATE)
+			return fail(why, size, "tensor %d, an %s, has no pointer", t,
+				    sched_tensor_role(e->graph, t) == SCHED_INPUT ? "input"
+										: "output");
+	if (kgen_program_run_on(e->prog, stream, tensors, &err) < 0)
+		rc = fail(why, size, "%s", err.message);
+	kgen_error_release(&err);
+	return rc;
+}
+
+void tuned_exec_free(tuned_exec *e)
+{
+	if (!e)
+		return;
+	kgen_program_free(e->prog);
+	kgen_plan_free(e->plan);
+	kgen_backend_close(e->backend);
+	sched_graph_free(e->graph);
+	free(e);
+}

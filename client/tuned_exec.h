@@ -1,0 +1,48 @@
+/*
+ * tuned_exec.h: runs a plan fetched from tuned inside a training process
+ * (docs/client.md, "Running a fetched plan").
+ *
+ * A process that fetched a plan (tuned_client_fetch, tunectl fetch --json)
+ * loads it once for its graph and then runs it as often as it likes, on
+ * tensors it owns: the kernels are the very sources tuned measured and
+ * verified (the fetch's "sources"), built for the backend named, and the
+ * intermediates live in scratch buffers the loaded plan owns. The same
+ * calls serve C, and Python through ctypes (client/python/tuned_exec.py).
+ *
+ *   tuned_exec *e;
+ *   char why[512];
+ *   if (tuned_exec_load(graph_json, fetched_json, "cpu", &e, why, sizeof(why)) < 0)
+ *       ...;
+ *   void *tensors[] = {x, w, NULL, y};  // graph order; NULL: scratch
+ *   tuned_exec_run(e, NULL, tensors, why, sizeof(why));
+ *   tuned_exec_free(e);
+ */
+#ifndef TUNED_EXEC_H
+#define TUNED_EXEC_H
+
+#include <stddef.h>
+
+typedef struct tuned_exec tuned_exec;
+
+/* Loads the plan of "fetched" (the JSON text of a fetch reply, or of its
+ * "plan" object alone, in which case kernels are generated again) for the
+ * graph "graph" (graph.json text) on "backend" ("cpu" or "cuda"). 0, or
+ * -1 with the reason in "why". */
+int tuned_exec_load(const char *graph, const char *fetched, const char *backend,
+		    tuned_exec **out, char *why, size_t why_size);
+
+/* The number of tensors of the graph: the length of run's "tensors". */
+int tuned_exec_tensor_count(const tuned_exec *exec);
+
+/* Runs every kernel of the plan in order, each tensor at tensors[i] (in
+ * graph order; device pointers on cuda, host pointers on the cpu); a NULL
+ * intermediate is the plan's own scratch buffer, a NULL input or output
+ * is refused. "stream" is a CUstream on cuda (NULL: the default stream),
+ * NULL on the cpu. Returns when the kernels are enqueued (cuda) or done
+ * (cpu). 0, or -1 with the reason in "why". */
+int tuned_exec_run(tuned_exec *exec, void *stream, void *const *tensors,
+		   char *why, size_t why_size);
+
+void tuned_exec_free(tuned_exec *exec);
+
+#endif
