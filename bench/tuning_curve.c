@@ -25,18 +25,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <jansson.h>
 
 #include "curve.h"
 #include "scheduler.h"
+#include "trial.h"
 #include "tuner.h"
-
-/* A candidate whose first run is this many times slower than the best is
- * not timed further, as in the daemon (daemon/runner.c). */
-#define CUTOFF 3.0
-#define TRIAL_TIMING_MS 100.0 /* as daemon/runner.c times a trial */
 
 /* Full-size examples whose plans run for 0.1 to 100 ms here: the small
  * variants run for microseconds, within the noise of timing them, and the
@@ -77,25 +72,6 @@ static const char *const kind_names[CURVE_KINDS] = {
 	[CURVE_GENETIC] = "genetic", [CURVE_RANDOM] = "random",
 };
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static int positive_int(const char *text, int *out)
-{
-	char *end;
-	long v = strtol(text, &end, 10);
-
-	if (*text == 0 || *end || v <= 0 || v > 1000000)
-		return -EINVAL;
-	*out = (int)v;
-	return 0;
-}
-
 static int check_options(const bench_options *opt)
 {
 	if (strcmp(opt->backend, "cpu") && strcmp(opt->backend, "cuda") &&
@@ -126,9 +102,12 @@ static int parse_options(int argc, char **argv, bench_options *opt)
 		switch (c) {
 		case 'b': opt->backend = optarg; break;
 		case 'e': opt->examples = optarg; break;
-		case 't': rc = positive_int(optarg, &opt->trials); break;
-		case 'p': rc = positive_int(optarg, &opt->population); break;
-		case 's': rc = positive_int(optarg, &seed); opt->seed = (unsigned)seed; break;
+		case 't': rc = bench_positive_int(optarg, &opt->trials); break;
+		case 'p': rc = bench_positive_int(optarg, &opt->population); break;
+		case 's':
+			rc = bench_positive_int(optarg, &seed);
+			opt->seed = (unsigned)seed;
+			break;
 		case 'o': opt->png = optarg; break;
 		case 'j': opt->json = optarg; break;
 		case 'h': fputs(usage, stdout); return 1;
@@ -191,59 +170,6 @@ static char *read_text(const char *path)
 	return text;
 }
 
-static tuner_worker *worker_new(const char *backend)
-{
-	const char *argv[] = {"tuned-worker", "--backend", backend, NULL};
-	char path[4096];
-
-	tuner_worker_default_path(path, sizeof(path));
-	return tuner_worker_new(path, argv);
-}
-
-/* Asks a worker which device it drives: says so on stdout, and fails
- * (before any search) when no worker can be started. */
-static int describe_device(const char *backend)
-{
-	tuner_worker *w = worker_new(backend);
-	json_t *request = json_pack("{s:b}", "describe", 1);
-	tuner_reply reply = {0};
-	int rc = w && request ? tuner_worker_ask(w, request, 60, &reply) : -ENOMEM;
-
-	if (rc == 0 && reply.answer)
-		printf("backend %s: %s\n", backend,
-		       json_string_value(json_object_get(reply.answer, "device")));
-	else
-		fprintf(stderr, "tuning_curve: no tuned-worker: %s\n", reply.detail);
-	rc = rc == 0 && reply.answer ? 0 : -1;
-	json_decref(reply.answer);
-	json_decref(request);
-	tuner_worker_free(w);
-	return rc;
-}
-
-/* The time of "plan" on "w": total_ms when it verified and was timed,
- * INFINITY for any failure. */
-static double measure(tuner_worker *w, const bench_example *ex, json_t *plan,
-		      double best_ms)
-{
-	json_t *request = json_pack("{s:s, s:O, s:i, s:{s:f}}", "graph", ex->text,
-				    "plan", plan, "seed", 1, "timing", "budget_ms",
-				    TRIAL_TIMING_MS);
-	tuner_reply reply = {0};
-	const char *kind;
-	double ms = INFINITY;
-
-	if (request && isfinite(best_ms))
-		json_object_set_new(request, "cutoff_ms", json_real(CUTOFF * best_ms));
-	if (request && tuner_worker_ask(w, request, ex->limit_s, &reply) == 0 &&
-	    (kind = json_string_value(json_object_get(reply.answer, "kind"))) &&
-	    !strcmp(kind, "ok"))
-		ms = json_number_value(json_object_get(reply.answer, "total_ms"));
-	json_decref(reply.answer);
-	json_decref(request);
-	return ms > 0 ? ms : INFINITY;
-}
-
 /* One search under way. "seconds" is its own time so far (proposals and
  * trials), not counting the other search's generations in between. */
 typedef struct bench_search {
@@ -256,17 +182,18 @@ typedef struct bench_search {
 } bench_search;
 
 /* Measures one plan of the current generation and appends it to the
- * curve; "clock" is what turns now_s() into the search's own seconds. */
+ * curve; "clock" is what turns bench_now_s() into the search's own
+ * seconds. */
 static void run_trial(bench_search *bs, const bench_example *ex, json_t *plan,
 		      double clock)
 {
 	curve *cv = bs->cv;
 	double best = cv->n ? cv->points[cv->n - 1].best_ms : INFINITY;
-	double ms = measure(bs->w, ex, plan, best);
+	double ms = bench_measure(bs->w, ex->text, ex->limit_s, plan, best);
 	curve_point *p = &cv->points[cv->n++];
 
 	tuner_search_record(bs->s, plan, ms);
-	p->seconds = now_s() + clock;
+	p->seconds = bench_now_s() + clock;
 	p->ms = ms;
 	p->best_ms = fmin(best, ms);
 }
@@ -295,7 +222,7 @@ static int search_start(const bench_example *ex, enum curve_kind kind,
 
 	*bs = (bench_search){.kind = kind, .cv = cv};
 	bs->s = tuner_search_new(ex->graph, &so);
-	bs->w = worker_new(opt->backend);
+	bs->w = bench_worker_new(opt->backend);
 	cv->points = calloc(opt->trials, sizeof(*cv->points));
 	return bs->s && bs->w && cv->points ? 0 : -ENOMEM;
 }
@@ -304,14 +231,14 @@ static int search_start(const bench_example *ex, enum curve_kind kind,
  * the search has nothing new. */
 static void search_step(const bench_example *ex, bench_search *bs)
 {
-	double start = now_s();
+	double start = bench_now_s();
 	json_t *generation = tuner_search_generation(bs->s), *plan;
 	size_t i;
 
 	json_array_foreach(generation, i, plan)
 		if (bs->cv->n < ex->opt->trials)
 			run_trial(bs, ex, plan, bs->seconds - start);
-	bs->seconds += now_s() - start;
+	bs->seconds += bench_now_s() - start;
 	if (json_array_size(generation))
 		report_generation(ex, bs, json_array_size(generation));
 	bs->over = !generation || bs->cv->n == ex->opt->trials;
@@ -546,7 +473,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "tuning_curve: no examples in " BENCH_EXAMPLES "\n");
 		return 2;
 	}
-	rc = describe_device(opt.backend);
+	rc = bench_describe_device("tuning_curve", opt.backend);
 	if (rc == 0 && !(examples = calloc(paths.gl_pathc, sizeof(*examples))))
 		rc = -ENOMEM;
 	if (rc == 0)
