@@ -74,6 +74,26 @@ typedef struct kgen_micro {
  * AVX2, else 4 (micro-kernels use the widest that divides nr). */
 int kgen_cpu_vector_floats(void);
 
+/* A contraction of f16 or bf16 factors on tensor cores (cuda, sm_80 and
+ * later; kernels/print_mma.c): bm x bn tiles of C per block, warps of
+ * wm x wn each (mma.sync m16n8k16, f32 accumulators), K in slices bk
+ * deep with "stages" of them in flight (cp.async). bm 0: the kernel is
+ * printed from its tiles instead. */
+typedef struct kgen_mma {
+	int bm, bn, bk, wm, wn, stages;
+} kgen_mma;
+
+/* The threads of a block of "mma": a warp per wm x wn; its shared
+ * memory: the stages of A's and B's slices, rows padded by 8. */
+int kgen_mma_threads(const kgen_mma *mma);
+int kgen_mma_shared_bytes(const kgen_mma *mma);
+
+/* Why the factors of contraction "c" cannot go through tensor cores (what
+ * cp.async and ldmatrix need: f16 or bf16 both, K contiguous in A and N
+ * in B, rows starting on 16 bytes), or NULL when they can. */
+const char *kgen_mma_operands_unfit(__sched_keep const sched_graph *graph,
+				    const sched_contraction *c);
+
 typedef struct kgen_schedule {
 	int64_t tile[SCHED_MAX_RANK];
 	int threads[SCHED_MAX_RANK];
@@ -82,6 +102,7 @@ typedef struct kgen_schedule {
 	int vector;
 	enum kgen_split split;
 	kgen_micro micro;
+	kgen_mma mma;
 } kgen_schedule;
 
 /* A kernel computes a group of ops (docs/fusion.md): one op, or ops fused

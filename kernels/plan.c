@@ -308,41 +308,120 @@ static int check_micro(const sched_contraction *c, const sched_tensor *t,
 	return KGEN_OK;
 }
 
-/* Reads "micro": {"mr", "nr", "kc", "mc", "nc", "pack"}, for a kernel of
- * one op that is a contraction. */
+/* The six integer fields of blocking "name" of the schedule (all of
+ * "keys", each in [lowest, highest]) into "fields", for a kernel of one
+ * op that is a contraction, which goes to "c". 1 when absent. */
+static int read_blocking(const sched_graph *graph, json_t *sched, const char *name,
+			 const char *const *keys, const int64_t *lowest,
+			 const int64_t *highest, int *const *fields,
+			 const kgen_kernel *kernel, sched_contraction *c, kgen_error *err)
+{
+	json_t *obj = json_object_get(sched, name);
+	int rc;
+
+	if (!obj)
+		return 1;
+	if (kernel->nops > 1 ||
+	    !sched_op_contraction(graph, kgen_kernel_op(graph, kernel)->index, c))
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': '%s' is for a kernel "
+				 "of one op that is a matrix product", kernel->name, name);
+	if (!json_is_object(obj) || json_object_size(obj) != 6)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': '%s' must be an object "
+				 "of %s, %s, %s, %s, %s and %s", kernel->name, name, keys[0],
+				 keys[1], keys[2], keys[3], keys[4], keys[5]);
+	for (int f = 0; f < 6; f++) {
+		int64_t v = -1;
+
+		if (!json_object_get(obj, keys[f]))
+			return kgen_fail(err, KGEN_EPLAN, "kernel '%s': '%s' has no '%s'",
+					 kernel->name, name, keys[f]);
+		if ((rc = read_int(obj, keys[f], lowest[f], highest[f], &v, kernel->name,
+				   err)) < 0)
+			return rc;
+		*fields[f] = (int)v;
+	}
+	return KGEN_OK;
+}
+
+/* Reads "micro": {"mr", "nr", "kc", "mc", "nc", "pack"}. */
 static int read_micro(const sched_graph *graph, json_t *sched, kgen_kernel *kernel,
 		      kgen_error *err)
 {
 	static const char *const keys[] = {"mr", "nr", "kc", "mc", "nc", "pack"};
+	static const int64_t lowest[] = {1, 1, 1, 1, 1, 0};
 	static const int64_t highest[] = {KGEN_MICRO_MAX_MR, KGEN_MICRO_MAX_NR,
 					  INT32_MAX, INT32_MAX, INT32_MAX, 1};
-	json_t *micro = json_object_get(sched, "micro");
-	const sched_op *op = kgen_kernel_op(graph, kernel);
 	kgen_micro *m = &kernel->schedule.micro;
-	int *fields[] = {&m->mr, &m->nr, &m->kc, &m->mc, &m->nc, &m->pack};
+	int *const fields[] = {&m->mr, &m->nr, &m->kc, &m->mc, &m->nc, &m->pack};
 	sched_contraction c;
-	int rc;
+	int rc = read_blocking(graph, sched, "micro", keys, lowest, highest, fields,
+			       kernel, &c, err);
 
-	if (!micro)
-		return KGEN_OK;
-	if (kernel->nops > 1 || !sched_op_contraction(graph, op->index, &c))
-		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'micro' is for a "
-				 "kernel of one op that is a matrix product", kernel->name);
-	if (!json_is_object(micro) || json_object_size(micro) != 6)
-		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'micro' must be an "
-				 "object of mr, nr, kc, mc, nc and pack", kernel->name);
-	for (int f = 0; f < 6; f++) {
-		int64_t v = -1;
+	if (rc)
+		return rc < 0 ? rc : KGEN_OK;
+	return check_micro(&c, &graph->tensors[kgen_kernel_op(graph, kernel)->target],
+			   kernel, err);
+}
 
-		if (!json_object_get(micro, keys[f]))
-			return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'micro' has no "
-					 "'%s'", kernel->name, keys[f]);
-		if ((rc = read_int(micro, keys[f], f == 5 ? 0 : 1, highest[f], &v,
-				   kernel->name, err)) < 0)
-			return rc;
-		*fields[f] = (int)v;
-	}
-	return check_micro(&c, &graph->tensors[op->target], kernel, err);
+const char *kgen_mma_operands_unfit(const sched_graph *graph, const sched_contraction *c)
+{
+	enum sched_dtype a = graph->tensors[c->a].dtype, b = graph->tensors[c->b].dtype;
+
+	if (a != b || (a != SCHED_F16 && a != SCHED_BF16))
+		return "factors both f16 or both bf16";
+	if (c->a_k != 1 || c->b_n != 1 || c->a_m % 8 || c->b_k % 8 || c->a0 % 8 ||
+	    c->b0 % 8)
+		return "A with K contiguous and B with N contiguous, rows starting on "
+		       "8 elements";
+	return NULL;
+}
+
+int kgen_mma_shared_bytes(const kgen_mma *m)
+{
+	return m->stages * (m->bm * (m->bk + 8) + m->bk * (m->bn + 8)) * 2;
+}
+
+/* Checks "mma" of a kernel of contraction "c" (docs/kernels.md): operands
+ * that fit (kgen_mma_operands_unfit); warps that divide the tile; the
+ * stages within static shared memory. */
+static int check_mma(const sched_graph *graph, const sched_contraction *c,
+		     const kgen_kernel *kernel, kgen_error *err)
+{
+	const kgen_mma *m = &kernel->schedule.mma;
+	const char *why = kgen_mma_operands_unfit(graph, c);
+
+	if (why)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'mma' needs %s",
+				 kernel->name, why);
+	if (m->bm % m->wm || m->bn % m->wn || m->wm % 16 || m->wn % 8 || m->bk % 16 ||
+	    m->bn % 8)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'mma' needs wm a "
+				 "multiple of 16 dividing bm, wn a multiple of 8 dividing bn, "
+				 "bk a multiple of 16", kernel->name);
+	if (kgen_mma_threads(m) > MAX_THREADS || kgen_mma_shared_bytes(m) > KGEN_LOCAL_BYTES)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'mma' takes %d threads "
+				 "and %d bytes of shared memory, more than %d or %d",
+				 kernel->name, kgen_mma_threads(m), kgen_mma_shared_bytes(m),
+				 MAX_THREADS, KGEN_LOCAL_BYTES);
+	return KGEN_OK;
+}
+
+/* Reads "mma": {"bm", "bn", "bk", "wm", "wn", "stages"}. */
+static int read_mma(const sched_graph *graph, json_t *sched, kgen_kernel *kernel,
+		    kgen_error *err)
+{
+	static const char *const keys[] = {"bm", "bn", "bk", "wm", "wn", "stages"};
+	static const int64_t lowest[] = {16, 8, 16, 16, 8, 2};
+	static const int64_t highest[] = {256, 256, 128, 256, 256, 8};
+	kgen_mma *m = &kernel->schedule.mma;
+	int *const fields[] = {&m->bm, &m->bn, &m->bk, &m->wm, &m->wn, &m->stages};
+	sched_contraction c;
+	int rc = read_blocking(graph, sched, "mma", keys, lowest, highest, fields,
+			       kernel, &c, err);
+
+	if (rc)
+		return rc < 0 ? rc : KGEN_OK;
+	return check_mma(graph, &c, kernel, err);
 }
 
 /* A reducing kernel keeps a tile of accumulators on the cpu's stack. */
@@ -401,7 +480,8 @@ static int read_schedule(const sched_graph *graph, json_t *sched,
 			 kgen_kernel *kernel, kgen_error *err)
 {
 	static const char *const keys[] = {"tile", "threads", "parallel", "unroll",
-					   "vector", "split", "shared", "micro", NULL};
+					   "vector", "split", "shared", "micro", "mma",
+					   NULL};
 	const sched_op *op = kgen_kernel_op(graph, kernel);
 	const sched_tensor *t = target_of(graph, kernel);
 	kgen_schedule *s = &kernel->schedule;
@@ -455,7 +535,8 @@ static int read_schedule(const sched_graph *graph, json_t *sched,
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'vector' must be "
 				 "1, 2, 4 or 8", kernel->name);
 	s->vector = (int)v;
-	if ((rc = read_micro(graph, sched, kernel, err)) < 0)
+	if ((rc = read_micro(graph, sched, kernel, err)) < 0 ||
+	    (rc = read_mma(graph, sched, kernel, err)) < 0)
 		return rc;
 	return read_shared(sched, kernel, err);
 }
@@ -742,6 +823,10 @@ static json_t *schedule_json(const sched_op *op, const sched_tensor *t,
 		json_object_set_new(obj, "micro", json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}",
 			"mr", s->micro.mr, "nr", s->micro.nr, "kc", s->micro.kc,
 			"mc", s->micro.mc, "nc", s->micro.nc, "pack", s->micro.pack));
+	if (s->mma.bm)
+		json_object_set_new(obj, "mma", json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}",
+			"bm", s->mma.bm, "bn", s->mma.bn, "bk", s->mma.bk,
+			"wm", s->mma.wm, "wn", s->mma.wn, "stages", s->mma.stages));
 	return obj;
 }
 

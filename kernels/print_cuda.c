@@ -36,6 +36,24 @@ static int64_t tiles_along(const cuda_kernel *k, int d)
 	return (k->target->shape[d] + tile - 1) / tile;
 }
 
+int kgen_mma_threads(const kgen_mma *mma)
+{
+	return mma->bm / mma->wm * (mma->bn / mma->wn) * 32;
+}
+
+/* A tensor-core kernel: a block per bm x bn tile of C. */
+static void mma_launch_shape(const sched_graph *graph, const kgen_kernel *kernel,
+			     int64_t *blocks, int64_t *threads)
+{
+	const kgen_mma *mma = &kernel->schedule.mma;
+	sched_contraction c;
+
+	if (!sched_op_contraction(graph, kgen_kernel_op(graph, kernel)->index, &c))
+		return;
+	*blocks = (c.m + mma->bm - 1) / mma->bm * ((c.n + mma->bn - 1) / mma->bn);
+	*threads = kgen_mma_threads(mma);
+}
+
 void kgen_cuda_launch_shape(const sched_graph *graph, const kgen_kernel *kernel,
 			    unsigned *blocks, unsigned *threads)
 {
@@ -51,6 +69,8 @@ void kgen_cuda_launch_shape(const sched_graph *graph, const kgen_kernel *kernel,
 		b = group->blocks;
 		sched_group_free(group);
 	}
+	if (kernel->schedule.mma.bm)
+		mma_launch_shape(graph, kernel, &b, &n);
 	*blocks = (unsigned)b;
 	*threads = (unsigned)n;
 }
@@ -271,6 +291,8 @@ char *kgen_print_cuda(const sched_graph *graph, const kgen_plan *plan, int index
 
 	if (kernel->nops > 1)
 		return kgen_print_fused(graph, kernel, true);
+	if (kernel->schedule.mma.bm)
+		return kgen_print_mma(graph, kernel);
 	cuda_kernel k = {{graph, op, NULL}, kernel, &graph->tensors[op->target], &buf, 0};
 	unsigned blocks;
 

@@ -53,4 +53,8 @@ char *kgen_print_fused(const sched_graph *graph, const kgen_kernel *kernel,
  * when the op is no contraction. */
 char *kgen_print_micro(const sched_graph *graph, const kgen_kernel *kernel);
 
+/* print_mma.c: a contraction's kernel on tensor cores (cuda); NULL when
+ * the op is no contraction. */
+char *kgen_print_mma(const sched_graph *graph, const kgen_kernel *kernel);
+
 #endif

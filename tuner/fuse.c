@@ -433,6 +433,7 @@ static bool try_merge(decoding *d, int a, int b)
 		return false;
 	k.schedule = d->schedules[f->kernel_of[kgen_kernel_op(f->graph, &k)->index]];
 	k.schedule.micro = (kgen_micro){0}; /* for a kernel of one op only */
+	k.schedule.mma = (kgen_mma){0};
 	strcpy(k.name, "fused");
 	set_lanes(d, &k);
 	if (!(v = judged(d->f, &k, &scratch)) || !v->legal ||

@@ -35,22 +35,37 @@
 static const int64_t unrolls[] = {1, 2, 4, 8};
 static const int64_t vectors[] = {1, 2, 4, 8};
 
-/* The micro-kernel genes of a contraction on the cpu (kgen_micro): mr (0:
- * no micro-kernels, the kernel's tiles rule), nr, kc (0: all of K), mc
- * and nc as multiples of mr and nr, pack. */
-#define MICRO_GENES 6
+/* The blocking genes of a contraction, six after the kernel's others:
+ * on the cpu its micro-kernels (kgen_micro): mr (0: none, the tiles
+ * rule), nr, kc (0: all of K), mc and nc as multiples of mr and nr, pack;
+ * on cuda, where its factors fit, its tensor-core tiles (kgen_mma): bm
+ * (0: none), bn, bk, wm, wn, stages. */
+#define BLOCKING_GENES 6
+enum blocking { BLOCKING_NONE, BLOCKING_MICRO, BLOCKING_MMA };
 static const int64_t micro_mrs[] = {0, 4, 6, 8, 12, 14};
 static const int64_t micro_nrs[] = {8, 16, 32, 48, 64};
 static const int64_t micro_kcs[] = {64, 128, 256, 512, 0};
 static const int64_t micro_blocks[] = {1, 4, 8, 16, 32};
-static const int micro_domain[MICRO_GENES] = {6, 5, 5, 5, 5, 2};
+static const int64_t mma_bms[] = {0, 64, 128};
+static const int64_t mma_sides[] = {32, 64, 128};
+static const int blocking_domain[][BLOCKING_GENES] = {
+	[BLOCKING_MICRO] = {6, 5, 5, 5, 5, 2},
+	[BLOCKING_MMA] = {3, 3, 2, 2, 2, 3},
+};
+/* A blocking that is seldom far off, for the first population: micro
+ * 6 x 32, kc 256, mc 16 mr, nc 4 nr, packed; mma 128 x 128 tiles, bk 32,
+ * 64 x 64 warps, 3 stages. */
+static const int blocking_seed[][BLOCKING_GENES] = {
+	[BLOCKING_MICRO] = {2, 2, 2, 3, 1, 1},
+	[BLOCKING_MMA] = {2, 2, 0, 1, 1, 1},
+};
 
 typedef struct kernel_space {
 	int rank;
 	bool reduces;
 	int first_gene;
 	int ngenes;
-	bool micro;          /* a contraction on the cpu: micro genes follow */
+	enum blocking blocking; /* blocking genes follow the others */
 	sched_contraction product;
 	bool f32_out;
 	int ntiles[SCHED_MAX_RANK], nthreads[SCHED_MAX_RANK];
@@ -140,12 +155,16 @@ static void dim_choices(kernel_space *ks, int d, int64_t extent,
 	add_choice(ks->threads[d], &ks->nthreads[d], def->threads[d]);
 }
 
-/* Whether kernel k of the base gets micro-kernel genes, with its product. */
-static bool micro_kernel(const tuner_search *s, int k, sched_contraction *product)
+/* The blocking genes kernel k of the base gets, with its product. */
+static enum blocking blocking_of(const tuner_search *s, int k, sched_contraction *product)
 {
 	const sched_op *op = kgen_kernel_op(s->graph, &s->base->kernels[k]);
 
-	return !s->o.cuda && sched_op_contraction(s->graph, op->index, product);
+	if (!sched_op_contraction(s->graph, op->index, product))
+		return BLOCKING_NONE;
+	if (!s->o.cuda)
+		return BLOCKING_MICRO;
+	return kgen_mma_operands_unfit(s->graph, product) ? BLOCKING_NONE : BLOCKING_MMA;
 }
 
 /* The domains of kernel k's genes, from gene "first" on; the next free
@@ -161,7 +180,7 @@ static int kernel_genes(tuner_search *s, int k, int first)
 	ks->rank = r;
 	ks->reduces = op->reducer != SCHED_RED_NONE;
 	ks->first_gene = first;
-	ks->micro = micro_kernel(s, k, &ks->product);
+	ks->blocking = blocking_of(s, k, &ks->product);
 	ks->f32_out = t->dtype == SCHED_F32;
 	for (int d = 0; d < r; d++) {
 		dim_choices(ks, d, t->shape[d], &kernel->schedule, s->o.cuda);
@@ -174,12 +193,11 @@ static int kernel_genes(tuner_search *s, int k, int first)
 	/* the split of a reduction among threads: cuda only */
 	s->domain[first + 2 * r + 3] = ks->reduces && s->o.cuda ? 3 : 1;
 	ks->ngenes = 2 * r + 4;
-	if (ks->micro)
-		for (int g = 0; g < MICRO_GENES; g++)
-			s->domain[first + ks->ngenes++] = micro_domain[g];
+	if (ks->blocking)
+		for (int g = 0; g < BLOCKING_GENES; g++)
+			s->domain[first + ks->ngenes++] = blocking_domain[ks->blocking][g];
 	return first + ks->ngenes;
 }
-
 
 /* The genome's layout, from the default plan in s->base: each kernel's
  * genes, then the fusion genes. */
@@ -193,7 +211,7 @@ static int build_space(tuner_search *s)
 
 		s->ngenes += 2 * s->graph->tensors[kgen_kernel_op(s->graph,
 					&s->base->kernels[k])->target].rank + 4;
-		s->ngenes += micro_kernel(s, k, &product) ? MICRO_GENES : 0;
+		s->ngenes += blocking_of(s, k, &product) ? BLOCKING_GENES : 0;
 	}
 	s->first_fusion_gene = s->ngenes;
 	s->ngenes += tuner_fusion_genes(s->fusion);
@@ -263,20 +281,51 @@ static kgen_micro decode_micro(const kernel_space *ks, const int *at)
 	return m;
 }
 
-/* The first micro genes that decode to "m" into "at"; false if none do. */
-static bool encode_micro(const kernel_space *ks, const kgen_micro *m, int *at)
+/* The tensor-core tiles of genes "at", repaired: warps within the tile,
+ * then fewer stages and thinner slices until shared memory suffices. */
+static kgen_mma decode_mma(const int *at)
 {
+	kgen_mma m = {.bm = (int)mma_bms[at[0]], .bn = (int)mma_sides[at[1]],
+		      .bk = (int)mma_sides[at[2]], .wm = (int)mma_sides[at[3]],
+		      .wn = (int)mma_sides[at[4]], .stages = 2 + at[5]};
+
+	if (!m.bm)
+		return (kgen_mma){0};
+	m.wm = m.wm < m.bm ? m.wm : m.bm;
+	m.wn = m.wn < m.bn ? m.wn : m.bn;
+	while (kgen_mma_shared_bytes(&m) > KGEN_LOCAL_BYTES && m.stages > 2)
+		m.stages--;
+	while (kgen_mma_shared_bytes(&m) > KGEN_LOCAL_BYTES && m.bk > 16)
+		m.bk /= 2;
+	return m;
+}
+
+/* Blocking genes "at" of kernel space "ks" into "sch". */
+static void decode_blocking(const kernel_space *ks, const int *at, kgen_schedule *sch)
+{
+	if (ks->blocking == BLOCKING_MICRO)
+		sch->micro = decode_micro(ks, at);
+	else if (ks->blocking == BLOCKING_MMA)
+		sch->mma = decode_mma(at);
+}
+
+/* The first blocking genes that decode to the blocking of "sch" into
+ * "at"; false if none do. */
+static bool encode_blocking(const kernel_space *ks, const kgen_schedule *sch, int *at)
+{
+	const int *domain = blocking_domain[ks->blocking];
 	int n = 1;
 
-	for (int g = 0; g < MICRO_GENES; g++)
-		n *= micro_domain[g];
+	for (int g = 0; g < BLOCKING_GENES; g++)
+		n *= domain[g];
 	for (int i = 0; i < n; i++) {
-		kgen_micro d;
+		kgen_schedule d = {0};
 
-		for (int g = MICRO_GENES - 1, rest = i; g >= 0; rest /= micro_domain[g--])
-			at[g] = rest % micro_domain[g];
-		d = decode_micro(ks, at);
-		if (!memcmp(&d, m, sizeof(d)))
+		for (int g = BLOCKING_GENES - 1, rest = i; g >= 0; rest /= domain[g--])
+			at[g] = rest % domain[g];
+		decode_blocking(ks, at, &d);
+		if (!memcmp(&d.micro, &sch->micro, sizeof(d.micro)) &&
+		    !memcmp(&d.mma, &sch->mma, sizeof(d.mma)))
 			return true;
 	}
 	return false;
@@ -300,10 +349,10 @@ static bool encode_kernel(const tuner_search *s, int k, const kgen_schedule *sch
 	at[2 * r + 1] = index_of(unrolls, 4, sch->unroll);
 	at[2 * r + 2] = index_of(vectors, 4, sch->vector);
 	at[2 * r + 3] = (int)sch->split;
-	if (ks->micro)
-		ok = ok && encode_micro(ks, &sch->micro, at + 2 * r + 4);
+	if (ks->blocking)
+		ok = ok && encode_blocking(ks, sch, at + 2 * r + 4);
 	else
-		ok = ok && !sch->micro.mr;
+		ok = ok && !sch->micro.mr && !sch->mma.bm;
 	return ok && at[2 * r + 1] >= 0 && at[2 * r + 2] >= 0 &&
 	       at[2 * r + 3] < s->domain[ks->first_gene + 2 * r + 3];
 }
@@ -373,8 +422,7 @@ static void decode_kernel(const tuner_search *s, int k, const int *genes,
 	sch->split = at[2 * r + 3];
 	if (sch->split == KGEN_SPLIT_WARP && product(threads, r) % 32)
 		sch->split = KGEN_SPLIT_THREAD;
-	if (ks->micro)
-		sch->micro = decode_micro(ks, at + 2 * r + 4);
+	decode_blocking(ks, at + 2 * r + 4, sch);
 }
 
 /* s->plan from "genes"; NULL when out of memory. */
@@ -668,12 +716,32 @@ static void propose_fused(tuner_search *s, json_t *out)
 	}
 }
 
+/* Into the population: "genes" with the seed blocking (blocking_seed) on
+ * every matrix product. */
+static void propose_blocked(tuner_search *s, const int *genes, json_t *out)
+{
+	int index;
+
+	memcpy(s->genes, genes, s->ngenes * sizeof(int));
+	for (int k = 0; k < s->nkernels; k++) {
+		const kernel_space *ks = &s->kernels[k];
+
+		if (ks->blocking)
+			memcpy(s->genes + ks->first_gene + ks->ngenes - BLOCKING_GENES,
+			       blocking_seed[ks->blocking], BLOCKING_GENES * sizeof(int));
+	}
+	if ((index = propose(s, s->genes, out)) >= 0)
+		s->pop[s->npop++] = index;
+}
+
 /* The first population: the best plans measured or known (a quarter of it
  * at most, and only those that are genomes), the default schedules with
  * every fusion the planner allows and with one layer of producers kept
- * apart (propose_fused), mutants of the best (the default plan, for a new key) in half
- * the places left, then random genomes: the search looks near what is
- * known to be good and far from it at once. */
+ * apart (propose_fused), the default and the largest fusion with the
+ * seed blocking on every matrix product (propose_blocked), mutants of the
+ * best (the default plan, for a new key) in half the places left, then
+ * random genomes: the search looks near what is known to be good and far
+ * from it at once. */
 static void first_population(tuner_search *s, json_t *out)
 {
 	int *best, n = best_indices(s, true, &best), seeds = s->o.population / 4;
@@ -685,6 +753,8 @@ static void first_population(tuner_search *s, json_t *out)
 	memcpy(s->pop, best, s->npop * sizeof(int));
 	free(best);
 	propose_fused(s, out);
+	propose_blocked(s, s->defaults, out);
+	propose_blocked(s, s->fused, out);
 	if (s->npop > 0)
 		s->npop = draw_mutants(s, s->cands[s->pop[0]].genes, out, s->pop, s->npop,
 				       s->npop + (s->o.population - s->npop) / 2);

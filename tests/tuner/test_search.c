@@ -820,26 +820,38 @@ Test(search, the_best_plan_s_fusion_neighbours_come_first)
 	sched_graph_free(g);
 }
 
-/* The micro-kernel plans among a generation's "plans" of "g"; each one is
- * of a kernel that computes a matrix product alone. */
-static int count_micro(const sched_graph *g, json_t *plans)
+/* The kernels with micro-kernels (cpu) and with tensor-core tiles (cuda)
+ * among a generation's "plans" of "g"; "seeds" counts those with the
+ * seed blocking of gpt3_mlp_small's first product (micro 6 x 32, kc =
+ * K = 32, mc 12, nc 32, packed; mma 128 x 128 x 32, 64 x 64 warps, 2
+ * stages, the 3 of the seed repaired to fit shared memory). */
+static void count_blockings(const sched_graph *g, json_t *plans, int *micro, int *mma,
+			    int *seeds)
 {
+	static const kgen_micro micro_seed = {6, 32, 32, 12, 32, 1};
+	static const kgen_mma mma_seed = {128, 128, 32, 64, 64, 2};
 	json_t *json;
 	size_t i;
-	int n = 0;
 
+	*micro = *mma = *seeds = 0;
 	json_array_foreach(plans, i, json) {
 		kgen_plan *plan = legal(g, json);
 
-		for (int k = 0; k < plan->nkernels; k++)
-			n += plan->kernels[k].schedule.micro.mr > 0;
+		for (int k = 0; k < plan->nkernels; k++) {
+			const kgen_schedule *sch = &plan->kernels[k].schedule;
+
+			*micro += sch->micro.mr > 0;
+			*mma += sch->mma.bm > 0;
+			*seeds += !memcmp(&sch->micro, &micro_seed, sizeof(micro_seed)) ||
+				  !memcmp(&sch->mma, &mma_seed, sizeof(mma_seed));
+		}
 		kgen_plan_free(plan);
 	}
-	return n;
 }
 
-/* On the cpu, a matrix product gets micro-kernel genes; on cuda not. */
-Test(search, products_get_micro_kernels_on_the_cpu_only)
+/* A matrix product gets micro-kernel genes on the cpu, tensor-core genes
+ * on cuda; the first population holds the seed blocking. */
+Test(search, products_get_the_blockings_of_their_backend)
 {
 	sched_graph *g = example("gpt3_mlp_small");
 
@@ -847,14 +859,15 @@ Test(search, products_get_micro_kernels_on_the_cpu_only)
 		tuner_search *s = tuner_search_new(g, &(tuner_search_options){
 						    .seed = 4, .cuda = cuda});
 		json_t *g0 = tuner_search_generation(s), *g1;
+		int micro, mma, seeds;
 
 		tuner_search_record(s, json_array_get(g0, 0), 1);
 		g1 = tuner_search_generation(s);
-		if (cuda)
-			cr_expect_eq(count_micro(g, g1), 0);
-		else
-			cr_expect_geq(count_micro(g, g1), 8, "%d micro-kernels",
-				      count_micro(g, g1));
+		count_blockings(g, g1, &micro, &mma, &seeds);
+		cr_expect_geq(cuda ? mma : micro, 8, "%s: %d", cuda ? "mma" : "micro",
+			      cuda ? mma : micro);
+		cr_expect_eq(cuda ? micro : mma, 0);
+		cr_expect_geq(seeds, 1, "%s: no seed blocking", cuda ? "cuda" : "cpu");
 		json_decref(g0);
 		json_decref(g1);
 		tuner_search_free(s);

@@ -1,0 +1,225 @@
+/*
+ * print_mma.c: a matrix product of f16 or bf16 factors on tensor cores
+ * (cuda, sm_80 and later; docs/kernels.md, "Tensor-core GEMM").
+ *
+ * Each block computes a bm x bn tile of C; its warps, laid out
+ * (bm / wm) x (bn / wn), each compute wm x wn with mma.sync m16n8k16 and
+ * f32 accumulators. A and B pass through shared memory in bk-deep
+ * slices, "stages" of them in flight: cp.async copies 16 bytes at a time
+ * (zero-filling what lies past M, N or K), ldmatrix reads the fragments
+ * (transposed for B, which is row-major K x N). Rows of shared memory are
+ * padded by 8 elements so that ldmatrix's eight rows fall in different
+ * banks. The epilogue rounds the accumulators to C's dtype and stores
+ * them through C's strides. Inline PTX only: NVRTC needs no header.
+ */
+#include <stdlib.h>
+
+#include "print_int.h"
+
+typedef struct mma_printer {
+	sched_buf *buf;
+	const sched_graph *graph;
+	sched_contraction c;
+	const sched_tensor *a, *b, *target;
+	kgen_mma s;
+} mma_printer;
+
+static const char mma_helpers[] =
+	"__device__ __forceinline__ unsigned smem_address(const void *p)\n"
+	"{\n"
+	"\tunsigned a;\n"
+	"\tasm(\"{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }\"\n"
+	"\t    : \"=r\"(a) : \"l\"(p));\n"
+	"\treturn a;\n"
+	"}\n"
+	"/* 16 bytes from global to shared memory, of which \"bytes\" are read\n"
+	" * and the rest zero-filled. */\n"
+	"__device__ __forceinline__ void copy16(void *shared, const void *global, int bytes)\n"
+	"{\n"
+	"\tasm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\\n\"\n"
+	"\t\t     :: \"r\"(smem_address(shared)), \"l\"(global), \"r\"(bytes));\n"
+	"}\n"
+	"__device__ __forceinline__ void ldmatrix_x4(unsigned *r, const void *p)\n"
+	"{\n"
+	"\tasm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\\n\"\n"
+	"\t\t     : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3])\n"
+	"\t\t     : \"r\"(smem_address(p)));\n"
+	"}\n"
+	"__device__ __forceinline__ void ldmatrix_x2_trans(unsigned *r, const void *p)\n"
+	"{\n"
+	"\tasm volatile(\"ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\\n\"\n"
+	"\t\t     : \"=r\"(r[0]), \"=r\"(r[1]) : \"r\"(smem_address(p)));\n"
+	"}\n";
+
+static void print_mma_call(const mma_printer *p)
+{
+	const char *type = p->a->dtype == SCHED_BF16 ? "bf16" : "f16";
+
+	sched_buf_printf(p->buf,
+		"__device__ __forceinline__ void mma(float *d, const unsigned *a, const unsigned *b)\n"
+		"{\n"
+		"\tasm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.%s.%s.f32 \"\n"
+		"\t\t     \"{%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, {%%8, %%9}, \"\n"
+		"\t\t     \"{%%0, %%1, %%2, %%3};\\n\"\n"
+		"\t\t     : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3])\n"
+		"\t\t     : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), "
+		"\"r\"(b[1]));\n"
+		"}\n", type, type);
+}
+
+static void print_constants(const mma_printer *p)
+{
+	sched_buf_printf(p->buf,
+		"#define M %lldLL\n#define N %lldLL\n#define K %lldLL\n"
+		"#define LDA %lldLL\n#define LDB %lldLL\n"
+		"#define BM %d\n#define BN %d\n#define BK %d\n#define WM %d\n#define WN %d\n"
+		"#define STAGES %d\n#define THREADS %d\n"
+		"#define A_ROW (BK + 8)\n#define B_ROW (BN + 8)\n",
+		(long long)p->c.m, (long long)p->c.n, (long long)p->c.k,
+		(long long)p->c.a_m, (long long)p->c.b_k, p->s.bm, p->s.bn, p->s.bk,
+		p->s.wm, p->s.wn, p->s.stages, kgen_mma_threads(&p->s));
+}
+
+/* The k-th bk slice of A's and B's tiles into shared stage "stage". */
+static void print_load_slice(const mma_printer *p)
+{
+	sched_buf_printf(p->buf,
+		"__device__ __forceinline__ void load_slice(unsigned short *as, unsigned short *bs,\n"
+		"\tconst unsigned short *A, const unsigned short *B, idx_t m0, idx_t n0, int kt)\n"
+		"{\n"
+		"\tfor (int c = threadIdx.x; c < BM * BK / 8; c += THREADS) {\n"
+		"\t\tint row = c / (BK / 8), col = c %% (BK / 8) * 8;\n"
+		"\t\tidx_t m = m0 + row, k = (idx_t)kt * BK + col;\n"
+		"\t\tint valid = m < M ? (int)(K - k < 8 ? (K - k > 0 ? K - k : 0) : 8) : 0;\n"
+		"\t\tcopy16(as + row * A_ROW + col, valid ? A + m * LDA + k : A, 2 * valid);\n"
+		"\t}\n"
+		"\tfor (int c = threadIdx.x; c < BK * BN / 8; c += THREADS) {\n"
+		"\t\tint row = c / (BN / 8), col = c %% (BN / 8) * 8;\n"
+		"\t\tidx_t k = (idx_t)kt * BK + row, n = n0 + col;\n"
+		"\t\tint valid = k < K ? (int)(N - n < 8 ? (N - n > 0 ? N - n : 0) : 8) : 0;\n"
+		"\t\tcopy16(bs + row * B_ROW + col, valid ? B + k * LDB + n : B, 2 * valid);\n"
+		"\t}\n"
+		"\tasm volatile(\"cp.async.commit_group;\\n\");\n"
+		"}\n");
+}
+
+/* The warp's wm x wn from one shared stage: per 16 of depth, ldmatrix
+ * fragments of A (x4) and B (x2, transposed), then the mma's. */
+static void print_compute_slice(const mma_printer *p)
+{
+	sched_buf_printf(p->buf,
+		"__device__ __forceinline__ void compute_slice(float (*acc)[WN / 8][4],\n"
+		"\tconst unsigned short *as, const unsigned short *bs, int wm0, int wn0, int lane)\n"
+		"{\n"
+		"#pragma unroll\n"
+		"\tfor (int kk = 0; kk < BK; kk += 16) {\n"
+		"\t\tunsigned a[WM / 16][4], b[WN / 8][2];\n"
+		"#pragma unroll\n"
+		"\t\tfor (int i = 0; i < WM / 16; i++)\n"
+		"\t\t\tldmatrix_x4(a[i], as + (wm0 + i * 16 + lane %% 16) * A_ROW + kk + lane / 16 * 8);\n"
+		"#pragma unroll\n"
+		"\t\tfor (int j = 0; j < WN / 8; j++)\n"
+		"\t\t\tldmatrix_x2_trans(b[j], bs + (kk + lane %% 16) * B_ROW + wn0 + j * 8);\n"
+		"#pragma unroll\n"
+		"\t\tfor (int i = 0; i < WM / 16; i++)\n"
+		"#pragma unroll\n"
+		"\t\t\tfor (int j = 0; j < WN / 8; j++)\n"
+		"\t\t\t\tmma(acc[i][j], a[i], b[j]);\n"
+		"\t}\n"
+		"}\n");
+}
+
+static void print_params(const mma_printer *p, const char *name)
+{
+	const sched_graph *g = p->graph;
+
+	sched_buf_printf(p->buf, "extern \"C\" __global__ void __launch_bounds__(THREADS)\n%s(",
+			 name);
+	for (int t = 0; t < g->ntensors; t++)
+		sched_buf_printf(p->buf, "%s%s%s *__restrict__ t_%s", t ? ",\n\t" : "",
+				 &g->tensors[t] == p->target ? "" : "const ",
+				 kgen_ctype(g->tensors[t].dtype, true), g->tensors[t].name);
+	sched_buf_printf(p->buf, ")\n{\n");
+}
+
+/* The pipeline: stages - 1 slices in flight before the first compute; at
+ * each step, wait for the oldest, compute it, refill the stage freed one
+ * step before (the barrier at the top orders both). */
+static void print_main_loop(const mma_printer *p)
+{
+	sched_buf_printf(p->buf,
+		"\t__shared__ __align__(16) unsigned short as[STAGES * BM * A_ROW];\n"
+		"\t__shared__ __align__(16) unsigned short bs[STAGES * BK * B_ROW];\n"
+		"\tconst unsigned short *A = (const unsigned short *)t_%s + %lldLL;\n"
+		"\tconst unsigned short *B = (const unsigned short *)t_%s + %lldLL;\n"
+		"\tconst int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;\n"
+		"\tconst idx_t tiles_n = (N + BN - 1) / BN;\n"
+		"\tconst idx_t m0 = blockIdx.x / tiles_n * BM, n0 = blockIdx.x %% tiles_n * BN;\n"
+		"\tconst int wm0 = warp / (BN / WN) * WM, wn0 = warp %% (BN / WN) * WN;\n"
+		"\tconst int slices = (int)((K + BK - 1) / BK);\n"
+		"\tfloat acc[WM / 16][WN / 8][4] = {};\n"
+		"\tfor (int s = 0; s < STAGES - 1; s++) {\n"
+		"\t\tif (s < slices)\n"
+		"\t\t\tload_slice(as + s * BM * A_ROW, bs + s * BK * B_ROW, A, B, m0, n0, s);\n"
+		"\t\telse\n"
+		"\t\t\tasm volatile(\"cp.async.commit_group;\\n\");\n"
+		"\t}\n"
+		"\tfor (int kt = 0; kt < slices; kt++) {\n"
+		"\t\tint next = kt + STAGES - 1, stage = kt %% STAGES;\n"
+		"\t\tasm volatile(\"cp.async.wait_group %%0;\\n\" :: \"n\"(STAGES - 2));\n"
+		"\t\t__syncthreads();\n"
+		"\t\tif (next < slices)\n"
+		"\t\t\tload_slice(as + next %% STAGES * BM * A_ROW, bs + next %% STAGES * BK * B_ROW,\n"
+		"\t\t\t\t   A, B, m0, n0, next);\n"
+		"\t\telse\n"
+		"\t\t\tasm volatile(\"cp.async.commit_group;\\n\");\n"
+		"\t\tcompute_slice(acc, as + stage * BM * A_ROW, bs + stage * BK * B_ROW, wm0, wn0,\n"
+		"\t\t\t      lane);\n"
+		"\t}\n",
+		p->a->name, (long long)p->c.a0, p->b->name, (long long)p->c.b0);
+}
+
+/* Accumulator r of fragment (i, j) sits at row lane / 4 (+ 8 for r >= 2)
+ * and column 2 (lane % 4) (+ 1 for odd r) of its 16 x 8. */
+static void print_epilogue(const mma_printer *p)
+{
+	sched_buf_printf(p->buf,
+		"#pragma unroll\n"
+		"\tfor (int i = 0; i < WM / 16; i++)\n"
+		"#pragma unroll\n"
+		"\t\tfor (int j = 0; j < WN / 8; j++)\n"
+		"#pragma unroll\n"
+		"\t\t\tfor (int r = 0; r < 4; r++) {\n"
+		"\t\t\t\tidx_t m = m0 + wm0 + i * 16 + lane / 4 + (r >= 2 ? 8 : 0);\n"
+		"\t\t\t\tidx_t n = n0 + wn0 + j * 8 + lane %% 4 * 2 + (r & 1);\n"
+		"\t\t\t\tif (m < M && n < N)\n"
+		"\t\t\t\t\tt_%s[%lldLL + m * %lldLL + n * %lldLL] = %sacc[i][j][r]);\n"
+		"\t\t\t}\n"
+		"}\n",
+		p->target->name, (long long)p->c.c0, (long long)p->c.c_m, (long long)p->c.c_n,
+		kgen_store_open(p->target));
+}
+
+char *kgen_print_mma(const sched_graph *graph, const kgen_kernel *kernel)
+{
+	const sched_op *op = kgen_kernel_op(graph, kernel);
+	sched_buf buf = {0};
+	mma_printer p = {.buf = &buf, .graph = graph, .s = kernel->schedule.mma};
+
+	if (!sched_op_contraction(graph, op->index, &p.c))
+		return NULL;
+	p.a = &graph->tensors[p.c.a];
+	p.b = &graph->tensors[p.c.b];
+	p.target = &graph->tensors[op->target];
+	kgen_print_helpers(&buf, true, true);
+	kgen_print_header(&buf, &(kgen_printer){graph, op, NULL}, kernel->name);
+	sched_buf_printf(&buf, "%s", mma_helpers);
+	print_mma_call(&p);
+	print_constants(&p);
+	print_load_slice(&p);
+	print_compute_slice(&p);
+	print_params(&p, kernel->name);
+	print_main_loop(&p);
+	print_epilogue(&p);
+	return buf.str;
+}

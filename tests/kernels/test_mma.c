@@ -1,0 +1,182 @@
+/*
+ * test_mma.c: tensor-core GEMM kernels (print_mma.c): every blocking of
+ * every example's f16 products, and of odd shapes, compiles with NVRTC
+ * for sm_90 (skipped, saying so, where libnvrtc is absent); plans that
+ * misuse "mma" are refused with the reason. They run on a GPU in the GPU
+ * suite (tests/gpu/run-gpu-suite), against the reference.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_builder.h"
+#include "kgen.h"
+
+static const kgen_mma blockings[] = {
+	{64, 64, 32, 32, 32, 3}, {128, 128, 32, 64, 64, 2}, {128, 64, 32, 64, 32, 3},
+	{32, 128, 16, 32, 32, 4}, {64, 256, 32, 64, 64, 2},
+};
+
+static char *mma_plan_text(const sched_graph *g, kgen_mma m)
+{
+	kgen_plan *plan = kgen_plan_default(g);
+	json_t *json;
+	char *text;
+
+	for (int k = 0; k < plan->nkernels; k++) {
+		sched_contraction c;
+		const kgen_kernel *kernel = &plan->kernels[k];
+
+		if (sched_op_contraction(g, kernel->ops[0], &c))
+			plan->kernels[k].schedule.mma = m;
+	}
+	json = kgen_plan_to_json(g, plan);
+	text = json_dumps(json, 0);
+	json_decref(json);
+	kgen_plan_free(plan);
+	return text;
+}
+
+/* The plan of "g" with "m" on every product read back, and each
+ * product's kernel compiled with NVRTC; false where NVRTC is absent. */
+static bool expect_compiles(const sched_graph *g, kgen_mma m, const char *what)
+{
+	char *text = mma_plan_text(g, m);
+	json_t *json = json_loads(text, 0, NULL);
+	kgen_plan *plan = NULL;
+	kgen_error err = {0};
+	bool nvrtc = true;
+
+	cr_assert_eq(kgen_plan_from_json(g, json, &plan, &err), KGEN_OK, "%s: %s", what,
+		     err.message);
+	for (int k = 0; k < plan->nkernels && nvrtc; k++) {
+		char *source;
+		int rc;
+
+		if (!plan->kernels[k].schedule.mma.bm)
+			continue;
+		source = kgen_print_cuda(g, plan, k);
+		cr_assert_not_null(strstr(source, "mma.sync.aligned.m16n8k16"));
+		rc = kgen_nvrtc_check(source, "sm_90", &err);
+		nvrtc = rc != KGEN_EBACKEND;
+		cr_expect(rc == KGEN_OK || !nvrtc, "%s, kernel %d (bm %d bn %d bk %d wm %d "
+			  "wn %d stages %d): %s\n%s", what, k, m.bm, m.bn, m.bk, m.wm, m.wn,
+			  m.stages, err.message, err.log ? err.log : "");
+		kgen_error_release(&err);
+		free(source);
+	}
+	kgen_plan_free(plan);
+	json_decref(json);
+	free(text);
+	return nvrtc;
+}
+
+Test(mma, every_blocking_of_the_examples_compiles, .timeout = 900)
+{
+	static const char *const names[] = {"bert_qkv", "gpt3_mlp_m256", "llama_mlp_small",
+					    "gpt3_mlp_small"};
+
+	for (size_t e = 0; e < sizeof(names) / sizeof(*names); e++) {
+		sched_graph *g = NULL;
+		sched_error serr = {0};
+
+		cr_assert_eq(load_example(names[e], &g, &serr), SCHED_OK, "%s", serr.message);
+		for (size_t b = 0; b < sizeof(blockings) / sizeof(*blockings); b++)
+			if (!expect_compiles(g, blockings[b], names[e])) {
+				sched_graph_free(g);
+				cr_skip_test("libnvrtc is absent");
+			}
+		sched_graph_free(g);
+	}
+}
+
+/* Shapes that no tile divides, bf16 factors, an f32 output, a shifted B. */
+Test(mma, odd_shapes_and_dtypes_compile, .timeout = 300)
+{
+	static const char *const cases[][2] = {
+		{"a f16 100,72 in; b f16 72,40 in; y f16 100,40 out",
+		 "y[i, j] = sum(k) a[i, k] * b[k, j]"},
+		{"a bf16 33,24 in; b bf16 24,40 in; y f32 33,40 out",
+		 "y[i, j] = sum(k) a[i, k] * b[k, j]"},
+		{"a f16 50,16 in; b f16 24,24 in; y bf16 50,24 out",
+		 "y[i, j] = sum(k < 16) a[i, k] * b[k + 8, j]"},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		sched_graph *g = NULL;
+		sched_error serr = {0};
+
+		cr_assert_eq(load_graph(cases[i][0], OPS(cases[i][1]), &g, &serr), SCHED_OK,
+			     "%s", serr.message);
+		if (!expect_compiles(g, blockings[0], cases[i][0])) {
+			sched_graph_free(g);
+			cr_skip_test("libnvrtc is absent");
+		}
+		sched_graph_free(g);
+	}
+}
+
+static void expect_refused(const char *tensors, const char *op, const char *mma,
+			   const char *reason)
+{
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+	char text[512];
+	json_t *json;
+	kgen_plan *plan = NULL;
+	kgen_error err = {0};
+
+	cr_assert_eq(load_graph(tensors, OPS(op), &g, &serr), SCHED_OK, "%s", serr.message);
+	snprintf(text, sizeof(text), "{\"kernels\": [{\"ops\": [0], \"schedule\": "
+		 "{\"mma\": {%s}}}]}", mma);
+	json = json_loads(text, 0, NULL);
+	cr_expect_eq(kgen_plan_from_json(g, json, &plan, &err), KGEN_EPLAN, "%s", mma);
+	cr_expect_not_null(strstr(err.message, reason), "'%s', not '%s'", err.message,
+			   reason);
+	kgen_plan_free(plan);
+	json_decref(json);
+	sched_graph_free(g);
+}
+
+#define GOOD "\"bm\": 64, \"bn\": 64, \"bk\": 32, \"wm\": 32, \"wn\": 32, \"stages\": 2"
+
+Test(mma, misuses_are_refused_with_the_reason)
+{
+	static const char f16[] = "a f16 64,32 in; b f16 32,64 in; y f16 64,64 out";
+	static const char product[] = "y[i, j] = sum(k) a[i, k] * b[k, j]";
+
+	expect_refused("a f32 64,32 in; b f32 32,64 in; y f32 64,64 out", product, GOOD,
+		       "both f16 or both bf16");
+	expect_refused("a f16 32,64 in; b f16 32,64 in; y f16 64,64 out",
+		       "y[i, j] = sum(k) a[k, i] * b[k, j]", GOOD, "A with K contiguous");
+	expect_refused("a f16 64,36 in; b f16 36,64 in; y f16 64,64 out", product, GOOD,
+		       "rows starting on 8 elements");
+	expect_refused(f16, product, "\"bm\": 64, \"bn\": 64, \"bk\": 32, \"wm\": 48, "
+		       "\"wn\": 32, \"stages\": 2", "dividing bm");
+	expect_refused(f16, product, "\"bm\": 256, \"bn\": 256, \"bk\": 64, \"wm\": 64, "
+		       "\"wn\": 64, \"stages\": 2", "bytes of shared memory");
+	expect_refused(f16, product, "\"bm\": 64, \"bn\": 64", "object of bm, bn, bk, wm, "
+		       "wn and stages");
+	expect_refused("a f16 64,32 in; y f16 64 out", "y[i] = sum(k) a[i, k]", GOOD,
+		       "one op that is a matrix product");
+}
+
+/* The launch shape: a block per bm x bn tile, a warp per wm x wn. */
+Test(mma, a_block_per_tile_a_warp_per_warp_tile)
+{
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+	kgen_plan *plan;
+	unsigned blocks, threads;
+
+	cr_assert_eq(load_graph("a f16 200,32 in; b f16 32,100 in; y f16 200,100 out",
+				OPS("y[i, j] = sum(k) a[i, k] * b[k, j]"), &g, &serr), SCHED_OK);
+	plan = kgen_plan_default(g);
+	plan->kernels[0].schedule.mma = (kgen_mma){128, 64, 32, 64, 32, 2};
+	kgen_cuda_launch_shape(g, &plan->kernels[0], &blocks, &threads);
+	cr_expect_eq(blocks, 2 * 2);
+	cr_expect_eq(threads, 2 * 2 * 32);
+	kgen_plan_free(plan);
+	sched_graph_free(g);
+}
