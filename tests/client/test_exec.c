@@ -82,7 +82,7 @@ static tuned_exec *load(const char *fetched)
 /* Two kernels (one with micro-kernels) and one fused kernel, each run
  * twice on new inputs in the caller's buffers, the intermediate in
  * scratch. */
-Test(exec, a_fetched_plan_runs_on_the_caller_s_tensors, .timeout = 120)
+Test(exec, a_fetched_plan_runs_on_the_caller_s_tensors)
 {
 	static const char *const plans[] = {
 		"{\"kernels\": [{\"ops\": [0], \"schedule\": {\"micro\": {\"mr\": 4, "
@@ -115,7 +115,7 @@ Test(exec, a_fetched_plan_runs_on_the_caller_s_tensors, .timeout = 120)
 
 /* The kernels run are the fetched sources, not kernels printed again: a
  * planted source that writes 42 shows in the output. */
-Test(exec, the_fetched_sources_are_the_kernels_run, .timeout = 120)
+Test(exec, the_fetched_sources_are_the_kernels_run)
 {
 	char *fetched = fetch_of("{\"kernels\": [{\"ops\": [0]}, {\"ops\": [1]}]}");
 	json_t *reply = json_loads(fetched, 0, NULL);
@@ -150,7 +150,7 @@ static void expect_load_refused(const char *graph, const char *fetched, const ch
 	cr_expect_not_null(strstr(why, reason), "'%s', not '%s'", why, reason);
 }
 
-Test(exec, misuses_are_refused_with_the_reason, .timeout = 120)
+Test(exec, misuses_are_refused_with_the_reason)
 {
 	char *fetched = fetch_of("{\"kernels\": [{\"ops\": [0]}, {\"ops\": [1]}]}");
 	char *cuda = strdup(fetched), *at, why[512] = "";

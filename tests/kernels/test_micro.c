@@ -66,7 +66,7 @@ static void expect_verified(const sched_graph *g, kgen_micro m)
 
 /* Edges in M, N (also within a vector) and K, full blocks, one block;
  * A packed and read in place. */
-Test(micro, every_blocking_matches_the_reference, .timeout = 600)
+Test(micro, every_blocking_matches_the_reference)
 {
 	static const kgen_micro blockings[] = {
 		{6, 16, 32, 48, 64, 1}, {6, 16, 32, 48, 64, 0}, {4, 32, 50, 8, 32, 1},
@@ -84,7 +84,7 @@ Test(micro, every_blocking_matches_the_reference, .timeout = 600)
 /* f16 and bf16 factors, an f16 product (summed over all of K at once),
  * transposed and shifted factors, dims that merge, an output contiguous
  * along its first dim. */
-Test(micro, dtypes_strides_and_merged_dims, .timeout = 600)
+Test(micro, dtypes_strides_and_merged_dims)
 {
 	static const struct {
 		const char *tensors, *op;
@@ -111,7 +111,7 @@ Test(micro, dtypes_strides_and_merged_dims, .timeout = 600)
 }
 
 /* Random shapes and blockings, on random inputs. */
-Test(micro, random_shapes_and_blockings, .timeout = 600)
+Test(micro, random_shapes_and_blockings)
 {
 	srand(17);
 	for (int trial = 0; trial < 12; trial++) {

@@ -72,7 +72,7 @@ static bool expect_compiles(const sched_graph *g, kgen_mma m, const char *what)
 	return nvrtc;
 }
 
-Test(mma, every_blocking_of_the_examples_compiles, .timeout = 900)
+Test(mma, every_blocking_of_the_examples_compiles)
 {
 	static const char *const names[] = {"bert_qkv", "gpt3_mlp_m256", "llama_mlp_small",
 					    "gpt3_mlp_small"};
@@ -92,7 +92,7 @@ Test(mma, every_blocking_of_the_examples_compiles, .timeout = 900)
 }
 
 /* Shapes that no tile divides, bf16 factors, an f32 output, a shifted B. */
-Test(mma, odd_shapes_and_dtypes_compile, .timeout = 300)
+Test(mma, odd_shapes_and_dtypes_compile)
 {
 	static const char *const cases[][2] = {
 		{"a f16 100,72 in; b f16 72,40 in; y f16 100,40 out",
