@@ -296,6 +296,14 @@ Test(cpu, f16_widening_is_exact_for_every_bit_pattern)
  * rounded as its tensor would round it (f16_round, bit for bit), on a
  * spread of float bit patterns: normals, subnormals of f16, ties, values
  * that overflow to infinity, NaNs. */
+/* Float bits spread over all 2^32 into "x": every other one a tie of
+ * f16 rounding (the 13 bits it drops are 0x1000). */
+static void rounding_cases(uint32_t *x, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		x[i] = i & 1 ? ((i * 1021u) & ~0x1fffu) | 0x1000u : i * 1021u;
+}
+
 Test(cpu, f16_rounding_in_block_local_memory_is_exact)
 {
 	enum { N = 1 << 22 };
@@ -313,8 +321,7 @@ Test(cpu, f16_rounding_in_block_local_memory_is_exact)
 		     b.err.message);
 	cr_assert_eq(kgen_program_build(b.backend, b.graph, b.plan, NULL, &b.prog,
 					&b.err), KGEN_OK, "%s", b.err.message);
-	for (uint32_t i = 0; i < N; i++)
-		x[i] = i & 1 ? ((i * 1021u) & ~0x1fffu) | 0x1000u /* a tie */ : i * 1021u;
+	rounding_cases(x, N);
 	cr_assert_eq(kgen_program_run(b.prog, host, &b.err), KGEN_OK);
 	for (uint32_t i = 0; i < N; i++) {
 		float in, want;
@@ -329,6 +336,45 @@ Test(cpu, f16_rounding_in_block_local_memory_is_exact)
 	json_decref(json);
 	free(x);
 	free(h);
+	free(y);
+	close_bench(&b);
+}
+
+/* f16 stores (integer operations that vectorize) give the bits of the
+ * _Float16 conversion, ties, subnormals, overflow and signed zeros
+ * included; a NaN stays a NaN. */
+Test(cpu, f16_stores_are_the_conversion_bit_for_bit)
+{
+	enum { N = 1 << 22 };
+	bench b = {0};
+	sched_error serr = {0};
+	uint32_t *x = malloc(N * sizeof(uint32_t));
+	uint16_t *y = malloc(N * sizeof(uint16_t));
+	void *host[2] = {x, y};
+
+	open_cpu(&b);
+	cr_assert_eq(load_graph("x f32 4194304 in; y f16 4194304 out", OPS("y[i] = x[i]"),
+				&b.graph, &serr), SCHED_OK);
+	b.plan = kgen_plan_default(b.graph);
+	cr_assert_eq(kgen_program_build(b.backend, b.graph, b.plan, NULL, &b.prog, &b.err),
+		     KGEN_OK, "%s", b.err.message);
+	rounding_cases(x, N);
+	cr_assert_eq(kgen_program_run(b.prog, host, &b.err), KGEN_OK);
+	for (uint32_t i = 0; i < N; i++) {
+		float in;
+		_Float16 want;
+		uint16_t bits;
+
+		memcpy(&in, &x[i], 4);
+		want = (_Float16)in;
+		memcpy(&bits, &want, 2);
+		if (in != in)
+			cr_expect((y[i] & 0x7c00u) == 0x7c00u && (y[i] & 0x3ffu),
+				  "0x%08x: 0x%04x, want a NaN", x[i], y[i]);
+		else if (y[i] != bits)
+			cr_expect_fail("0x%08x: 0x%04x, want 0x%04x", x[i], y[i], bits);
+	}
+	free(x);
 	free(y);
 	close_bench(&b);
 }
