@@ -26,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include <cblas.h>
@@ -265,23 +264,6 @@ static int build_plan(kgen_backend *backend, const sched_graph *graph,
 	return rc;
 }
 
-/* Host memory as the cpu backend allocates a tensor (docs/kernels.md,
- * "Measurement"): 2 MiB and more on huge pages from the start, so that
- * neither side's operands are made huge in the middle of the rounds. */
-#define HUGE_PAGE ((size_t)2 << 20)
-
-static float *host_floats(int64_t count)
-{
-	size_t bytes = (size_t)count * sizeof(float);
-	size_t align = bytes >= HUGE_PAGE ? HUGE_PAGE : 64;
-	size_t rounded = (bytes + align - 1) / align * align;
-	float *buffer = aligned_alloc(align, rounded);
-
-	if (buffer && align == HUGE_PAGE)
-		madvise(buffer, rounded, MADV_HUGEPAGE);
-	return buffer;
-}
-
 static void operands_free(gemm_operands *ops)
 {
 	free(ops->a);
@@ -290,12 +272,17 @@ static void operands_free(gemm_operands *ops)
 	free(ops->c_blas);
 }
 
-/* A and B drawn uniformly in [-1, 1) from "seed"; both Cs zero. */
+/* A and B drawn uniformly in [-1, 1) from "seed"; both Cs zero; all four
+ * placed as the cpu backend places tensors (kgen_host_buffer), so that
+ * neither side's operands are made huge in the middle of the rounds. */
 static int operands_new(const gemm_result *r, unsigned seed, gemm_operands *ops)
 {
-	*ops = (gemm_operands){(int)r->m, (int)r->n, (int)r->k,
-			       host_floats(r->m * r->k), host_floats(r->k * r->n),
-			       host_floats(r->m * r->n), host_floats(r->m * r->n)};
+	size_t a = (size_t)(r->m * r->k) * sizeof(float);
+	size_t b = (size_t)(r->k * r->n) * sizeof(float);
+	size_t c = (size_t)(r->m * r->n) * sizeof(float);
+
+	*ops = (gemm_operands){(int)r->m, (int)r->n, (int)r->k, kgen_host_buffer(a),
+			       kgen_host_buffer(b), kgen_host_buffer(c), kgen_host_buffer(c)};
 	if (!ops->a || !ops->b || !ops->c_tuned || !ops->c_blas) {
 		operands_free(ops);
 		return -ENOMEM;

@@ -286,7 +286,7 @@ static void cpu_unload(kgen_backend *backend, void *module)
  * drift that would pass for a better schedule. */
 #define HUGE_PAGE ((size_t)2 << 20)
 
-static void *aligned_buffer(size_t bytes)
+void *kgen_host_buffer(size_t bytes)
 {
 	size_t align = bytes >= HUGE_PAGE ? HUGE_PAGE : 64;
 	void *buffer = aligned_alloc(align, (bytes + align - 1) / align * align);
@@ -300,7 +300,7 @@ static int cpu_alloc(kgen_backend *backend, size_t bytes, void **buffer,
 		     kgen_error *err)
 {
 	(void)backend;
-	if (!(*buffer = aligned_buffer(bytes)))
+	if (!(*buffer = kgen_host_buffer(bytes)))
 		return kgen_fail(err, KGEN_ENOMEM, "cannot allocate %zu bytes", bytes);
 	return KGEN_OK;
 }
@@ -494,7 +494,7 @@ int kgen_cpu_open(kgen_backend *backend, kgen_error *err)
 	remove_stale_dirs();
 	snprintf(cpu->dir, sizeof(cpu->dir), "/tmp/tuned-cpu-%d-XXXXXX", (int)getpid());
 	cpu->flush_bytes = flush_size();
-	if (!mkdtemp(cpu->dir) || !(cpu->flush = aligned_buffer(cpu->flush_bytes))) {
+	if (!mkdtemp(cpu->dir) || !(cpu->flush = kgen_host_buffer(cpu->flush_bytes))) {
 		free(cpu->flush);
 		free(cpu);
 		return kgen_fail(err, KGEN_EBACKEND, "cannot make a work folder "

@@ -71,8 +71,10 @@ typedef struct kgen_micro {
 #define KGEN_MICRO_MAX_NR 64
 
 /* The width of the cpu's vectors in floats: 16 with AVX-512, 8 with
- * AVX2, else 4 (micro-kernels use the widest that divides nr). */
+ * AVX2, else 4; and the widest of them that divides nr, the vectors of
+ * micro-kernels nr wide. */
 int kgen_cpu_vector_floats(void);
+int kgen_micro_vector_floats(int nr);
 
 /* A contraction of f16 or bf16 factors on tensor cores (cuda, sm_80 and
  * later; kernels/print_mma.c): bm x bn tiles of C per block, warps of
@@ -257,6 +259,11 @@ typedef struct kgen_time {
 int kgen_program_time(__sched_keep kgen_program *program,
 		      const kgen_timing *timing, kgen_time *times,
 		      kgen_time *total, kgen_error *err);
+/* Host memory as the cpu backend allocates a tensor: 2 MiB and more on
+ * huge pages from the start (docs/kernels.md, "Measurement"); free() it.
+ * NULL when out of memory. */
+void *kgen_host_buffer(size_t bytes);
+
 /* Times call(arg), a function of the host, exactly as kgen_program_time
  * times a plan: the same warm-up, caches flushed before each timed run,
  * the same budget, median and spread; so that a library routine (a BLAS,

@@ -376,6 +376,11 @@ const char *kgen_mma_operands_unfit(const sched_graph *graph, const sched_contra
 	return NULL;
 }
 
+int kgen_mma_threads(const kgen_mma *m)
+{
+	return m->bm / m->wm * (m->bn / m->wn) * 32;
+}
+
 int kgen_mma_shared_bytes(const kgen_mma *m)
 {
 	return m->stages * (m->bm * (m->bk + 8) + m->bk * (m->bn + 8)) * 2;

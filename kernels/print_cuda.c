@@ -36,11 +36,6 @@ static int64_t tiles_along(const cuda_kernel *k, int d)
 	return (k->target->shape[d] + tile - 1) / tile;
 }
 
-int kgen_mma_threads(const kgen_mma *mma)
-{
-	return mma->bm / mma->wm * (mma->bn / mma->wn) * 32;
-}
-
 /* A tensor-core kernel: a block per bm x bn tile of C. */
 static void mma_launch_shape(const sched_graph *graph, const kgen_kernel *kernel,
 			     int64_t *blocks, int64_t *threads)

@@ -34,9 +34,7 @@ int kgen_cpu_vector_floats(void)
 	return __builtin_cpu_supports("avx2") ? 8 : 4;
 }
 
-/* The widest vector of this machine that nr is a multiple of (nr is a
- * multiple of 8, KGEN_MICRO_NR_STEP). */
-static int vector_width(int nr)
+int kgen_micro_vector_floats(int nr)
 {
 	int width = kgen_cpu_vector_floats();
 
@@ -266,7 +264,7 @@ char *kgen_print_micro(const sched_graph *graph, const kgen_kernel *kernel)
 	p.a = &graph->tensors[p.c.a];
 	p.b = &graph->tensors[p.c.b];
 	p.target = &graph->tensors[op->target];
-	p.width = vector_width(p.s.nr);
+	p.width = kgen_micro_vector_floats(p.s.nr);
 	kgen_print_helpers(&buf, false, true);
 	kgen_print_header(&buf, &(kgen_printer){graph, op, NULL}, kernel->name);
 	sched_buf_printf(&buf, "#include <stdlib.h>\n"

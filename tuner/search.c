@@ -180,7 +180,6 @@ static int kernel_genes(tuner_search *s, int k, int first)
 	ks->rank = r;
 	ks->reduces = op->reducer != SCHED_RED_NONE;
 	ks->first_gene = first;
-	ks->blocking = blocking_of(s, k, &ks->product);
 	ks->f32_out = t->dtype == SCHED_F32;
 	for (int d = 0; d < r; d++) {
 		dim_choices(ks, d, t->shape[d], &kernel->schedule, s->o.cuda);
@@ -200,29 +199,31 @@ static int kernel_genes(tuner_search *s, int k, int first)
 }
 
 /* The genome's layout, from the default plan in s->base: each kernel's
- * genes, then the fusion genes. */
+ * genes (its blocking first, which decides how many), then the fusion
+ * genes. */
 static int build_space(tuner_search *s)
 {
 	int gene = 0;
 
 	s->nkernels = s->base->nkernels;
+	if (!(s->kernels = calloc(s->nkernels + 1, sizeof(kernel_space))))
+		return -1;
 	for (int k = 0; k < s->nkernels; k++) {
-		sched_contraction product;
+		kernel_space *ks = &s->kernels[k];
 
+		ks->blocking = blocking_of(s, k, &ks->product);
 		s->ngenes += 2 * s->graph->tensors[kgen_kernel_op(s->graph,
 					&s->base->kernels[k])->target].rank + 4;
-		s->ngenes += blocking_of(s, k, &product) ? BLOCKING_GENES : 0;
+		s->ngenes += ks->blocking ? BLOCKING_GENES : 0;
 	}
 	s->first_fusion_gene = s->ngenes;
 	s->ngenes += tuner_fusion_genes(s->fusion);
-	s->kernels = calloc(s->nkernels + 1, sizeof(kernel_space));
 	s->schedules = calloc(s->nkernels + 1, sizeof(kgen_schedule));
 	s->domain = calloc(s->ngenes + 1, sizeof(int));
 	s->defaults = calloc(s->ngenes + 1, sizeof(int));
 	s->fused = calloc(s->ngenes + 1, sizeof(int));
 	s->genes = calloc(s->ngenes + 1, sizeof(int));
-	if (!s->kernels || !s->schedules || !s->domain || !s->defaults || !s->fused ||
-	    !s->genes)
+	if (!s->schedules || !s->domain || !s->defaults || !s->fused || !s->genes)
 		return -1;
 	for (int k = 0; k < s->nkernels; k++)
 		gene = kernel_genes(s, k, gene);
@@ -261,12 +262,11 @@ static kgen_micro decode_micro(const kernel_space *ks, const int *at)
 {
 	const sched_contraction *c = &ks->product;
 	kgen_micro m = {.mr = (int)micro_mrs[at[0]], .nr = (int)micro_nrs[at[1]]};
-	int width = kgen_cpu_vector_floats(), registers = width == 16 ? 32 : 16;
+	int registers = kgen_cpu_vector_floats() == 16 ? 32 : 16, width;
 
 	if (!m.mr)
 		return (kgen_micro){0};
-	while (m.nr % width)
-		width /= 2;
+	width = kgen_micro_vector_floats(m.nr);
 	while (2 * (m.nr / width) + 1 > registers)
 		m.nr /= 2;
 	if (m.mr > (registers - 1 - m.nr / width) / (m.nr / width))
