@@ -258,4 +258,91 @@ __sched_give sched_group *sched_group_copy(__sched_keep const sched_group *group
 /* The stage of op "op" in "group", or -1. */
 int sched_group_stage_of(__sched_keep const sched_group *group, int op);
 
+/* sync.c: the tile dependence of one kernel on another and the sync
+ * policies read off it (cuSync; docs/sync.md).
+ *
+ * A kernel's tiles: the elements of tensor "tensor" seen as a row-major
+ * array of shape view[0..rank) (the same elements in the same order: the
+ * tensor's own shape, or [M, N] for a matrix product), cut into tiles of
+ * tile[d] along dim d and numbered row-major. */
+typedef struct sched_tiling {
+	int tensor;
+	int rank;
+	int64_t view[SCHED_MAX_RANK];
+	int64_t tile[SCHED_MAX_RANK];
+} sched_tiling;
+
+/* A producer kernel whose tiles cover its output, and a consumer kernel
+ * (its ops, any order) that reads that output and whose tiles cover its
+ * root's output. */
+typedef struct sched_sync_pair {
+	sched_tiling producer;
+	int nconsumer_ops;
+	const int *consumer_ops;
+	sched_tiling consumer;
+} sched_sync_pair;
+
+/* Policies, after the shape of the relation they are read off:
+ * TILE, a semaphore per producer tile (any relation); ROW, one per row of
+ * producer tiles (the last dim grouped: a GEMM after a GEMM); STRIDED,
+ * tiles "stride" apart along the last dim share one (the Q, K and V
+ * slices of one GEMM); CONV2D, one per spatial tile of an [n, c, h, w]
+ * grid (the channel dim grouped: a convolution after a convolution).
+ * Each but TILE is offered only when exact: a consumer tile waits for
+ * no producer tile it does not read. */
+enum sched_sync_kind {
+	SCHED_SYNC_TILE, SCHED_SYNC_ROW, SCHED_SYNC_STRIDED, SCHED_SYNC_CONV2D,
+	SCHED_SYNC_KINDS
+};
+
+const char *sched_sync_kind_name(enum sched_sync_kind kind);
+int sched_sync_kind_from_name(const char *name); /* -1: none */
+
+/* Producer tile p posts once to its semaphore; a consumer tile waits on
+ * the semaphores of the tiles it needs until each received "target"
+ * posts. Semaphores form an extent[0..rank) grid, numbered row-major.
+ * post: C expression of the producer tile's coordinates p0, p1, ...;
+ * wait: C statements (isl's loops, which may call min, max and floord)
+ * of the consumer tile's coordinates c0, c1, ..., one KSYNC_WAIT(s) per
+ * semaphore s. */
+typedef struct sched_sync_policy {
+	enum sched_sync_kind kind;
+	int64_t stride;
+	int rank;
+	int64_t extent[SCHED_MAX_RANK];
+	int64_t semaphores;
+	int64_t target;
+	char *post;
+	char *wait;
+	isl_map *posts;  /* Tp[p] -> Sem[s] */
+	isl_map *waits;  /* Tc[c] -> Sem[s] */
+} sched_sync_policy;
+
+typedef struct sched_sync {
+	isl_ctx *ctx;
+	sched_tiling producer, consumer;
+	isl_map *needs;           /* Tc[c] -> Tp[p]: the producer tiles c reads */
+	isl_set *producer_grid;   /* Tp[p] */
+	isl_set *consumer_grid;   /* Tc[c] */
+	int npolicies;
+	sched_sync_policy policies[SCHED_SYNC_KINDS];
+} sched_sync;
+
+/* The tile dependence of "pair" and its policies; SCHED_EMEANING with
+ * the reason when the consumer does not read the producer's output or a
+ * tiling does not cover its tensor. */
+int sched_sync_new(__sched_keep const sched_graph *graph,
+		   const sched_sync_pair *pair, __sched_give sched_sync **out,
+		   sched_error *err);
+void sched_sync_free(__sched_take sched_sync *sync);
+/* The policy of "kind" offered for "sync", or NULL. */
+const sched_sync_policy *sched_sync_policy_of(__sched_keep const sched_sync *sync,
+					      enum sched_sync_kind kind);
+/* The proof that "policy" can neither hang nor race on "sync", with isl
+ * over the tile grids: each semaphore a consumer tile waits on receives
+ * exactly "target" posts, and every producer tile a consumer tile needs
+ * posts to a semaphore it waits on. SCHED_EMEANING with the reason. */
+int sched_sync_check(__sched_keep const sched_sync *sync,
+		     __sched_keep const sched_sync_policy *policy, sched_error *err);
+
 #endif
