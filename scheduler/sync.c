@@ -89,6 +89,16 @@ static void print_coordinates(sched_buf *buf, const char *name, int rank)
 		sched_buf_printf(buf, "%s%s%d", d ? ", " : "", name, d);
 }
 
+/* The row-major offset of coordinates name0, name1, ... in "shape". */
+static void print_flat(sched_buf *buf, const char *name, const int64_t *shape, int rank)
+{
+	int64_t stride = 1;
+
+	for (int d = rank - 1; d >= 0; stride *= shape[d--])
+		sched_buf_printf(buf, "%s%lld %s%d", d == rank - 1 ? "" : " + ",
+				 (long long)stride, name, d);
+}
+
 /* { tensor[e] -> tuple[t] }: element e at flat offset f sits at view
  * coordinates v (f = v in row-major order) in tile t = floor(v / tile). */
 static isl_map *tiling_map(isl_ctx *ctx, const sched_graph *graph,
@@ -103,12 +113,10 @@ static isl_map *tiling_map(isl_ctx *ctx, const sched_graph *graph,
 	print_coordinates(&buf, "t", t->rank);
 	sched_buf_printf(&buf, "] : exists (");
 	print_coordinates(&buf, "v", t->rank);
-	sched_buf_printf(&buf, " : 0");
-	for (int d = 0; d < tensor->rank; d++)
-		sched_buf_printf(&buf, " * %lld + e%d", (long long)tensor->shape[d], d);
-	sched_buf_printf(&buf, " = 0");
-	for (int d = 0; d < t->rank; d++)
-		sched_buf_printf(&buf, " * %lld + v%d", (long long)t->view[d], d);
+	sched_buf_printf(&buf, " : ");
+	print_flat(&buf, "e", tensor->shape, tensor->rank);
+	sched_buf_printf(&buf, " = ");
+	print_flat(&buf, "v", t->view, t->rank);
 	for (int d = 0; d < tensor->rank; d++)
 		sched_buf_printf(&buf, " and 0 <= e%d < %lld", d, (long long)tensor->shape[d]);
 	for (int d = 0; d < t->rank; d++)

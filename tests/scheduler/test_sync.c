@@ -145,13 +145,16 @@ Test(sync, qkv_slices_give_strided_sync)
 Test(sync, conv_then_conv_gives_conv2d_sync)
 {
 	sched_graph *g = graph_of(CONV_CONV);
-	sched_sync *sync = sync_of(g, "y1", (int64_t[]){1, 8, 4, 4}, 1, "y2",
-				   (int64_t[]){1, 8, 4, 4});
+	sched_sync *sync = sync_of(g, "y1", (int64_t[]){1, 8, 2, 8}, 1, "y2",
+				   (int64_t[]){1, 8, 2, 8});
 	const sched_sync_policy *conv = sched_sync_policy_of(sync, SCHED_SYNC_CONV2D);
 
 	cr_assert(conv);
 	cr_expect_eq(conv->target, 2);
 	cr_expect_eq(conv->semaphores, 4);
+	cr_expect(strstr(conv->wait, "for (int s1 = max(0, c2 - 1); s1 <= min(3, c2 + 1); s1 += 1)"),
+		  "rows of 2 under a 3x3 window: the tile above, its own and the one below: %s",
+		  conv->wait);
 	cr_expect(offers(sync, SCHED_SYNC_TILE));
 	expect_proved(sync);
 	sched_sync_free(sync);
