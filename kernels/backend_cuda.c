@@ -62,6 +62,11 @@ static struct {
 	CUresult (*event_elapsed)(float *ms, CUevent start, CUevent end);
 	CUresult (*event_destroy)(CUevent event);
 	CUresult (*error_string)(CUresult error, const char **text);
+	CUresult (*priority_range)(int *least, int *greatest);
+	CUresult (*stream_create)(CUstream *stream, unsigned flags, int priority);
+	CUresult (*stream_wait)(CUstream stream, CUevent event, unsigned flags);
+	CUresult (*stream_destroy)(CUstream stream);
+	CUresult (*occupancy)(int *blocks, CUfunction fn, int threads, size_t shared);
 } cu;
 
 #define LOAD(field, symbol) (*(void **)&cu.field = dlsym(cu.lib, symbol))
@@ -85,7 +90,12 @@ static bool load_driver_symbols(void)
 	       LOAD(event_synchronize, "cuEventSynchronize") &&
 	       LOAD(event_elapsed, "cuEventElapsedTime_v2") &&
 	       LOAD(event_destroy, "cuEventDestroy_v2") &&
-	       LOAD(error_string, "cuGetErrorString");
+	       LOAD(error_string, "cuGetErrorString") &&
+	       LOAD(priority_range, "cuCtxGetStreamPriorityRange") &&
+	       LOAD(stream_create, "cuStreamCreateWithPriority") &&
+	       LOAD(stream_wait, "cuStreamWaitEvent") &&
+	       LOAD(stream_destroy, "cuStreamDestroy_v2") &&
+	       LOAD(occupancy, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
 }
 
 typedef struct cuda_state {
@@ -95,6 +105,11 @@ typedef struct cuda_state {
 	CUdeviceptr flush;
 	size_t flush_bytes;
 	CUevent start, end;
+	/* plans with sync (docs/sync.md): a high and a low priority stream,
+	 * and an event per launch and one for the start */
+	CUstream streams[2];
+	CUevent *marks;
+	int nmarks;
 } cuda_state;
 
 static const char *cu_text(CUresult rc)
@@ -234,16 +249,24 @@ static int cuda_download(kgen_backend *backend, void *host, const void *buffer,
 		     "copying from the device", err);
 }
 
-/* The kernel's arguments: the address of each tensor's device pointer. */
+/* The kernel's arguments: the address of each tensor's device pointer,
+ * then for an entry wrapped for sync its four sync arguments. */
 static int launch_one(const kgen_launch *launch, void *stream, kgen_error *err)
 {
-	void **params = calloc(launch->ntensors + 1, sizeof(void *));
-	int rc;
+	void **params = calloc(launch->ntensors + 4, sizeof(void *));
+	unsigned iteration = launch->sync.iteration ? *launch->sync.iteration : 0;
+	int n = launch->ntensors, rc;
 
 	if (!params)
 		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
-	for (int t = 0; t < launch->ntensors; t++)
+	for (int t = 0; t < n; t++)
 		params[t] = &launch->tensors[t];
+	if (launch->sync.wrapped) {
+		params[n] = (void *)&launch->sync.in;
+		params[n + 1] = (void *)&launch->sync.out;
+		params[n + 2] = (void *)&launch->sync.self;
+		params[n + 3] = &iteration;
+	}
 	rc = check(cu.launch(launch->function, launch->blocks, 1, 1,
 			     launch->threads, 1, 1, 0, stream, params, NULL),
 		   launch->name, err);
@@ -251,6 +274,136 @@ static int launch_one(const kgen_launch *launch, void *stream, kgen_error *err)
 	return rc;
 }
 
+/* The wait-kernel ahead of a consumer: one thread until the producer's
+ * first block has raised its flag for this run. */
+static int launch_wait(const kgen_launch *launch, CUstream stream, kgen_error *err)
+{
+	unsigned iteration = *launch->sync.iteration;
+	void *params[] = {(void *)&launch->sync.started, &iteration};
+
+	return check(cu.launch(launch->sync.wait_function, 1, 1, 1, 1, 1, 1, 0, stream,
+			       params, NULL), "a sync wait-kernel", err);
+}
+
+static bool any_consumer(const kgen_launch *launches, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (launches[i].sync.consumer)
+			return true;
+	return false;
+}
+
+/* The two streams, made once, and an event per launch plus one. */
+static int prepare_overlap(cuda_state *cuda, int n, kgen_error *err)
+{
+	int least = 0, greatest = 0, rc = KGEN_OK;
+
+	if (!cuda->streams[0]) {
+		cu.priority_range(&least, &greatest);
+		rc = check(cu.stream_create(&cuda->streams[0], 0, greatest), "cuStreamCreate", err);
+		if (rc == KGEN_OK)
+			rc = check(cu.stream_create(&cuda->streams[1], 0, least),
+				   "cuStreamCreate", err);
+	}
+	if (rc == KGEN_OK && cuda->nmarks < n + 1) {
+		CUevent *marks = realloc(cuda->marks, (n + 1) * sizeof(CUevent));
+
+		if (!marks)
+			return kgen_fail(err, KGEN_ENOMEM, "out of memory");
+		cuda->marks = marks;
+		for (; cuda->nmarks < n + 1 && rc == KGEN_OK; cuda->nmarks++)
+			rc = check(cu.event_create(&marks[cuda->nmarks], 2 /* no timing */),
+				   "cuEventCreate", err);
+	}
+	return rc;
+}
+
+/* Launch i's stream: they alternate, the first consumer on the low
+ * priority one, so that its producer's blocks go first. */
+static CUstream stream_of(const cuda_state *cuda, const kgen_launch *launches, int n,
+			  int i)
+{
+	int first = 0;
+
+	while (first < n && !launches[first].sync.consumer)
+		first++;
+	return cuda->streams[(i + 1 + first) % 2];
+}
+
+/* Waits that keep the plan's order except where a consumer overlaps its
+ * producer: launch i waits for launch i - 1 to end, a consumer only for
+ * i - 3 (the other stream's launch before its producer; its own stream
+ * keeps i - 2 in order) and for its producer's tiles by semaphores. */
+static int launch_one_overlapped(cuda_state *cuda, const kgen_launch *launches, int n,
+				 int i, kgen_error *err)
+{
+	const kgen_launch *l = &launches[i];
+	CUstream stream = stream_of(cuda, launches, n, i);
+	int after = l->sync.consumer ? i - 3 : i - 1, rc = KGEN_OK;
+
+	if (after >= 0)
+		rc = check(cu.stream_wait(stream, cuda->marks[after], 0), "cuStreamWaitEvent", err);
+	if (rc == KGEN_OK && l->sync.consumer && l->sync.wait_function)
+		rc = launch_wait(l, stream, err);
+	if (rc == KGEN_OK)
+		rc = launch_one(l, stream, err);
+	if (rc == KGEN_OK)
+		rc = check(cu.event_record(cuda->marks[i], stream), "cuEventRecord", err);
+	return rc;
+}
+
+/* The launches of a plan with sync, on two streams between "outer"'s
+ * work before and after them; one more run for the semaphores. */
+static int launch_overlapped(cuda_state *cuda, const kgen_launch *launches, int n,
+			     CUstream outer, kgen_error *err)
+{
+	int rc = prepare_overlap(cuda, n, err);
+
+	for (int i = 0; i < n; i++)
+		if (launches[i].sync.iteration) {
+			++*launches[i].sync.iteration;
+			break;
+		}
+	if (rc == KGEN_OK)
+		rc = check(cu.event_record(cuda->marks[n], outer), "cuEventRecord", err);
+	for (int s = 0; s < 2 && rc == KGEN_OK; s++)
+		rc = check(cu.stream_wait(cuda->streams[s], cuda->marks[n], 0),
+			   "cuStreamWaitEvent", err);
+	for (int i = 0; i < n && rc == KGEN_OK; i++)
+		rc = launch_one_overlapped(cuda, launches, n, i, err);
+	for (int i = n - 2 < 0 ? 0 : n - 2; i < n && rc == KGEN_OK; i++)
+		rc = check(cu.stream_wait(outer, cuda->marks[i], 0), "cuStreamWaitEvent", err);
+	return rc;
+}
+
+static int launch_all(cuda_state *cuda, const kgen_launch *launches, int n,
+		      CUstream stream, kgen_error *err)
+{
+	int rc = KGEN_OK;
+
+	if (any_consumer(launches, n))
+		return launch_overlapped(cuda, launches, n, stream, err);
+	for (int i = 0; i < n && rc == KGEN_OK; i++)
+		rc = launch_one(&launches[i], stream, err);
+	return rc;
+}
+
+static int cuda_lookup(kgen_backend *backend, void *module, const char *entry,
+		       void **function, kgen_error *err)
+{
+	(void)backend;
+	return check(cu.module_function((CUfunction *)function,
+					 ((cuda_module *)module)->module, entry),
+		     "finding a sync wait-kernel", err);
+}
+
+static int cuda_blocks_per_sm(kgen_backend *backend, void *function, unsigned threads,
+			      int *blocks, kgen_error *err)
+{
+	(void)backend;
+	return check(cu.occupancy(blocks, function, (int)threads, 0),
+		     "cuOccupancyMaxActiveBlocksPerMultiprocessor", err);
+}
 
 static int cuda_run(kgen_backend *backend, const kgen_launch *launches, int n,
 		    double *ms, kgen_error *err)
@@ -263,8 +416,8 @@ static int cuda_run(kgen_backend *backend, const kgen_launch *launches, int n,
 		rc = check(cu.memset8(cuda->flush, 0, cuda->flush_bytes), "flushing L2", err);
 	if (rc == KGEN_OK && ms)
 		rc = check(cu.event_record(cuda->start, NULL), "cuEventRecord", err);
-	for (int i = 0; i < n && rc == KGEN_OK; i++)
-		rc = launch_one(&launches[i], NULL, err);
+	if (rc == KGEN_OK)
+		rc = launch_all(cuda, launches, n, NULL, err);
 	if (rc == KGEN_OK && ms)
 		rc = check(cu.event_record(cuda->end, NULL), "cuEventRecord", err);
 	if (rc == KGEN_OK)
@@ -280,12 +433,7 @@ static int cuda_run(kgen_backend *backend, const kgen_launch *launches, int n,
 static int cuda_enqueue(kgen_backend *backend, const kgen_launch *launches, int n,
 			void *stream, kgen_error *err)
 {
-	int rc = KGEN_OK;
-
-	(void)backend;
-	for (int i = 0; i < n && rc == KGEN_OK; i++)
-		rc = launch_one(&launches[i], stream, err);
-	return rc;
+	return launch_all(backend->state, launches, n, stream, err);
 }
 
 static void cuda_close(kgen_backend *backend)
@@ -294,6 +442,12 @@ static void cuda_close(kgen_backend *backend)
 
 	cu.event_destroy(cuda->start);
 	cu.event_destroy(cuda->end);
+	for (int i = 0; i < cuda->nmarks; i++)
+		cu.event_destroy(cuda->marks[i]);
+	free(cuda->marks);
+	for (int s = 0; s < 2; s++)
+		if (cuda->streams[s])
+			cu.stream_destroy(cuda->streams[s]);
 	cu.mem_free(cuda->flush);
 	cu.release_ctx(cuda->device);
 	free(cuda);
@@ -304,6 +458,8 @@ static const kgen_backend_ops cuda_ops = {
 	.compile = cuda_compile,
 	.prepare = cuda_prepare,
 	.unload = cuda_unload,
+	.lookup = cuda_lookup,
+	.blocks_per_sm = cuda_blocks_per_sm,
 	.alloc = cuda_alloc,
 	.release = cuda_release,
 	.upload = cuda_upload,

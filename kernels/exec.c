@@ -15,6 +15,8 @@ struct kgen_program {
 	void **modules;
 	kgen_launch *launches;
 	void **buffers;
+	void *sync_area;    /* cuda plans with sync: semaphores, counters, flags */
+	unsigned iteration; /* runs of the whole plan, for the semaphores */
 };
 
 static size_t tensor_bytes(const sched_tensor *t)
@@ -77,6 +79,111 @@ static int alloc_buffers(kgen_program *prog, kgen_error *err)
 	return rc;
 }
 
+static bool plan_has_sync(const kgen_plan *plan)
+{
+	for (int k = 0; k < plan->nkernels; k++)
+		if (plan->kernels[k].sync.on)
+			return true;
+	return false;
+}
+
+static void *word_at(void *area, size_t word)
+{
+	return (char *)area + 4 * word;
+}
+
+/* Where each consumer's semaphores start in the sync area, after two
+ * words per kernel (its tile counter and started flag); the area's words
+ * in *total. */
+static int lay_out_semaphores(const kgen_program *prog, size_t *start, size_t *total,
+			      kgen_error *err)
+{
+	const kgen_plan *plan = prog->plan;
+	int rc = KGEN_OK;
+
+	*total = 2 * (size_t)plan->nkernels;
+	for (int k = 0; k < plan->nkernels && rc == KGEN_OK; k++) {
+		sched_sync *sync;
+
+		if (!plan->kernels[k].sync.on)
+			continue;
+		rc = kgen_sync_analyse(prog->graph, plan, k, &sync, err);
+		if (rc == KGEN_OK) {
+			start[k] = *total;
+			*total += sched_sync_policy_of(sync, plan->kernels[k].sync.policy)->semaphores;
+			sched_sync_free(sync);
+		}
+	}
+	return rc;
+}
+
+/* Without the wait-kernel, both grids must fit on the device at once. */
+static int check_co_resident(kgen_program *prog, int k, kgen_error *err)
+{
+	const kgen_launch *p = &prog->launches[k - 1], *c = &prog->launches[k];
+	int per_p, per_c, rc;
+
+	if ((rc = prog->backend->ops->blocks_per_sm(prog->backend, p->function, p->threads,
+						   &per_p, err)) < 0 ||
+	    (rc = prog->backend->ops->blocks_per_sm(prog->backend, c->function, c->threads,
+						   &per_c, err)) < 0)
+		return rc;
+	if (!kgen_sync_co_resident(p->blocks, per_p, c->blocks, per_c, prog->backend->cores))
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': without its wait-kernel "
+				 "its blocks could hold the multiprocessors '%s' needs "
+				 "(%u and %u blocks, %d and %d per multiprocessor, %d "
+				 "multiprocessors)", c->name, p->name, c->blocks, p->blocks,
+				 per_c, per_p, prog->backend->cores);
+	return KGEN_OK;
+}
+
+static int wire_consumer(kgen_program *prog, int k, void *semaphores, kgen_error *err)
+{
+	kgen_launch_sync *s = &prog->launches[k].sync;
+	char entry[80];
+
+	s->consumer = true;
+	s->in = semaphores;
+	prog->launches[k - 1].sync.out = semaphores;
+	if (!prog->plan->kernels[k].sync.wait_kernel)
+		return check_co_resident(prog, k, err);
+	s->started = word_at(prog->sync_area, 2 * (size_t)(k - 1) + 1);
+	snprintf(entry, sizeof(entry), "%s_wait", prog->plan->kernels[k].name);
+	return prog->backend->ops->lookup(prog->backend, prog->modules[k], entry,
+					  &s->wait_function, err);
+}
+
+/* The sync area, zeroed once (semaphores count up across runs), and each
+ * wrapped launch's pointers into it (docs/sync.md). */
+static int wire_syncs(kgen_program *prog, kgen_error *err)
+{
+	const kgen_plan *plan = prog->plan;
+	size_t *start = calloc(plan->nkernels, sizeof(size_t)), total = 0;
+	void *zeros = NULL;
+	int rc = start ? lay_out_semaphores(prog, start, &total, err)
+		       : kgen_fail(err, KGEN_ENOMEM, "out of memory");
+
+	if (rc == KGEN_OK && !(zeros = calloc(total, 4)))
+		rc = kgen_fail(err, KGEN_ENOMEM, "out of memory");
+	if (rc == KGEN_OK)
+		rc = prog->backend->ops->alloc(prog->backend, 4 * total, &prog->sync_area, err);
+	if (rc == KGEN_OK)
+		rc = prog->backend->ops->upload(prog->backend, prog->sync_area, zeros,
+						4 * total, err);
+	for (int k = 0; k < plan->nkernels && rc == KGEN_OK; k++) {
+		kgen_launch_sync *s = &prog->launches[k].sync;
+
+		s->wrapped = kgen_sync_wraps(plan, k);
+		s->self = s->wrapped ? word_at(prog->sync_area, 2 * (size_t)k) : NULL;
+		s->iteration = &prog->iteration;
+		if (plan->kernels[k].sync.on)
+			rc = wire_consumer(prog, k, word_at(prog->sync_area, start[k]), err);
+	}
+	free(zeros);
+	free(start);
+	return rc;
+}
+
 int kgen_program_build(kgen_backend *backend, const sched_graph *graph,
 		       const kgen_plan *plan, const char *const *sources,
 		       kgen_program **out, kgen_error *err)
@@ -89,7 +196,7 @@ int kgen_program_build(kgen_backend *backend, const sched_graph *graph,
 		*prog = (kgen_program){backend, graph, plan,
 				       calloc(plan->nkernels, sizeof(void *)),
 				       calloc(plan->nkernels, sizeof(kgen_launch)),
-				       calloc(graph->ntensors, sizeof(void *))};
+				       calloc(graph->ntensors, sizeof(void *)), NULL, 0};
 	if (!prog || !prog->modules || !prog->launches || !prog->buffers) {
 		kgen_program_free(prog);
 		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
@@ -97,6 +204,8 @@ int kgen_program_build(kgen_backend *backend, const sched_graph *graph,
 	rc = alloc_buffers(prog, err);
 	for (int k = 0; k < plan->nkernels && rc == KGEN_OK; k++)
 		rc = build_kernel(prog, k, sources, err);
+	if (rc == KGEN_OK && backend->ops->lookup && plan_has_sync(plan))
+		rc = wire_syncs(prog, err);
 	if (rc < 0) {
 		kgen_program_free(prog);
 		return rc;
@@ -137,6 +246,8 @@ void kgen_program_free(kgen_program *prog)
 	for (int t = 0; prog->buffers && t < prog->graph->ntensors; t++)
 		if (prog->buffers[t])
 			prog->backend->ops->release(prog->backend, prog->buffers[t]);
+	if (prog->sync_area)
+		prog->backend->ops->release(prog->backend, prog->sync_area);
 	free(prog->modules);
 	free(prog->launches);
 	free(prog->buffers);
@@ -210,9 +321,12 @@ int kgen_program_time(kgen_program *prog, const kgen_timing *timing,
 {
 	int rc = KGEN_OK;
 
-	for (int k = 0; times && k < prog->plan->nkernels && rc == KGEN_OK; k++)
-		rc = time_launches(prog->backend, &prog->launches[k], 1, timing,
-				   &times[k], err);
+	for (int k = 0; times && k < prog->plan->nkernels && rc == KGEN_OK; k++) {
+		kgen_launch alone = prog->launches[k];
+
+		alone.sync = (kgen_launch_sync){.wrapped = alone.sync.wrapped};
+		rc = time_launches(prog->backend, &alone, 1, timing, &times[k], err);
+	}
 	if (rc == KGEN_OK)
 		rc = time_launches(prog->backend, prog->launches, prog->plan->nkernels,
 				   timing, total, err);

@@ -107,6 +107,23 @@ typedef struct kgen_schedule {
 	kgen_mma mma;
 } kgen_schedule;
 
+/* How a kernel overlaps the kernel launched just before it, whose output
+ * it reads (cuda; docs/sync.md). on: the two run on two streams and each
+ * consumer tile waits only for the producer tiles it reads, by "policy",
+ * read off their tile dependence (scheduler/sync.c). wait_kernel: a
+ * one-thread kernel holds the consumer's launch until the producer's first
+ * block has started (off is cuSync's W: allowed only where both grids fit
+ * on the device at once). ordered: tiles are handed out in row-major order
+ * by an atomic counter (off is cuSync's R: the hardware's block order).
+ * early_loads: a tensor-core consumer prefetches the factor the producer
+ * does not write into L2 before it waits (cuSync's T). The cpu backend
+ * runs kernels in order and ignores it. */
+typedef struct kgen_sync {
+	bool on;
+	enum sched_sync_kind policy;
+	bool wait_kernel, ordered, early_loads;
+} kgen_sync;
+
 /* A kernel computes a group of ops (docs/fusion.md): one op, or ops fused
  * by the fusion planner. The schedule's dims are those of its root's
  * output (the first op no other member reads); lanes place the group's
@@ -118,6 +135,7 @@ typedef struct kgen_kernel {
 	int nlanes;
 	int lanes[KGEN_MAX_OPS];
 	kgen_schedule schedule;
+	kgen_sync sync;
 } kgen_kernel;
 
 typedef struct kgen_plan {
@@ -134,6 +152,27 @@ int kgen_plan_from_json(__sched_keep const sched_graph *graph,
  * their defaults (which reading fills in again). */
 __sched_give json_t *kgen_plan_to_json(__sched_keep const sched_graph *graph,
 				       __sched_keep const kgen_plan *plan);
+/* The tiles kernel "kernel" computes (sched_tiling): its root's output in
+ * its tiles, or [M, N] in bm x bn for a tensor-core product; KGEN_EPLAN
+ * with the reason for a kernel whose blocks are no such grid (a fused
+ * group of several branches, a product whose output is not M x N). */
+int kgen_kernel_tiling(__sched_keep const sched_graph *graph,
+		       __sched_keep const kgen_kernel *kernel, sched_tiling *out,
+		       kgen_error *err);
+/* The tile dependence of kernel k of "plan" on kernel k - 1 and the
+ * policies it offers (k's own "sync" is not looked at); KGEN_EPLAN with
+ * the reason when the two cannot sync: k reads nothing of k - 1, or
+ * reads an output of k - 1 that is not its tiled one. */
+int kgen_sync_analyse(__sched_keep const sched_graph *graph,
+		      __sched_keep const kgen_plan *plan, int k,
+		      __sched_give sched_sync **out, kgen_error *err);
+/* Whether a producer and a consumer grid, blocks_p and blocks_c blocks
+ * of which per_sm_p and per_sm_c fit on a multiprocessor, fit on "sms"
+ * multiprocessors at once: then no consumer block can hold a
+ * multiprocessor a producer block needs, and the wait-kernel may go. */
+bool kgen_sync_co_resident(unsigned blocks_p, int per_sm_p, unsigned blocks_c,
+			   int per_sm_c, int sms);
+
 /* The block-local memory a fused kernel may use: shared memory on cuda
  * (the static limit), the block's stack on the cpu. */
 #define KGEN_LOCAL_BYTES (48 * 1024)

@@ -15,8 +15,33 @@ int kgen_fail(kgen_error *err, int code, const char *fmt, ...)
  * root of a fused group's first branch. */
 const sched_op *kgen_kernel_op(const sched_graph *graph, const kgen_kernel *kernel);
 
+/* sync.c: a kernel's "sync" read from its plan entry "obj" (NULL: none)
+ * and proved; written back (NULL when off); proved again (a plan built
+ * in memory, by the search); and whether kernel k's cuda entry is wrapped
+ * for sync (print_sync.c): it waits on k - 1 or k + 1 waits on it. */
+int kgen_sync_from_json(const sched_graph *graph, kgen_plan *plan, int k,
+			json_t *obj, kgen_error *err);
+json_t *kgen_sync_to_json(const kgen_plan *plan, int k);
+int kgen_sync_check_kernel(const sched_graph *graph, const kgen_plan *plan, int k,
+			   kgen_error *err);
+bool kgen_sync_wraps(const kgen_plan *plan, int k);
+
 /* Whether "op" reads or writes "tensor" (print.c). */
 bool kgen_op_touches(const sched_op *op, int tensor);
+
+/* The sync arguments of a cuda entry wrapped by print_sync.c (device
+ * pointers into the program's sync area; NULL ones turn that part off,
+ * as when a kernel is timed alone), and how the launch overlaps the one
+ * before it: "consumer" runs on the other stream, behind "wait_function"
+ * (its wait-kernel, watching "started") where it has one. "iteration"
+ * counts the program's runs; the backend adds one per run. */
+typedef struct kgen_launch_sync {
+	bool wrapped, consumer;
+	void *in, *out, *self;
+	void *wait_function;
+	void *started;
+	unsigned *iteration;
+} kgen_launch_sync;
 
 /* A kernel ready to launch: its function, shape and tensor arguments. */
 typedef struct kgen_launch {
@@ -25,6 +50,7 @@ typedef struct kgen_launch {
 	unsigned blocks, threads;
 	int ntensors;
 	void **tensors;
+	kgen_launch_sync sync;
 } kgen_launch;
 
 /* What a backend does; every function returns 0 or a negative kgen_code
@@ -39,6 +65,13 @@ typedef struct kgen_backend_ops {
 	int (*prepare)(kgen_backend *backend, const char *source,
 		       const char *entry, kgen_error *err);
 	void (*unload)(kgen_backend *backend, void *module);
+	/* Another entry of a loaded module (cuda: a sync wait-kernel), and
+	 * how many blocks of "function" fit on one multiprocessor; NULL on
+	 * the cpu. */
+	int (*lookup)(kgen_backend *backend, void *module, const char *entry,
+		      void **function, kgen_error *err);
+	int (*blocks_per_sm)(kgen_backend *backend, void *function, unsigned threads,
+			     int *blocks, kgen_error *err);
 	int (*alloc)(kgen_backend *backend, size_t bytes, void **buffer,
 		     kgen_error *err);
 	void (*release)(kgen_backend *backend, void *buffer);

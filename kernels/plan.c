@@ -632,7 +632,8 @@ static int check_group(const sched_graph *graph, const kgen_kernel *kernel,
 static int read_kernel(const sched_graph *graph, json_t *obj, kgen_kernel *kernel,
 		       int index, kgen_error *err)
 {
-	static const char *const keys[] = {"name", "ops", "lanes", "schedule", NULL};
+	static const char *const keys[] = {"name", "ops", "lanes", "schedule", "sync",
+					   NULL};
 	const char *key;
 	json_t *value;
 	int rc;
@@ -756,6 +757,10 @@ int kgen_plan_from_json(const sched_graph *graph, json_t *json, kgen_plan **out,
 		rc = check_coverage(graph, plan, err);
 	if (rc == KGEN_OK)
 		rc = check_launch_order(graph, plan, err);
+	json_array_foreach(kernels, i, obj)
+		if (rc == KGEN_OK)
+			rc = kgen_sync_from_json(graph, plan, (int)i,
+						 json_object_get(obj, "sync"), err);
 	if (rc < 0) {
 		kgen_plan_free(plan);
 		return rc == KGEN_ENOMEM ? kgen_fail(err, rc, "out of memory") : rc;
@@ -861,6 +866,8 @@ json_t *kgen_plan_to_json(const sched_graph *graph, const kgen_plan *plan)
 			json_object_set_new(obj, "schedule", schedule);
 		else
 			json_decref(schedule);
+		if (kernel->sync.on)
+			json_object_set_new(obj, "sync", kgen_sync_to_json(plan, k));
 		json_array_append_new(kernels, obj);
 	}
 	return json_pack("{s:o}", "kernels", kernels);

@@ -492,3 +492,23 @@ bool kgen_wide_indices(const sched_graph *graph)
 			return true;
 	return false;
 }
+
+void kgen_print_cuda_entry(sched_buf *buf, const char *name, const char *bounds,
+			   bool wrapped)
+{
+	if (wrapped)
+		sched_buf_printf(buf, "static __device__ __forceinline__ void\n%s_tile(", name);
+	else
+		sched_buf_printf(buf, "extern \"C\" __global__ void __launch_bounds__(%s)\n%s(",
+				 bounds, name);
+}
+
+void kgen_print_cuda_entry_end(sched_buf *buf, bool wrapped)
+{
+	sched_buf_printf(buf, "%s)\n{\n", wrapped ? ",\n\tconst unsigned ktile" : "");
+}
+
+const char *kgen_cuda_tile(bool wrapped)
+{
+	return wrapped ? "ktile" : "blockIdx.x";
+}

@@ -175,7 +175,7 @@ char *kgen_print_c(const sched_graph *graph, const kgen_plan *plan, int index)
 	sched_buf buf = {0};
 
 	if (kernel->nops > 1)
-		return kgen_print_fused(graph, kernel, false);
+		return kgen_print_fused(graph, kernel, false, false);
 	if (kernel->schedule.micro.mr)
 		return kgen_print_micro(graph, kernel);
 	c_kernel k = {{graph, op, NULL}, kernel, &graph->tensors[op->target], &buf};

@@ -22,6 +22,7 @@ typedef struct cuda_kernel {
 	const sched_tensor *target;
 	sched_buf *buf;
 	unsigned threads;
+	bool wrapped;
 } cuda_kernel;
 
 static const char *var_name(const cuda_kernel *k, int v)
@@ -74,14 +75,15 @@ void kgen_cuda_launch_shape(const sched_graph *graph, const kgen_kernel *kernel,
 static void print_params(const cuda_kernel *k)
 {
 	const sched_graph *g = k->pr.graph;
+	char bounds[16];
 
-	sched_buf_printf(k->buf, "extern \"C\" __global__ void __launch_bounds__(%u)\n%s(",
-			 k->threads, k->kernel->name);
+	snprintf(bounds, sizeof(bounds), "%u", k->threads);
+	kgen_print_cuda_entry(k->buf, k->kernel->name, bounds, k->wrapped);
 	for (int t = 0; t < g->ntensors; t++)
 		sched_buf_printf(k->buf, "%s%s%s *__restrict__ t_%s", t ? ",\n\t" : "",
 				 t == k->pr.op->target ? "" : "const ",
 				 kgen_ctype(g->tensors[t].dtype, true), g->tensors[t].name);
-	sched_buf_printf(k->buf, ")\n{\n");
+	kgen_print_cuda_entry_end(k->buf, k->wrapped);
 }
 
 /* o_d: the origin of this block's tile; h_d: this thread's place in it. */
@@ -89,7 +91,8 @@ static void print_coordinates(const cuda_kernel *k)
 {
 	const kgen_schedule *s = &k->kernel->schedule;
 
-	sched_buf_printf(k->buf, "\tidx_t tile = blockIdx.x;\n\tint lane = threadIdx.x;\n");
+	sched_buf_printf(k->buf, "\tidx_t tile = %s;\n\tint lane = threadIdx.x;\n",
+			 kgen_cuda_tile(k->wrapped));
 	for (int d = k->target->rank - 1; d >= 0; d--)
 		sched_buf_printf(k->buf, "\tconst idx_t o_%d = (tile %% %lld) * %lld;\n"
 				 "\ttile /= %lld;\n\tconst int h_%d = lane %% %d;\n"
@@ -278,17 +281,13 @@ static void print_block_split(const cuda_kernel *k)
 	sched_buf_printf(k->buf, "\t\t}\n\t\t__syncthreads();\n\t}\n");
 }
 
-char *kgen_print_cuda(const sched_graph *graph, const kgen_plan *plan, int index)
+/* A kernel of one op from its tiles. */
+static char *print_tiled(const sched_graph *graph, const kgen_kernel *kernel, bool wrapped)
 {
-	const kgen_kernel *kernel = &plan->kernels[index];
 	const sched_op *op = kgen_kernel_op(graph, kernel);
 	sched_buf buf = {0};
-
-	if (kernel->nops > 1)
-		return kgen_print_fused(graph, kernel, true);
-	if (kernel->schedule.mma.bm)
-		return kgen_print_mma(graph, kernel);
-	cuda_kernel k = {{graph, op, NULL}, kernel, &graph->tensors[op->target], &buf, 0};
+	cuda_kernel k = {{graph, op, NULL}, kernel, &graph->tensors[op->target], &buf, 0,
+			 wrapped};
 	unsigned blocks;
 
 	kgen_cuda_launch_shape(graph, kernel, &blocks, &k.threads);
@@ -303,5 +302,29 @@ char *kgen_print_cuda(const sched_graph *graph, const kgen_plan *plan, int index
 	else
 		print_thread_split(&k);
 	sched_buf_printf(&buf, "}\n");
+	return buf.str;
+}
+
+static char *print_body(const sched_graph *graph, const kgen_kernel *kernel, bool wrapped)
+{
+	if (kernel->nops > 1)
+		return kgen_print_fused(graph, kernel, true, wrapped);
+	if (kernel->schedule.mma.bm)
+		return kgen_print_mma(graph, kernel, wrapped);
+	return print_tiled(graph, kernel, wrapped);
+}
+
+char *kgen_print_cuda(const sched_graph *graph, const kgen_plan *plan, int index)
+{
+	bool wrapped = kgen_sync_wraps(plan, index);
+	char *body = print_body(graph, &plan->kernels[index], wrapped);
+	sched_buf buf = {0};
+
+	if (!body || !wrapped)
+		return body;
+	sched_buf_printf(&buf, "%s", body);
+	free(body);
+	if (!kgen_print_sync(&buf, graph, plan, index))
+		sched_buf_release(&buf);
 	return buf.str;
 }

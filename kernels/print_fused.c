@@ -24,6 +24,7 @@ typedef struct fused_kernel {
 	const kgen_kernel *kernel;
 	sched_buf *buf;
 	bool cuda;
+	bool wrapped; /* cuda: computes one tile for print_sync.c's entry */
 } fused_kernel;
 
 static const sched_group *group_of(const fused_kernel *k)
@@ -100,6 +101,7 @@ static void print_params(fused_kernel *k)
 {
 	const sched_graph *g = k->pr.graph;
 	unsigned threads = 1;
+	char bounds[16];
 
 	if (!k->cuda) {
 		sched_buf_printf(k->buf, "void %s(void **tensors)\n{\n", k->kernel->name);
@@ -113,13 +115,13 @@ static void print_params(fused_kernel *k)
 	}
 	for (int d = 0; d < stage_target(k, group_of(k)->nstages - 1)->rank; d++)
 		threads *= k->kernel->schedule.threads[d];
-	sched_buf_printf(k->buf, "extern \"C\" __global__ void __launch_bounds__(%u)\n%s(",
-			 threads, k->kernel->name);
+	snprintf(bounds, sizeof(bounds), "%u", threads);
+	kgen_print_cuda_entry(k->buf, k->kernel->name, bounds, k->wrapped);
 	for (int t = 0; t < g->ntensors; t++)
 		sched_buf_printf(k->buf, "%s%s%s *__restrict__ t_%s", t ? ",\n\t" : "",
 				 writes_global(k, t) ? "" : "const ",
 				 kgen_ctype(g->tensors[t].dtype, true), g->tensors[t].name);
-	sched_buf_printf(k->buf, ")\n{\n");
+	kgen_print_cuda_entry_end(k->buf, k->wrapped);
 }
 
 /* x rounded to the stage's tensor type, as a stored element would be:
@@ -443,7 +445,8 @@ static void print_body(fused_kernel *k)
 
 	if (k->cuda) {
 		sched_buf_printf(k->buf, "\t__shared__ float local[%lld];\n"
-				 "\tconst idx_t blk = blockIdx.x;\n", (long long)floats);
+				 "\tconst idx_t blk = %s;\n", (long long)floats,
+				 kgen_cuda_tile(k->wrapped));
 		print_lanes(k);
 		return;
 	}
@@ -456,11 +459,11 @@ static void print_body(fused_kernel *k)
 }
 
 char *kgen_print_fused(const sched_graph *graph, const kgen_kernel *kernel,
-		       bool cuda)
+		       bool cuda, bool wrapped)
 {
 	sched_group *group;
 	sched_buf buf = {0};
-	fused_kernel k = {{graph, NULL, NULL}, kernel, &buf, cuda};
+	fused_kernel k = {{graph, NULL, NULL}, kernel, &buf, cuda, wrapped};
 
 	if (kgen_kernel_group(graph, kernel, cuda, &group, NULL) < 0)
 		return NULL;

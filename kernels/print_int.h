@@ -47,14 +47,33 @@ bool kgen_wide_indices(const sched_graph *graph);
 
 /* print_fused.c: a fused group's kernel, as C with OpenMP or CUDA C. */
 char *kgen_print_fused(const sched_graph *graph, const kgen_kernel *kernel,
-		       bool cuda);
+		       bool cuda, bool wrapped);
 
 /* print_micro.c: a contraction's kernel as micro-kernels (cpu); NULL
  * when the op is no contraction. */
 char *kgen_print_micro(const sched_graph *graph, const kgen_kernel *kernel);
 
 /* print_mma.c: a contraction's kernel on tensor cores (cuda); NULL when
- * the op is no contraction. */
-char *kgen_print_mma(const sched_graph *graph, const kgen_kernel *kernel);
+ * the op is no contraction. And the L2 prefetch of the factor other than
+ * "produced" for the first slices of the tile ktile (a consumer's early
+ * loads, print_sync.c). */
+char *kgen_print_mma(const sched_graph *graph, const kgen_kernel *kernel, bool wrapped);
+void kgen_print_mma_prefetch(sched_buf *buf, const sched_graph *graph,
+			     const kgen_kernel *kernel, int produced);
+
+/* A cuda kernel's entry (print.c): the __global__ function, or, "wrapped"
+ * for sync, the device function NAME_tile that computes tile ktile, which
+ * print_sync.c's entry calls: its head up to the first parameter ("bounds":
+ * the threads per block), its end after the last, and the expression of
+ * the block's tile. */
+void kgen_print_cuda_entry(sched_buf *buf, const char *name, const char *bounds,
+			   bool wrapped);
+void kgen_print_cuda_entry_end(sched_buf *buf, bool wrapped);
+const char *kgen_cuda_tile(bool wrapped);
+
+/* print_sync.c: appends the sync runtime and the entry around kernel k's
+ * NAME_tile; false when its syncs cannot be analysed. */
+bool kgen_print_sync(sched_buf *buf, const sched_graph *graph, const kgen_plan *plan,
+		     int k);
 
 #endif

@@ -129,23 +129,22 @@ static void print_compute_slice(const mma_printer *p)
 		"}\n");
 }
 
-static void print_params(const mma_printer *p, const char *name)
+static void print_params(const mma_printer *p, const char *name, bool wrapped)
 {
 	const sched_graph *g = p->graph;
 
-	sched_buf_printf(p->buf, "extern \"C\" __global__ void __launch_bounds__(THREADS)\n%s(",
-			 name);
+	kgen_print_cuda_entry(p->buf, name, "THREADS", wrapped);
 	for (int t = 0; t < g->ntensors; t++)
 		sched_buf_printf(p->buf, "%s%s%s *__restrict__ t_%s", t ? ",\n\t" : "",
 				 &g->tensors[t] == p->target ? "" : "const ",
 				 kgen_ctype(g->tensors[t].dtype, true), g->tensors[t].name);
-	sched_buf_printf(p->buf, ")\n{\n");
+	kgen_print_cuda_entry_end(p->buf, wrapped);
 }
 
 /* The pipeline: stages - 1 slices in flight before the first compute; at
  * each step, wait for the oldest, compute it, refill the stage freed one
  * step before (the barrier at the top orders both). */
-static void print_main_loop(const mma_printer *p)
+static void print_main_loop(const mma_printer *p, bool wrapped)
 {
 	sched_buf_printf(p->buf,
 		"\t__shared__ __align__(16) unsigned short as[STAGES * BM * A_ROW];\n"
@@ -154,7 +153,7 @@ static void print_main_loop(const mma_printer *p)
 		"\tconst unsigned short *B = (const unsigned short *)t_%s + %lldLL;\n"
 		"\tconst int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;\n"
 		"\tconst idx_t tiles_n = (N + BN - 1) / BN;\n"
-		"\tconst idx_t m0 = blockIdx.x / tiles_n * BM, n0 = blockIdx.x %% tiles_n * BN;\n"
+		"\tconst idx_t m0 = %s / tiles_n * BM, n0 = %s %% tiles_n * BN;\n"
 		"\tconst int wm0 = warp / (BN / WN) * WM, wn0 = warp %% (BN / WN) * WN;\n"
 		"\tconst int slices = (int)((K + BK - 1) / BK);\n"
 		"\tfloat acc[WM / 16][WN / 8][4] = {};\n"
@@ -176,7 +175,8 @@ static void print_main_loop(const mma_printer *p)
 		"\t\tcompute_slice(acc, as + stage * BM * A_ROW, bs + stage * BK * B_ROW, wm0, wn0,\n"
 		"\t\t\t      lane);\n"
 		"\t}\n",
-		p->a->name, (long long)p->c.a0, p->b->name, (long long)p->c.b0);
+		p->a->name, (long long)p->c.a0, p->b->name, (long long)p->c.b0,
+		kgen_cuda_tile(wrapped), kgen_cuda_tile(wrapped));
 }
 
 /* Accumulator r of fragment (i, j) sits at row lane / 4 (+ 8 for r >= 2)
@@ -200,7 +200,7 @@ static void print_epilogue(const mma_printer *p)
 		kgen_store_open(p->target));
 }
 
-char *kgen_print_mma(const sched_graph *graph, const kgen_kernel *kernel)
+char *kgen_print_mma(const sched_graph *graph, const kgen_kernel *kernel, bool wrapped)
 {
 	const sched_op *op = kgen_kernel_op(graph, kernel);
 	sched_buf buf = {0};
@@ -218,8 +218,41 @@ char *kgen_print_mma(const sched_graph *graph, const kgen_kernel *kernel)
 	print_constants(&p);
 	print_load_slice(&p);
 	print_compute_slice(&p);
-	print_params(&p, kernel->name);
-	print_main_loop(&p);
+	print_params(&p, kernel->name, wrapped);
+	print_main_loop(&p, wrapped);
 	print_epilogue(&p);
 	return buf.str;
+}
+
+/* Early loads (docs/sync.md): before a consumer tile waits, its threads
+ * ask L2 for the first stages - 1 slices of the factor the producer does
+ * not write, 128 bytes (64 elements) at a time. */
+void kgen_print_mma_prefetch(sched_buf *buf, const sched_graph *graph,
+			     const kgen_kernel *kernel, int produced)
+{
+	sched_contraction c;
+	bool a_is_free;
+
+	if (!sched_op_contraction(graph, kgen_kernel_op(graph, kernel)->index, &c))
+		return;
+	a_is_free = c.a != produced;
+	sched_buf_printf(buf,
+		"\t{\n"
+		"\t\tconst unsigned short *F = (const unsigned short *)t_%s + %lldLL;\n"
+		"\t\tconst idx_t tiles_n = (N + BN - 1) / BN;\n"
+		"\t\tconst idx_t origin = %s;\n"
+		"\t\tconst int rows = %s, chunks = (%s + 63) / 64;\n"
+		"\t\tfor (int c = threadIdx.x; c < rows * chunks; c += THREADS) {\n"
+		"\t\t\tidx_t r = %s, e = %s;\n"
+		"\t\t\tif (%s)\n"
+		"\t\t\t\tasm volatile(\"prefetch.global.L2 [%%0];\" :: \"l\"(F + %s));\n"
+		"\t\t}\n"
+		"\t}\n",
+		graph->tensors[a_is_free ? c.a : c.b].name, (long long)(a_is_free ? c.a0 : c.b0),
+		a_is_free ? "ktile / tiles_n * BM" : "ktile % tiles_n * BN",
+		a_is_free ? "BM" : "(STAGES - 1) * BK", a_is_free ? "(STAGES - 1) * BK" : "BN",
+		a_is_free ? "origin + c / chunks" : "c / chunks",
+		a_is_free ? "c % chunks * 64" : "origin + c % chunks * 64",
+		a_is_free ? "r < M && e < K" : "r < K && e < N",
+		a_is_free ? "r * LDA + e" : "r * LDB + e");
 }

@@ -180,7 +180,8 @@ static int time_kernel(kgen_backend *backend, const char *source,
 {
 	unsigned blocks = (unsigned)(backend->cores > 0 ? backend->cores : 1) *
 			  CUDA_BLOCKS_PER_SM;
-	kgen_launch launch = {entry, NULL, blocks, CUDA_THREADS, ntensors, tensors};
+	kgen_launch launch = {.name = entry, .blocks = blocks, .threads = CUDA_THREADS,
+			      .ntensors = ntensors, .tensors = tensors};
 	void *module = NULL;
 	int rc = backend->ops->compile(backend, source, entry, &module,
 				       &launch.function, err);
