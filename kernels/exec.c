@@ -392,3 +392,11 @@ const sched_graph *kgen_program_graph(const kgen_program *prog)
 {
 	return prog->graph;
 }
+
+bool kgen_program_overlaps(const kgen_program *prog)
+{
+	for (int k = 0; k < prog->plan->nkernels; k++)
+		if (prog->launches[k].sync.consumer)
+			return true;
+	return false;
+}

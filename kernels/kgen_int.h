@@ -102,6 +102,9 @@ int kgen_cpu_open(kgen_backend *backend, kgen_error *err);
 int kgen_cuda_open(kgen_backend *backend, kgen_error *err);
 
 const sched_graph *kgen_program_graph(const kgen_program *program);
+/* Whether some kernel of "program" overlaps the one before it (sync on
+ * cuda): kgen_verify then runs it again to catch races. */
+bool kgen_program_overlaps(const kgen_program *program);
 
 /* The monotonic clock in milliseconds. */
 double kgen_now_ms(void);

@@ -24,6 +24,7 @@
 #define SAMPLE_ELEMENTS 1000
 #define SAMPLE_LAST_DIM 256
 #define I32_POISON INT32_MIN
+#define RACE_REPEATS 3 /* runs again of a plan whose kernels overlap */
 
 typedef struct rng {
 	uint64_t state;
@@ -368,6 +369,51 @@ static void compare_output(check_run *c, int t, kgen_check *check)
 			 check->rel_error, check->tolerance);
 }
 
+static size_t host_bytes(const sched_tensor *t)
+{
+	return (size_t)t->size * sched_dtype_bytes(t->dtype);
+}
+
+/* Whether each output of a run on c's inputs is the bytes of "first". */
+static int same_outputs(check_run *c, void **first, kgen_error *err)
+{
+	const sched_graph *g = c->graph;
+
+	for (int t = 0; t < g->ntensors; t++)
+		if (first[t] && memcmp(first[t], c->host[t], host_bytes(&g->tensors[t])))
+			return kgen_fail(err, KGEN_EWRONG, "a race: output '%s' changed "
+					 "between two runs on the same inputs",
+					 g->tensors[t].name);
+	return KGEN_OK;
+}
+
+/* A plan whose kernels overlap (docs/sync.md) runs again on the same
+ * inputs: an output that changes from run to run is a race. */
+static int check_repeatable(kgen_program *prog, check_run *c, kgen_error *err)
+{
+	const sched_graph *g = c->graph;
+	void **first = calloc(g->ntensors, sizeof(void *));
+	int rc = first ? KGEN_OK : kgen_fail(err, KGEN_ENOMEM, "out of memory");
+
+	for (int t = 0; rc == KGEN_OK && t < g->ntensors; t++) {
+		if (g->tensors[t].role != SCHED_OUTPUT)
+			continue;
+		if ((first[t] = malloc(host_bytes(&g->tensors[t]))))
+			memcpy(first[t], c->host[t], host_bytes(&g->tensors[t]));
+		else
+			rc = kgen_fail(err, KGEN_ENOMEM, "out of memory");
+	}
+	for (int run = 0; rc == KGEN_OK && run < RACE_REPEATS; run++) {
+		for (int t = 0; t < g->ntensors; t++)
+			if (g->tensors[t].role != SCHED_INPUT)
+				poison(&g->tensors[t], c->host[t]);
+		if ((rc = kgen_program_run(prog, c->host, err)) == KGEN_OK)
+			rc = same_outputs(c, first, err);
+	}
+	free_arrays(first, g->ntensors);
+	return rc;
+}
+
 int kgen_verify(kgen_program *prog, unsigned seed, kgen_check *checks,
 		kgen_error *err)
 {
@@ -397,6 +443,8 @@ int kgen_verify(kgen_program *prog, unsigned seed, kgen_check *checks,
 			       "reference: %s",
 			       c.graph->tensors[checks[failed].tensor].name,
 			       checks[failed].problem);
+	if (rc == KGEN_OK && kgen_program_overlaps(prog))
+		rc = check_repeatable(prog, &c, err);
 	release_run(&c);
 	return rc;
 }
