@@ -4,12 +4,15 @@
  *
  * The genome has one gene per decision of each op's schedule: a tile and
  * a thread count per output dim, the parallel loops, unroll, vector width
- * and reduction split, each an index into a finite domain; then the
- * fusion genes (fuse.c): which ops share a kernel, and how. A fused
+ * and reduction split, each an index into a finite domain; on cuda, the
+ * sync genes: how the kernel rooted at each op overlaps the kernel before
+ * it (docs/sync.md); then the fusion genes (fuse.c): which ops share a
+ * kernel, and how. A fused
  * kernel runs on the schedule of its root. Decoding repairs what would be
  * illegal (threads per block, threads within tiles, whole warps, the
- * cpu's tile of accumulators, fusions the planner refuses), so every
- * genome becomes a plan kgen accepts.
+ * cpu's tile of accumulators, fusions the planner refuses, sync policies
+ * the tile dependence does not offer), so every genome becomes a plan
+ * kgen accepts.
  *
  * Every plan the search has seen (proposed, known from earlier trials, or
  * dropped by the cost model) is a candidate, found by its identity in a
@@ -60,6 +63,14 @@ static const int blocking_seed[][BLOCKING_GENES] = {
 	[BLOCKING_MMA] = {2, 2, 0, 1, 1, 1},
 };
 
+/* The sync genes of each base kernel, after all kernels' other genes:
+ * when the plan's kernel rooted at its op waits on the kernel before it,
+ * the policy (0: stream order; else a sched_sync_kind + 1), then the
+ * wait-kernel, the ordered tiles and the early loads, each 0 for its
+ * default (on, on, off). cuda only: the cpu runs kernels in order. */
+#define SYNC_GENES 4
+static const int sync_domain[SYNC_GENES] = {SCHED_SYNC_KINDS + 1, 2, 2, 2};
+
 typedef struct kernel_space {
 	int rank;
 	bool reduces;
@@ -94,6 +105,7 @@ struct tuner_search {
 	tuner_fusion *fusion;
 	kernel_space *kernels;
 	int nkernels, ngenes;
+	int first_sync_gene;
 	int first_fusion_gene;
 	int *domain;            /* per gene, the size of its domain */
 	int *defaults;          /* the default plan's genome */
@@ -216,6 +228,8 @@ static int build_space(tuner_search *s)
 					&s->base->kernels[k])->target].rank + 4;
 		s->ngenes += ks->blocking ? BLOCKING_GENES : 0;
 	}
+	s->first_sync_gene = s->ngenes;
+	s->ngenes += SYNC_GENES * s->nkernels;
 	s->first_fusion_gene = s->ngenes;
 	s->ngenes += tuner_fusion_genes(s->fusion);
 	s->schedules = calloc(s->nkernels + 1, sizeof(kgen_schedule));
@@ -227,6 +241,8 @@ static int build_space(tuner_search *s)
 		return -1;
 	for (int k = 0; k < s->nkernels; k++)
 		gene = kernel_genes(s, k, gene);
+	for (int g = 0; g < SYNC_GENES * s->nkernels; g++)
+		s->domain[gene++] = s->o.cuda ? sync_domain[g % SYNC_GENES] : 1;
 	for (int g = 0; g < tuner_fusion_genes(s->fusion); g++)
 		s->domain[gene + g] = tuner_fusion_domain(s->fusion, g);
 	return 0;
@@ -357,8 +373,20 @@ static bool encode_kernel(const tuner_search *s, int k, const kgen_schedule *sch
 	       at[2 * r + 3] < s->domain[ks->first_gene + 2 * r + 3];
 }
 
-/* The genes of "plan": each kernel's schedule as its root's genes (the
- * other members' keep their defaults), its grouping as fusion genes. */
+/* The sync genes of the base kernel "b" for "sync". */
+static void encode_sync(const tuner_search *s, int b, const kgen_sync *sync, int *genes)
+{
+	int *at = genes + s->first_sync_gene + SYNC_GENES * b;
+
+	at[0] = sync->on ? (int)sync->policy + 1 : 0;
+	at[1] = sync->on && !sync->wait_kernel;
+	at[2] = sync->on && !sync->ordered;
+	at[3] = sync->on && sync->early_loads;
+}
+
+/* The genes of "plan": each kernel's schedule and sync as its root's
+ * genes (the other members' keep their defaults), its grouping as fusion
+ * genes. */
 static bool encode(const tuner_search *s, const kgen_plan *plan, int *genes)
 {
 	if (genes != s->defaults)
@@ -368,6 +396,7 @@ static bool encode(const tuner_search *s, const kgen_plan *plan, int *genes)
 
 		if (b < 0 || !encode_kernel(s, b, &plan->kernels[k].schedule, genes))
 			return false;
+		encode_sync(s, b, &plan->kernels[k].sync, genes);
 	}
 	tuner_fusion_encode(s->fusion, plan, genes + s->first_fusion_gene);
 	return true;
@@ -425,6 +454,43 @@ static void decode_kernel(const tuner_search *s, int k, const int *genes,
 	decode_blocking(ks, at + 2 * r + 4, sch);
 }
 
+/* The policy "want" when kernel k's dependence offers it, else the most
+ * grouped one it offers (offers come in the order of sched_sync_kind);
+ * false when k cannot wait on the kernel before it. */
+static bool offered_policy(const tuner_search *s, int k, enum sched_sync_kind want,
+			   enum sched_sync_kind *got)
+{
+	sched_sync *sync;
+
+	if (kgen_sync_analyse(s->graph, s->plan, k, &sync, NULL) < 0)
+		return false;
+	*got = sched_sync_policy_of(sync, want) ? want
+						: sync->policies[sync->npolicies - 1].kind;
+	sched_sync_free(sync);
+	return true;
+}
+
+/* Kernel k of s->plan waits on the kernel before it as the sync genes of
+ * its root's base kernel say, repaired: a policy its dependence offers,
+ * early loads only where they are legal; stream order where no sync is. */
+static void decode_sync(tuner_search *s, int k, const int *genes)
+{
+	kgen_kernel *kernel = &s->plan->kernels[k];
+	int b = base_kernel(s, kgen_kernel_op(s->graph, kernel)->index);
+	const int *at = genes + s->first_sync_gene + SYNC_GENES * b;
+	enum sched_sync_kind kind;
+
+	kernel->sync = (kgen_sync){0};
+	if (b < 0 || at[0] == 0 || !offered_policy(s, k, at[0] - 1, &kind))
+		return;
+	kernel->sync = (kgen_sync){true, kind, !at[1], !at[2], at[3]};
+	if (kgen_sync_check_kernel(s->graph, s->plan, k, NULL) == KGEN_OK)
+		return;
+	kernel->sync.early_loads = false;
+	if (kgen_sync_check_kernel(s->graph, s->plan, k, NULL) < 0)
+		kernel->sync = (kgen_sync){0};
+}
+
 /* s->plan from "genes"; NULL when out of memory. */
 static void decode(tuner_search *s, const int *genes)
 {
@@ -434,6 +500,8 @@ static void decode(tuner_search *s, const int *genes)
 	}
 	kgen_plan_free(s->plan);
 	s->plan = tuner_fusion_plan(s->fusion, s->schedules, genes + s->first_fusion_gene);
+	for (int k = 1; s->o.cuda && s->plan && k < s->plan->nkernels; k++)
+		decode_sync(s, k, genes);
 }
 
 /* The text plans are compared by; NULL when out of memory. */
@@ -717,12 +785,15 @@ static void propose_fused(tuner_search *s, json_t *out)
 }
 
 /* Into the population: "genes" with the seed blocking (blocking_seed) on
- * every matrix product. */
-static void propose_blocked(tuner_search *s, const int *genes, json_t *out)
+ * every matrix product and, with "synced", every kernel waiting on the
+ * one before it by the most grouped policy its dependence offers. */
+static void propose_blocked(tuner_search *s, const int *genes, json_t *out, bool synced)
 {
 	int index;
 
 	memcpy(s->genes, genes, s->ngenes * sizeof(int));
+	for (int k = 0; synced && k < s->nkernels; k++)
+		s->genes[s->first_sync_gene + SYNC_GENES * k] = SCHED_SYNC_KINDS;
 	for (int k = 0; k < s->nkernels; k++) {
 		const kernel_space *ks = &s->kernels[k];
 
@@ -738,7 +809,8 @@ static void propose_blocked(tuner_search *s, const int *genes, json_t *out)
  * at most, and only those that are genomes), the default schedules with
  * every fusion the planner allows and with one layer of producers kept
  * apart (propose_fused), the default and the largest fusion with the
- * seed blocking on every matrix product (propose_blocked), mutants of the
+ * seed blocking on every matrix product (propose_blocked) and on cuda the
+ * default so blocked with every kernel synced to the one before, mutants of the
  * best (the default plan, for a new key) in half the places left, then
  * random genomes: the search looks near what is known to be good and far
  * from it at once. */
@@ -753,8 +825,10 @@ static void first_population(tuner_search *s, json_t *out)
 	memcpy(s->pop, best, s->npop * sizeof(int));
 	free(best);
 	propose_fused(s, out);
-	propose_blocked(s, s->defaults, out);
-	propose_blocked(s, s->fused, out);
+	propose_blocked(s, s->defaults, out, false);
+	propose_blocked(s, s->fused, out, false);
+	if (s->o.cuda)
+		propose_blocked(s, s->defaults, out, true);
 	if (s->npop > 0)
 		s->npop = draw_mutants(s, s->cands[s->pop[0]].genes, out, s->pop, s->npop,
 				       s->npop + (s->o.population - s->npop) / 2);
@@ -776,8 +850,8 @@ static int tournament(tuner_search *s)
 }
 
 /* A child into s->genes: each kernel's genes whole from one parent or the
- * other (the genes of a kernel belong together), the fusion genes whole
- * from one of them, then about two genes mutate. */
+ * other (the genes of a kernel belong together), the sync and fusion
+ * genes whole from one of them, then about two genes mutate. */
 static void breed(tuner_search *s)
 {
 	const int *a = s->cands[tournament(s)].genes;
@@ -790,9 +864,8 @@ static void breed(tuner_search *s)
 		memcpy(s->genes + ks->first_gene, from + ks->first_gene,
 		       ks->ngenes * sizeof(int));
 	}
-	memcpy(s->genes + s->first_fusion_gene,
-	       (rng_below(s, 2) ? a : b) + s->first_fusion_gene,
-	       (s->ngenes - s->first_fusion_gene) * sizeof(int));
+	memcpy(s->genes + s->first_sync_gene, (rng_below(s, 2) ? a : b) + s->first_sync_gene,
+	       (s->ngenes - s->first_sync_gene) * sizeof(int));
 	mutate(s);
 }
 

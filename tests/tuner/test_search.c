@@ -875,6 +875,57 @@ Test(search, products_get_the_blockings_of_their_backend)
 	sched_graph_free(g);
 }
 
+/* Kernels of a generation's "plans" of "g" that wait on the kernel
+ * before them; each plan is legal (its sync proved). */
+static int count_synced(const sched_graph *g, json_t *plans, bool *known_policy)
+{
+	json_t *json;
+	size_t i;
+	int synced = 0;
+
+	json_array_foreach(plans, i, json) {
+		kgen_plan *plan = legal(g, json);
+
+		for (int k = 0; k < plan->nkernels; k++) {
+			synced += plan->kernels[k].sync.on;
+			*known_policy |= plan->kernels[k].sync.on &&
+					 plan->kernels[k].sync.policy == SCHED_SYNC_ROW;
+		}
+		kgen_plan_free(plan);
+	}
+	return synced;
+}
+
+/* On cuda, the genes choose how kernels overlap: the first population
+ * already holds plans whose products wait on their producers row by row;
+ * on the cpu no plan waits (kernels run in order there). */
+Test(search, sync_policies_are_searched_on_cuda_only)
+{
+	sched_graph *g = example("gpt3_mlp_small");
+
+	for (int cuda = 0; cuda < 2; cuda++) {
+		tuner_search *s = tuner_search_new(g, &(tuner_search_options){
+						    .seed = 5, .cuda = cuda});
+		json_t *g0 = tuner_search_generation(s), *g1;
+		bool row = false;
+		int synced;
+
+		tuner_search_record(s, json_array_get(g0, 0), 1);
+		g1 = tuner_search_generation(s);
+		synced = count_synced(g, g0, &row) + count_synced(g, g1, &row);
+		if (cuda) {
+			cr_expect_geq(synced, 4, "cuda: %d synced kernels", synced);
+			cr_expect(row, "no product waited on its producer's rows");
+		} else {
+			cr_expect_eq(synced, 0, "cpu: %d synced kernels", synced);
+		}
+		json_decref(g0);
+		json_decref(g1);
+		tuner_search_free(s);
+	}
+	sched_graph_free(g);
+}
+
 /* A graph of more ops than TUNER_FUSION_MAX_OPS gets no fusion genes: its
  * plans keep a kernel per op, and the search runs as before. */
 Test(search, a_graph_too_large_for_fusion_genes_is_searched_unfused)
