@@ -15,6 +15,10 @@ int kgen_fail(kgen_error *err, int code, const char *fmt, ...)
  * root of a fused group's first branch. */
 const sched_op *kgen_kernel_op(const sched_graph *graph, const kgen_kernel *kernel);
 
+/* The first key of JSON object "obj" not in the NULL-terminated "keys",
+ * or NULL (plan.c). */
+const char *kgen_unknown_key(json_t *obj, const char *const *keys);
+
 /* sync.c: a kernel's "sync" read from its plan entry "obj" (NULL: none)
  * and proved; written back (NULL when off); proved again (a plan built
  * in memory, by the search); and whether kernel k's cuda entry is wrapped

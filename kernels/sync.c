@@ -147,19 +147,13 @@ static int read_fields(const kgen_plan *plan, int k, json_t *obj, kgen_sync *syn
 {
 	static const char *const keys[] = {"after", "policy", "wait_kernel", "ordered",
 					   "early_loads", NULL};
-	const char *me = plan->kernels[k].name, *key;
-	json_t *value, *policy = json_object_get(obj, "policy");
+	const char *me = plan->kernels[k].name, *key = kgen_unknown_key(obj, keys);
+	json_t *policy = json_object_get(obj, "policy");
 	int rc;
 
-	json_object_foreach(obj, key, value) {
-		int i = 0;
-
-		while (keys[i] && strcmp(keys[i], key))
-			i++;
-		if (!keys[i])
-			return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'sync' has an "
-					 "unknown key '%s'", me, key);
-	}
+	if (key)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'sync' has an unknown "
+				 "key '%s'", me, key);
 	if ((rc = read_after(plan, k, json_object_get(obj, "after"), err)) < 0)
 		return rc;
 	if (!json_is_string(policy) ||
