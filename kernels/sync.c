@@ -36,14 +36,15 @@ int kgen_kernel_tiling(const sched_graph *graph, const kgen_kernel *kernel,
 		return KGEN_OK;
 	int rc = kgen_kernel_group(graph, kernel, true, &group, err);
 
-	if (rc == KGEN_OK && group->nbranches != 1)
+	if (rc < 0)
+		return rc;
+	if (group->nbranches != 1)
 		rc = kgen_fail(err, KGEN_EPLAN, "kernel '%s': a group of %d branches "
 			       "has no single grid of tiles", kernel->name,
 			       group->nbranches);
-	else if (rc == KGEN_OK)
+	else
 		memcpy(out->tile, group->branches[0].tile, sizeof(out->tile));
-	if (rc == KGEN_OK)
-		sched_group_free(group);
+	sched_group_free(group);
 	return rc;
 }
 

@@ -120,9 +120,10 @@ static isl_map *tiling_map(isl_ctx *ctx, const sched_graph *graph,
 	for (int d = 0; d < tensor->rank; d++)
 		sched_buf_printf(&buf, " and 0 <= e%d < %lld", d, (long long)tensor->shape[d]);
 	for (int d = 0; d < t->rank; d++)
-		sched_buf_printf(&buf, " and 0 <= v%d < %lld and %lld t%d <= v%d < %lld t%d + %lld",
-				 d, (long long)t->view[d], (long long)t->tile[d], d, d,
-				 (long long)t->tile[d], d, (long long)t->tile[d]);
+		sched_buf_printf(&buf, " and 0 <= v%d < %lld and %lld t%d <= v%d < "
+				 "%lld t%d + %lld", d, (long long)t->view[d],
+				 (long long)t->tile[d], d, d, (long long)t->tile[d], d,
+				 (long long)t->tile[d]);
 	sched_buf_printf(&buf, ") }");
 	return map_from_buf(ctx, &buf);
 }
@@ -201,7 +202,8 @@ static isl_map *footprint(isl_ctx *ctx, const sched_graph *graph,
 	member_relations(ctx, graph, pair, &reads, &producers);
 	all = isl_union_map_empty(isl_space_params_alloc(ctx, 0));
 	for (int step = 0; step <= pair->nconsumer_ops; step++) {
-		isl_union_map *elements = isl_union_map_apply_range(instances, isl_union_map_copy(reads));
+		isl_union_map *elements = isl_union_map_apply_range(instances,
+								    isl_union_map_copy(reads));
 
 		all = isl_union_map_union(all, isl_union_map_copy(elements));
 		instances = isl_union_map_apply_range(elements, isl_union_map_copy(producers));
@@ -310,7 +312,9 @@ static isl_map *inputs_as_params(isl_map *map, const char *name)
 /* The tile grid "grid" (taken) as a context of parameters name0, ... */
 static isl_set *grid_as_params(isl_set *grid, const char *name)
 {
-	return isl_set_params(isl_map_domain(inputs_as_params(isl_map_from_domain(grid), name)));
+	isl_map *of_params = inputs_as_params(isl_map_from_domain(grid), name);
+
+	return isl_set_params(isl_map_domain(of_params));
 }
 
 /* "map" (taken), a function of the tiles of "grid" (taken) whose
@@ -424,6 +428,15 @@ static isl_id_list *iterator_names(isl_ctx *ctx, int rank)
 	return names;
 }
 
+/* { Sem[s] -> [s] } over "sems" (taken): the semaphores in order. */
+static isl_map *identity_schedule(isl_set *sems)
+{
+	isl_map *schedule = isl_map_identity(isl_space_map_from_set(isl_set_get_space(sems)));
+
+	schedule = isl_map_intersect_domain(schedule, sems);
+	return isl_map_reset_tuple_id(schedule, isl_dim_out);
+}
+
 /* The loops that wait on every semaphore of "waits" (Tc[c] -> Sem[s]) for
  * the consumer tile c0, c1, ... (parameters bounded by "grid"). */
 static char *wait_loops(isl_map *waits, isl_set *grid, const int64_t *extent, int rank)
@@ -437,15 +450,13 @@ static char *wait_loops(isl_map *waits, isl_set *grid, const int64_t *extent, in
 	char *text;
 
 	build = isl_ast_build_from_context(grid_as_params(isl_set_copy(grid), "c"));
-	build = isl_ast_build_set_iterators(build, iterator_names(isl_map_get_ctx(waits), rank));
-	{
-		isl_set *sems = isl_map_range(of_params);
-		isl_map *schedule = isl_map_identity(isl_space_map_from_set(isl_set_get_space(sems)));
-
-		schedule = isl_map_intersect_domain(schedule, sems);
-		schedule = isl_map_reset_tuple_id(schedule, isl_dim_out);
-		tree = isl_ast_build_node_from_schedule_map(build, isl_union_map_from_map(schedule));
-	}
+	build = isl_ast_build_set_iterators(build, iterator_names(isl_map_get_ctx(waits),
+								  rank));
+	tree = isl_ast_build_node_from_schedule_map(build, isl_union_map_from_map(
+		identity_schedule(isl_map_range(of_params))));
+	isl_ast_build_free(build);
+	if (!tree)
+		return NULL;
 	options = isl_ast_print_options_alloc(isl_ast_node_get_ctx(tree));
 	options = isl_ast_print_options_set_print_user(options, &print_wait, &w);
 	p = isl_printer_to_str(isl_ast_node_get_ctx(tree));
@@ -454,7 +465,6 @@ static char *wait_loops(isl_map *waits, isl_set *grid, const int64_t *extent, in
 	text = isl_printer_get_str(p);
 	isl_printer_free(p);
 	isl_ast_node_free(tree);
-	isl_ast_build_free(build);
 	return text;
 }
 
