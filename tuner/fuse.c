@@ -436,8 +436,8 @@ static bool try_merge(decoding *d, int a, int b)
 	k.schedule.mma = (kgen_mma){0};
 	/* cpu: blocks in parallel when either part's were (a small root after
 	 * a large product, such as a bias add, would run the product serially) */
-	if (!k.schedule.parallel && (d->kernels[ra].schedule.parallel ||
-				     d->kernels[rb].schedule.parallel))
+	if (!k.schedule.parallel && f->graph->tensors[kgen_kernel_op(f->graph, &k)->target].rank &&
+	    (d->kernels[ra].schedule.parallel || d->kernels[rb].schedule.parallel))
 		k.schedule.parallel = 1;
 	strcpy(k.name, "fused");
 	set_lanes(d, &k);
