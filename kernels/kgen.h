@@ -24,7 +24,7 @@
 /* The version of the code generators: part of every cache key, so that a
  * change of generated code never serves a stale kernel. Bump it with any
  * change of the printers or of what a plan means. */
-#define KGEN_CODEGEN_VERSION "kgen-5"
+#define KGEN_CODEGEN_VERSION "kgen-6"
 
 enum kgen_code {
 	KGEN_OK = 0,
@@ -152,6 +152,14 @@ int kgen_plan_from_json(__sched_keep const sched_graph *graph,
  * their defaults (which reading fills in again). */
 __sched_give json_t *kgen_plan_to_json(__sched_keep const sched_graph *graph,
 				       __sched_keep const kgen_plan *plan);
+/* Whether the ops of "kernel" are matrix products side by side that one
+ * "micro" blocking serves: each a contraction of its root's shape (m, n,
+ * k), dtypes and strides of A and C (the micro-kernels read A and write
+ * C in place), none reading another's output; the root's in *c. A kernel
+ * of one contraction is one. */
+bool kgen_kernel_products(__sched_keep const sched_graph *graph,
+			  __sched_keep const kgen_kernel *kernel, sched_contraction *c);
+
 /* The tiles kernel "kernel" computes (sched_tiling): its root's output in
  * its tiles, or [M, N] in bm x bn for a tensor-core product; KGEN_EPLAN
  * with the reason for a kernel whose blocks are no such grid (a fused

@@ -324,23 +324,56 @@ static int check_micro(const sched_contraction *c, const sched_tensor *t,
 	return KGEN_OK;
 }
 
+static bool same_product(const sched_graph *graph, const sched_contraction *a,
+			 int a_target, const sched_contraction *b, int b_target)
+{
+	const sched_tensor *t = graph->tensors;
+
+	return a->m == b->m && a->n == b->n && a->k == b->k && a->a_m == b->a_m &&
+	       a->a_k == b->a_k && a->c_m == b->c_m && a->c_n == b->c_n &&
+	       t[a->a].dtype == t[b->a].dtype && t[a->b].dtype == t[b->b].dtype &&
+	       t[a_target].dtype == t[b_target].dtype;
+}
+
+bool kgen_kernel_products(const sched_graph *graph, const kgen_kernel *kernel,
+			  sched_contraction *c)
+{
+	const sched_op *root = kgen_kernel_op(graph, kernel);
+
+	if (!sched_op_contraction(graph, root->index, c))
+		return false;
+	for (int i = 0; i < kernel->nops; i++) {
+		const sched_op *op = &graph->ops[kernel->ops[i]];
+		sched_contraction other;
+
+		if (!sched_op_contraction(graph, op->index, &other) ||
+		    !same_product(graph, c, root->target, &other, op->target) ||
+		    read_by_member(graph, kernel, op->target))
+			return false;
+	}
+	return true;
+}
+
 /* The six integer fields of blocking "name" of the schedule (all of
  * "keys", each in [lowest, highest]) into "fields", for a kernel of one
- * op that is a contraction, which goes to "c". 1 when absent. */
+ * op that is a contraction (or, with "side_by_side", products of one
+ * shape side by side), which goes to "c". 1 when absent. */
 static int read_blocking(const sched_graph *graph, json_t *sched, const char *name,
 			 const char *const *keys, const int64_t *lowest,
 			 const int64_t *highest, int *const *fields,
-			 const kgen_kernel *kernel, sched_contraction *c, kgen_error *err)
+			 const kgen_kernel *kernel, bool side_by_side, sched_contraction *c,
+			 kgen_error *err)
 {
 	json_t *obj = json_object_get(sched, name);
 	int rc;
 
 	if (!obj)
 		return 1;
-	if (kernel->nops > 1 ||
-	    !sched_op_contraction(graph, kgen_kernel_op(graph, kernel)->index, c))
+	if ((kernel->nops > 1 && !side_by_side) || !kgen_kernel_products(graph, kernel, c))
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': '%s' is for a kernel "
-				 "of one op that is a matrix product", kernel->name, name);
+				 "of %s", kernel->name, name, side_by_side ?
+				 "matrix products of one shape, none reading another" :
+				 "one op that is a matrix product");
 	if (!json_is_object(obj) || json_object_size(obj) != 6)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': '%s' must be an object "
 				 "of %s, %s, %s, %s, %s and %s", kernel->name, name, keys[0],
@@ -371,7 +404,7 @@ static int read_micro(const sched_graph *graph, json_t *sched, kgen_kernel *kern
 	int *const fields[] = {&m->mr, &m->nr, &m->kc, &m->mc, &m->nc, &m->pack};
 	sched_contraction c;
 	int rc = read_blocking(graph, sched, "micro", keys, lowest, highest, fields,
-			       kernel, &c, err);
+			       kernel, true, &c, err);
 
 	if (rc)
 		return rc < 0 ? rc : KGEN_OK;
@@ -438,7 +471,7 @@ static int read_mma(const sched_graph *graph, json_t *sched, kgen_kernel *kernel
 	int *const fields[] = {&m->bm, &m->bn, &m->bk, &m->wm, &m->wn, &m->stages};
 	sched_contraction c;
 	int rc = read_blocking(graph, sched, "mma", keys, lowest, highest, fields,
-			       kernel, &c, err);
+			       kernel, false, &c, err);
 
 	if (rc)
 		return rc < 0 ? rc : KGEN_OK;

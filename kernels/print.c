@@ -95,6 +95,16 @@ static const char c_helpers[] =
 	"\tmemcpy(&s1, &b1, 4);\n"
 	"\tmemcpy(&s2, &b2, 4);\n"
 	"\treturn x != x ? x : p * s1 * s2;\n"
+	"}\n"
+	"/* tanh(x) = sign(x) (1 - e) / (1 + e), e = kexp(-2 |x|); below |x| = 0.1,\n"
+	" * where 1 - e loses digits, its Taylor polynomial of degree 7: no call\n"
+	" * and no branch, so that loops of it vectorize (libm's tanhf does not). */\n"
+	"static inline float ktanh(float x)\n"
+	"{\n"
+	"\tfloat a = fabsf(x), e = kexp(-2.0f * a), t = (1.0f - e) / (1.0f + e), x2 = x * x;\n"
+	"\tfloat small = x * (1.0f + x2 * (-0.333333333f + x2 * (0.133333333f +\n"
+	"\t    x2 * -0.0539682540f)));\n"
+	"\treturn a < 0.1f ? small : copysignf(t, x);\n"
 	"}\n";
 
 static const char cuda_helpers[] =
@@ -114,6 +124,7 @@ static const char cuda_helpers[] =
 	"}\n"
 	"__device__ __forceinline__ float f16_round(float x) { return f16_load(f16_store(x)); }\n"
 	"__device__ __forceinline__ float kexp(float x) { return expf(x); }\n"
+	"__device__ __forceinline__ float ktanh(float x) { return tanhf(x); }\n"
 	"#define KFN __device__ __forceinline__\n"
 	"#define KINF __int_as_float(0x7f800000)\n";
 
@@ -130,7 +141,7 @@ static const char common_helpers[] =
 	"KFN float krsqrt(float x) { return 1.0f / sqrtf(x); }\n"
 	"KFN float kgelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }\n"
 	"KFN float kgelu_tanh(float x)\n"
-	"{ return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x))); }\n"
+	"{ return 0.5f * x * (1.0f + ktanh(0.79788456080286536f * (x + 0.044715f * x * x * x))); }\n"
 	"KFN float ksilu(float x) { return x * ksigmoid(x); }\n"
 	"KFN float kmax(float a, float b) { return b > a ? b : a; }\n"
 	"KFN float kmin_f(float a, float b) { return b < a ? b : a; }\n";
@@ -309,7 +320,7 @@ static void print_number(sched_buf *buf, double num)
 
 static const char *const call_c[SCHED_FUNC_COUNT] = {
 	[SCHED_EXP] = "kexp", [SCHED_LOG] = "logf", [SCHED_SQRT] = "sqrtf",
-	[SCHED_RSQRT] = "krsqrt", [SCHED_TANH] = "tanhf",
+	[SCHED_RSQRT] = "krsqrt", [SCHED_TANH] = "ktanh",
 	[SCHED_SIGMOID] = "ksigmoid", [SCHED_RELU] = "krelu",
 	[SCHED_GELU] = "kgelu", [SCHED_GELU_TANH] = "kgelu_tanh",
 	[SCHED_SILU] = "ksilu", [SCHED_ERF] = "erff", [SCHED_ABS] = "fabsf",

@@ -174,10 +174,10 @@ char *kgen_print_c(const sched_graph *graph, const kgen_plan *plan, int index)
 	const sched_op *op = kgen_kernel_op(graph, kernel);
 	sched_buf buf = {0};
 
-	if (kernel->nops > 1)
-		return kgen_print_fused(graph, kernel, false, false);
 	if (kernel->schedule.micro.mr)
 		return kgen_print_micro(graph, kernel);
+	if (kernel->nops > 1)
+		return kgen_print_fused(graph, kernel, false, false);
 	c_kernel k = {{graph, op, NULL}, kernel, &graph->tensors[op->target], &buf};
 
 	kgen_print_helpers(&buf, false, true);

@@ -11,6 +11,8 @@
  * N % nr columns), printed only where there is an edge, instead of one
  * kernel that tests bounds. Vectors are GCC vector extensions as wide as
  * the machine's (16 floats with AVX-512, 8 with AVX2) where nr allows.
+ * Products of one shape side by side (kgen_kernel_products) share the
+ * family; each has its packing and its driver, run one after another.
  */
 #include <stdlib.h>
 
@@ -24,6 +26,7 @@ typedef struct micro_printer {
 	const sched_tensor *a, *b, *target;
 	kgen_micro s;
 	int width;
+	const char *suffix; /* of this product's packing functions */
 } micro_printer;
 
 int kgen_cpu_vector_floats(void)
@@ -62,7 +65,7 @@ static void print_params(const micro_printer *p, int target)
 static void print_pack_b(const micro_printer *p)
 {
 	sched_buf_printf(p->buf,
-		"static void pack_b(const %s *restrict b, float *restrict bp, idx_t pc,\n"
+		"static void pack_b%s(const %s *restrict b, float *restrict bp, idx_t pc,\n"
 		"\t\t   idx_t kc, idx_t jc, idx_t nc)\n"
 		"{\n"
 		"\tfor (idx_t jr = 0; jr < nc; jr += %d) {\n"
@@ -74,7 +77,7 @@ static void print_pack_b(const micro_printer *p)
 		"(jc + jr + j) * %lldLL]) : 0.0f;\n"
 		"\t}\n"
 		"}\n",
-		ctype(p->b), p->s.nr, p->s.nr,
+		p->suffix, ctype(p->b), p->s.nr, p->s.nr,
 		p->width - 1, p->width, p->width, kgen_load_open(p->b),
 		(long long)p->c.b0, (long long)p->c.b_k, (long long)p->c.b_n);
 }
@@ -84,7 +87,7 @@ static void print_pack_b(const micro_printer *p)
 static void print_pack_a(const micro_printer *p)
 {
 	sched_buf_printf(p->buf,
-		"static void pack_a(const %s *restrict a, float *restrict ap, idx_t ic,\n"
+		"static void pack_a%s(const %s *restrict a, float *restrict ap, idx_t ic,\n"
 		"\t\t   idx_t mc, idx_t pc, idx_t kc)\n"
 		"{\n"
 		"\tfor (idx_t ir = 0; ir < mc; ir += %d) {\n"
@@ -96,7 +99,7 @@ static void print_pack_a(const micro_printer *p)
 		"(pc + p) * %lldLL]);\n"
 		"\t}\n"
 		"}\n",
-		ctype(p->a), p->s.mr, p->s.mr,
+		p->suffix, ctype(p->a), p->s.mr, p->s.mr,
 		kgen_load_open(p->a), (long long)p->c.a0,
 		(long long)p->c.a_m, (long long)p->c.a_k);
 }
@@ -221,7 +224,8 @@ static void print_driver(const micro_printer *p, const char *name, int target)
 {
 	const sched_tensor *c = p->target;
 
-	sched_buf_printf(p->buf, "void %s(void **tensors)\n{\n", name);
+	sched_buf_printf(p->buf, "%svoid %s%s(void **tensors)\n{\n",
+			 p->suffix[0] ? "static " : "", name, p->suffix);
 	print_params(p, target);
 	sched_buf_printf(p->buf,
 		"#pragma omp parallel\n\t{\n"
@@ -233,11 +237,12 @@ static void print_driver(const micro_printer *p, const char *name, int target)
 		"\t\t\tidx_t mcb = kmin(MC, M - ic), ncb = kmin(NC, N - jc);\n"
 		"\t\t\tfor (idx_t pc = 0; pc < K; pc += KC) {\n"
 		"\t\t\t\tidx_t kcb = kmin(KC, K - pc);\n"
-		"\t\t\t\tpack_b(t_b, bp, pc, kcb, jc, ncb);\n",
+		"\t\t\t\tpack_b%s(t_b, bp, pc, kcb, jc, ncb);\n",
 		p->s.pack ? "aligned_alloc(64, (MC * KC + 64) / 16 * 16 * sizeof(float))"
-			  : "NULL");
+			  : "NULL", p->suffix);
 	if (p->s.pack)
-		sched_buf_printf(p->buf, "\t\t\t\tpack_a(t_a, ap, ic, mcb, pc, kcb);\n");
+		sched_buf_printf(p->buf, "\t\t\t\tpack_a%s(t_a, ap, ic, mcb, pc, kcb);\n",
+				 p->suffix);
 	sched_buf_printf(p->buf,
 		"\t\t\t\tfor (idx_t jr = 0; jr < ncb; jr += NR)\n"
 		"\t\t\t\tfor (idx_t ir = 0; ir < mcb; ir += MR) {\n"
@@ -253,17 +258,49 @@ static void print_driver(const micro_printer *p, const char *name, int target)
 	sched_buf_printf(p->buf, "\t\t\t\t}\n\t\t\t}\n\t\t}\n\t\tfree(bp);\n\t\tfree(ap);\n\t}\n}\n");
 }
 
+/* Product "op" of the kernel as the printer's. */
+static void set_product(micro_printer *p, const sched_graph *graph, const sched_op *op)
+{
+	sched_op_contraction(graph, op->index, &p->c);
+	p->a = &graph->tensors[p->c.a];
+	p->b = &graph->tensors[p->c.b];
+	p->target = &graph->tensors[op->target];
+}
+
+/* Each product's packing and driver NAME_p<i>, and NAME running them in
+ * order; a kernel of one product is its driver, NAME itself. */
+static void print_products(micro_printer *p, const sched_graph *graph,
+			   const kgen_kernel *kernel)
+{
+	char suffix[16] = "";
+
+	for (int i = 0; i < kernel->nops; i++) {
+		if (kernel->nops > 1)
+			snprintf(suffix, sizeof(suffix), "_p%d", i);
+		p->suffix = suffix;
+		set_product(p, graph, &graph->ops[kernel->ops[i]]);
+		print_pack_b(p);
+		if (p->s.pack)
+			print_pack_a(p);
+		print_driver(p, kernel->name, graph->ops[kernel->ops[i]].target);
+	}
+	if (kernel->nops == 1)
+		return;
+	sched_buf_printf(p->buf, "void %s(void **tensors)\n{\n", kernel->name);
+	for (int i = 0; i < kernel->nops; i++)
+		sched_buf_printf(p->buf, "\t%s_p%d(tensors);\n", kernel->name, i);
+	sched_buf_printf(p->buf, "}\n");
+}
+
 char *kgen_print_micro(const sched_graph *graph, const kgen_kernel *kernel)
 {
 	const sched_op *op = kgen_kernel_op(graph, kernel);
 	sched_buf buf = {0};
-	micro_printer p = {.buf = &buf, .s = kernel->schedule.micro};
+	micro_printer p = {.buf = &buf, .s = kernel->schedule.micro, .suffix = ""};
 
-	if (!sched_op_contraction(graph, op->index, &p.c))
+	if (!kgen_kernel_products(graph, kernel, &p.c))
 		return NULL;
-	p.a = &graph->tensors[p.c.a];
-	p.b = &graph->tensors[p.c.b];
-	p.target = &graph->tensors[op->target];
+	set_product(&p, graph, op);
 	p.width = kgen_micro_vector_floats(p.s.nr);
 	kgen_print_helpers(&buf, false, true);
 	kgen_print_header(&buf, &(kgen_printer){graph, op, NULL}, kernel->name);
@@ -275,10 +312,7 @@ char *kgen_print_micro(const sched_graph *graph, const kgen_kernel *kernel)
 			 "#define MR %d\n#define NR %d\n#define KC %d\n#define MC %d\n#define NC %d\n",
 			 4 * p.width, (long long)p.c.m, (long long)p.c.n, (long long)p.c.k,
 			 p.s.mr, p.s.nr, p.s.kc, p.s.mc, p.s.nc);
-	print_pack_b(&p);
-	if (p.s.pack)
-		print_pack_a(&p);
 	print_family(&p);
-	print_driver(&p, kernel->name, op->target);
+	print_products(&p, graph, kernel);
 	return buf.str;
 }

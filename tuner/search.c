@@ -805,18 +805,39 @@ static void propose_blocked(tuner_search *s, const int *genes, json_t *out, bool
 		s->pop[s->npop++] = index;
 }
 
+/* "genes" with every kernel's last dim tiled whole: rows that hold what
+ * a fused tail reads at other columns (an LSTM's gates), which smaller
+ * tiles make a global dependence. */
+static const int *whole_rows(tuner_search *s, const int *genes, int *out)
+{
+	memcpy(out, genes, s->ngenes * sizeof(int));
+	for (int k = 0; k < s->nkernels; k++) {
+		const kernel_space *ks = &s->kernels[k];
+		const sched_tensor *t = &s->graph->tensors[kgen_kernel_op(s->graph,
+						&s->base->kernels[k])->target];
+		int last = ks->rank - 1;
+		int whole = last < 0 ? -1 : index_of(ks->tiles[last], ks->ntiles[last],
+						      t->shape[last]);
+
+		if (whole >= 0)
+			out[ks->first_gene + last] = whole;
+	}
+	return out;
+}
+
 /* The first population: the best plans measured or known (a quarter of it
  * at most, and only those that are genomes), the default schedules with
  * every fusion the planner allows and with one layer of producers kept
  * apart (propose_fused), the default and the largest fusion with the
- * seed blocking on every matrix product (propose_blocked) and on cuda the
+ * seed blocking on every matrix product (propose_blocked), the latter
+ * again with whole rows (whole_rows), and on cuda the
  * default so blocked with every kernel synced to the one before, mutants of the
  * best (the default plan, for a new key) in half the places left, then
  * random genomes: the search looks near what is known to be good and far
  * from it at once. */
 static void first_population(tuner_search *s, json_t *out)
 {
-	int *best, n = best_indices(s, true, &best), seeds = s->o.population / 4;
+	int *best, n = best_indices(s, true, &best), seeds = s->o.population / 4, *rows;
 
 	if (n < 0)
 		return;
@@ -827,6 +848,9 @@ static void first_population(tuner_search *s, json_t *out)
 	propose_fused(s, out);
 	propose_blocked(s, s->defaults, out, false);
 	propose_blocked(s, s->fused, out, false);
+	if ((rows = malloc(s->ngenes * sizeof(int))))
+		propose_blocked(s, whole_rows(s, s->fused, rows), out, false);
+	free(rows);
 	if (s->o.cuda)
 		propose_blocked(s, s->defaults, out, true);
 	if (s->npop > 0)

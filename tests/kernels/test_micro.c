@@ -2,7 +2,8 @@
  * test_micro.c: contractions as register-blocked micro-kernels on the
  * cpu: every blocking, edge and dtype matches the reference interpreter
  * on random inputs; the family holds one kernel per size of block that
- * occurs; plans that misuse "micro" are refused with the reason.
+ * occurs; products of one shape side by side share one kernel; plans
+ * that misuse "micro" are refused with the reason.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -201,7 +202,7 @@ Test(micro, misuses_are_refused_with_the_reason)
 	expect_refused(g, MICRO("\"mr\": 2, \"nr\": 8, \"kc\": 8, \"mc\": 4, \"nc\": 8, "
 				"\"pack\": 2"), "'pack' must be an integer from 0 to 1");
 	expect_refused(row_sum, MICRO("\"mr\": 2, \"nr\": 8, \"kc\": 8, \"mc\": 4, \"nc\": 8, "
-				      "\"pack\": 1"), "one op that is a matrix product");
+				      "\"pack\": 1"), "matrix products of one shape");
 	fine = micro_plan(g, (kgen_micro){2, 8, 8, 4, 8, 1}, &err);
 	cr_expect_not_null(fine, "a legal blocking refused: %s", err.message);
 	kgen_plan_free(fine);
@@ -226,4 +227,57 @@ Test(micro, plans_round_trip_through_json)
 	kgen_plan_free(plan);
 	kgen_plan_free(back);
 	sched_graph_free(g);
+}
+
+#define SIDE_BY_SIDE(ops) "{\"kernels\": [{\"ops\": " ops ", \"schedule\": {\"micro\": " \
+	"{\"mr\": 4, \"nr\": 16, \"kc\": 16, \"mc\": 8, \"nc\": 32, \"pack\": 1}}}]}"
+
+/* Two products of one shape (an LSTM's x W and h U) in one kernel, each
+ * with its packing and driver, share the family of micro-kernels and
+ * match the reference; products of two shapes, or one reading the
+ * other, are refused. */
+Test(micro, products_side_by_side_share_one_kernel)
+{
+	sched_graph *g = NULL, *chain = NULL, *shapes = NULL;
+	sched_error serr = {0};
+	json_t *json = json_loads(SIDE_BY_SIDE("[0, 1]"), 0, NULL);
+	kgen_backend *backend = NULL;
+	kgen_program *prog = NULL;
+	kgen_plan *plan = NULL;
+	kgen_check checks[4];
+	kgen_error err = {0};
+	char *source;
+
+	cr_assert_eq(load_graph("x f32 20,24 in; h f32 20,24 in; w f32 24,40 in; "
+				"u f32 24,40 in; wx f32 20,40 out; uh f32 20,40 out",
+				OPS("wx[n, j] = sum(t) x[n, t] * w[t, j]",
+				    "uh[n, j] = sum(t) h[n, t] * u[t, j]"), &g, &serr), SCHED_OK,
+		     "%s", serr.message);
+	cr_assert_eq(kgen_plan_from_json(g, json, &plan, &err), KGEN_OK, "%s", err.message);
+	source = kgen_print_c(g, plan, 0);
+	cr_expect(strstr(source, "pack_b_p0(") && strstr(source, "pack_b_p1("), "%s", source);
+	cr_expect(strstr(source, "\tk0_wx_p0(tensors);\n\tk0_wx_p1(tensors);"), "%s", source);
+	free(source);
+	cr_assert_eq(kgen_backend_open("cpu", &backend, &err), KGEN_OK, "%s", err.message);
+	cr_assert_eq(kgen_program_build(backend, g, plan, NULL, &prog, &err), KGEN_OK,
+		     "%s\n%s", err.message, err.log ? err.log : "");
+	cr_expect_eq(kgen_verify(prog, 3, checks, &err), KGEN_OK, "%s", err.message);
+	cr_assert_eq(load_graph("x f32 20,24 in; w f32 24,24 in; y f32 20,24; z f32 20,24 out",
+				OPS("y[n, j] = sum(t) x[n, t] * w[t, j]",
+				    "z[n, j] = sum(t) y[n, t] * w[t, j]"), &chain, &serr), SCHED_OK);
+	expect_refused(chain, SIDE_BY_SIDE("[0, 1]"), "matrix products of one shape, none "
+		       "reading another");
+	cr_assert_eq(load_graph("x f32 20,24 in; w f32 24,40 in; u f32 24,32 in; "
+				"a f32 20,40 out; b f32 20,32 out",
+				OPS("a[n, j] = sum(t) x[n, t] * w[t, j]",
+				    "b[n, j] = sum(t) x[n, t] * u[t, j]"), &shapes, &serr), SCHED_OK);
+	expect_refused(shapes, SIDE_BY_SIDE("[0, 1]"), "matrix products of one shape");
+	kgen_program_free(prog);
+	kgen_backend_close(backend);
+	kgen_plan_free(plan);
+	json_decref(json);
+	kgen_error_release(&err);
+	sched_graph_free(g);
+	sched_graph_free(chain);
+	sched_graph_free(shapes);
 }
