@@ -760,30 +760,6 @@ static int draw_mutants(tuner_search *s, const int *parent, json_t *out, int *in
 	return n;
 }
 
-/* Into the population: the default schedules with every fusion gene on,
- * and, for each layer of producers, the same with that layer's edges off
- * (a matrix product kept apart from the elementwise tail that follows it,
- * which then fuses whole). Each repairs to the largest such fusion the
- * planner allows. */
-static void propose_fused(tuner_search *s, json_t *out)
-{
-	int index, layers = 0;
-
-	if ((index = propose(s, s->fused, out)) >= 0)
-		s->pop[s->npop++] = index;
-	for (int g = 0; g < s->ngenes - s->first_fusion_gene; g++)
-		if (tuner_fusion_edge_layer(s->fusion, g) + 1 > layers)
-			layers = tuner_fusion_edge_layer(s->fusion, g) + 1;
-	for (int l = 0; l < layers && s->npop < s->o.population / 2; l++) {
-		memcpy(s->genes, s->fused, s->ngenes * sizeof(int));
-		for (int g = 0; g < s->ngenes - s->first_fusion_gene; g++)
-			if (tuner_fusion_edge_layer(s->fusion, g) == l)
-				s->genes[s->first_fusion_gene + g] = 0;
-		if ((index = propose(s, s->genes, out)) >= 0)
-			s->pop[s->npop++] = index;
-	}
-}
-
 /* Into the population: "genes" with the seed blocking (blocking_seed) on
  * every matrix product and, with "synced", every kernel waiting on the
  * one before it by the most grouped policy its dependence offers. */
@@ -803,6 +779,33 @@ static void propose_blocked(tuner_search *s, const int *genes, json_t *out, bool
 	}
 	if ((index = propose(s, s->genes, out)) >= 0)
 		s->pop[s->npop++] = index;
+}
+
+/* Into the population: the default schedules with every fusion gene on,
+ * and, for each layer of producers, the same with that layer's edges off
+ * (a matrix product kept apart from the elementwise tail that follows it,
+ * which then fuses whole), also with the seed blocking (sibling products
+ * side by side keep it). Each repairs to the largest such fusion the
+ * planner allows. */
+static void propose_fused(tuner_search *s, json_t *out)
+{
+	int index, layers = 0, *layer = malloc(s->ngenes * sizeof(int));
+
+	if ((index = propose(s, s->fused, out)) >= 0)
+		s->pop[s->npop++] = index;
+	for (int g = 0; g < s->ngenes - s->first_fusion_gene; g++)
+		if (tuner_fusion_edge_layer(s->fusion, g) + 1 > layers)
+			layers = tuner_fusion_edge_layer(s->fusion, g) + 1;
+	for (int l = 0; layer && l < layers && s->npop < s->o.population / 2; l++) {
+		memcpy(layer, s->fused, s->ngenes * sizeof(int));
+		for (int g = 0; g < s->ngenes - s->first_fusion_gene; g++)
+			if (tuner_fusion_edge_layer(s->fusion, g) == l)
+				layer[s->first_fusion_gene + g] = 0;
+		if ((index = propose(s, layer, out)) >= 0)
+			s->pop[s->npop++] = index;
+		propose_blocked(s, layer, out, false);
+	}
+	free(layer);
 }
 
 /* "genes" with every kernel's last dim tiled whole: rows that hold what
