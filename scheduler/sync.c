@@ -12,7 +12,6 @@
  * it received all of its posts. A policy is offered only when it is exact:
  * a consumer tile waits for no producer tile it does not need.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,21 +53,8 @@ int sched_sync_kind_from_name(const char *name)
 	return -1;
 }
 
-__attribute__((format(printf, 2, 3)))
-static int refuse(sched_error *err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err) {
-		err->code = SCHED_EMEANING;
-		err->op = -1;
-		err->column = 0;
-		va_start(ap, fmt);
-		vsnprintf(err->message, sizeof(err->message), fmt, ap);
-		va_end(ap);
-	}
-	return SCHED_EMEANING;
-}
+/* SCHED_EMEANING with the reason in "err". */
+#define refuse(err, ...) sched_fail(err, SCHED_EMEANING, -1, 0, __VA_ARGS__)
 
 static isl_map *map_from_buf(isl_ctx *ctx, sched_buf *buf)
 {
