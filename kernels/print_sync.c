@@ -14,7 +14,8 @@
  * turns its part off (a kernel timed alone). kiteration counts
  * the program's runs from 1, so nothing is reset between runs: a
  * semaphore waited for "target" posts is ready at target * kiteration,
- * compared modulo 2^32. Inline PTX only (no toolkit header).
+ * compared modulo 2^32. Inline PTX and NVRTC's built-in atomicAdd; no
+ * toolkit header.
  */
 #include <stdlib.h>
 
