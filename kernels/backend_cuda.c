@@ -285,14 +285,6 @@ static int launch_wait(const kgen_launch *launch, CUstream stream, kgen_error *e
 			       params, NULL), "a sync wait-kernel", err);
 }
 
-static bool any_consumer(const kgen_launch *launches, int n)
-{
-	for (int i = 0; i < n; i++)
-		if (launches[i].sync.consumer)
-			return true;
-	return false;
-}
-
 /* The two streams, made once, and an event per launch plus one. */
 static int prepare_overlap(cuda_state *cuda, int n, kgen_error *err)
 {
@@ -318,27 +310,16 @@ static int prepare_overlap(cuda_state *cuda, int n, kgen_error *err)
 	return rc;
 }
 
-/* Launch i's stream: they alternate, the first consumer on the low
- * priority one, so that its producer's blocks go first. */
-static CUstream stream_of(const cuda_state *cuda, const kgen_launch *launches, int n,
-			  int i)
-{
-	int first = 0;
-
-	while (first < n && !launches[first].sync.consumer)
-		first++;
-	return cuda->streams[(i + 1 + first) % 2];
-}
-
-/* Waits that keep the plan's order except where a consumer overlaps its
- * producer: launch i waits for launch i - 1 to end, a consumer only for
- * i - 3 (the other stream's launch before its producer; its own stream
- * keeps i - 2 in order) and for its producer's tiles by semaphores. */
-static int launch_one_overlapped(cuda_state *cuda, const kgen_launch *launches, int n,
-				 int i, kgen_error *err)
+/* Launch i goes on "stream"; they alternate, the first consumer on the
+ * low priority one, so that its producer's blocks go first. Waits keep
+ * the plan's order except where a consumer overlaps its producer: launch
+ * i waits for launch i - 1 to end, a consumer only for i - 3 (the other
+ * stream's launch before its producer; its own stream keeps i - 2 in
+ * order) and for its producer's tiles by semaphores. */
+static int launch_one_overlapped(cuda_state *cuda, const kgen_launch *launches, int i,
+				 CUstream stream, kgen_error *err)
 {
 	const kgen_launch *l = &launches[i];
-	CUstream stream = stream_of(cuda, launches, n, i);
 	int after = l->sync.consumer ? i - 3 : i - 1, rc = KGEN_OK;
 
 	if (after >= 0)
@@ -355,7 +336,7 @@ static int launch_one_overlapped(cuda_state *cuda, const kgen_launch *launches, 
 /* The launches of a plan with sync, on two streams between "outer"'s
  * work before and after them; one more run for the semaphores. */
 static int launch_overlapped(cuda_state *cuda, const kgen_launch *launches, int n,
-			     CUstream outer, kgen_error *err)
+			     int first_consumer, CUstream outer, kgen_error *err)
 {
 	int rc = prepare_overlap(cuda, n, err);
 
@@ -370,7 +351,8 @@ static int launch_overlapped(cuda_state *cuda, const kgen_launch *launches, int 
 		rc = check(cu.stream_wait(cuda->streams[s], cuda->marks[n], 0),
 			   "cuStreamWaitEvent", err);
 	for (int i = 0; i < n && rc == KGEN_OK; i++)
-		rc = launch_one_overlapped(cuda, launches, n, i, err);
+		rc = launch_one_overlapped(cuda, launches, i,
+					   cuda->streams[(i + 1 + first_consumer) % 2], err);
 	for (int i = n - 2 < 0 ? 0 : n - 2; i < n && rc == KGEN_OK; i++)
 		rc = check(cu.stream_wait(outer, cuda->marks[i], 0), "cuStreamWaitEvent", err);
 	return rc;
@@ -379,10 +361,10 @@ static int launch_overlapped(cuda_state *cuda, const kgen_launch *launches, int 
 static int launch_all(cuda_state *cuda, const kgen_launch *launches, int n,
 		      CUstream stream, kgen_error *err)
 {
-	int rc = KGEN_OK;
+	int first_consumer = kgen_first_consumer(launches, n), rc = KGEN_OK;
 
-	if (any_consumer(launches, n))
-		return launch_overlapped(cuda, launches, n, stream, err);
+	if (first_consumer >= 0)
+		return launch_overlapped(cuda, launches, n, first_consumer, stream, err);
 	for (int i = 0; i < n && rc == KGEN_OK; i++)
 		rc = launch_one(&launches[i], stream, err);
 	return rc;

@@ -393,10 +393,15 @@ const sched_graph *kgen_program_graph(const kgen_program *prog)
 	return prog->graph;
 }
 
+int kgen_first_consumer(const kgen_launch *launches, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (launches[i].sync.consumer)
+			return i;
+	return -1;
+}
+
 bool kgen_program_overlaps(const kgen_program *prog)
 {
-	for (int k = 0; k < prog->plan->nkernels; k++)
-		if (prog->launches[k].sync.consumer)
-			return true;
-	return false;
+	return kgen_first_consumer(prog->launches, prog->plan->nkernels) >= 0;
 }

@@ -15,10 +15,6 @@ int kgen_fail(kgen_error *err, int code, const char *fmt, ...)
  * root of a fused group's first branch. */
 const sched_op *kgen_kernel_op(const sched_graph *graph, const kgen_kernel *kernel);
 
-/* The first key of JSON object "obj" not in the NULL-terminated "keys",
- * or NULL (plan.c). */
-const char *kgen_unknown_key(json_t *obj, const char *const *keys);
-
 /* sync.c: a kernel's "sync" read from its plan entry "obj" (NULL: none)
  * and proved; written back (NULL when off); proved again (a plan built
  * in memory, by the search); and whether kernel k's cuda entry is wrapped
@@ -28,6 +24,10 @@ int kgen_sync_from_json(const sched_graph *graph, kgen_plan *plan, int k,
 json_t *kgen_sync_to_json(const kgen_plan *plan, int k);
 int kgen_sync_check_kernel(const sched_graph *graph, const kgen_plan *plan, int k,
 			   kgen_error *err);
+/* The same on kernel k's dependence "sync" analysed already (its cheap
+ * checks first: the policy offered, early loads; then the proof). */
+int kgen_sync_prove(const sched_graph *graph, const kgen_plan *plan, int k,
+		    const sched_sync *sync, kgen_error *err);
 bool kgen_sync_wraps(const kgen_plan *plan, int k);
 
 /* Whether "op" reads or writes "tensor" (print.c). */
@@ -107,8 +107,10 @@ int kgen_cuda_open(kgen_backend *backend, kgen_error *err);
 
 const sched_graph *kgen_program_graph(const kgen_program *program);
 /* Whether some kernel of "program" overlaps the one before it (sync on
- * cuda): kgen_verify then runs it again to catch races. */
+ * cuda): kgen_verify then runs it again to catch races. And the first
+ * such launch of "launches", or -1. */
 bool kgen_program_overlaps(const kgen_program *program);
+int kgen_first_consumer(const kgen_launch *launches, int n);
 
 /* The monotonic clock in milliseconds. */
 double kgen_now_ms(void);

@@ -63,22 +63,6 @@ const sched_op *kgen_kernel_op(const sched_graph *graph, const kgen_kernel *kern
 	return &graph->ops[root < 0 ? kernel->ops[0] : root];
 }
 
-const char *kgen_unknown_key(json_t *obj, const char *const *keys)
-{
-	const char *key;
-	json_t *value;
-
-	json_object_foreach(obj, key, value) {
-		int i = 0;
-
-		while (keys[i] && strcmp(keys[i], key))
-			i++;
-		if (!keys[i])
-			return key;
-	}
-	return NULL;
-}
-
 static const sched_tensor *target_of(const sched_graph *graph,
 				     const kgen_kernel *kernel)
 {
@@ -548,7 +532,7 @@ static int read_schedule(const sched_graph *graph, json_t *sched,
 	if (!json_is_object(sched))
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'schedule' must be "
 				 "an object", kernel->name);
-	if ((key = kgen_unknown_key(sched, keys)))
+	if ((key = sched_unknown_key(sched, keys)))
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': unknown schedule key '%s'",
 				 kernel->name, key);
 	if ((rc = read_dims(sched, "tile", t->rank, t->shape, s->tile,
@@ -681,7 +665,7 @@ static int read_kernel(const sched_graph *graph, json_t *obj, kgen_kernel *kerne
 
 	if (!json_is_object(obj))
 		return kgen_fail(err, KGEN_EPLAN, "kernel %d must be an object", index);
-	if ((key = kgen_unknown_key(obj, keys)))
+	if ((key = sched_unknown_key(obj, keys)))
 		return kgen_fail(err, KGEN_EPLAN, "kernel %d: unknown key '%s'", index, key);
 	if ((rc = read_ops(graph, json_object_get(obj, "ops"), kernel, index, err)) < 0 ||
 	    (rc = read_lanes(json_object_get(obj, "lanes"), kernel, index, err)) < 0)

@@ -121,7 +121,7 @@ static void print_coordinates(const sync_printer *p, const sched_tiling *t,
 	int64_t stride = 1;
 
 	for (int d = t->rank - 1; d >= 0; d--) {
-		int64_t tiles = (t->view[d] + t->tile[d] - 1) / t->tile[d];
+		int64_t tiles = sched_tiles_along(t, d);
 
 		sched_buf_printf(p->buf, "%sconst int %s%d = (int)(ktile / %lldu %% %lldu);\n"
 				 "%s(void)%s%d;\n", indent, name, d, (long long)stride,

@@ -148,7 +148,7 @@ static int read_fields(const kgen_plan *plan, int k, json_t *obj, kgen_sync *syn
 {
 	static const char *const keys[] = {"after", "policy", "wait_kernel", "ordered",
 					   "early_loads", NULL};
-	const char *me = plan->kernels[k].name, *key = kgen_unknown_key(obj, keys);
+	const char *me = plan->kernels[k].name, *key = sched_unknown_key(obj, keys);
 	json_t *policy = json_object_get(obj, "policy");
 	int rc;
 
@@ -200,31 +200,40 @@ static int check_early_loads(const sched_graph *graph, const kgen_kernel *kernel
 	return KGEN_OK;
 }
 
-int kgen_sync_check_kernel(const sched_graph *graph, const kgen_plan *plan, int k,
-			   kgen_error *err)
+int kgen_sync_prove(const sched_graph *graph, const kgen_plan *plan, int k,
+		    const sched_sync *sync, kgen_error *err)
 {
 	const kgen_kernel *kernel = &plan->kernels[k];
-	const sched_sync_policy *policy;
-	sched_sync *sync;
+	const sched_sync_policy *policy = sched_sync_policy_of(sync, kernel->sync.policy);
 	sched_error why = {0};
 	char list[64];
 	int rc;
 
-	if (!kernel->sync.on)
+	if (!policy) {
+		offered(sync, list, sizeof(list));
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': policy '%s' does not fit "
+				 "its tile dependence on '%s' (it offers %s)", kernel->name,
+				 sched_sync_kind_name(kernel->sync.policy),
+				 plan->kernels[k - 1].name, list);
+	}
+	if ((rc = check_early_loads(graph, kernel, sync, err)) < 0)
+		return rc;
+	if (sched_sync_check(sync, policy, &why) < 0)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': %s", kernel->name, why.message);
+	return KGEN_OK;
+}
+
+int kgen_sync_check_kernel(const sched_graph *graph, const kgen_plan *plan, int k,
+			   kgen_error *err)
+{
+	sched_sync *sync;
+	int rc;
+
+	if (!plan->kernels[k].sync.on)
 		return KGEN_OK;
 	if ((rc = kgen_sync_analyse(graph, plan, k, &sync, err)) < 0)
 		return rc;
-	policy = sched_sync_policy_of(sync, kernel->sync.policy);
-	offered(sync, list, sizeof(list));
-	if (!policy)
-		rc = kgen_fail(err, KGEN_EPLAN, "kernel '%s': policy '%s' does not fit "
-			       "its tile dependence on '%s' (it offers %s)", kernel->name,
-			       sched_sync_kind_name(kernel->sync.policy),
-			       plan->kernels[k - 1].name, list);
-	else if (sched_sync_check(sync, policy, &why) < 0)
-		rc = kgen_fail(err, KGEN_EPLAN, "kernel '%s': %s", kernel->name, why.message);
-	else
-		rc = check_early_loads(graph, kernel, sync, err);
+	rc = kgen_sync_prove(graph, plan, k, sync, err);
 	sched_sync_free(sync);
 	return rc;
 }

@@ -49,18 +49,11 @@ bool sched_is_identifier(const char *s)
 static int check_keys(json_t *obj, const char *const *allowed,
 		      const char *where, sched_error *err)
 {
-	const char *key;
-	json_t *value;
+	const char *key = sched_unknown_key(obj, allowed);
 
-	json_object_foreach(obj, key, value) {
-		int i = 0;
-
-		while (allowed[i] && strcmp(allowed[i], key))
-			i++;
-		if (!allowed[i])
-			return sched_fail(err, SCHED_ESCHEMA, -1, 0,
-					  "unknown key '%s' in %s", key, where);
-	}
+	if (key)
+		return sched_fail(err, SCHED_ESCHEMA, -1, 0, "unknown key '%s' in %s",
+				  key, where);
 	return SCHED_OK;
 }
 

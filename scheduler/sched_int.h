@@ -118,6 +118,10 @@ struct sched_graph {
 	char key[SCHED_KEY_HEX + 1];
 };
 
+/* The first key of JSON object "obj" not in the NULL-terminated "keys",
+ * or NULL. */
+const char *sched_unknown_key(json_t *obj, const char *const *keys);
+
 /* Fills "err" with code, op, column and a printf-style message; returns
  * code. Safe with err == NULL. */
 int sched_fail(sched_error *err, int code, int op, int column,

@@ -272,6 +272,9 @@ typedef struct sched_tiling {
 	int64_t tile[SCHED_MAX_RANK];
 } sched_tiling;
 
+/* The tiles of "t" along dim d. */
+int64_t sched_tiles_along(const sched_tiling *t, int d);
+
 /* A producer kernel whose tiles cover its output, and a consumer kernel
  * (its ops, any order) that reads that output and whose tiles cover its
  * root's output. */

@@ -64,7 +64,7 @@ static isl_map *map_from_buf(isl_ctx *ctx, sched_buf *buf)
 	return map;
 }
 
-static int64_t tiles_along(const sched_tiling *t, int d)
+int64_t sched_tiles_along(const sched_tiling *t, int d)
 {
 	return (t->view[d] + t->tile[d] - 1) / t->tile[d];
 }
@@ -125,7 +125,7 @@ static isl_set *grid_of(isl_ctx *ctx, const sched_tiling *t, const char *tuple)
 	sched_buf_printf(&buf, "] : ");
 	for (int d = 0; d < t->rank; d++)
 		sched_buf_printf(&buf, "%s0 <= t%d < %lld", d ? " and " : "", d,
-				 (long long)tiles_along(t, d));
+				 (long long)sched_tiles_along(t, d));
 	sched_buf_printf(&buf, " }");
 	set = buf.str ? isl_set_read_from_str(ctx, buf.str) : NULL;
 	sched_buf_release(&buf);
@@ -238,7 +238,7 @@ static isl_map *posts_of(isl_ctx *ctx, const sched_tiling *t, enum sched_sync_ki
 	sched_buf_printf(&buf, "] : ");
 	for (int d = 0; d < r; d++)
 		sched_buf_printf(&buf, "%s0 <= p%d < %lld", d ? " and " : "", d,
-				 (long long)tiles_along(t, d));
+				 (long long)sched_tiles_along(t, d));
 	sched_buf_printf(&buf, " }");
 	return map_from_buf(ctx, &buf);
 }

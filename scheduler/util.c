@@ -149,3 +149,19 @@ const char *sched_node_excerpt(const sched_node *node, const char *text,
 	snprintf(out, SCHED_EXCERPT, "%.*s%s", keep, start, keep < len ? "..." : "");
 	return out;
 }
+
+const char *sched_unknown_key(json_t *obj, const char *const *keys)
+{
+	const char *key;
+	json_t *value;
+
+	json_object_foreach(obj, key, value) {
+		int i = 0;
+
+		while (keys[i] && strcmp(keys[i], key))
+			i++;
+		if (!keys[i])
+			return key;
+	}
+	return NULL;
+}

@@ -417,6 +417,7 @@ static bool try_merge(decoding *d, int a, int b)
 	int ra = find_group(d, a), rb = find_group(d, b);
 	bool in[TUNER_FUSION_MAX_OPS] = {false};
 	kgen_kernel k = {.nops = 0};
+	const sched_op *root;
 	sched_contraction product;
 	verdict scratch = {0};
 	const verdict *v;
@@ -432,13 +433,14 @@ static bool try_merge(decoding *d, int a, int b)
 	}
 	if (!convex(f, in))
 		return false;
-	k.schedule = d->schedules[f->kernel_of[kgen_kernel_op(f->graph, &k)->index]];
+	root = kgen_kernel_op(f->graph, &k);
+	k.schedule = d->schedules[f->kernel_of[root->index]];
 	if (!kgen_kernel_products(f->graph, &k, &product))
 		k.schedule.micro = (kgen_micro){0}; /* products side by side keep it */
 	k.schedule.mma = (kgen_mma){0}; /* for a kernel of one op only */
 	/* cpu: blocks in parallel when either part's were (a small root after
 	 * a large product, such as a bias add, would run the product serially) */
-	if (!k.schedule.parallel && f->graph->tensors[kgen_kernel_op(f->graph, &k)->target].rank &&
+	if (!k.schedule.parallel && f->graph->tensors[root->target].rank &&
 	    (d->kernels[ra].schedule.parallel || d->kernels[rb].schedule.parallel))
 		k.schedule.parallel = 1;
 	strcpy(k.name, "fused");

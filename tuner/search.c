@@ -454,41 +454,34 @@ static void decode_kernel(const tuner_search *s, int k, const int *genes,
 	decode_blocking(ks, at + 2 * r + 4, sch);
 }
 
-/* The policy "want" when kernel k's dependence offers it, else the most
- * grouped one it offers (offers come in the order of sched_sync_kind);
- * false when k cannot wait on the kernel before it. */
-static bool offered_policy(const tuner_search *s, int k, enum sched_sync_kind want,
-			   enum sched_sync_kind *got)
-{
-	sched_sync *sync;
-
-	if (kgen_sync_analyse(s->graph, s->plan, k, &sync, NULL) < 0)
-		return false;
-	*got = sched_sync_policy_of(sync, want) ? want
-						: sync->policies[sync->npolicies - 1].kind;
-	sched_sync_free(sync);
-	return true;
-}
-
 /* Kernel k of s->plan waits on the kernel before it as the sync genes of
- * its root's base kernel say, repaired: a policy its dependence offers,
- * early loads only where they are legal; stream order where no sync is. */
+ * its root's base kernel say, repaired: the policy when its dependence
+ * offers it, else the most grouped one offered (offers come in the order
+ * of sched_sync_kind); early loads only where they are legal; stream
+ * order where no sync is. The dependence is analysed once. */
 static void decode_sync(tuner_search *s, int k, const int *genes)
 {
 	kgen_kernel *kernel = &s->plan->kernels[k];
 	int b = base_kernel(s, kgen_kernel_op(s->graph, kernel)->index);
 	const int *at = genes + s->first_sync_gene + SYNC_GENES * b;
+	sched_sync *sync;
 	enum sched_sync_kind kind;
+	int rc;
 
 	kernel->sync = (kgen_sync){0};
-	if (b < 0 || at[0] == 0 || !offered_policy(s, k, at[0] - 1, &kind))
+	if (b < 0 || at[0] == 0 || kgen_sync_analyse(s->graph, s->plan, k, &sync, NULL) < 0)
 		return;
+	kind = sched_sync_policy_of(sync, at[0] - 1) ? (enum sched_sync_kind)(at[0] - 1)
+						      : sync->policies[sync->npolicies - 1].kind;
 	kernel->sync = (kgen_sync){true, kind, !at[1], !at[2], at[3]};
-	if (kgen_sync_check_kernel(s->graph, s->plan, k, NULL) == KGEN_OK)
-		return;
-	kernel->sync.early_loads = false;
-	if (kgen_sync_check_kernel(s->graph, s->plan, k, NULL) < 0)
+	rc = kgen_sync_prove(s->graph, s->plan, k, sync, NULL);
+	if (rc < 0 && kernel->sync.early_loads) {
+		kernel->sync.early_loads = false;
+		rc = kgen_sync_prove(s->graph, s->plan, k, sync, NULL);
+	}
+	if (rc < 0)
 		kernel->sync = (kgen_sync){0};
+	sched_sync_free(sync);
 }
 
 /* s->plan from "genes"; NULL when out of memory. */
