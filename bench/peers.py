@@ -70,8 +70,8 @@ def mi_lstm_cell(t):
 
 def ln_residual(t):
     s = t["x"] + t["r"]
-    return {"y": in_f32(F.layer_norm, s, s.shape[-1:], t["gamma"].float(),
-                        t["beta"].float(), eps=1e-5)}
+    return {"y": in_f32(lambda x: F.layer_norm(x, x.shape[-1:], t["gamma"].to(x.dtype),
+                                               t["beta"].to(x.dtype), eps=1e-5), s)}
 
 
 def softmax_scores(t):

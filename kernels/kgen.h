@@ -338,6 +338,10 @@ typedef struct kgen_check {
  * KGEN_EWRONG when one does not. */
 int kgen_verify(__sched_keep kgen_program *program, unsigned seed,
 		kgen_check *checks, kgen_error *err);
+
+/* A bound on the seconds kgen_verify's reference takes for "graph" (once
+ * per worker, graph and seed: it is kept), for time limits. */
+double kgen_reference_seconds(__sched_keep const sched_graph *graph);
 /* The tolerance for an output of dtype "dtype" in "graph". */
 double kgen_tolerance(__sched_keep const sched_graph *graph,
 		      enum sched_dtype dtype);

@@ -462,6 +462,29 @@ const char *kgen_reducer_identity(enum sched_reducer reducer)
 	return identities[reducer];
 }
 
+int64_t kgen_reduction_points(const sched_op *op)
+{
+	int64_t n = 1;
+
+	for (int v = op->ntarget_vars; v < op->nvars; v++)
+		n *= op->vars[v].hi - op->vars[v].lo;
+	return n;
+}
+
+void kgen_print_reduction_decode(sched_buf *buf, const sched_op *op, const char *indent)
+{
+	int64_t stride = 1;
+
+	for (int v = op->nvars - 1; v >= op->ntarget_vars; v--) {
+		int64_t extent = op->vars[v].hi - op->vars[v].lo;
+
+		sched_buf_printf(buf, "%sconst idx_t v_%s = %lld + (r / %lld) %% %lld;\n",
+				 indent, op->vars[v].name, (long long)op->vars[v].lo,
+				 (long long)stride, (long long)extent);
+		stride *= extent;
+	}
+}
+
 /* "acc = acc (+) x" for the op's reducer, as one statement. */
 void kgen_print_combine(sched_buf *buf, enum sched_reducer reducer,
 			const char *acc, const char *x)

@@ -116,31 +116,6 @@ static void print_store(const cuda_kernel *k, const char *indent, const char *va
 	sched_buf_printf(k->buf, "] = %s%s);\n", kgen_store_open(k->target), value);
 }
 
-/* Decodes the flat reduction index "r" into the reduction variables. */
-static void print_reduction_decode(const cuda_kernel *k, const char *indent)
-{
-	const sched_op *op = k->pr.op;
-	int64_t stride = 1;
-
-	for (int v = op->nvars - 1; v >= op->ntarget_vars; v--) {
-		int64_t extent = op->vars[v].hi - op->vars[v].lo;
-
-		sched_buf_printf(k->buf, "%sconst idx_t v_%s = %lld + (r / %lld) %% %lld;\n",
-				 indent, var_name(k, v), (long long)op->vars[v].lo,
-				 (long long)stride, (long long)extent);
-		stride *= extent;
-	}
-}
-
-static int64_t reduction_points(const sched_op *op)
-{
-	int64_t n = 1;
-
-	for (int v = op->ntarget_vars; v < op->nvars; v++)
-		n *= op->vars[v].hi - op->vars[v].lo;
-	return n;
-}
-
 /* acc folded over the reduction points r = first, first + step, ... */
 static void print_strided_reduction(const cuda_kernel *k, const char *first,
 				    const char *step, const char *indent)
@@ -151,8 +126,8 @@ static void print_strided_reduction(const cuda_kernel *k, const char *first,
 			 "%sfor (idx_t r = %s; r < %lld; r += %s) {\n", indent,
 			 kgen_reducer_identity(op->reducer), indent,
 			 k->kernel->schedule.unroll, indent, first,
-			 (long long)reduction_points(op), step);
-	print_reduction_decode(k, "\t\t\t\t");
+			 (long long)kgen_reduction_points(op), step);
+	kgen_print_reduction_decode(k->buf, op, "\t\t\t\t");
 	sched_buf_printf(k->buf, "\t\t\t\tconst float x = ");
 	kgen_print_value(k->buf, &k->pr, op->body);
 	sched_buf_printf(k->buf, ";\n\t\t\t\t");

@@ -14,6 +14,9 @@
  * cuda: a block per blockIdx.x; stage element e runs on thread
  * e mod blockDim.x, which is the thread map the widths were computed
  * with, and __syncthreads() stands where the analysis put a barrier.
+ * A reduction stage with fewer elements than threads shares each element
+ * among up to a warp of threads, combined by shuffles, with barriers on
+ * both sides (its elements leave that thread map).
  */
 #include <stdlib.h>
 
@@ -25,6 +28,7 @@ typedef struct fused_kernel {
 	sched_buf *buf;
 	bool cuda;
 	bool wrapped; /* cuda: computes one tile for print_sync.c's entry */
+	bool barrier_due; /* cuda: the last stage's elements ran on other threads */
 } fused_kernel;
 
 static const sched_group *group_of(const fused_kernel *k)
@@ -97,10 +101,19 @@ static bool touched(const fused_kernel *k, int t)
 	return false;
 }
 
+/* cuda: the block's threads, laid over the last stage's target. */
+static unsigned block_threads(const fused_kernel *k)
+{
+	unsigned threads = 1;
+
+	for (int d = 0; d < stage_target(k, group_of(k)->nstages - 1)->rank; d++)
+		threads *= k->kernel->schedule.threads[d];
+	return threads;
+}
+
 static void print_params(fused_kernel *k)
 {
 	const sched_graph *g = k->pr.graph;
-	unsigned threads = 1;
 	char bounds[16];
 
 	if (!k->cuda) {
@@ -113,9 +126,7 @@ static void print_params(fused_kernel *k)
 						 g->tensors[t].name, t);
 		return;
 	}
-	for (int d = 0; d < stage_target(k, group_of(k)->nstages - 1)->rank; d++)
-		threads *= k->kernel->schedule.threads[d];
-	snprintf(bounds, sizeof(bounds), "%u", threads);
+	snprintf(bounds, sizeof(bounds), "%u", block_threads(k));
 	kgen_print_cuda_entry(k->buf, k->kernel->name, bounds, k->wrapped);
 	for (int t = 0; t < g->ntensors; t++)
 		sched_buf_printf(k->buf, "%s%s%s *__restrict__ t_%s", t ? ",\n\t" : "",
@@ -354,10 +365,75 @@ static void print_cuda_elements(fused_kernel *k, int s)
 				 var_name(k, d), s, d);
 }
 
+/* The threads that share each element of reduction stage "s": when the
+ * stage has fewer elements than the block has threads, the spare ones
+ * split the reductions, a power of two of them up to a warp per element,
+ * combined with shuffles. 1 when each element is one thread's. */
+static int sharing_threads(const fused_kernel *k, int s)
+{
+	unsigned threads = block_threads(k);
+	int64_t elements = stage_elements(k, s), points = kgen_reduction_points(k->pr.op);
+	int n = 1;
+
+	if (k->pr.op->reducer == SCHED_RED_NONE || threads % 32)
+		return 1;
+	while (n < 32 && elements * n * 2 <= threads && n * 2 <= points)
+		n *= 2;
+	return n;
+}
+
+/* Element e of the region runs on the "n" threads n * (e mod (blockDim.x /
+ * n)) onwards: each folds every n-th reduction point, then they combine
+ * by shuffles (a butterfly, so all end with the result) and the first
+ * keeps it. Every thread runs every round of the loop, as the shuffles
+ * need all of a warp. */
+static void print_cuda_shared_reduction(fused_kernel *k, int s, int n)
+{
+	const sched_stage *st = &group_of(k)->stages[s];
+	const sched_op *op = k->pr.op;
+	int64_t stride = stage_elements(k, s);
+
+	sched_buf_printf(k->buf, "\t\tfor (idx_t base = 0; base < %lld; base += %u) {\n"
+			 "\t\t\tconst idx_t e = base + threadIdx.x / %d;\n"
+			 "\t\t\tbool live = e < %lld;\n", (long long)stride,
+			 block_threads(k) / n, n, (long long)stride);
+	for (int d = 0; d < st->rank; d++) {
+		stride /= st->extent[d];
+		sched_buf_printf(k->buf, "\t\t\tconst idx_t v_%s = lo_%d_%d + e / %lld %% %lld;\n"
+				 "\t\t\tlive = live && v_%s < hi_%d_%d;\n", var_name(k, d),
+				 s, d, (long long)stride, (long long)st->extent[d],
+				 var_name(k, d), s, d);
+	}
+	sched_buf_printf(k->buf, "\t\t\tfloat x = %s;\n\t\t\tif (live)\n#pragma unroll %d\n"
+			 "\t\t\tfor (idx_t r = threadIdx.x %% %d; r < %lld; r += %d) {\n",
+			 kgen_reducer_identity(op->reducer), k->kernel->schedule.unroll, n,
+			 (long long)kgen_reduction_points(op), n);
+	kgen_print_reduction_decode(k->buf, op, "\t\t\t\t");
+	sched_buf_printf(k->buf, "\t\t\t\tconst float y = ");
+	kgen_print_value(k->buf, &k->pr, op->body);
+	sched_buf_printf(k->buf, ";\n\t\t\t\t");
+	kgen_print_combine(k->buf, op->reducer, "x", "y");
+	sched_buf_printf(k->buf, "\n\t\t\t}\n\t\t\tfor (int o = %d; o > 0; o >>= 1) {\n"
+			 "\t\t\t\tconst float y = __shfl_xor_sync(0xffffffffu, x, o);\n"
+			 "\t\t\t\t", n / 2);
+	kgen_print_combine(k->buf, op->reducer, "x", "y");
+	sched_buf_printf(k->buf, "\n\t\t\t}\n\t\t\tif (live && threadIdx.x %% %d == 0) {\n", n);
+	print_keep(k, s, "\t\t\t\t", "x");
+	sched_buf_printf(k->buf, "\t\t\t}\n\t\t}\n");
+}
+
 static void print_cuda_stage(fused_kernel *k, int s)
 {
 	const sched_op *op = k->pr.op;
+	int sharing = sharing_threads(k, s);
 
+	/* The widths assume element e on thread e mod blockDim.x: a stage
+	 * whose elements run elsewhere needs barriers on both sides. */
+	if (group_of(k)->stages[s].barrier || k->barrier_due || sharing > 1)
+		sched_buf_printf(k->buf, "\t\t__syncthreads();\n");
+	k->barrier_due = sharing > 1;
+	if (sharing > 1)
+		return print_cuda_shared_reduction(k, s, sharing);
 	print_cuda_elements(k, s);
 	if (op->reducer == SCHED_RED_NONE) {
 		sched_buf_printf(k->buf, "\t\t\tconst float x = ");
@@ -381,8 +457,6 @@ static void print_stage(fused_kernel *k, int s)
 	use_stage(k, s);
 	sched_buf_printf(k->buf, "\t\t/* op %d: %s */\n", k->pr.op->index,
 			 stage_target(k, s)->name);
-	if (k->cuda && st->barrier)
-		sched_buf_printf(k->buf, "\t\t__syncthreads();\n");
 	if (k->cuda)
 		return print_cuda_stage(k, s);
 	sched_buf_printf(k->buf, "\t\t{\n");
@@ -463,7 +537,7 @@ char *kgen_print_fused(const sched_graph *graph, const kgen_kernel *kernel,
 {
 	sched_group *group;
 	sched_buf buf = {0};
-	fused_kernel k = {{graph, NULL, NULL}, kernel, &buf, cuda, wrapped};
+	fused_kernel k = {{graph, NULL, NULL}, kernel, &buf, cuda, wrapped, false};
 
 	if (kgen_kernel_group(graph, kernel, cuda, &group, NULL) < 0)
 		return NULL;

@@ -21,6 +21,11 @@
 #include "kgen_int.h"
 
 #define WHOLE_CHECK_POINTS 50000000.0 /* reference work checked whole */
+/* The interpreter's pace, and a bound on the time of a sampled reference,
+ * both for one core of the 2-core VM of docs/benchmarks.md: there the
+ * sampled references of the examples took up to 16 s (the GPT-3 MLP). */
+#define REFERENCE_POINTS_PER_S 1e7
+#define SAMPLED_REFERENCE_S 40.0
 #define SAMPLE_ELEMENTS 1000
 #define SAMPLE_LAST_DIM 256
 #define I32_POISON INT32_MIN
@@ -235,6 +240,14 @@ static double reference_points(const sched_graph *g)
 		points += p;
 	}
 	return points;
+}
+
+double kgen_reference_seconds(const sched_graph *graph)
+{
+	double points = reference_points(graph);
+
+	return points <= WHOLE_CHECK_POINTS ? points / REFERENCE_POINTS_PER_S
+					    : SAMPLED_REFERENCE_S;
 }
 
 /* Picks "n" distinct indices below "size" into "picked" (sorted marks). */

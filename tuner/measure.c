@@ -520,7 +520,8 @@ double tuner_time_limit(const sched_graph *graph, const char *backend)
 	json_t *explain = sched_graph_explain(graph);
 	double flops = (double)json_integer_value(json_object_get(explain, "flops"));
 	double rate = strcmp(backend, "cuda") ? 2e8 : 1e12;
-	double limit = 20 * flops / rate + 2.0 * sched_graph_op_count(graph);
+	double limit = 20 * flops / rate + 2.0 * sched_graph_op_count(graph) +
+		       kgen_reference_seconds(graph);
 
 	json_decref(explain);
 	return limit > 10 ? limit : 10;

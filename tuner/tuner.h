@@ -215,7 +215,8 @@ __tuner_give json_t *tuner_serve(struct kgen_backend *backend,
 /* The time limit of one request for "graph" on "backend" ("cpu", "cuda"
  * or "auto"): 10 s, or 20 times a pessimistic estimate of one run of the
  * plan (0.2 GFLOP/s on a cpu, 1 TFLOP/s on a GPU) plus 2 s per op to
- * compile, whichever is longer. */
+ * compile plus what the reference may take (kgen_reference_seconds),
+ * whichever is longer. */
 struct sched_graph;
 double tuner_time_limit(__tuner_keep const struct sched_graph *graph,
 			const char *backend);

@@ -74,16 +74,16 @@ static json_t *request(const char *graph_text, const char *source)
 	return r;
 }
 
+/* Asks once; "kind" gets the answer's kind (a copy: the answer is freed). */
 static tuner_outcome ask(tuner_worker *worker, json_t *req, double timeout_s,
-			 const char **kind)
+			 char kind[32])
 {
 	tuner_reply reply = {0};
 
 	tuner_worker_ask(worker, req, timeout_s, &reply);
-	*kind = "none";
-	if (reply.answer)
-		*kind = json_string_value(json_object_get(reply.answer, "kind")) ?: "none";
-	printf("planted_hang: %s (%s)\n", reply.detail[0] ? reply.detail : "answered", *kind);
+	snprintf(kind, 32, "%s", reply.answer ?
+		 json_string_value(json_object_get(reply.answer, "kind")) ?: "none" : "none");
+	printf("planted_hang: %s (%s)\n", reply.detail[0] ? reply.detail : "answered", kind);
 	json_decref(reply.answer);
 	json_decref(req);
 	return reply.outcome;
@@ -91,7 +91,8 @@ static tuner_outcome ask(tuner_worker *worker, json_t *req, double timeout_s,
 
 int main(int argc, char **argv)
 {
-	const char *args[] = {"tuned-worker", "--backend", "cuda", NULL}, *kind;
+	const char *args[] = {"tuned-worker", "--backend", "cuda", NULL};
+	char kind[32];
 	kgen_backend *cuda = NULL;
 	kgen_error err = {0};
 	sched_graph *graph = NULL;
@@ -108,8 +109,8 @@ int main(int argc, char **argv)
 	if (!(planted = planted_source(graph)))
 		return fprintf(stderr, "planted_hang: no wait to plant a hang in\n"), 1;
 	worker = tuner_worker_new(argv[1], args);
-	failed = ask(worker, request(text, planted), 20, &kind) != TUNER_TIMED_OUT;
-	failed |= ask(worker, request(text, NULL), 120, &kind) != TUNER_ANSWERED ||
+	failed = ask(worker, request(text, planted), 20, kind) != TUNER_TIMED_OUT;
+	failed |= ask(worker, request(text, NULL), 120, kind) != TUNER_ANSWERED ||
 		  strcmp(kind, "ok") != 0;
 	printf("planted_hang: %s\n", failed ? "FAILED" : "the hang was killed and the "
 	       "next request measured");
