@@ -696,3 +696,46 @@ Test(fused, every_fused_kernel_compiles_with_nvrtc)
 	sched_graph_free(g);
 	cr_expect_geq(kernels, MIN_EXAMPLE_PLANS + (int)NPLACEMENTS);
 }
+
+static int occurrences(const char *text, const char *what)
+{
+	int n = 0;
+
+	for (const char *at = text; (at = strstr(at, what)); at += strlen(what))
+		n++;
+	return n;
+}
+
+/* ln_residual fused, 4 rows a block: its two reductions have 4 elements
+ * for 256 threads, so a warp shares each row (shuffles), with a barrier
+ * before each stage; with 4 threads each row stays one thread's. */
+Test(fused, few_reduced_elements_share_a_warp_on_cuda)
+{
+	static const char *plan_of[] = {
+		"{\"kernels\": [{\"name\": \"k0\", \"ops\": [0, 1, 2, 3], "
+		"\"schedule\": {\"tile\": [4, 768], \"threads\": [1, 256]}}]}",
+		"{\"kernels\": [{\"name\": \"k0\", \"ops\": [0, 1, 2, 3], "
+		"\"schedule\": {\"tile\": [4, 768], \"threads\": [1, 4]}}]}",
+	};
+	sched_graph *g = example("ln_residual");
+	kgen_plan *warps = read_plan(g, plan_of[0]), *alone = read_plan(g, plan_of[1]);
+	char *shared = kgen_print_cuda(g, warps, 0), *serial = kgen_print_cuda(g, alone, 0);
+
+	cr_assert(shared && serial);
+	cr_expect_eq(occurrences(shared, "__shfl_xor_sync"), 2, "mean and var\n%s", shared);
+	cr_expect_eq(occurrences(shared, "for (idx_t r = threadIdx.x % 32; r < 768; r += 32)"), 2);
+	cr_expect_eq(occurrences(shared, "__syncthreads()"), 3, "before mean, var and y");
+	cr_expect_eq(occurrences(serial, "__shfl_xor_sync"), 0, "%s", serial);
+	cr_expect_eq(occurrences(serial, "__syncthreads()"), 2, "the analysis' barriers");
+	free(serial);
+	kgen_plan_free(alone);
+	skip_without_nvrtc();
+	kgen_error err = {0};
+
+	cr_expect_eq(kgen_nvrtc_check(shared, "sm_90", &err), KGEN_OK, "%s\n%s",
+		     err.message, err.log ? err.log : "");
+	kgen_error_release(&err);
+	free(shared);
+	kgen_plan_free(warps);
+	sched_graph_free(g);
+}
