@@ -153,10 +153,11 @@ int kgen_plan_from_json(__sched_keep const sched_graph *graph,
 __sched_give json_t *kgen_plan_to_json(__sched_keep const sched_graph *graph,
 				       __sched_keep const kgen_plan *plan);
 /* Whether the ops of "kernel" are matrix products side by side that one
- * "micro" blocking serves: each a contraction of its root's shape (m, n,
- * k), dtypes and strides of A and C (the micro-kernels read A and write
- * C in place), none reading another's output; the root's in *c. A kernel
- * of one contraction is one. */
+ * "micro" blocking serves: each a contraction (or a gathered one, whose
+ * B the packing evaluates: sched_op_gathered_contraction) of its root's
+ * shape (m, n, k), dtypes and strides of A and C (the micro-kernels read
+ * A and write C in place), none reading another's output; the root's in
+ * *c. A kernel of one contraction is one. */
 bool kgen_kernel_products(__sched_keep const sched_graph *graph,
 			  __sched_keep const kgen_kernel *kernel, sched_contraction *c);
 

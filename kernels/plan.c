@@ -313,7 +313,8 @@ static bool same_product(const sched_graph *graph, const sched_contraction *a,
 {
 	const sched_tensor *t = graph->tensors;
 
-	return a->m == b->m && a->n == b->n && a->k == b->k && a->a_m == b->a_m &&
+	return a->gathered == b->gathered && a->m == b->m && a->n == b->n &&
+	       a->k == b->k && a->a_m == b->a_m &&
 	       a->a_k == b->a_k && a->c_m == b->c_m && a->c_n == b->c_n &&
 	       t[a->a].dtype == t[b->a].dtype && t[a->b].dtype == t[b->b].dtype &&
 	       t[a_target].dtype == t[b_target].dtype;
@@ -324,13 +325,13 @@ bool kgen_kernel_products(const sched_graph *graph, const kgen_kernel *kernel,
 {
 	const sched_op *root = kgen_kernel_op(graph, kernel);
 
-	if (!sched_op_contraction(graph, root->index, c))
+	if (!sched_op_gathered_contraction(graph, root->index, c))
 		return false;
 	for (int i = 0; i < kernel->nops; i++) {
 		const sched_op *op = &graph->ops[kernel->ops[i]];
 		sched_contraction other;
 
-		if (!sched_op_contraction(graph, op->index, &other) ||
+		if (!sched_op_gathered_contraction(graph, op->index, &other) ||
 		    !same_product(graph, c, root->target, &other, op->target) ||
 		    read_by_member(graph, kernel, op->target))
 			return false;

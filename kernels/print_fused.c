@@ -286,16 +286,6 @@ typedef struct last_index {
 	bool target_last;    /* the last target variable is in an access's last index */
 } last_index;
 
-static bool mentions(const sched_node *node, int var)
-{
-	if (node->kind == SCHED_NODE_VAR)
-		return node->var == var;
-	for (int i = 0; i < node->nargs; i++)
-		if (mentions(node->args[i], var))
-			return true;
-	return false;
-}
-
 static void look_at_last_index(const sched_node *access, void *user)
 {
 	last_index *li = user;
@@ -306,7 +296,7 @@ static void look_at_last_index(const sched_node *access, void *user)
 	li->reduction_last |= last->kind == SCHED_NODE_VAR &&
 			      last->var == li->op->nvars - 1;
 	li->target_last |= li->op->ntarget_vars > 0 &&
-			   mentions(last, li->op->ntarget_vars - 1);
+			   sched_node_mentions(last, li->op->ntarget_vars - 1);
 }
 
 /* Whether the reduction should run innermost: it walks the last dim of

@@ -9,6 +9,11 @@
  * a kind merge into one when their strides chain (m = (s, t) with
  * stride(s) = stride(t) * extent(t) in both tensors it moves), so that
  * x[b, s, c] * w[c, j] is one product of (b s) x c by c x j.
+ *
+ * A gathered contraction lets B be any expression of the n and k vars:
+ * a convolution, sum(c, r, s) select(in bounds, x[c, p + r - 1, ..], 0)
+ * * w[k, c, r, s], is the product of w as (k) x (c r s) by the padded
+ * windows of x as (c r s) x (p q), packed by evaluating that expression.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -136,16 +141,18 @@ static bool kinds_are_valid(const sched_op *op, const int *moves)
 	return true;
 }
 
-/* The offsets of the op's two factors and its target, over its domain. */
-static bool offsets_of(const sched_graph *graph, const sched_op *op, offset *offs)
+/* The offsets of the op's factors that are accesses (all of "factors"
+ * but a NULL) and of its target, over its domain. */
+static bool offsets_of(const sched_graph *graph, const sched_op *op,
+		       const sched_node *const *factors, offset *offs)
 {
 	isl_ctx *ctx = sched_isl_ctx_new();
-	const sched_node *factors[2] = {op->body->args[0], op->body->args[1]};
 	bool ok = ctx != NULL;
 
 	for (int x = 0; x < 2 && ok; x++)
-		ok = offset_of(graph, op, factors[x]->tensor,
-			       sched_access_map(ctx, graph, op, factors[x]), &offs[x]);
+		ok = !factors[x] || offset_of(graph, op, factors[x]->tensor,
+					      sched_access_map(ctx, graph, op, factors[x]),
+					      &offs[x]);
 	ok = ok && offset_of(graph, op, op->target,
 			     sched_op_write(ctx, graph, op->index), &offs[2]);
 	isl_ctx_free(ctx);
@@ -171,6 +178,13 @@ static void transpose(sched_contraction *c)
 	};
 }
 
+/* sum(..) X * Y */
+static bool is_product(const sched_op *op)
+{
+	return op->reducer == SCHED_RED_SUM && op->body->kind == SCHED_NODE_BINARY &&
+	       op->body->op == SCHED_MUL;
+}
+
 bool sched_op_contraction(const sched_graph *graph, int index, sched_contraction *out)
 {
 	const sched_op *op = &graph->ops[index];
@@ -180,9 +194,9 @@ bool sched_op_contraction(const sched_graph *graph, int index, sched_contraction
 	merged m, n, k;
 
 	memset(offs, 0, sizeof(offs));
-	if (op->reducer != SCHED_RED_SUM || body->kind != SCHED_NODE_BINARY ||
-	    body->op != SCHED_MUL || body->args[0]->kind != SCHED_NODE_ACCESS ||
-	    body->args[1]->kind != SCHED_NODE_ACCESS || !offsets_of(graph, op, offs))
+	if (!is_product(op) || body->args[0]->kind != SCHED_NODE_ACCESS ||
+	    body->args[1]->kind != SCHED_NODE_ACCESS ||
+	    !offsets_of(graph, op, (const sched_node *const *)body->args, offs))
 		return false;
 	fold_lower_bounds(op, offs);
 	var_moves(op, offs, moves);
@@ -201,4 +215,77 @@ bool sched_op_contraction(const sched_graph *graph, int index, sched_contraction
 	if (out->c_n != 1 && out->c_m == 1)
 		transpose(out);
 	return true;
+}
+
+/* The kinds of a gathered contraction's vars, as the moves of a plain
+ * one: m moves A and C, not B; n moves C, not A (B may use it); k (the
+ * reductions) moves A. Those of extent 1 are taken as they come. */
+static bool gathered_kinds(const sched_op *op, const offset *offs,
+			   const sched_node *b, int *moves)
+{
+	for (int v = 0; v < op->nvars; v++) {
+		bool in_a = offs[0].coef[v] != 0, in_c = offs[2].coef[v] != 0;
+
+		moves[v] = 0;
+		if (op->vars[v].hi - op->vars[v].lo == 1)
+			continue;
+		if (v >= op->ntarget_vars)
+			moves[v] = MOVES_A | MOVES_B;
+		else if (in_a && !sched_node_mentions(b, v))
+			moves[v] = MOVES_A | MOVES_C;
+		else if (!in_a)
+			moves[v] = MOVES_B | MOVES_C;
+		if (!moves[v] || (v >= op->ntarget_vars) != !in_c || in_a != !!(moves[v] & MOVES_A))
+			return false;
+	}
+	return true;
+}
+
+static void first_read(const sched_node *access, void *user)
+{
+	int *tensor = user;
+
+	if (*tensor < 0)
+		*tensor = access->tensor;
+}
+
+/* Gathered with factor "fb" as B, the other factor an access. */
+static bool gathered_with(const sched_graph *graph, const sched_op *op, int fb,
+			  sched_contraction *out)
+{
+	const sched_node *a = op->body->args[1 - fb], *b = op->body->args[fb];
+	const sched_node *factors[2] = {a, NULL};
+	offset offs[3];
+	int moves[2 * SCHED_MAX_RANK], b_tensor = -1;
+	merged m, n, k;
+
+	memset(offs, 0, sizeof(offs));
+	sched_node_each_access(b, first_read, &b_tensor);
+	if (a->kind != SCHED_NODE_ACCESS || b_tensor < 0 ||
+	    !offsets_of(graph, op, factors, offs))
+		return false;
+	fold_lower_bounds(op, offs);
+	if (!gathered_kinds(op, offs, b, moves) ||
+	    !merge_kind(op, moves, offs, MOVES_A | MOVES_C, &m) ||
+	    !merge_kind(op, moves, offs, MOVES_B | MOVES_C, &n) ||
+	    !merge_kind(op, moves, offs, MOVES_A | MOVES_B, &k))
+		return false;
+	*out = (sched_contraction){
+		.a = a->tensor, .b = b_tensor, .m = m.extent, .n = n.extent, .k = k.extent,
+		.a_m = m.stride[0], .a_k = k.stride[0], .c_m = m.stride[2],
+		.c_n = n.stride[2], .a0 = offs[0].constant, .c0 = offs[2].constant,
+		.gathered = true, .factor_b = fb,
+	};
+	return true;
+}
+
+bool sched_op_gathered_contraction(const sched_graph *graph, int index,
+				   sched_contraction *out)
+{
+	const sched_op *op = &graph->ops[index];
+
+	if (sched_op_contraction(graph, index, out))
+		return true;
+	return is_product(op) && (gathered_with(graph, op, 0, out) ||
+				  gathered_with(graph, op, 1, out));
 }

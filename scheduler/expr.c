@@ -969,6 +969,16 @@ int sched_op_parse(sched_graph *graph, int index, const char *text,
 	return p.rc;
 }
 
+bool sched_node_mentions(const sched_node *node, int var)
+{
+	if (node->kind == SCHED_NODE_VAR)
+		return node->var == var;
+	for (int i = 0; i < node->nargs; i++)
+		if (sched_node_mentions(node->args[i], var))
+			return true;
+	return false;
+}
+
 void sched_node_each_access(const sched_node *node, sched_access_fn fn,
 			    void *user)
 {

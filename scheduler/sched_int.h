@@ -176,6 +176,9 @@ int sched_graph_canonicalize(sched_graph *graph);
 /* Whether the body of "op" reads "tensor" (fusion.c). */
 bool sched_op_reads_tensor(const sched_op *op, int tensor);
 
+/* Whether var "var" occurs under "node". */
+bool sched_node_mentions(const sched_node *node, int var);
+
 /* Visits every access node under "node" (pre-order). */
 typedef void (*sched_access_fn)(const sched_node *access, void *user);
 void sched_node_each_access(const sched_node *node, sched_access_fn fn,

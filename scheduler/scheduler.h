@@ -113,14 +113,26 @@ __sched_give isl_union_map *sched_op_reads(isl_ctx *ctx,
  * c0 + m c_m + n c_n; n is the dim along which C is contiguous where one
  * is. A kind with no var has extent 1 and stride 0. */
 typedef struct sched_contraction {
-	int a, b; /* the factors' tensors */
+	int a, b; /* the factors' tensors (gathered: the first B reads) */
 	int64_t m, n, k;
 	int64_t a_m, a_k, b_k, b_n, c_m, c_n;
 	int64_t a0, b0, c0;
+	/* sched_op_gathered_contraction: B is an expression, b0, b_k, b_n 0;
+	 * factor_b: which of the body's two factors it is */
+	bool gathered;
+	int factor_b;
 } sched_contraction;
 
 bool sched_op_contraction(__sched_keep const sched_graph *graph, int op,
 			  sched_contraction *out);
+
+/* The same, or else a product whose B factor is any expression of the
+ * n and k vars alone (a convolution's padded window: an implicit matrix
+ * product, evaluated where B is packed). A's k vars and C's n vars chain
+ * as a contraction's do; element k of B's flat K decodes into the k vars
+ * in order (the last fastest), element n into the n vars alike. */
+bool sched_op_gathered_contraction(__sched_keep const sched_graph *graph, int op,
+				   sched_contraction *out);
 
 /* Per op: domain, accesses as isl maps, reduction ranges, FLOPs, bytes;
  * and the graph's totals and key. */

@@ -172,10 +172,11 @@ static enum blocking blocking_of(const tuner_search *s, int k, sched_contraction
 {
 	const sched_op *op = kgen_kernel_op(s->graph, &s->base->kernels[k]);
 
+	if (!s->o.cuda)
+		return sched_op_gathered_contraction(s->graph, op->index, product)
+		       ? BLOCKING_MICRO : BLOCKING_NONE;
 	if (!sched_op_contraction(s->graph, op->index, product))
 		return BLOCKING_NONE;
-	if (!s->o.cuda)
-		return BLOCKING_MICRO;
 	return kgen_mma_operands_unfit(s->graph, product) ? BLOCKING_NONE : BLOCKING_MMA;
 }
 

@@ -281,3 +281,22 @@ Test(micro, products_side_by_side_share_one_kernel)
 	sched_graph_free(chain);
 	sched_graph_free(shapes);
 }
+
+/* A convolution (a gathered product: its padded windows packed as B) on
+ * micro-kernels, edges in M, N and K, matches the reference; so does one
+ * whose B is an expression of two tensors. */
+Test(micro, gathered_products_match_the_reference)
+{
+	sched_graph *conv = gemm("x f32 1,5,9,7 in; w f32 6,5,3,3 in; y f32 1,6,9,7 out",
+				 "y[n, k, p, q] = sum(c, r < 3, s < 3) select(p + r >= 1 && "
+				 "p + r <= 9 && q + s >= 1 && q + s <= 7, "
+				 "x[n, c, p + r - 1, q + s - 1], 0) * w[k, c, r, s]");
+	sched_graph *mixed = gemm("a f32 6,5 in; b f32 5,7 in; d f32 7 in; y f32 6,7 out",
+				  "y[i, j] = sum(k) a[i, k] * (b[k, j] + d[j])");
+
+	expect_verified(conv, (kgen_micro){4, 16, 45, 8, 48, 1});
+	expect_verified(conv, (kgen_micro){3, 32, 20, 6, 64, 0});
+	expect_verified(mixed, (kgen_micro){4, 16, 5, 8, 16, 1});
+	sched_graph_free(conv);
+	sched_graph_free(mixed);
+}

@@ -128,3 +128,51 @@ Test(contraction, the_examples)
 		sched_graph_free(g);
 	}
 }
+
+/* A convolution's padded window is no strided factor: a gathered
+ * contraction, w as (k) x (c r s) by the windows as (c r s) x (p q). */
+Test(contraction, a_convolution_is_a_gathered_product)
+{
+	sched_graph *g = graph_of("x f32 1,3,5,6 in; w f32 4,3,3,3 in; y f32 1,4,5,6 out",
+				  OPS("y[n, k, p, q] = sum(c, r < 3, s < 3) select(p + r >= 1 && "
+				      "p + r <= 5 && q + s >= 1 && q + s <= 6, "
+				      "x[n, c, p + r - 1, q + s - 1], 0) * w[k, c, r, s]"));
+	sched_contraction c;
+
+	cr_expect_not(sched_op_contraction(g, 0, &c));
+	cr_assert(sched_op_gathered_contraction(g, 0, &c));
+	cr_expect(c.gathered);
+	cr_expect_eq(c.factor_b, 0, "the select is B");
+	cr_expect_eq(c.a, 1, "w is A");
+	cr_expect_eq(c.b, 0, "B reads x");
+	cr_expect_eq(c.m, 4);
+	cr_expect_eq(c.n, 30);
+	cr_expect_eq(c.k, 27);
+	cr_expect_eq(c.a_m, 27);
+	cr_expect_eq(c.a_k, 1);
+	cr_expect_eq(c.c_m, 30);
+	cr_expect_eq(c.c_n, 1);
+	sched_graph_free(g);
+}
+
+/* A plain product is one as it was; a var that moves A and is used by
+ * B, or a reduction that A does not move, makes none. */
+Test(contraction, what_is_no_gathered_product)
+{
+	sched_graph *plain = graph_of("a f32 6,5 in; b f32 5,7 in; y f32 6,7 out",
+				      OPS("y[i, j] = sum(k) a[i, k] * b[k, j]"));
+	sched_graph *shared = graph_of("a f32 6,5 in; b f32 6,7 in; y f32 6,7 out",
+				       OPS("y[i, j] = sum(k) a[i, k] * exp(b[i, j])"));
+	sched_graph *unmoved = graph_of("a f32 6 in; b f32 5,7 in; y f32 6,7 out",
+					OPS("y[i, j] = sum(k) a[i] * exp(b[k, j])"));
+	sched_contraction c;
+
+	cr_assert(sched_op_gathered_contraction(plain, 0, &c));
+	cr_expect_not(c.gathered);
+	cr_expect_eq(c.b_n, 1);
+	cr_expect_not(sched_op_gathered_contraction(shared, 0, &c), "i moves A and B");
+	cr_expect_not(sched_op_gathered_contraction(unmoved, 0, &c), "k does not move A");
+	sched_graph_free(plain);
+	sched_graph_free(shared);
+	sched_graph_free(unmoved);
+}
