@@ -160,3 +160,22 @@ def openblas_ms(example, graph, clock):
     if not torch.allclose(a0[5], a0[3] @ a0[4], rtol=1e-3, atol=1e-3 * math.sqrt(a0[2])):
         raise RuntimeError("cblas_sgemm disagrees with torch on %s" % example)
     return clock.median_ms(run)
+
+
+def copy_gbs(device, clock):
+    """The bandwidth of a copy through memory: bytes read plus written
+    over the median time of copying 256 MiB (64 MiB on the cpu)."""
+    nbytes = (256 if device == "cuda" else 64) << 20
+    src = torch.rand(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    return 2 * nbytes / (clock.median_ms(lambda: dst.copy_(src)) * 1e6)
+
+
+def matmul_gflops(device, dtype, clock):
+    """The rate of a square matrix product on random data in "dtype" (in
+    f32 where the device has no such product: f16 and bf16 on the cpu)."""
+    n = 8192 if device == "cuda" else 1024
+    if device == "cpu":
+        dtype = torch.float32
+    a, b = ((torch.rand(n, n, device=device) - 0.5).to(dtype) for _ in range(2))
+    return 2 * n ** 3 / (clock.median_ms(lambda: a @ b) * 1e6)
