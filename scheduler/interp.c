@@ -6,7 +6,9 @@
  * body over the reduction variables, and the result is rounded to the
  * target's dtype as it is stored (tensors are storage). The only preparation is to turn each
  * access's indices into an element offset: affine indices become one linear
- * form in the variables; quasi-affine ones are evaluated per point.
+ * form in the variables; quasi-affine ones are evaluated per point. A
+ * contraction's reduction runs as a dot product over its flat K: the same
+ * products added in the same order, without walking the expression.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -26,12 +28,22 @@ typedef struct access_plan {
 	int64_t stride[SCHED_MAX_RANK];
 } access_plan;
 
+/* A contraction (sched_op_contraction) as a matrix product: each
+ * factor's offset moves by one stride per step of the flat K, the
+ * reduction vars in the general loop's order, the last fastest. */
+typedef struct dot_plan {
+	bool on;
+	sched_contraction c;
+	int64_t stride[2]; /* of the body's two factors */
+} dot_plan;
+
 typedef struct op_run {
 	const sched_graph *graph;
 	const sched_op *op;
 	double **values;
 	bool **needed;
 	access_plan *plans;
+	dot_plan dot;
 	int64_t vars[MAX_VARS];
 } op_run;
 
@@ -241,6 +253,41 @@ static bool advance(const sched_op *op, int64_t *vars, int first, int last)
 	return false;
 }
 
+/* The stride of the flat K in the offset of access "factor": that of
+ * the last reduction var of extent above 1 (the strides chain). */
+static int64_t k_stride(const op_run *run, const sched_node *factor)
+{
+	const access_plan *plan = &run->plans[factor->access_id];
+	const sched_op *op = run->op;
+	int last = op->nvars - 1;
+
+	while (last > op->ntarget_vars && op->vars[last].hi - op->vars[last].lo == 1)
+		last--;
+	for (int t = 0; t < plan->nterms; t++)
+		if (plan->var[t] == last)
+			return plan->coef[t];
+	return 0;
+}
+
+static void plan_dot(op_run *run)
+{
+	if (!(run->dot.on = sched_op_contraction(run->graph, run->op->index, &run->dot.c)))
+		return;
+	for (int x = 0; x < 2; x++)
+		run->dot.stride[x] = k_stride(run, run->op->body->args[x]);
+}
+
+/* The factors' offsets at the first reduction point. */
+static void dot_bases(op_run *run, int64_t *base)
+{
+	const sched_op *op = run->op;
+
+	for (int v = op->ntarget_vars; v < op->nvars; v++)
+		run->vars[v] = op->vars[v].lo;
+	for (int x = 0; x < 2; x++)
+		base[x] = access_offset(run, op->body->args[x]);
+}
+
 /* The value of the target element at the current target variables. */
 static double eval_element(op_run *run)
 {
@@ -283,14 +330,60 @@ static double store_value(enum sched_dtype dtype, double x)
 	}
 }
 
+/* Row m of a contraction, its needed columns "cols" (n of them): per
+ * element the products of the general loop added in its order, but with
+ * B's rows streamed (k outside, the columns inside). */
+static void run_product_row(op_run *run, int64_t m, const int64_t *cols, int64_t n,
+			    double *acc)
+{
+	const sched_contraction *c = &run->dot.c;
+	const double *a = run->values[c->a] + c->a0 + m * c->a_m, *b = run->values[c->b] + c->b0;
+	double *out = run->values[run->op->target] + c->c0 + m * c->c_m;
+	enum sched_dtype dtype = run->graph->tensors[run->op->target].dtype;
+
+	for (int64_t j = 0; j < n; j++)
+		acc[j] = 0;
+	for (int64_t k = 0; k < c->k; k++) {
+		const double x = a[k * c->a_k], *row = b + k * c->b_k;
+
+		for (int64_t j = 0; j < n; j++)
+			acc[j] += x * row[cols[j] * c->b_n];
+	}
+	for (int64_t j = 0; j < n; j++)
+		out[cols[j] * c->c_n] = store_value(dtype, acc[j]);
+}
+
+/* A contraction's needed elements, row by row. */
+static int run_product(op_run *run)
+{
+	const sched_contraction *c = &run->dot.c;
+	const bool *needed = run->needed ? run->needed[run->op->target] : NULL;
+	int64_t *cols = malloc(c->n * sizeof(int64_t)), n;
+	double *acc = malloc(c->n * sizeof(double));
+
+	for (int64_t m = 0; cols && acc && m < c->m; m++) {
+		n = 0;
+		for (int64_t j = 0; j < c->n; j++)
+			if (!needed || needed[c->c0 + m * c->c_m + j * c->c_n])
+				cols[n++] = j;
+		if (n)
+			run_product_row(run, m, cols, n, acc);
+	}
+	free(acc);
+	free(cols);
+	return cols && acc ? SCHED_OK : SCHED_ENOMEM;
+}
+
 /* Evaluates the target's elements, or only those marked needed. */
-static void run_op(op_run *run)
+static int run_op(op_run *run)
 {
 	const sched_op *op = run->op;
 	const sched_tensor *target = &run->graph->tensors[op->target];
 	const bool *needed = run->needed ? run->needed[op->target] : NULL;
 	double *out = run->values[op->target];
 
+	if (run->dot.on)
+		return run_product(run);
 	memset(run->vars, 0, sizeof(run->vars));
 	for (int64_t offset = 0; offset < target->size; offset++) {
 		if (!needed || needed[offset]) {
@@ -300,23 +393,26 @@ static void run_op(op_run *run)
 		}
 		advance(op, run->vars, 0, op->ntarget_vars);
 	}
+	return SCHED_OK;
 }
 
 /* Runs "fn" on op number "n" of the dependence order, its accesses
  * planned. */
 static int with_op(const sched_graph *graph, int n, double **values,
-		   bool **needed, void (*fn)(op_run *run))
+		   bool **needed, int (*fn)(op_run *run))
 {
 	const sched_op *op = &graph->ops[graph->order[n]];
 	op_run run = {graph, op, values, needed,
-		      calloc(op->naccesses + 1, sizeof(access_plan)), {0}};
+		      calloc(op->naccesses + 1, sizeof(access_plan)), {0}, {0}};
+	int rc;
 
 	if (!run.plans)
 		return SCHED_ENOMEM;
 	sched_node_each_access(op->body, plan_access, &run);
-	fn(&run);
+	plan_dot(&run);
+	rc = fn(&run);
 	free(run.plans);
-	return SCHED_OK;
+	return rc;
 }
 
 int sched_interp_run(const sched_graph *graph, double **values)
@@ -362,10 +458,24 @@ static void mark_reads(const sched_node *access, void *user)
 		needed[offset] = true;
 }
 
+/* What a contraction's element reads: each factor's K elements. */
+static void mark_dot(op_run *run)
+{
+	int64_t base[2];
+
+	dot_bases(run, base);
+	for (int x = 0; x < 2; x++) {
+		bool *needed = run->needed[run->op->body->args[x]->tensor];
+
+		for (int64_t k = 0; needed && k < run->dot.c.k; k++)
+			needed[base[x] + k * run->dot.stride[x]] = true;
+	}
+}
+
 /* Marks what the needed elements of the op's target read, at every point
  * of their reductions; accesses a select would skip are marked when they
  * are in bounds, which costs a little work and never misses any. */
-static void mark_op(op_run *run)
+static int mark_op(op_run *run)
 {
 	const sched_op *op = run->op;
 	const sched_tensor *target = &run->graph->tensors[op->target];
@@ -373,7 +483,9 @@ static void mark_op(op_run *run)
 
 	memset(run->vars, 0, sizeof(run->vars));
 	for (int64_t offset = 0; offset < target->size; offset++) {
-		if (needed[offset]) {
+		if (needed[offset] && run->dot.on) {
+			mark_dot(run);
+		} else if (needed[offset]) {
 			for (int v = op->ntarget_vars; v < op->nvars; v++)
 				run->vars[v] = op->vars[v].lo;
 			do {
@@ -382,6 +494,7 @@ static void mark_op(op_run *run)
 		}
 		advance(op, run->vars, 0, op->ntarget_vars);
 	}
+	return SCHED_OK;
 }
 
 int sched_interp_mark_needed(const sched_graph *graph, bool **needed)

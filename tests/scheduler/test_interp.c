@@ -213,3 +213,63 @@ Test(interp, stores_round_to_the_dtype)
 	cr_expect_eq(tensor(&r, "b")[1], -0.66796875);
 	finish(&r);
 }
+
+/* Fills every input with values of no pattern. */
+static void fill_inputs(run *r)
+{
+	unsigned x = 12345;
+
+	for (int t = 0; t < sched_graph_tensor_count(r->graph); t++)
+		if (sched_tensor_role(r->graph, t) == SCHED_INPUT)
+			for (int64_t i = 0; i < sched_tensor_size(r->graph, t); i++) {
+				x = x * 1103515245u + 12345u;
+				r->values[t][i] = (double)(x >> 8) / (1 << 24) - 0.5;
+			}
+}
+
+/* Contractions run as matrix products (k outside, the needed columns
+ * inside); each element must be what the general loop gives, the same
+ * products added in the same order: "* 1" makes a body no contraction,
+ * with the same value. Also with only some elements needed. */
+Test(interp, products_equal_the_general_loop)
+{
+	static const char *const cases[][3] = {
+		{"a f32 5,7 in; b f32 7,6 in; c f32 5,6 out",
+		 "c[i, j] = sum(k) a[i, k] * b[k, j]", "c[i, j] = sum(k) a[i, k] * b[k, j] * 1"},
+		{"a f32 7,5 in; b f32 6,7 in; c f32 5,6 out", /* C^T = B^T A^T */
+		 "c[j, i] = sum(k) a[k, j] * b[i, k]", "c[j, i] = sum(k) a[k, j] * b[i, k] * 1"},
+		{"x f32 2,3,4,2 in; w f32 4,2,5 in; y f32 2,3,5 out", /* merged m and k */
+		 "y[b, s, j] = sum(c, e < 2) x[b, s, c, e] * w[c, e, j]",
+		 "y[b, s, j] = sum(c, e < 2) x[b, s, c, e] * w[c, e, j] * 1"},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		run fast = start(cases[i][0], OPS(cases[i][1]));
+		run general = start(cases[i][0], OPS(cases[i][2]));
+		sched_contraction c;
+		int out = sched_graph_tensor_count(fast.graph) - 1;
+		int64_t size = sched_tensor_size(fast.graph, out);
+		bool **needed = calloc(sched_graph_tensor_count(fast.graph), sizeof(bool *));
+
+		cr_assert(sched_op_contraction(fast.graph, 0, &c), "case %zu", i);
+		cr_assert_not(sched_op_contraction(general.graph, 0, &c), "case %zu", i);
+		fill_inputs(&fast);
+		fill_inputs(&general);
+		evaluate(&fast);
+		evaluate(&general);
+		for (int64_t e = 0; e < size; e++)
+			cr_expect_eq(fast.values[out][e], general.values[out][e], "case %zu, %lld",
+				     i, (long long)e);
+		needed[out] = calloc(size, sizeof(bool));
+		needed[out][size / 2] = true;
+		memset(fast.values[out], 0, size * sizeof(double));
+		cr_assert_eq(sched_interp_run_needed(fast.graph, fast.values, needed), SCHED_OK);
+		for (int64_t e = 0; e < size; e++)
+			cr_expect_eq(fast.values[out][e], e == size / 2 ? general.values[out][e] : 0,
+				     "case %zu, only the needed element, %lld", i, (long long)e);
+		free(needed[out]);
+		free(needed);
+		finish(&fast);
+		finish(&general);
+	}
+}
