@@ -485,6 +485,26 @@ void kgen_print_reduction_decode(sched_buf *buf, const sched_op *op, const char 
 	}
 }
 
+void kgen_print_strided_reduction(sched_buf *buf, const kgen_printer *pr, int unroll,
+				  const char *acc, const char *guard, const char *first,
+				  const char *step, const char *indent)
+{
+	const sched_op *op = pr->op;
+
+	sched_buf_printf(buf, "%sfloat %s = %s;\n", indent, acc,
+			 kgen_reducer_identity(op->reducer));
+	if (guard)
+		sched_buf_printf(buf, "%sif (%s)\n", indent, guard);
+	sched_buf_printf(buf, "#pragma unroll %d\n%sfor (idx_t r = %s; r < %lld; r += %s) {\n",
+			 unroll, indent, first, (long long)kgen_reduction_points(op), step);
+	kgen_print_reduction_decode(buf, op, "\t\t\t\t");
+	sched_buf_printf(buf, "\t\t\t\tconst float term = ");
+	kgen_print_value(buf, pr, op->body);
+	sched_buf_printf(buf, ";\n\t\t\t\t");
+	kgen_print_combine(buf, op->reducer, acc, "term");
+	sched_buf_printf(buf, "\n%s}\n", indent);
+}
+
 /* "acc = acc (+) x" for the op's reducer, as one statement. */
 void kgen_print_combine(sched_buf *buf, enum sched_reducer reducer,
 			const char *acc, const char *x)

@@ -116,25 +116,6 @@ static void print_store(const cuda_kernel *k, const char *indent, const char *va
 	sched_buf_printf(k->buf, "] = %s%s);\n", kgen_store_open(k->target), value);
 }
 
-/* acc folded over the reduction points r = first, first + step, ... */
-static void print_strided_reduction(const cuda_kernel *k, const char *first,
-				    const char *step, const char *indent)
-{
-	const sched_op *op = k->pr.op;
-
-	sched_buf_printf(k->buf, "%sfloat acc = %s;\n%s#pragma unroll %d\n"
-			 "%sfor (idx_t r = %s; r < %lld; r += %s) {\n", indent,
-			 kgen_reducer_identity(op->reducer), indent,
-			 k->kernel->schedule.unroll, indent, first,
-			 (long long)kgen_reduction_points(op), step);
-	kgen_print_reduction_decode(k->buf, op, "\t\t\t\t");
-	sched_buf_printf(k->buf, "\t\t\t\tconst float x = ");
-	kgen_print_value(k->buf, &k->pr, op->body);
-	sched_buf_printf(k->buf, ";\n\t\t\t\t");
-	kgen_print_combine(k->buf, op->reducer, "acc", "x");
-	sched_buf_printf(k->buf, "\n%s}\n", indent);
-}
-
 /* Split "thread": each thread walks its elements of the tile, "vector"
  * consecutive ones along the last dim at a time. */
 static void print_thread_split(const cuda_kernel *k)
@@ -167,7 +148,8 @@ static void print_thread_split(const cuda_kernel *k)
 		kgen_print_value(k->buf, &k->pr, k->pr.op->body);
 		sched_buf_printf(k->buf, ";\n");
 	} else {
-		print_strided_reduction(k, "0", "1", "\t\t\t");
+		kgen_print_strided_reduction(k->buf, &k->pr, k->kernel->schedule.unroll,
+						     "acc", NULL, "0", "1", "\t\t\t");
 	}
 	print_store(k, "\t\t\t", "acc");
 	sched_buf_printf(k->buf, "\t\t}\n\t}\n\t}\n");
@@ -207,7 +189,8 @@ static void print_warp_split(const cuda_kernel *k)
 			 "\tfor (idx_t e = warp; e < %lld; e += %u) {\n",
 			 (long long)tile_elements(k), k->threads / 32);
 	print_element_decode(k);
-	print_strided_reduction(k, "wlane", "32", "\t\t");
+	kgen_print_strided_reduction(k->buf, &k->pr, k->kernel->schedule.unroll,
+					     "acc", NULL, "wlane", "32", "\t\t");
 	sched_buf_printf(k->buf, "\t\tfor (int offset = 16; offset > 0; offset /= 2) {\n"
 			 "\t\t\tconst float x = __shfl_down_sync(0xffffffffu, acc, offset);\n\t\t\t");
 	kgen_print_combine(k->buf, k->pr.op->reducer, "acc", "x");
@@ -235,7 +218,8 @@ static void print_block_split(const cuda_kernel *k)
 			 "\tfor (idx_t e = 0; e < %lld; e++) {\n", k->threads,
 			 (long long)tile_elements(k));
 	print_element_decode(k);
-	print_strided_reduction(k, "threadIdx.x", "blockDim.x", "\t\t");
+	kgen_print_strided_reduction(k->buf, &k->pr, k->kernel->schedule.unroll,
+					     "acc", NULL, "threadIdx.x", "blockDim.x", "\t\t");
 	sched_buf_printf(k->buf, "\t\tpartial[threadIdx.x] = acc;\n\t\t__syncthreads();\n");
 	if (p < k->threads) {
 		char folded[64];

@@ -382,6 +382,7 @@ static void print_cuda_shared_reduction(fused_kernel *k, int s, int n)
 	const sched_stage *st = &group_of(k)->stages[s];
 	const sched_op *op = k->pr.op;
 	int64_t stride = stage_elements(k, s);
+	char first[32], step[16];
 
 	sched_buf_printf(k->buf, "\t\tfor (idx_t base = 0; base < %lld; base += %u) {\n"
 			 "\t\t\tconst idx_t e = base + threadIdx.x / %d;\n"
@@ -394,16 +395,11 @@ static void print_cuda_shared_reduction(fused_kernel *k, int s, int n)
 				 s, d, (long long)stride, (long long)st->extent[d],
 				 var_name(k, d), s, d);
 	}
-	sched_buf_printf(k->buf, "\t\t\tfloat x = %s;\n\t\t\tif (live)\n#pragma unroll %d\n"
-			 "\t\t\tfor (idx_t r = threadIdx.x %% %d; r < %lld; r += %d) {\n",
-			 kgen_reducer_identity(op->reducer), k->kernel->schedule.unroll, n,
-			 (long long)kgen_reduction_points(op), n);
-	kgen_print_reduction_decode(k->buf, op, "\t\t\t\t");
-	sched_buf_printf(k->buf, "\t\t\t\tconst float y = ");
-	kgen_print_value(k->buf, &k->pr, op->body);
-	sched_buf_printf(k->buf, ";\n\t\t\t\t");
-	kgen_print_combine(k->buf, op->reducer, "x", "y");
-	sched_buf_printf(k->buf, "\n\t\t\t}\n\t\t\tfor (int o = %d; o > 0; o >>= 1) {\n"
+	snprintf(first, sizeof(first), "threadIdx.x %% %d", n);
+	snprintf(step, sizeof(step), "%d", n);
+	kgen_print_strided_reduction(k->buf, &k->pr, k->kernel->schedule.unroll, "x", "live",
+				     first, step, "\t\t\t");
+	sched_buf_printf(k->buf, "\t\t\tfor (int o = %d; o > 0; o >>= 1) {\n"
 			 "\t\t\t\tconst float y = __shfl_xor_sync(0xffffffffu, x, o);\n"
 			 "\t\t\t\t", n / 2);
 	kgen_print_combine(k->buf, op->reducer, "x", "y");

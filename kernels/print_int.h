@@ -35,6 +35,11 @@ bool kgen_has_division(const sched_node *node);
  * flat reduction index "r" into its variables v_NAME. */
 int64_t kgen_reduction_points(const sched_op *op);
 void kgen_print_reduction_decode(sched_buf *buf, const sched_op *op, const char *indent);
+/* cuda: "float ACC" folded over the op's reduction points r = first,
+ * first + step, ... (under "if (GUARD)" unless NULL). */
+void kgen_print_strided_reduction(sched_buf *buf, const kgen_printer *pr, int unroll,
+				  const char *acc, const char *guard, const char *first,
+				  const char *step, const char *indent);
 void kgen_print_target_offset(sched_buf *buf, const kgen_printer *pr);
 
 /* The element of stage "stage"'s buffer at "access" (NULL: at the op's
