@@ -100,25 +100,28 @@ static bool decoded_var(const micro_printer *p, bool reducing, int v)
 		!sched_node_mentions(op->body->args[1 - p->c.factor_b], v));
 }
 
-/* For each var of a kind (decoded_var), "fmt" printed with positional
- * arguments: 1, its name; 2, its lower bound; 3, the product of the
- * extents after it (the last var is the fastest); 4, its extent; 5, the
- * C type of a var's value. */
-static void print_each_decoded(const micro_printer *p, bool reducing, const char *fmt)
+/* A var that a flat index decodes into: lo + flat / inner % extent. */
+typedef struct decoded {
+	const char *name;
+	long long lo, inner, extent;
+} decoded;
+
+/* The vars of a kind (decoded_var), the last fastest; how many. */
+static int decoded_vars(const micro_printer *p, bool reducing, decoded *out)
 {
 	const sched_op *op = p->op;
-	const char *type = kgen_wide_indices(p->graph) ? "idx_t" : "int";
-	int64_t inner = 1;
+	long long inner = 1;
+	int n = 0;
 
 	for (int v = op->nvars - 1; v >= 0; v--) {
-		int64_t extent = op->vars[v].hi - op->vars[v].lo;
+		long long extent = op->vars[v].hi - op->vars[v].lo;
 
 		if (!decoded_var(p, reducing, v))
 			continue;
-		sched_buf_printf(p->buf, fmt, op->vars[v].name, (long long)op->vars[v].lo,
-				 (long long)inner, (long long)extent, type);
+		out[n++] = (decoded){op->vars[v].name, op->vars[v].lo, inner, extent};
 		inner *= extent;
 	}
+	return n;
 }
 
 static void declare_read(const sched_node *access, void *user)
@@ -137,6 +140,9 @@ static void declare_read(const sched_node *access, void *user)
 static void print_pack_gathered_b(micro_printer *p)
 {
 	const sched_node *factor = p->op->body->args[p->c.factor_b];
+	const char *type = kgen_wide_indices(p->graph) ? "idx_t" : "int";
+	decoded n[2 * SCHED_MAX_RANK], k[2 * SCHED_MAX_RANK];
+	int nn = decoded_vars(p, false, n), nk = decoded_vars(p, true, k);
 
 	sched_buf_printf(p->buf,
 		"static void pack_b%s(void **tensors, float *restrict bp, idx_t pc,\n"
@@ -147,15 +153,21 @@ static void print_pack_gathered_b(micro_printer *p)
 		"\t\tidx_t w = kmin(%d, nc - jr), wp = (w + %d) / %d * %d;\n"
 		"\t\tfloat *panel = bp + jr * kc;\n",
 		p->s.nr, p->s.nr, p->width - 1, p->width, p->width);
-	print_each_decoded(p, false, "\t\t%5$s n_%1$s[NR];\n");
+	for (int i = 0; i < nn; i++)
+		sched_buf_printf(p->buf, "\t\t%s n_%s[NR];\n", type, n[i].name);
 	sched_buf_printf(p->buf, "\t\tfor (idx_t j = 0; j < w; j++) {\n");
-	print_each_decoded(p, false, "\t\t\tn_%1$s[j] = %2$lld + (jc + jr + j) / %3$lld %% %4$lld;\n");
+	for (int i = 0; i < nn; i++)
+		sched_buf_printf(p->buf, "\t\t\tn_%s[j] = %lld + (jc + jr + j) / %lld %% %lld;\n",
+				 n[i].name, n[i].lo, n[i].inner, n[i].extent);
 	sched_buf_printf(p->buf, "\t\t}\n\t\tfor (idx_t p = 0; p < kc; p++) {\n");
-	print_each_decoded(p, true, "\t\t\tconst %5$s v_%1$s = %2$lld + (pc + p) / %3$lld %% %4$lld;\n"
-			   "\t\t\t(void)v_%1$s;\n");
+	for (int i = 0; i < nk; i++)
+		sched_buf_printf(p->buf, "\t\t\tconst %s v_%s = %lld + (pc + p) / %lld %% %lld;\n"
+				 "\t\t\t(void)v_%s;\n", type, k[i].name, k[i].lo, k[i].inner,
+				 k[i].extent, k[i].name);
 	sched_buf_printf(p->buf, "\t\t\tfor (idx_t j = 0; j < w; j++) {\n");
-	print_each_decoded(p, false, "\t\t\t\tconst %5$s v_%1$s = n_%1$s[j];\n"
-			   "\t\t\t\t(void)v_%1$s;\n");
+	for (int i = 0; i < nn; i++)
+		sched_buf_printf(p->buf, "\t\t\t\tconst %s v_%s = n_%s[j];\n\t\t\t\t(void)v_%s;\n",
+				 type, n[i].name, n[i].name, n[i].name);
 	sched_buf_printf(p->buf, "\t\t\t\tpanel[p * wp + j] = ");
 	kgen_print_value(p->buf, &(kgen_printer){p->graph, p->op, NULL}, factor);
 	sched_buf_printf(p->buf, ";\n\t\t\t}\n"
