@@ -23,7 +23,7 @@
 #define WHOLE_CHECK_POINTS 50000000.0 /* reference work checked whole */
 /* The interpreter's pace, and a bound on the time of a sampled reference,
  * both for one core of the 2-core VM of docs/benchmarks.md: there the
- * sampled references of the examples took up to 8 s (conv_pair, whose
+ * sampled references of the examples took up to 3 s (conv_pair, whose
  * windows are no contraction; the MLPs' products run as such, under 1 s). */
 #define REFERENCE_POINTS_PER_S 1e7
 #define SAMPLED_REFERENCE_S 40.0

@@ -7,8 +7,9 @@
  * target's dtype as it is stored (tensors are storage). The only preparation is to turn each
  * access's indices into an element offset: affine indices become one linear
  * form in the variables; quasi-affine ones are evaluated per point. A
- * contraction's reduction runs as a dot product over its flat K: the same
- * products added in the same order, without walking the expression.
+ * contraction runs as a matrix product over its flat K: the same products
+ * added in the same order, without walking the expression. Marking what
+ * sampled outputs need computes affine indices from linear forms too.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -18,14 +19,18 @@
 
 #define MAX_VARS (2 * SCHED_MAX_RANK)
 
-/* offset = base + sum of coef[k] * vars[var[k]], when linear. */
+/* offset = base + sum of coef[k] * vars[var[k]], when linear; and each
+ * index alike (dim_base, dim_coef per var), for bounds checks. */
 typedef struct access_plan {
+	const sched_node *node;
 	bool linear;
 	int nterms;
 	int var[MAX_VARS];
 	int64_t coef[MAX_VARS];
 	int64_t base;
 	int64_t stride[SCHED_MAX_RANK];
+	int64_t dim_base[SCHED_MAX_RANK];
+	int64_t dim_coef[SCHED_MAX_RANK][MAX_VARS];
 } access_plan;
 
 /* A contraction (sched_op_contraction) as a matrix product: each
@@ -89,10 +94,12 @@ static void plan_access(const sched_node *access, void *user)
 	int64_t lin[MAX_VARS] = {0};
 	int64_t stride = 1;
 
+	plan->node = access;
 	plan->linear = true;
 	for (int d = t->rank - 1; d >= 0; stride *= t->shape[d--]) {
 		plan->stride[d] = stride;
 		plan->linear &= linearize(access->args[d], stride, lin, &plan->base);
+		linearize(access->args[d], 1, plan->dim_coef[d], &plan->dim_base[d]);
 	}
 	for (int v = 0; v < run->op->nvars; v++)
 		if (lin[v]) {
@@ -430,16 +437,27 @@ int sched_interp_run_needed(const sched_graph *graph, double **values,
 	return rc;
 }
 
-/* True if every index of "access" is inside its tensor at the current
- * variables; stores the offset. */
-static bool offset_inside(const op_run *run, const sched_node *access,
-			  int64_t *offset)
+/* Index d of the access planned in "plan" at the current variables. */
+static int64_t index_at(const op_run *run, const access_plan *plan, int d)
 {
-	const sched_tensor *t = &run->graph->tensors[access->tensor];
+	int64_t i = plan->dim_base[d];
+
+	if (!plan->linear)
+		return eval_index(run, plan->node->args[d]);
+	for (int v = 0; v < run->op->nvars; v++)
+		i += plan->dim_coef[d][v] * run->vars[v];
+	return i;
+}
+
+/* True if every index of the planned access is inside its tensor at the
+ * current variables; stores the offset. */
+static bool offset_inside(const op_run *run, const access_plan *plan, int64_t *offset)
+{
+	const sched_tensor *t = &run->graph->tensors[plan->node->tensor];
 
 	*offset = 0;
-	for (int d = 0; d < access->nargs; d++) {
-		int64_t i = eval_index(run, access->args[d]);
+	for (int d = 0; d < plan->node->nargs; d++) {
+		int64_t i = index_at(run, plan, d);
 
 		if (i < 0 || i >= t->shape[d])
 			return false;
@@ -448,14 +466,17 @@ static bool offset_inside(const op_run *run, const sched_node *access,
 	return true;
 }
 
-static void mark_reads(const sched_node *access, void *user)
+/* Marks what every access of the op reads at the current variables. */
+static void mark_reads(const op_run *run)
 {
-	op_run *run = user;
-	bool *needed = run->needed[access->tensor];
-	int64_t offset;
+	for (int a = 0; a < run->op->naccesses; a++) {
+		const access_plan *plan = &run->plans[a];
+		bool *needed = run->needed[plan->node->tensor];
+		int64_t offset;
 
-	if (needed && offset_inside(run, access, &offset))
-		needed[offset] = true;
+		if (needed && offset_inside(run, plan, &offset))
+			needed[offset] = true;
+	}
 }
 
 /* What a contraction's element reads: each factor's K elements. */
@@ -489,7 +510,7 @@ static int mark_op(op_run *run)
 			for (int v = op->ntarget_vars; v < op->nvars; v++)
 				run->vars[v] = op->vars[v].lo;
 			do {
-				sched_node_each_access(op->body, mark_reads, run);
+				mark_reads(run);
 			} while (advance(op, run->vars, op->ntarget_vars, op->nvars));
 		}
 		advance(op, run->vars, 0, op->ntarget_vars);
