@@ -823,15 +823,17 @@ static const int *whole_rows(tuner_search *s, const int *genes, int *out)
 }
 
 /* The first population: the best plans measured or known (a quarter of it
- * at most, and only those that are genomes), the default schedules with
- * every fusion the planner allows and with one layer of producers kept
- * apart (propose_fused), the default and the largest fusion with the
- * seed blocking on every matrix product (propose_blocked), the latter
- * again with whole rows (whole_rows), and on cuda the
- * default so blocked with every kernel synced to the one before, mutants of the
+ * at most, and only those that are genomes), the default and the largest
+ * fusion with the seed blocking on every matrix product
+ * (propose_blocked), the latter again with whole rows (whole_rows), the
+ * default schedules with every fusion the planner allows and with one
+ * layer of producers kept apart (propose_fused), and on cuda the default
+ * so blocked with every kernel synced to the one before, mutants of the
  * best (the default plan, for a new key) in half the places left, then
  * random genomes: the search looks near what is known to be good and far
- * from it at once. */
+ * from it at once. The blocked seeds come first: where products dominate
+ * they are fast, and once one is measured the slow plans after it stop
+ * at their first run (the cutoff, 3 times the best). */
 static void first_population(tuner_search *s, json_t *out)
 {
 	int *best, n = best_indices(s, true, &best), seeds = s->o.population / 4, *rows;
@@ -842,12 +844,12 @@ static void first_population(tuner_search *s, json_t *out)
 	s->npop = n < seeds ? n : seeds;
 	memcpy(s->pop, best, s->npop * sizeof(int));
 	free(best);
-	propose_fused(s, out);
 	propose_blocked(s, s->defaults, out, false);
 	propose_blocked(s, s->fused, out, false);
 	if ((rows = malloc(s->ngenes * sizeof(int))))
 		propose_blocked(s, whole_rows(s, s->fused, rows), out, false);
 	free(rows);
+	propose_fused(s, out);
 	if (s->o.cuda)
 		propose_blocked(s, s->defaults, out, true);
 	if (s->npop > 0)
