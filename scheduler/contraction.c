@@ -230,12 +230,12 @@ static bool gathered_kinds(const sched_op *op, const offset *offs,
 		if (op->vars[v].hi - op->vars[v].lo == 1)
 			continue;
 		if (v >= op->ntarget_vars)
-			moves[v] = MOVES_A | MOVES_B;
-		else if (in_a && !sched_node_mentions(b, v))
-			moves[v] = MOVES_A | MOVES_C;
-		else if (!in_a)
-			moves[v] = MOVES_B | MOVES_C;
-		if (!moves[v] || (v >= op->ntarget_vars) != !in_c || in_a != !!(moves[v] & MOVES_A))
+			moves[v] = in_a && !in_c ? MOVES_A | MOVES_B : 0; /* k */
+		else if (in_c && !in_a)
+			moves[v] = MOVES_B | MOVES_C; /* n */
+		else if (in_c && !sched_node_mentions(b, v))
+			moves[v] = MOVES_A | MOVES_C; /* m */
+		if (!moves[v])
 			return false;
 	}
 	return true;

@@ -33,13 +33,12 @@ typedef struct access_plan {
 	int64_t dim_coef[SCHED_MAX_RANK][MAX_VARS];
 } access_plan;
 
-/* A contraction (sched_op_contraction) as a matrix product: each
- * factor's offset moves by one stride per step of the flat K, the
- * reduction vars in the general loop's order, the last fastest. */
+/* A contraction (sched_op_contraction) as a matrix product: its flat K
+ * walks the reduction vars in the general loop's order, the last
+ * fastest. */
 typedef struct dot_plan {
 	bool on;
 	sched_contraction c;
-	int64_t stride[2]; /* of the body's two factors */
 } dot_plan;
 
 typedef struct op_run {
@@ -260,39 +259,9 @@ static bool advance(const sched_op *op, int64_t *vars, int first, int last)
 	return false;
 }
 
-/* The stride of the flat K in the offset of access "factor": that of
- * the last reduction var of extent above 1 (the strides chain). */
-static int64_t k_stride(const op_run *run, const sched_node *factor)
-{
-	const access_plan *plan = &run->plans[factor->access_id];
-	const sched_op *op = run->op;
-	int last = op->nvars - 1;
-
-	while (last > op->ntarget_vars && op->vars[last].hi - op->vars[last].lo == 1)
-		last--;
-	for (int t = 0; t < plan->nterms; t++)
-		if (plan->var[t] == last)
-			return plan->coef[t];
-	return 0;
-}
-
 static void plan_dot(op_run *run)
 {
-	if (!(run->dot.on = sched_op_contraction(run->graph, run->op->index, &run->dot.c)))
-		return;
-	for (int x = 0; x < 2; x++)
-		run->dot.stride[x] = k_stride(run, run->op->body->args[x]);
-}
-
-/* The factors' offsets at the first reduction point. */
-static void dot_bases(op_run *run, int64_t *base)
-{
-	const sched_op *op = run->op;
-
-	for (int v = op->ntarget_vars; v < op->nvars; v++)
-		run->vars[v] = op->vars[v].lo;
-	for (int x = 0; x < 2; x++)
-		base[x] = access_offset(run, op->body->args[x]);
+	run->dot.on = sched_op_contraction(run->graph, run->op->index, &run->dot.c);
 }
 
 /* The value of the target element at the current target variables. */
@@ -360,22 +329,30 @@ static void run_product_row(op_run *run, int64_t m, const int64_t *cols, int64_t
 		out[cols[j] * c->c_n] = store_value(dtype, acc[j]);
 }
 
+/* The columns of row m of a contraction's target that are needed (all,
+ * without marks), into "cols"; how many. */
+static int64_t needed_cols(const op_run *run, int64_t m, int64_t *cols)
+{
+	const sched_contraction *c = &run->dot.c;
+	const bool *needed = run->needed ? run->needed[run->op->target] : NULL;
+	int64_t n = 0;
+
+	for (int64_t j = 0; j < c->n; j++)
+		if (!needed || needed[c->c0 + m * c->c_m + j * c->c_n])
+			cols[n++] = j;
+	return n;
+}
+
 /* A contraction's needed elements, row by row. */
 static int run_product(op_run *run)
 {
 	const sched_contraction *c = &run->dot.c;
-	const bool *needed = run->needed ? run->needed[run->op->target] : NULL;
 	int64_t *cols = malloc(c->n * sizeof(int64_t)), n;
 	double *acc = malloc(c->n * sizeof(double));
 
-	for (int64_t m = 0; cols && acc && m < c->m; m++) {
-		n = 0;
-		for (int64_t j = 0; j < c->n; j++)
-			if (!needed || needed[c->c0 + m * c->c_m + j * c->c_n])
-				cols[n++] = j;
-		if (n)
+	for (int64_t m = 0; cols && acc && m < c->m; m++)
+		if ((n = needed_cols(run, m, cols)))
 			run_product_row(run, m, cols, n, acc);
-	}
 	free(acc);
 	free(cols);
 	return cols && acc ? SCHED_OK : SCHED_ENOMEM;
@@ -479,18 +456,25 @@ static void mark_reads(const op_run *run)
 	}
 }
 
-/* What a contraction's element reads: each factor's K elements. */
-static void mark_dot(op_run *run)
+/* What a contraction's needed elements read: of A, the rows they are
+ * in; of B, their columns. */
+static int mark_product(op_run *run)
 {
-	int64_t base[2];
+	const sched_contraction *c = &run->dot.c;
+	bool *a = run->needed[c->a], *b = run->needed[c->b];
+	int64_t *cols = malloc(c->n * sizeof(int64_t)), n;
 
-	dot_bases(run, base);
-	for (int x = 0; x < 2; x++) {
-		bool *needed = run->needed[run->op->body->args[x]->tensor];
-
-		for (int64_t k = 0; needed && k < run->dot.c.k; k++)
-			needed[base[x] + k * run->dot.stride[x]] = true;
+	for (int64_t m = 0; cols && m < c->m; m++) {
+		if (!(n = needed_cols(run, m, cols)))
+			continue;
+		for (int64_t k = 0; a && k < c->k; k++)
+			a[c->a0 + m * c->a_m + k * c->a_k] = true;
+		for (int64_t j = 0; b && j < n; j++)
+			for (int64_t k = 0; k < c->k; k++)
+				b[c->b0 + k * c->b_k + cols[j] * c->b_n] = true;
 	}
+	free(cols);
+	return cols ? SCHED_OK : SCHED_ENOMEM;
 }
 
 /* Marks what the needed elements of the op's target read, at every point
@@ -502,11 +486,11 @@ static int mark_op(op_run *run)
 	const sched_tensor *target = &run->graph->tensors[op->target];
 	const bool *needed = run->needed[op->target];
 
+	if (run->dot.on)
+		return mark_product(run);
 	memset(run->vars, 0, sizeof(run->vars));
 	for (int64_t offset = 0; offset < target->size; offset++) {
-		if (needed[offset] && run->dot.on) {
-			mark_dot(run);
-		} else if (needed[offset]) {
+		if (needed[offset]) {
 			for (int v = op->ntarget_vars; v < op->nvars; v++)
 				run->vars[v] = op->vars[v].lo;
 			do {

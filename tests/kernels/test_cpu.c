@@ -43,6 +43,18 @@ static void close_bench(bench *b)
 	*b = (bench){0};
 }
 
+/* The default plan of a graph of one op, built. */
+static void build_one_op(bench *b, const char *tensors, const char *op)
+{
+	sched_error serr = {0};
+
+	cr_assert_eq(load_graph(tensors, OPS(op), &b->graph, &serr), SCHED_OK, "%s",
+		     serr.message);
+	b->plan = kgen_plan_default(b->graph);
+	cr_assert_eq(kgen_program_build(b->backend, b->graph, b->plan, NULL, &b->prog, &b->err),
+		     KGEN_OK, "%s", b->err.message);
+}
+
 /* Builds and verifies; returns the code and leaves the bench open. */
 static int build_and_verify(bench *b, const char *const *sources, unsigned seed)
 {
@@ -261,17 +273,12 @@ Test(cpu, timing_gives_medians_and_spreads)
 Test(cpu, f16_widening_is_exact_for_every_bit_pattern)
 {
 	bench b = {0};
-	sched_error serr = {0};
 	uint16_t *x = malloc(65536 * sizeof(uint16_t));
 	float *y = malloc(65536 * sizeof(float));
 	void *host[2] = {x, y};
 
 	open_cpu(&b);
-	cr_assert_eq(load_graph("x f16 65536 in; y f32 65536 out", OPS("y[i] = x[i]"),
-				&b.graph, &serr), SCHED_OK);
-	b.plan = kgen_plan_default(b.graph);
-	cr_assert_eq(kgen_program_build(b.backend, b.graph, b.plan, NULL, &b.prog,
-					&b.err), KGEN_OK, "%s", b.err.message);
+	build_one_op(&b, "x f16 65536 in; y f32 65536 out", "y[i] = x[i]");
 	for (uint32_t i = 0; i < 65536; i++)
 		x[i] = (uint16_t)i;
 	cr_assert_eq(kgen_program_run(b.prog, host, &b.err), KGEN_OK);
@@ -347,17 +354,12 @@ Test(cpu, f16_stores_are_the_conversion_bit_for_bit)
 {
 	enum { N = 1 << 22 };
 	bench b = {0};
-	sched_error serr = {0};
 	uint32_t *x = malloc(N * sizeof(uint32_t));
 	uint16_t *y = malloc(N * sizeof(uint16_t));
 	void *host[2] = {x, y};
 
 	open_cpu(&b);
-	cr_assert_eq(load_graph("x f32 4194304 in; y f16 4194304 out", OPS("y[i] = x[i]"),
-				&b.graph, &serr), SCHED_OK);
-	b.plan = kgen_plan_default(b.graph);
-	cr_assert_eq(kgen_program_build(b.backend, b.graph, b.plan, NULL, &b.prog, &b.err),
-		     KGEN_OK, "%s", b.err.message);
+	build_one_op(&b, "x f32 4194304 in; y f16 4194304 out", "y[i] = x[i]");
 	rounding_cases(x, N);
 	cr_assert_eq(kgen_program_run(b.prog, host, &b.err), KGEN_OK);
 	for (uint32_t i = 0; i < N; i++) {
@@ -386,7 +388,6 @@ Test(cpu, exp_is_within_2e_7_of_the_true_exp)
 {
 	enum { N = 280 * 64 + 1 };
 	bench b = {0};
-	sched_error serr = {0};
 	float *x = malloc((N + 1) * sizeof(float)), *y = malloc((N + 1) * sizeof(float));
 	void *host[2] = {x, y};
 	char tensors[64];
@@ -394,10 +395,7 @@ Test(cpu, exp_is_within_2e_7_of_the_true_exp)
 
 	open_cpu(&b);
 	snprintf(tensors, sizeof(tensors), "x f32 %d in; y f32 %d out", N + 1, N + 1);
-	cr_assert_eq(load_graph(tensors, OPS("y[i] = exp(x[i])"), &b.graph, &serr), SCHED_OK);
-	b.plan = kgen_plan_default(b.graph);
-	cr_assert_eq(kgen_program_build(b.backend, b.graph, b.plan, NULL, &b.prog, &b.err),
-		     KGEN_OK, "%s", b.err.message);
+	build_one_op(&b, tensors, "y[i] = exp(x[i])");
 	for (int i = 0; i < N; i++)
 		x[i] = -180.0f + i / 64.0f;
 	x[N] = NAN;
@@ -427,7 +425,6 @@ Test(cpu, tanh_is_within_1e_6_of_the_true_tanh)
 {
 	enum { STEPS = 40 * 1024 + 1, SMALL = 60, N = STEPS + SMALL + 3 };
 	bench b = {0};
-	sched_error serr = {0};
 	float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
 	void *host[2] = {x, y};
 	char tensors[64];
@@ -435,10 +432,7 @@ Test(cpu, tanh_is_within_1e_6_of_the_true_tanh)
 
 	open_cpu(&b);
 	snprintf(tensors, sizeof(tensors), "x f32 %d in; y f32 %d out", N, N);
-	cr_assert_eq(load_graph(tensors, OPS("y[i] = tanh(x[i])"), &b.graph, &serr), SCHED_OK);
-	b.plan = kgen_plan_default(b.graph);
-	cr_assert_eq(kgen_program_build(b.backend, b.graph, b.plan, NULL, &b.prog, &b.err),
-		     KGEN_OK, "%s", b.err.message);
+	build_one_op(&b, tensors, "y[i] = tanh(x[i])");
 	for (int i = 0; i < STEPS; i++)
 		x[i] = -20.0f + i / 1024.0f;
 	for (int i = 0; i < SMALL; i++)

@@ -293,6 +293,10 @@ Test(interp, needed_elements_equal_the_whole_run)
 		{"x f32 6,7 in; w f32 7,5 in; h f32 6,5; m f32 6; y f32 6,5 out",
 		 "h[i, j] = sum(k) x[i, k] * w[k, j]; m[i] = max(j) h[i, j];"
 		 "y[i, j] = exp(h[i, j] - m[i])"},
+		{"x f32 5,6 in; w f32 6,7 in; h f32 5,7; u f32 3,5 in; g f32 3,7; v f32 7,4 in; "
+		 "y f32 3,4 out", /* products reading a product as B, then as A */
+		 "h[i, j] = sum(k) x[i, k] * w[k, j]; g[i, j] = sum(k) u[i, k] * h[k, j];"
+		 "y[i, j] = sum(k) g[i, k] * v[k, j]"},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
