@@ -7,6 +7,8 @@
  *                                    key; dependences, fused groups and their
  *                                    plan (explain_fusion.c)
  *   tunectl run FILE [options]       compile, verify and time a plan (run.c)
+ *   tunectl sources FILE --out DIR   a plan's code, and its PTX and cubin for
+ *                                    cuda, without a GPU (sources.c)
  *   tunectl submit|status|list|wait|cancel|watch|fetch|stats|cache ...
  *                                    talk to a daemon (service.c)
  */
@@ -40,6 +42,12 @@ static const char usage[] =
 	"                  every output against the reference interpreter on\n"
 	"                  random inputs, and time each kernel and the whole plan,\n"
 	"                  in a tuned-worker process; exit 1 unless all verified\n"
+	"  sources FILE    write the code of the plan's kernels (the default plan\n"
+	"                  unless --plan) into --out DIR without running them:\n"
+	"                  kernel_<n>.c (--backend cpu), or kernel_<n>.cu and\n"
+	"                  NVRTC's kernel_<n>.ptx and .cubin for --arch (cuda,\n"
+	"                  the default; no GPU needed: read them with\n"
+	"                  bench/sass_mix)\n"
 	"\n"
 	"commands that talk to a daemon (tuned):\n"
 	"  submit FILE     queue FILE for tuning; print the job id and its key;\n"
@@ -67,9 +75,10 @@ static const char usage[] =
 	"                       (coloured by width: thread green, block orange,\n"
 	"                       global red) and the fused groups (clusters) as a\n"
 	"                       Graphviz file OUT\n"
+	"  --arch ARCH          sources: the GPU architecture (default sm_90)\n"
 	"  --backend B          run: cpu, cuda or auto (default: auto, cuda where a\n"
-	"                       GPU is usable)\n"
-	"  --plan PLAN.json     run: the plan to run (docs/kernels.md)\n"
+	"                       GPU is usable); sources: cpu or cuda (default)\n"
+	"  --plan PLAN.json     run, sources: the plan (docs/kernels.md)\n"
 	"  --seed N             run: the seed of the random inputs (default 1)\n"
 	"  --timeout SECONDS    run: the worker's time limit (default: 10 s, or\n"
 	"                       20 times a pessimistic estimate of one run)\n"
@@ -81,7 +90,8 @@ static const char usage[] =
 	"  --trials N           submit: at most N trials (1 to 1000000)\n"
 	"  --priority N         submit: -1000 to 1000, higher first (default 0)\n"
 	"  --until-done         watch JOB: exit when the job ends (1 if it failed)\n"
-	"  --out DIR            fetch: write the result's files into DIR\n"
+	"  --out DIR            fetch: write the result's files into DIR;\n"
+	"                       sources: the folder of the kernels' files\n"
 	"  --min-version N      fetch: only a version at least N\n"
 	"  --timeout MS         fetch: wait up to MS for one (default: answer at\n"
 	"                       once)\n"
@@ -233,6 +243,8 @@ int main(int argc, char **argv)
 
 	if (argc > 1 && !strcmp(argv[1], "run"))
 		return tunectl_run(argc - 2, argv + 2);
+	if (argc > 1 && !strcmp(argv[1], "sources"))
+		return tunectl_sources(argc - 2, argv + 2);
 	if (argc > 1 && tunectl_is_service(argv[1]))
 		return tunectl_service(argc - 1, argv + 1);
 	for (int i = 1; i < argc; i++) {

@@ -32,6 +32,10 @@ void tunectl_print_fusion(json_t *obj);
  * process. "argv" holds what follows "run". */
 int tunectl_run(int argc, char **argv);
 
+/* tunectl sources FILE --out DIR [options]: a plan's code, and for cuda
+ * its PTX and cubin, written without a GPU. */
+int tunectl_sources(int argc, char **argv);
+
 /* The commands that talk to a daemon (service.c): submit, status, list,
  * wait, cancel, fetch, stats, cache ls|show|prune. */
 bool tunectl_is_service(const char *command);

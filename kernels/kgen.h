@@ -259,6 +259,11 @@ int kgen_probe(__sched_keep kgen_backend *backend, kgen_peaks *peaks,
  * without a GPU; 0, or KGEN_ECOMPILE with the log, or KGEN_EBACKEND when
  * libnvrtc cannot be opened. */
 int kgen_nvrtc_check(const char *source, const char *arch, kgen_error *err);
+/* The same compile, its PTX written to "ptx_path" and its cubin to
+ * "cubin_path" (to read with nvdisasm: bench/sass_mix); KGEN_EIO when one
+ * cannot be written. */
+int kgen_nvrtc_write(const char *source, const char *arch, const char *ptx_path,
+		     const char *cubin_path, kgen_error *err);
 
 /* A plan compiled for a backend, with a buffer on the device per tensor. */
 typedef struct kgen_program kgen_program;

@@ -5,6 +5,8 @@
  * inline PTX for half conversions.
  */
 #include <dlfcn.h>
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +136,31 @@ int kgen_nvrtc_check(const char *source, const char *arch, kgen_error *err)
 	kgen_cubin cubin;
 	int rc = kgen_nvrtc_compile(source, "check", arch, &cubin, err);
 
+	kgen_cubin_release(&cubin);
+	return rc;
+}
+
+static int write_bytes(const char *path, const char *data, size_t size, kgen_error *err)
+{
+	FILE *f = fopen(path, "wb");
+	bool written = f && fwrite(data, 1, size, f) == size;
+
+	if (f && fclose(f) != 0)
+		written = false;
+	return written ? KGEN_OK : kgen_fail(err, KGEN_EIO, "%s: cannot write (%s)",
+					     path, strerror(errno));
+}
+
+int kgen_nvrtc_write(const char *source, const char *arch, const char *ptx_path,
+		     const char *cubin_path, kgen_error *err)
+{
+	kgen_cubin cubin;
+	int rc = kgen_nvrtc_compile(source, "kernel", arch, &cubin, err);
+
+	if (rc == KGEN_OK)
+		rc = write_bytes(ptx_path, cubin.ptx, strnlen(cubin.ptx, cubin.ptx_size), err);
+	if (rc == KGEN_OK)
+		rc = write_bytes(cubin_path, cubin.cubin, cubin.cubin_size, err);
 	kgen_cubin_release(&cubin);
 	return rc;
 }

@@ -1,9 +1,14 @@
 /*
- * test_explain.c: what tunectl explain shows of the fusion planner
- * (client/explain_fusion.c): the width of every dependence, the fused
- * groups, their plan (read back with kgen_plan_from_json) and the
- * Graphviz file of --dot, run as a process beside this test in the build
- * tree on the examples.
+ * test_commands.c: tunectl's commands that need no daemon, run as a
+ * process beside this test in the build tree on the examples.
+ *
+ * explain: what it shows of the fusion planner (client/explain_fusion.c):
+ * the width of every dependence, the fused groups, their plan (read back
+ * with kgen_plan_from_json) and the Graphviz file of --dot.
+ *
+ * sources (client/sources.c): a plan's code written without running it,
+ * and for cuda NVRTC's PTX and cubin, read with bench/sass_mix where
+ * nvdisasm is found.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -12,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,6 +41,7 @@ static void remove_folder(void)
 }
 
 TestSuite(explain, .init = make_folder, .fini = remove_folder);
+TestSuite(sources, .init = make_folder, .fini = remove_folder);
 
 static void example(const char *name, char *out, size_t size)
 {
@@ -341,4 +348,138 @@ Test(explain, bad_dot_path_is_a_clear_error)
 	cr_expect_eq(tunectl((const char *const[]){"explain", file, "--dot", NULL}), 2);
 	cr_expect_eq(tunectl((const char *const[]){"validate", file, "--dot",
 						   "x.dot", NULL}), 2);
+}
+
+/* The default plan's kernel count of example "name". */
+static int default_kernels(const char *name)
+{
+	char file[PATH_MAX];
+	sched_graph *graph;
+	kgen_plan *plan;
+	int n;
+
+	example(name, file, sizeof(file));
+	cr_assert_eq(sched_graph_read_file(file, &graph, NULL), 0);
+	cr_assert_not_null(plan = kgen_plan_default(graph));
+	n = plan->nkernels;
+	kgen_plan_free(plan);
+	sched_graph_free(graph);
+	return n;
+}
+
+/* folder/kernel_<k>.<ext>'s first bytes; NULL when it is missing or empty. */
+static char *kernel_file(int k, const char *ext)
+{
+	char name[64];
+	struct stat st;
+	char path[128];
+
+	snprintf(name, sizeof(name), "kernel_%d.%s", k, ext);
+	snprintf(path, sizeof(path), "%s/%s", folder, name);
+	if (stat(path, &st) != 0 || st.st_size == 0)
+		return NULL;
+	return slurp(name);
+}
+
+Test(sources, cpu_writes_one_c_file_per_kernel)
+{
+	char file[PATH_MAX], *c;
+	int n = default_kernels("ln_residual");
+
+	example("ln_residual", file, sizeof(file));
+	cr_assert_eq(tunectl((const char *const[]){"sources", file, "--backend", "cpu",
+						   "--out", folder, NULL}), 0,
+		     "%s", slurp("err"));
+	for (int k = 0; k < n; k++) {
+		cr_assert_not_null(c = kernel_file(k, "c"), "no kernel_%d.c", k);
+		cr_expect(strstr(c, "void **tensors"), "kernel_%d.c:\n%s", k, c);
+		free(c);
+	}
+	cr_expect_null(kernel_file(n, "c"), "a file past the plan's %d kernels", n);
+	cr_expect_null(kernel_file(0, "cubin"));
+}
+
+static void skip_without_nvrtc(void)
+{
+	kgen_error err = {0};
+
+	if (kgen_nvrtc_check("extern \"C\" __global__ void k(void) {}", "sm_90", &err) ==
+	    KGEN_EBACKEND)
+		cr_skip_test("no libnvrtc: %s", err.message);
+	kgen_error_release(&err);
+}
+
+/* bench/sass_mix on folder's cubins, its JSON parsed; NULL without nvdisasm. */
+static json_t *sass_mix(void)
+{
+	const char *root = getenv("TUNED_SOURCE_ROOT");
+	char command[PATH_MAX * 2];
+
+	snprintf(command, sizeof(command),
+		 "%s/bench/sass_mix --json %s/mix.json %s >%s/mix.out 2>&1",
+		 root ? root : ".", folder, folder, folder);
+	if (system(command) != 0)
+		return NULL;
+	snprintf(command, sizeof(command), "%s/mix.json", folder);
+	return json_load_file(command, 0, NULL);
+}
+
+Test(sources, cuda_writes_source_ptx_and_cubin_without_a_gpu)
+{
+	char file[PATH_MAX], *cu, *ptx, *cubin;
+	int n = default_kernels("softmax_scores");
+	json_t *mix, *kernel;
+	size_t i;
+
+	skip_without_nvrtc();
+	example("softmax_scores", file, sizeof(file));
+	cr_assert_eq(tunectl((const char *const[]){"sources", file, "--arch", "sm_80",
+						   "--out", folder, NULL}), 0,
+		     "%s", slurp("err"));
+	for (int k = 0; k < n; k++) {
+		cr_assert_not_null(cu = kernel_file(k, "cu"), "no kernel_%d.cu", k);
+		cr_assert_not_null(ptx = kernel_file(k, "ptx"), "no kernel_%d.ptx", k);
+		cr_assert_not_null(cubin = kernel_file(k, "cubin"), "no kernel_%d.cubin", k);
+		cr_expect(strstr(cu, "__global__"));
+		cr_expect(strstr(ptx, ".target sm_80"), "kernel_%d.ptx:\n%.300s", k, ptx);
+		cr_expect(!memcmp(cubin, "\177ELF", 4), "kernel_%d.cubin is no ELF file", k);
+		free(cu);
+		free(ptx);
+		free(cubin);
+	}
+	if (!(mix = sass_mix()))
+		cr_skip_test("bench/sass_mix did not run (no nvdisasm?): %s", slurp("mix.out"));
+	cr_expect_eq(json_array_size(mix), (size_t)n);
+	json_array_foreach(mix, i, kernel) {
+		cr_expect_gt(json_integer_value(json_object_get(kernel, "registers")), 0);
+		cr_expect_gt(json_integer_value(json_object_get(kernel, "instructions")), 0);
+		cr_expect(json_object_get(json_object_get(kernel, "classes"), "global store"),
+			  "kernel %zu stores nothing?", i);
+	}
+	json_decref(mix);
+}
+
+Test(sources, a_bad_plan_or_no_folder_is_a_clear_error)
+{
+	char file[PATH_MAX], plan[128], *err;
+	FILE *f;
+
+	example("softmax_scores", file, sizeof(file));
+	snprintf(plan, sizeof(plan), "%s/bad_plan.json", folder);
+	cr_assert_not_null(f = fopen(plan, "w"));
+	fputs("{\"kernels\": [{\"name\": \"k\", \"ops\": [99]}]}", f);
+	fclose(f);
+	cr_expect_eq(tunectl((const char *const[]){"sources", file, "--plan", plan,
+						   "--backend", "cpu", "--out", folder, NULL}),
+		     1);
+	err = slurp("err");
+	cr_expect(strstr(err, "bad_plan.json"), "stderr: %s", err);
+	free(err);
+	cr_expect_null(kernel_file(0, "c"));
+	cr_expect_eq(tunectl((const char *const[]){"sources", file, NULL}), 2);
+	err = slurp("err");
+	cr_expect(strstr(err, "--out"), "stderr: %s", err);
+	free(err);
+	cr_expect_eq(tunectl((const char *const[]){"sources", file, "--backend", "tpu",
+						   "--out", folder, NULL}), 2);
 }

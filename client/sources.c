@@ -1,0 +1,148 @@
+/*
+ * sources.c: tunectl sources FILE --out DIR [--plan PLAN.json]
+ *                                  [--backend cpu|cuda] [--arch ARCH]
+ *
+ * Writes the code of a plan's kernels (the default plan unless --plan)
+ * without running them: kernel_<n>.c for the cpu; kernel_<n>.cu for cuda,
+ * with NVRTC's kernel_<n>.ptx and kernel_<n>.cubin for ARCH (sm_90
+ * unless told). No GPU is needed, so what a plan becomes on a device can
+ * be read on any machine with libnvrtc: its registers and SASS
+ * instruction mix with bench/sass_mix.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
+#include "kgen.h"
+#include "scheduler.h"
+#include "tunectl.h"
+
+typedef struct sources_options {
+	const char *file, *out, *plan, *backend, *arch;
+} sources_options;
+
+static const char sources_usage[] =
+	"usage: tunectl sources FILE --out DIR [--plan PLAN.json]\n"
+	"                       [--backend cpu|cuda] [--arch ARCH]\n";
+
+static int parse_sources_options(int argc, char **argv, sources_options *o)
+{
+	*o = (sources_options){.backend = "cuda", .arch = "sm_90"};
+	for (int i = 0; i < argc; i++) {
+		const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+			return fputs(sources_usage, stdout), 1;
+		if (!strcmp(argv[i], "--out") && next)
+			o->out = argv[++i];
+		else if (!strcmp(argv[i], "--plan") && next)
+			o->plan = argv[++i];
+		else if (!strcmp(argv[i], "--backend") && next)
+			o->backend = argv[++i];
+		else if (!strcmp(argv[i], "--arch") && next)
+			o->arch = argv[++i];
+		else if (argv[i][0] != '-' && !o->file)
+			o->file = argv[i];
+		else
+			return fprintf(stderr, "tunectl sources: unexpected '%s'\n%s",
+				       argv[i], sources_usage), -1;
+	}
+	if (!o->file || !o->out)
+		return fprintf(stderr, "tunectl sources: needs FILE and --out DIR\n%s",
+			       sources_usage), -1;
+	if (strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda"))
+		return fprintf(stderr, "tunectl sources: unknown backend '%s'\n",
+			       o->backend), -1;
+	return 0;
+}
+
+/* The plan of --plan, or the default one; NULL after saying why. */
+static kgen_plan *load_plan(const sources_options *o, const sched_graph *graph)
+{
+	kgen_error err = {0};
+	json_error_t jerr;
+	kgen_plan *plan = NULL;
+	json_t *json;
+
+	if (!o->plan)
+		return kgen_plan_default(graph);
+	if (!(json = json_load_file(o->plan, 0, &jerr)))
+		return fprintf(stderr, "%s: line %d: %s\n", o->plan, jerr.line, jerr.text),
+		       NULL;
+	if (kgen_plan_from_json(graph, json, &plan, &err) < 0)
+		fprintf(stderr, "%s: %s\n", o->plan, err.message);
+	json_decref(json);
+	return plan;
+}
+
+static int write_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	int rc = f && fputs(text, f) >= 0 ? 0 : -1;
+
+	if (f && fclose(f) != 0)
+		rc = -1;
+	if (rc < 0)
+		fprintf(stderr, "%s: cannot write (%s)\n", path, strerror(errno));
+	return rc;
+}
+
+/* Kernel k's source, and for cuda its PTX and cubin; prints what it wrote. */
+static int write_kernel(const sources_options *o, const sched_graph *graph,
+			const kgen_plan *plan, int k)
+{
+	bool cuda = !strcmp(o->backend, "cuda");
+	char *source = cuda ? kgen_print_cuda(graph, plan, k) : kgen_print_c(graph, plan, k);
+	char path[PATH_MAX], ptx[PATH_MAX], cubin[PATH_MAX];
+	kgen_error err = {0};
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/kernel_%d.%s", o->out, k, cuda ? "cu" : "c");
+	snprintf(ptx, sizeof(ptx), "%s/kernel_%d.ptx", o->out, k);
+	snprintf(cubin, sizeof(cubin), "%s/kernel_%d.cubin", o->out, k);
+	if (!source)
+		return fprintf(stderr, "kernel %d (%s): cannot be printed\n", k,
+			       plan->kernels[k].name), -1;
+	rc = write_text(path, source);
+	if (rc == 0 && cuda && (rc = kgen_nvrtc_write(source, o->arch, ptx, cubin, &err)) < 0)
+		fprintf(stderr, "kernel %d (%s): %s\n%s", k, plan->kernels[k].name,
+			err.message, err.log ? err.log : "");
+	if (rc == 0 && cuda)
+		printf("kernel %d %s: %s, %s, %s\n", k, plan->kernels[k].name, path, ptx, cubin);
+	else if (rc == 0)
+		printf("kernel %d %s: %s\n", k, plan->kernels[k].name, path);
+	kgen_error_release(&err);
+	free(source);
+	return rc;
+}
+
+int tunectl_sources(int argc, char **argv)
+{
+	sources_options o;
+	sched_error err = {0};
+	sched_graph *graph = NULL;
+	kgen_plan *plan = NULL;
+	int status = parse_sources_options(argc, argv, &o);
+
+	if (status != 0)
+		return status < 0 ? EXIT_USAGE : EXIT_SUCCESS;
+	status = EXIT_INVALID;
+	if (mkdir(o.out, 0777) < 0 && errno != EEXIST)
+		fprintf(stderr, "%s: cannot make the folder (%s)\n", o.out, strerror(errno));
+	else if (sched_graph_read_file(o.file, &graph, &err) < 0)
+		fprintf(stderr, "%s: %s\n", o.file, err.message);
+	else if ((plan = load_plan(&o, graph))) {
+		status = EXIT_SUCCESS;
+		for (int k = 0; k < plan->nkernels; k++)
+			if (write_kernel(&o, graph, plan, k) < 0)
+				status = EXIT_INVALID;
+	}
+	kgen_plan_free(plan);
+	sched_graph_free(graph);
+	return status;
+}
