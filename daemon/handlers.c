@@ -480,12 +480,14 @@ static long long resident_bytes(void)
 	return resident * sysconf(_SC_PAGESIZE);
 }
 
-/* The measurement worker's load, and the peaks the cost model uses. */
+/* The measurement worker's load, the peaks the cost model uses, and
+ * whether library steps are searched. */
 static json_t *pipeline_json(const tuned_runner_stats *rs)
 {
-	return json_pack("{s:i, s:f, s:f, s:f, s:o}", "compile_workers",
+	return json_pack("{s:i, s:f, s:f, s:f, s:b, s:o}", "compile_workers",
 			 rs->compile_workers, "device_busy_s", rs->busy_s, "up_s", rs->up_s,
 			 "device_busy", rs->up_s > 0 ? rs->busy_s / rs->up_s : 0.0,
+			 "library", rs->library,
 			 "peaks", rs->probed ?
 			 json_pack("{s:f, s:f, s:f, s:i}", "bandwidth_gbs",
 				   rs->peaks.bandwidth_gbs, "gflops", rs->peaks.gflops,

@@ -97,6 +97,7 @@ struct tuned_runner {
 	worker_thread *threads; /* [0] measures, the others compile */
 	bool stopping, probe_done, probed;
 	bool cuda;              /* the device is a GPU, not the cpu's cores */
+	bool library;           /* its library (a CBLAS, cuBLASLt) is there */
 	int compiling;          /* compiles in flight */
 	bool timing;            /* the device wants a quiet machine */
 	kgen_peaks peaks;
@@ -383,7 +384,7 @@ static int activate(tuned_runner *r, runner_job *job)
 {
 	tuner_search_options options = {.kind = TUNER_GENETIC, .seed = (unsigned)job->id,
 					.peaks = r->probed ? &r->peaks : NULL,
-					.cuda = r->cuda};
+					.cuda = r->cuda, .library = r->library};
 	sched_error err = {0};
 
 	job->active = true;
@@ -753,8 +754,9 @@ static void retime(tuned_runner *r, tuner_worker *worker, runner_job *job)
 	activate_jobs(r);
 }
 
-/* The device's peaks, for the cost model; a failed probe leaves the
- * searches without a filter. */
+/* The device's peaks, for the cost model, and whether its library is
+ * there; a failed probe leaves the searches without a filter and without
+ * library steps. */
 static void probe(tuned_runner *r, tuner_worker *worker)
 {
 	json_t *request = json_pack("{s:s}", "op", "probe");
@@ -770,6 +772,7 @@ static void probe(tuned_runner *r, tuner_worker *worker)
 		(int)json_integer_value(json_object_get(a, "cores"))};
 	r->probed = answered_ok(&reply) && r->peaks.bandwidth_gbs > 0 &&
 		    r->peaks.gflops > 0 && r->peaks.cores > 0;
+	r->library = json_is_true(json_object_get(a, "library"));
 	r->probe_done = true;
 	json_decref(reply.answer);
 }
@@ -978,5 +981,6 @@ void tuned_runner_stats_get(tuned_runner *r, tuned_runner_stats *stats)
 	stats->up_s = (uv_hrtime() - r->started_ns) / 1e9;
 	stats->probed = r->probed;
 	stats->peaks = r->peaks;
+	stats->library = r->library;
 	uv_mutex_unlock(&r->lock);
 }

@@ -83,11 +83,12 @@ void tuned_runner_stop(tuned_runner *r);
 
 /* For stats: worker processes running and restarted, seconds the
  * measurement worker was busy and since the runner started, and the
- * device's measured peaks (false when the probe failed). */
+ * device's measured peaks (false when the probe failed) and whether its
+ * library is there (library steps are searched). */
 typedef struct tuned_runner_stats {
 	int workers, running, restarts, compile_workers;
 	double busy_s, up_s;
-	bool probed;
+	bool probed, library;
 	kgen_peaks peaks;
 } tuned_runner_stats;
 

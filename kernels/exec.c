@@ -44,16 +44,31 @@ static const char *kernel_source(kgen_backend *backend, const sched_graph *graph
 	return *printed = print_kernel(backend, graph, plan, k);
 }
 
+/* A library step the backend's library cannot make: KGEN_EPLAN, why. */
+static int check_library(const kgen_backend *backend, const sched_graph *graph,
+			 const kgen_kernel *kernel, kgen_error *err)
+{
+	const char *why = kernel->schedule.library ?
+		kgen_library_unfit(graph, kernel->ops[0], !strcmp(backend->ops->name, "cuda"))
+		: NULL;
+
+	return why ? kgen_fail(err, KGEN_EPLAN, "kernel '%s' cannot be a library step "
+			       "on %s: %s", kernel->name, backend->ops->name, why)
+		   : KGEN_OK;
+}
+
 static int build_kernel(kgen_program *prog, int k, const char *const *sources,
 			kgen_error *err)
 {
 	const kgen_kernel *kernel = &prog->plan->kernels[k];
 	kgen_launch *launch = &prog->launches[k];
 	char *printed;
-	const char *source = kernel_source(prog->backend, prog->graph, prog->plan,
-					   sources, k, &printed);
+	const char *source;
 	int rc;
 
+	if ((rc = check_library(prog->backend, prog->graph, kernel, err)) < 0)
+		return rc;
+	source = kernel_source(prog->backend, prog->graph, prog->plan, sources, k, &printed);
 	if (!source)
 		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
 	rc = prog->backend->ops->compile(prog->backend, source, kernel->name,
@@ -224,10 +239,12 @@ int kgen_program_prepare(kgen_backend *backend, const sched_graph *graph,
 		return kgen_fail(err, KGEN_EBACKEND, "no shared folder to compile "
 				 "into: call kgen_backend_share first");
 	for (int k = 0; k < plan->nkernels && rc == KGEN_OK; k++) {
-		char *printed;
-		const char *source = kernel_source(backend, graph, plan, sources, k,
-						   &printed);
+		char *printed = NULL;
+		const char *source;
 
+		if ((rc = check_library(backend, graph, &plan->kernels[k], err)) < 0)
+			break;
+		source = kernel_source(backend, graph, plan, sources, k, &printed);
 		rc = source ? backend->ops->prepare(backend, source,
 						    plan->kernels[k].name, err)
 			    : kgen_fail(err, KGEN_ENOMEM, "out of memory");

@@ -96,7 +96,12 @@ int kgen_mma_shared_bytes(const kgen_mma *mma);
 const char *kgen_mma_operands_unfit(__sched_keep const sched_graph *graph,
 				    const sched_contraction *c);
 
+/* A schedule with "library" runs its kernel's one matrix product as a
+ * call of the device's BLAS instead of generated code (kernels/library.c):
+ * cblas_sgemm on the cpu, cuBLASLt on cuda; its other fields are then
+ * not used. */
 typedef struct kgen_schedule {
+	bool library;
 	int64_t tile[SCHED_MAX_RANK];
 	int threads[SCHED_MAX_RANK];
 	int parallel;
@@ -160,6 +165,15 @@ __sched_give json_t *kgen_plan_to_json(__sched_keep const sched_graph *graph,
  * *c. A kernel of one contraction is one. */
 bool kgen_kernel_products(__sched_keep const sched_graph *graph,
 			  __sched_keep const kgen_kernel *kernel, sched_contraction *c);
+
+/* Why op "op" cannot run as a library step on the cpu's BLAS (cuda:
+ * on cuBLASLt), or NULL when it can: a matrix product whose A, B and C
+ * each have a unit stride (C along N), in the dtypes the library takes
+ * (cpu: f32; cuda: f16, bf16 or f32 factors, C in theirs or f32). */
+const char *kgen_library_unfit(__sched_keep const sched_graph *graph, int op, bool cuda);
+/* Whether backend "name"'s library ("cpu": a CBLAS in libopenblas.so.0
+ * or libblas.so.3; "cuda": libcublasLt) can be opened here. */
+bool kgen_library_available(const char *backend);
 
 /* The tiles kernel "kernel" computes (sched_tiling): its root's output in
  * its tiles, or [M, N] in bm x bn for a tensor-core product; KGEN_EPLAN

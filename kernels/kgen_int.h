@@ -15,6 +15,25 @@ int kgen_fail(kgen_error *err, int code, const char *fmt, ...)
  * root of a fused group's first branch. */
 const sched_op *kgen_kernel_op(const sched_graph *graph, const kgen_kernel *kernel);
 
+/* library.c: op "op" as a row-major GEMM C = A B (cblas_sgemm's terms:
+ * A and B maybe transposed, leading dimensions, element offsets); false
+ * with the reason in *why when it is none. */
+typedef struct kgen_gemm {
+	int a, b, c;
+	int64_t m, n, k;
+	bool trans_a, trans_b;
+	int64_t lda, ldb, ldc;
+	int64_t a0, b0, c0;
+} kgen_gemm;
+
+bool kgen_gemm_of(const sched_graph *graph, int op, kgen_gemm *out, const char **why);
+/* A library step's source: C that calls cblas_sgemm (cpu), or the
+ * cuBLASLt call as JSON, {"library": KGEN_LIBRARY_CUBLASLT, ...}, that
+ * the cuda backend makes (cublaslt.c). NULL when the op does not fit. */
+#define KGEN_LIBRARY_CUBLASLT "cublasLt"
+char *kgen_print_library_c(const sched_graph *graph, const kgen_kernel *kernel);
+char *kgen_print_library_cuda(const sched_graph *graph, const kgen_kernel *kernel);
+
 /* sync.c: a kernel's "sync" read from its plan entry "obj" (NULL: none)
  * and proved; written back (NULL when off); proved again (a plan built
  * in memory, by the search); and whether kernel k's cuda entry is wrapped

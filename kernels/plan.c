@@ -515,12 +515,41 @@ static void default_schedule(const sched_op *op, const sched_tensor *t,
 	default_threads(t, s);
 }
 
+/* {"library": true}: the kernel's one matrix product through the
+ * device's BLAS (library.c), which no other schedule key goes with. */
+static int read_library(const sched_graph *graph, json_t *sched, kgen_kernel *kernel,
+			kgen_error *err)
+{
+	json_t *library = json_object_get(sched, "library");
+	kgen_gemm gemm;
+	const char *why;
+
+	if (!library)
+		return 0;
+	if (!json_is_boolean(library))
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'library' must be true or "
+				 "false", kernel->name);
+	if (!json_is_true(library))
+		return 0;
+	if (json_object_size(sched) != 1)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': a library step takes no "
+				 "other schedule key", kernel->name);
+	if (kernel->nops != 1)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': a library step runs one "
+				 "matrix product alone, not %d ops", kernel->name, kernel->nops);
+	if (!kgen_gemm_of(graph, kernel->ops[0], &gemm, &why))
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s' cannot be a library step: "
+				 "%s", kernel->name, why);
+	kernel->schedule.library = true;
+	return 1;
+}
+
 static int read_schedule(const sched_graph *graph, json_t *sched,
 			 kgen_kernel *kernel, kgen_error *err)
 {
-	static const char *const keys[] = {"tile", "threads", "parallel", "unroll",
-					   "vector", "split", "shared", "micro", "mma",
-					   NULL};
+	static const char *const keys[] = {"library", "tile", "threads", "parallel",
+					   "unroll", "vector", "split", "shared", "micro",
+					   "mma", NULL};
 	const sched_op *op = kgen_kernel_op(graph, kernel);
 	const sched_tensor *t = target_of(graph, kernel);
 	kgen_schedule *s = &kernel->schedule;
@@ -536,6 +565,8 @@ static int read_schedule(const sched_graph *graph, json_t *sched,
 	if ((key = sched_unknown_key(sched, keys)))
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': unknown schedule key '%s'",
 				 kernel->name, key);
+	if ((rc = read_library(graph, sched, kernel, err)) != 0)
+		return rc < 0 ? rc : KGEN_OK;
 	if ((rc = read_dims(sched, "tile", t->rank, t->shape, s->tile,
 			    kernel->name, err)) < 0)
 		return rc;
@@ -830,6 +861,8 @@ static json_t *schedule_json(const sched_op *op, const sched_tensor *t,
 	int64_t threads[SCHED_MAX_RANK], def_threads[SCHED_MAX_RANK];
 	json_t *obj = json_object();
 
+	if (s->library)
+		return json_object_set_new(obj, "library", json_true()), obj;
 	default_schedule(op, t, &def);
 	default_threads(t, &tiled);
 	for (int d = 0; d < t->rank; d++) {

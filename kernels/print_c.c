@@ -174,6 +174,8 @@ char *kgen_print_c(const sched_graph *graph, const kgen_plan *plan, int index)
 	const sched_op *op = kgen_kernel_op(graph, kernel);
 	sched_buf buf = {0};
 
+	if (kernel->schedule.library)
+		return kgen_print_library_c(graph, kernel);
 	if (kernel->schedule.micro.mr)
 		return kgen_print_micro(graph, kernel);
 	if (kernel->nops > 1)

@@ -276,9 +276,12 @@ static char *print_body(const sched_graph *graph, const kgen_kernel *kernel, boo
 char *kgen_print_cuda(const sched_graph *graph, const kgen_plan *plan, int index)
 {
 	bool wrapped = kgen_sync_wraps(plan, index);
-	char *body = print_body(graph, &plan->kernels[index], wrapped);
+	char *body;
 	sched_buf buf = {0};
 
+	if (plan->kernels[index].schedule.library)
+		return kgen_print_library_cuda(graph, &plan->kernels[index]);
+	body = print_body(graph, &plan->kernels[index], wrapped);
 	if (!body || !wrapped)
 		return body;
 	sched_buf_printf(&buf, "%s", body);

@@ -19,6 +19,9 @@ int kgen_kernel_tiling(const sched_graph *graph, const kgen_kernel *kernel,
 	sched_group *group;
 
 	*out = (sched_tiling){.tensor = op->target, .rank = t->rank};
+	if (kernel->schedule.library)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s' is a library step: it has "
+				 "no tiles to wait on or post", kernel->name);
 	if (kernel->schedule.mma.bm) {
 		if (!sched_op_contraction(graph, op->index, &c) || c.c0 || c.c_n != 1 ||
 		    c.c_m != c.n)

@@ -348,10 +348,11 @@ static json_t *serve_probe(kgen_backend *backend)
 	if (kgen_probe(backend, &peaks, &err) < 0)
 		obj = outcome("error", err.message, &err);
 	else
-		obj = json_pack("{s:s, s:f, s:f, s:f, s:i}", "kind", "ok",
+		obj = json_pack("{s:s, s:f, s:f, s:f, s:i, s:b}", "kind", "ok",
 				"bandwidth_gbs", peaks.bandwidth_gbs, "gflops",
 				peaks.gflops, "launch_ms", peaks.launch_ms,
-				"cores", peaks.cores);
+				"cores", peaks.cores, "library",
+				kgen_library_available(kgen_backend_name(backend)));
 	kgen_error_release(&err);
 	return obj;
 }

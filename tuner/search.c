@@ -4,7 +4,9 @@
  *
  * The genome has one gene per decision of each op's schedule: a tile and
  * a thread count per output dim, the parallel loops, unroll, vector width
- * and reduction split, each an index into a finite domain; on cuda, the
+ * and reduction split, each an index into a finite domain; for a matrix
+ * product, whether it is a library step (where offered) and its blocking
+ * (micro-kernels on the cpu, tensor cores on cuda); on cuda, the
  * sync genes: how the kernel rooted at each op overlaps the kernel before
  * it (docs/sync.md); then the fusion genes (fuse.c): which ops share a
  * kernel, and how. A fused
@@ -76,7 +78,9 @@ typedef struct kernel_space {
 	bool reduces;
 	int first_gene;
 	int ngenes;
-	enum blocking blocking; /* blocking genes follow the others */
+	bool library;           /* a library gene (0: generated, 1: library
+				 * step) follows the others, then the blocking */
+	enum blocking blocking; /* blocking genes come last */
 	sched_contraction product;
 	bool f32_out;
 	int ntiles[SCHED_MAX_RANK], nthreads[SCHED_MAX_RANK];
@@ -205,6 +209,8 @@ static int kernel_genes(tuner_search *s, int k, int first)
 	/* the split of a reduction among threads: cuda only */
 	s->domain[first + 2 * r + 3] = ks->reduces && s->o.cuda ? 3 : 1;
 	ks->ngenes = 2 * r + 4;
+	if (ks->library)
+		s->domain[first + ks->ngenes++] = 2;
 	if (ks->blocking)
 		for (int g = 0; g < BLOCKING_GENES; g++)
 			s->domain[first + ks->ngenes++] = blocking_domain[ks->blocking][g];
@@ -224,9 +230,12 @@ static int build_space(tuner_search *s)
 	for (int k = 0; k < s->nkernels; k++) {
 		kernel_space *ks = &s->kernels[k];
 
+		const sched_op *op = kgen_kernel_op(s->graph, &s->base->kernels[k]);
+
 		ks->blocking = blocking_of(s, k, &ks->product);
-		s->ngenes += 2 * s->graph->tensors[kgen_kernel_op(s->graph,
-					&s->base->kernels[k])->target].rank + 4;
+		ks->library = s->o.library && !kgen_library_unfit(s->graph, op->index,
+								   s->o.cuda);
+		s->ngenes += 2 * s->graph->tensors[op->target].rank + 4 + ks->library;
 		s->ngenes += ks->blocking ? BLOCKING_GENES : 0;
 	}
 	s->first_sync_gene = s->ngenes;
@@ -366,8 +375,12 @@ static bool encode_kernel(const tuner_search *s, int k, const kgen_schedule *sch
 	at[2 * r + 1] = index_of(unrolls, 4, sch->unroll);
 	at[2 * r + 2] = index_of(vectors, 4, sch->vector);
 	at[2 * r + 3] = (int)sch->split;
+	if (ks->library)
+		at[2 * r + 4] = sch->library;
+	else
+		ok = ok && !sch->library;
 	if (ks->blocking)
-		ok = ok && encode_blocking(ks, sch, at + 2 * r + 4);
+		ok = ok && encode_blocking(ks, sch, at + 2 * r + 4 + ks->library);
 	else
 		ok = ok && !sch->micro.mr && !sch->mma.bm;
 	return ok && at[2 * r + 1] >= 0 && at[2 * r + 2] >= 0 &&
@@ -452,7 +465,8 @@ static void decode_kernel(const tuner_search *s, int k, const int *genes,
 	sch->split = at[2 * r + 3];
 	if (sch->split == KGEN_SPLIT_WARP && product(threads, r) % 32)
 		sch->split = KGEN_SPLIT_THREAD;
-	decode_blocking(ks, at + 2 * r + 4, sch);
+	sch->library = ks->library && at[2 * r + 4];
+	decode_blocking(ks, at + 2 * r + 4 + ks->library, sch);
 }
 
 /* Kernel k of s->plan waits on the kernel before it as the sync genes of
@@ -494,6 +508,9 @@ static void decode(tuner_search *s, const int *genes)
 	}
 	kgen_plan_free(s->plan);
 	s->plan = tuner_fusion_plan(s->fusion, s->schedules, genes + s->first_fusion_gene);
+	for (int k = 0; s->plan && k < s->plan->nkernels; k++)
+		if (s->plan->kernels[k].nops > 1) /* a library step stands alone */
+			s->plan->kernels[k].schedule.library = false;
 	for (int k = 1; s->o.cuda && s->plan && k < s->plan->nkernels; k++)
 		decode_sync(s, k, genes);
 }
@@ -775,11 +792,26 @@ static void propose_blocked(tuner_search *s, const int *genes, json_t *out, bool
 		s->pop[s->npop++] = index;
 }
 
+/* Into the population: "genes" with every product the library can make
+ * as a library step. */
+static void propose_library(tuner_search *s, const int *genes, json_t *out)
+{
+	int index;
+
+	memcpy(s->genes, genes, s->ngenes * sizeof(int));
+	for (int k = 0; k < s->nkernels; k++)
+		if (s->kernels[k].library)
+			s->genes[s->kernels[k].first_gene + 2 * s->kernels[k].rank + 4] = 1;
+	if ((index = propose(s, s->genes, out)) >= 0)
+		s->pop[s->npop++] = index;
+}
+
 /* Into the population: the default schedules with every fusion gene on,
  * and, for each layer of producers, the same with that layer's edges off
  * (a matrix product kept apart from the elementwise tail that follows it,
  * which then fuses whole), also with the seed blocking (sibling products
- * side by side keep it). Each repairs to the largest such fusion the
+ * side by side keep it) and, where library steps are offered, with the
+ * products kept apart as library steps. Each repairs to the largest such fusion the
  * planner allows. */
 static void propose_fused(tuner_search *s, json_t *out)
 {
@@ -798,6 +830,8 @@ static void propose_fused(tuner_search *s, json_t *out)
 		if ((index = propose(s, layer, out)) >= 0)
 			s->pop[s->npop++] = index;
 		propose_blocked(s, layer, out, false);
+		if (s->o.library)
+			propose_library(s, layer, out);
 	}
 	free(layer);
 }
@@ -826,6 +860,7 @@ static const int *whole_rows(tuner_search *s, const int *genes, int *out)
  * at most, and only those that are genomes), the default and the largest
  * fusion with the seed blocking on every matrix product
  * (propose_blocked), the latter again with whole rows (whole_rows), the
+ * default with every product a library step where they are offered, the
  * default schedules with every fusion the planner allows and with one
  * layer of producers kept apart (propose_fused), and on cuda the default
  * so blocked with every kernel synced to the one before, mutants of the
@@ -846,6 +881,8 @@ static void first_population(tuner_search *s, json_t *out)
 	free(best);
 	propose_blocked(s, s->defaults, out, false);
 	propose_blocked(s, s->fused, out, false);
+	if (s->o.library)
+		propose_library(s, s->defaults, out);
 	if ((rows = malloc(s->ngenes * sizeof(int))))
 		propose_blocked(s, whole_rows(s, s->fused, rows), out, false);
 	free(rows);

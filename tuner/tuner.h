@@ -128,6 +128,9 @@ typedef struct tuner_search_options {
 	const struct kgen_peaks *peaks;
 	double filter_factor;  /* 0: TUNER_FILTER_FACTOR */
 	int cuda;              /* estimates for the cuda backend (else cpu) */
+	/* library steps (kgen_library_available): a gene per matrix product
+	 * the library can make, and a seed with all of them on */
+	int library;
 } tuner_search_options;
 
 #define TUNER_POPULATION 32

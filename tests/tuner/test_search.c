@@ -963,3 +963,65 @@ Test(search, a_graph_too_large_for_fusion_genes_is_searched_unfused)
 	sched_graph_free(g);
 	sched_buf_release(&text);
 }
+
+/* Kernels of "plans" (each legal for "g") that are library steps; every
+ * one of them runs one op. */
+static int count_library_steps(const sched_graph *g, json_t *plans)
+{
+	json_t *json;
+	size_t i;
+	int steps = 0;
+
+	json_array_foreach(plans, i, json) {
+		kgen_plan *plan = legal(g, json);
+
+		for (int k = 0; k < plan->nkernels; k++)
+			if (plan->kernels[k].schedule.library) {
+				cr_expect_eq(plan->kernels[k].nops, 1);
+				steps++;
+			}
+		kgen_plan_free(plan);
+	}
+	return steps;
+}
+
+/* Library steps are searched only when the options offer them, and
+ * only on products the library can make: llama_mlp_small's f16 products
+ * on cuda (cuBLASLt), lstm_cell_small's f32 ones on the cpu (sgemm), but
+ * never an f16 product on the cpu. Three generations, all legal. */
+Test(search, library_steps_only_where_offered_and_the_library_fits)
+{
+	static const struct {
+		const char *example;
+		int cuda, library;
+		bool expect_steps;
+	} cases[] = {
+		{"lstm_cell_small", 0, 1, true}, {"lstm_cell_small", 0, 0, false},
+		{"llama_mlp_small", 1, 1, true}, {"llama_mlp_small", 0, 1, false},
+	};
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(*cases); c++) {
+		sched_graph *g = example(cases[c].example);
+		tuner_search *s = tuner_search_new(g, &(tuner_search_options){
+			.seed = 6, .cuda = cases[c].cuda, .library = cases[c].library});
+		json_t *generation, *plan;
+		int steps = 0;
+		size_t i;
+
+		cr_assert_not_null(s);
+		for (int n = 0; n < 3 && (generation = tuner_search_generation(s)); n++) {
+			steps += count_library_steps(g, generation);
+			json_array_foreach(generation, i, plan)
+				tuner_search_record(s, plan, 1 + (double)i);
+			json_decref(generation);
+		}
+		if (cases[c].expect_steps)
+			cr_expect_geq(steps, 2, "%s, cuda %d: %d library steps", cases[c].example,
+				      cases[c].cuda, steps);
+		else
+			cr_expect_eq(steps, 0, "%s, cuda %d, library %d: %d library steps",
+				     cases[c].example, cases[c].cuda, cases[c].library, steps);
+		tuner_search_free(s);
+		sched_graph_free(g);
+	}
+}
