@@ -921,14 +921,16 @@ static int put_file(out_files *f, const char *name, json_t *value,
 	return 0;
 }
 
-/* kernel_<n>.cu or .c: by the source's language, else the device. */
+/* kernel_<n>.cu or .c: by the source's language, else the device; a
+ * library step's cuBLASLt call is JSON, kernel_<n>.library.json. */
 static void source_name(const out_files *f, json_t *item, size_t i,
 			char *name, size_t size)
 {
 	const char *language = str(item, "language");
 	bool cuda = *language ? !strcmp(language, "cuda") : f->cuda;
+	bool call = cuda && json_is_true(json_object_get(item, "library"));
 
-	snprintf(name, size, "kernel_%zu.%s", i, cuda ? "cu" : "c");
+	snprintf(name, size, "kernel_%zu.%s", i, call ? "library.json" : cuda ? "cu" : "c");
 }
 
 /* "sources": one per kernel, {kernel, language, source} or a string. */

@@ -5,7 +5,7 @@
  * Writes the code of a plan's kernels (the default plan unless --plan)
  * without running them: kernel_<n>.c for the cpu; kernel_<n>.cu for cuda,
  * with NVRTC's kernel_<n>.ptx and kernel_<n>.cubin for ARCH (sm_90
- * unless told). No GPU is needed, so what a plan becomes on a device can
+ * unless told); a library step's cuBLASLt call as kernel_<n>.library.json. No GPU is needed, so what a plan becomes on a device can
  * be read on any machine with libnvrtc: its registers and SASS
  * instruction mix with bench/sass_mix.
  */
@@ -96,26 +96,33 @@ static int write_text(const char *path, const char *text)
 static int write_kernel(const sources_options *o, const sched_graph *graph,
 			const kgen_plan *plan, int k)
 {
-	bool cuda = !strcmp(o->backend, "cuda");
+	const kgen_kernel *kernel = &plan->kernels[k];
+	bool cuda = !strcmp(o->backend, "cuda"), call = cuda && kernel->schedule.library;
 	char *source = cuda ? kgen_print_cuda(graph, plan, k) : kgen_print_c(graph, plan, k);
 	char path[PATH_MAX], ptx[PATH_MAX], cubin[PATH_MAX];
 	kgen_error err = {0};
 	int rc;
 
-	snprintf(path, sizeof(path), "%s/kernel_%d.%s", o->out, k, cuda ? "cu" : "c");
+	snprintf(path, sizeof(path), "%s/kernel_%d.%s", o->out, k,
+		 call ? "library.json" : cuda ? "cu" : "c");
 	snprintf(ptx, sizeof(ptx), "%s/kernel_%d.ptx", o->out, k);
 	snprintf(cubin, sizeof(cubin), "%s/kernel_%d.cubin", o->out, k);
 	if (!source)
-		return fprintf(stderr, "kernel %d (%s): cannot be printed\n", k,
-			       plan->kernels[k].name), -1;
+		return fprintf(stderr, "kernel %d (%s): cannot be printed%s%s\n", k,
+			       kernel->name, kernel->schedule.library ? ": " : "",
+			       kernel->schedule.library ?
+			       kgen_library_unfit(graph, kernel->ops[0], cuda) : ""), -1;
 	rc = write_text(path, source);
-	if (rc == 0 && cuda && (rc = kgen_nvrtc_write(source, o->arch, ptx, cubin, &err)) < 0)
-		fprintf(stderr, "kernel %d (%s): %s\n%s", k, plan->kernels[k].name,
-			err.message, err.log ? err.log : "");
-	if (rc == 0 && cuda)
-		printf("kernel %d %s: %s, %s, %s\n", k, plan->kernels[k].name, path, ptx, cubin);
+	if (rc == 0 && call)
+		printf("kernel %d %s: %s (a library step: its cuBLASLt call)\n", k,
+		       kernel->name, path);
+	else if (rc == 0 && cuda && (rc = kgen_nvrtc_write(source, o->arch, ptx, cubin, &err)) < 0)
+		fprintf(stderr, "kernel %d (%s): %s\n%s", k, kernel->name, err.message,
+			err.log ? err.log : "");
+	else if (rc == 0 && cuda)
+		printf("kernel %d %s: %s, %s, %s\n", k, kernel->name, path, ptx, cubin);
 	else if (rc == 0)
-		printf("kernel %d %s: %s\n", k, plan->kernels[k].name, path);
+		printf("kernel %d %s: %s\n", k, kernel->name, path);
 	kgen_error_release(&err);
 	free(source);
 	return rc;

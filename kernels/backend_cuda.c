@@ -7,6 +7,10 @@
  * every run starts with a cold L2. With a shared folder, cubins are named
  * <sha of the source>.<arch>.cubin, looked for there before compiling and
  * left there after; compiling there needs NVRTC only.
+ *
+ * A library step's "source" is its cuBLASLt call (cublaslt.c): building
+ * it sets the call up, with a workspace the backend allocates once, and
+ * launching it makes the call on the launch's stream.
  */
 #include <dlfcn.h>
 #include <limits.h>
@@ -15,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cublaslt_int.h"
 #include "nvrtc_int.h"
 
 typedef int CUresult;
@@ -110,7 +115,10 @@ typedef struct cuda_state {
 	CUstream streams[2];
 	CUevent *marks;
 	int nmarks;
+	CUdeviceptr workspace; /* cuBLASLt's, made with the first library step */
 } cuda_state;
+
+#define WORKSPACE_BYTES (32u << 20)
 
 static const char *cu_text(CUresult rc)
 {
@@ -131,10 +139,11 @@ static int check(CUresult rc, const char *what, kgen_error *err)
 }
 
 /* A loaded kernel, with the cubin (and the PTX, when compiled here)
- * NVRTC made of it kept. */
+ * NVRTC made of it kept; or a library step's call. */
 typedef struct cuda_module {
 	CUmodule module;
 	kgen_cubin binary;
+	kgen_cublaslt_call *library;
 } cuda_module;
 
 /* The cubin of "source" in the shared folder: <sha>.<arch>.cubin. */
@@ -158,6 +167,8 @@ static int cuda_prepare(kgen_backend *backend, const char *source,
 	kgen_cubin binary;
 	int rc;
 
+	if (kgen_cublaslt_source(source))
+		return KGEN_OK; /* a library step: nothing to compile */
 	shared_cubin_path(backend, source, path, sizeof(path));
 	if (kgen_share_has(path))
 		return KGEN_OK;
@@ -183,6 +194,22 @@ static int read_shared_cubin(kgen_backend *backend, const char *source,
 	return kgen_share_read(path, &binary->cubin, &binary->cubin_size, err);
 }
 
+/* A library step's call, set up with the backend's workspace. */
+static int set_up_library_step(cuda_state *cuda, const char *source, cuda_module *m,
+			       void **function, kgen_error *err)
+{
+	int rc = KGEN_OK;
+
+	if (!cuda->workspace)
+		rc = check(cu.mem_alloc(&cuda->workspace, WORKSPACE_BYTES),
+			   "cuMemAlloc (cuBLASLt's workspace)", err);
+	if (rc == KGEN_OK)
+		rc = kgen_cublaslt_new(source, (void *)(uintptr_t)cuda->workspace,
+				       WORKSPACE_BYTES, &m->library, err);
+	*function = m->library;
+	return rc;
+}
+
 static int cuda_compile(kgen_backend *backend, const char *source,
 			const char *entry, void **module, void **function,
 			kgen_error *err)
@@ -194,6 +221,8 @@ static int cuda_compile(kgen_backend *backend, const char *source,
 	if (!m)
 		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
 	*module = m;
+	if (kgen_cublaslt_source(source))
+		return set_up_library_step(cuda, source, m, function, err);
 	rc = backend->share ? read_shared_cubin(backend, source, entry, &m->binary, err)
 			    : kgen_nvrtc_compile(source, entry, cuda->arch, &m->binary, err);
 	if (rc < 0)
@@ -212,6 +241,7 @@ static void cuda_unload(kgen_backend *backend, void *module)
 	(void)backend;
 	if (m->module)
 		cu.module_unload(m->module);
+	kgen_cublaslt_free(m->library);
 	kgen_cubin_release(&m->binary);
 	free(m);
 }
@@ -250,14 +280,17 @@ static int cuda_download(kgen_backend *backend, void *host, const void *buffer,
 }
 
 /* The kernel's arguments: the address of each tensor's device pointer,
- * then for an entry wrapped for sync its four sync arguments. */
+ * then for an entry wrapped for sync its four sync arguments. A library
+ * step makes its call instead. */
 static int launch_one(const kgen_launch *launch, void *stream, kgen_error *err)
 {
-	void **params = calloc(launch->ntensors + 4, sizeof(void *));
+	void **params;
 	unsigned iteration = launch->sync.iteration ? *launch->sync.iteration : 0;
 	int n = launch->ntensors, rc;
 
-	if (!params)
+	if (launch->library)
+		return kgen_cublaslt_run(launch->function, launch->tensors, stream, err);
+	if (!(params = calloc(launch->ntensors + 4, sizeof(void *))))
 		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
 	for (int t = 0; t < n; t++)
 		params[t] = &launch->tensors[t];
@@ -431,6 +464,8 @@ static void cuda_close(kgen_backend *backend)
 		if (cuda->streams[s])
 			cu.stream_destroy(cuda->streams[s]);
 	cu.mem_free(cuda->flush);
+	if (cuda->workspace)
+		cu.mem_free(cuda->workspace);
 	cu.release_ctx(cuda->device);
 	free(cuda);
 }

@@ -75,6 +75,7 @@ static int build_kernel(kgen_program *prog, int k, const char *const *sources,
 					 &prog->modules[k], &launch->function, err);
 	free(printed);
 	launch->name = kernel->name;
+	launch->library = kernel->schedule.library;
 	launch->tensors = prog->buffers;
 	launch->ntensors = prog->graph->ntensors;
 	kgen_cuda_launch_shape(prog->graph, kernel, &launch->blocks,

@@ -66,9 +66,12 @@ typedef struct kgen_launch_sync {
 	unsigned *iteration;
 } kgen_launch_sync;
 
-/* A kernel ready to launch: its function, shape and tensor arguments. */
+/* A kernel ready to launch: its function, shape and tensor arguments.
+ * A library step's "function" is what its backend made of its call
+ * (cuda: a kgen_cublaslt_call; cpu: the compiled C that makes it). */
 typedef struct kgen_launch {
 	const char *name;
+	bool library;
 	void *function;
 	unsigned blocks, threads;
 	int ntensors;

@@ -4,7 +4,8 @@
  * A kernel cannot run faster than it takes to move the bytes it touches at
  * the device's peak bandwidth, nor faster than its flops at the compute its
  * parallel work can occupy: a kernel with 2 work items on 16 cores uses at
- * most 2/16 of the peak. Each launch costs one empty launch. The estimate
+ * most 2/16 of the peak (a library step is taken to use the whole
+ * device). Each launch costs one empty launch. The estimate
  * is a lower bound of the time only as far as the peaks are peaks: a probe
  * that measured less than the device can do makes it pessimistic.
  */
@@ -99,7 +100,7 @@ double tuner_kernel_ms(const sched_graph *graph, const kgen_kernel *kernel,
 
 	if (kernel->nops > 1)
 		return fused_ms(graph, kernel, peaks, cuda);
-	share = device_share(t, &kernel->schedule, peaks, cuda);
+	share = kernel->schedule.library ? 1 : device_share(t, &kernel->schedule, peaks, cuda);
 	memory_ms = op_bytes(graph, op) / (peaks->bandwidth_gbs * 1e6);
 	compute_ms = (double)sched_op_flops(op) / (peaks->gflops * share * 1e6);
 	return fmax(memory_ms, compute_ms) + peaks->launch_ms;

@@ -173,7 +173,9 @@ static const char **request_sources(const json_t *request, int nkernels)
 	return sources;
 }
 
-/* Each kernel's source as compiled: {kernel, language, source}. */
+/* Each kernel's source as compiled: {kernel, language, source}, and
+ * "library": true for a library step (its source makes or records a
+ * library call: docs/kernels.md, "Library steps"). */
 static json_t *sources_json(kgen_backend *backend, const sched_graph *graph,
 			    const kgen_plan *plan, const char **given)
 {
@@ -186,9 +188,12 @@ static json_t *sources_json(kgen_backend *backend, const sched_graph *graph,
 				    kgen_print_c(graph, plan, k);
 		const char *source = text ? text : given && given[k] ? given[k] : "";
 
-		json_array_append_new(list, json_pack("{s:s, s:s, s:s}",
-			"kernel", plan->kernels[k].name, "language", cuda ? "cuda" : "c",
-			"source", source));
+		json_t *entry = json_pack("{s:s, s:s, s:s}", "kernel", plan->kernels[k].name,
+					  "language", cuda ? "cuda" : "c", "source", source);
+
+		if (plan->kernels[k].schedule.library)
+			json_object_set_new(entry, "library", json_true());
+		json_array_append_new(list, entry);
 		free(text);
 	}
 	return list;

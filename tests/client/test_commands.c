@@ -483,3 +483,32 @@ Test(sources, a_bad_plan_or_no_folder_is_a_clear_error)
 	cr_expect_eq(tunectl((const char *const[]){"sources", file, "--backend", "tpu",
 						   "--out", folder, NULL}), 2);
 }
+
+/* A library step on cuda is its cuBLASLt call, written as JSON beside
+ * the other kernels' CUDA, PTX and cubin. */
+Test(sources, a_cuda_library_step_is_its_call)
+{
+	char file[PATH_MAX], plan[128], *call;
+	FILE *f;
+
+	skip_without_nvrtc();
+	example("gpt3_mlp_small", file, sizeof(file));
+	snprintf(plan, sizeof(plan), "%s/library_plan.json", folder);
+	cr_assert_not_null(f = fopen(plan, "w"));
+	fputs("{\"kernels\": [{\"ops\": [0], \"schedule\": {\"library\": true}}, "
+	      "{\"ops\": [1]}, {\"ops\": [2]}]}", f);
+	fclose(f);
+	cr_assert_eq(tunectl((const char *const[]){"sources", file, "--plan", plan,
+						   "--out", folder, NULL}), 0,
+		     "%s", slurp("err"));
+	cr_assert_not_null(call = kernel_file(0, "library.json"));
+	cr_expect(strstr(call, "\"cublasLt\""), "%s", call);
+	free(call);
+	cr_expect_null(kernel_file(0, "cubin"), "a cubin for a library step");
+	for (int k = 1; k < 3; k++) {
+		char *cubin = kernel_file(k, "cubin");
+
+		cr_expect_not_null(cubin, "no kernel_%d.cubin", k);
+		free(cubin);
+	}
+}

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cublaslt_int.h"
 #include "graph_builder.h"
 #include "kgen.h"
 
@@ -192,6 +193,7 @@ Test(library, the_cuda_step_records_the_cublaslt_call)
 	cr_expect(json_is_false(json_object_get(c, "trans")) || !json_object_get(c, "trans"));
 	cr_expect_eq(json_integer_value(json_object_get(c, "ld")), 21);
 	cr_expect_str_eq(json_string_value(json_object_get(c, "dtype")), "f32");
+	cr_expect(kgen_cublaslt_source(source));
 	json_decref(call);
 	free(source);
 	kgen_plan_free(plan);
@@ -216,4 +218,35 @@ Test(library, a_library_step_neither_waits_nor_is_waited_on)
 	for (int i = 0; i < 2; i++)
 		expect_refused(g, plans[i], "is a library step: it has no tiles");
 	sched_graph_free(g);
+}
+
+/* The cuda backend takes a library step's source for a call, CUDA C for
+ * a kernel; a call it cannot read is refused before cuBLASLt is opened. */
+Test(library, the_cuda_backend_tells_calls_from_kernels)
+{
+	static const char *const garbled[] = {
+		"{\"library\": \"cublasLt\", \"kernel\": \"k\", \"m\": 4, \"n\": 4, \"k\": 4}",
+		"{\"library\": \"cublasLt\", \"kernel\": \"k\", \"m\": 0, \"n\": 4, \"k\": 4, "
+		"\"a\": {\"tensor\": 0, \"dtype\": \"f16\", \"ld\": 4}, "
+		"\"b\": {\"tensor\": 1, \"dtype\": \"f16\", \"ld\": 4}, "
+		"\"c\": {\"tensor\": 2, \"dtype\": \"f16\", \"ld\": 4}}",
+		"{\"library\": \"cublasLt\", \"kernel\": \"k\", \"m\": 4, \"n\": 4, \"k\": 4, "
+		"\"a\": {\"tensor\": 0, \"dtype\": \"i32\", \"ld\": 4}, "
+		"\"b\": {\"tensor\": 1, \"dtype\": \"f16\", \"ld\": 4}, "
+		"\"c\": {\"tensor\": 2, \"dtype\": \"f16\", \"ld\": 4}}",
+	};
+
+	cr_expect(!kgen_cublaslt_source("extern \"C\" __global__ void k(float *x) {}"));
+	cr_expect(!kgen_cublaslt_source("{\"library\": \"mkl\"}"));
+	cr_expect(!kgen_cublaslt_source("{not json"));
+	for (size_t i = 0; i < sizeof(garbled) / sizeof(*garbled); i++) {
+		kgen_cublaslt_call *call = NULL;
+		kgen_error err = {0};
+
+		cr_expect(kgen_cublaslt_source(garbled[i]));
+		cr_expect_eq(kgen_cublaslt_new(garbled[i], NULL, 0, &call, &err), KGEN_EPLAN,
+			     "call %zu: %s", i, err.message);
+		cr_expect(strstr(err.message, "garbled"), "call %zu: %s", i, err.message);
+		kgen_cublaslt_free(call);
+	}
 }

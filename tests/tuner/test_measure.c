@@ -4,7 +4,7 @@
  * next candidate is measured correctly by a fresh one; compile errors,
  * wrong kernels and bad requests come back as answers. The other ops:
  * compile into a shared folder that a second worker, with no compiler,
- * measures from; probe; retime; an unknown op.
+ * measures from; probe; retime; an unknown op; a library step.
  */
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -221,6 +221,39 @@ Test(measure, the_probe_answers_positive_peaks)
 		cr_expect_gt(json_real_value(json_object_get(reply.answer, fields[i])), 0,
 			     "%s", fields[i]);
 	cr_expect_gt(json_integer_value(json_object_get(reply.answer, "cores")), 0);
+	cr_expect_eq(json_is_true(json_object_get(reply.answer, "library")),
+		     kgen_library_available("cpu"));
+	json_decref(reply.answer);
+	tuner_worker_free(worker);
+}
+
+#define PRODUCT "{\"version\": 1, \"tensors\": {\"a\": {\"shape\": [8, 16], " \
+		"\"dtype\": \"f32\", \"role\": \"input\"}, \"b\": {\"shape\": [16, 4], " \
+		"\"dtype\": \"f32\", \"role\": \"input\"}, \"c\": {\"shape\": [8, 4], " \
+		"\"dtype\": \"f32\", \"role\": \"output\"}}, " \
+		"\"ops\": [\"c[i, j] = sum(k) a[i, k] * b[k, j]\"]}"
+
+/* A library step is measured like any kernel, and its source says it is
+ * one (docs/protocol.md, fetch). */
+Test(measure, a_library_step_is_measured_and_marked)
+{
+	tuner_worker *worker;
+	tuner_reply reply;
+	json_t *req = request(PRODUCT, NULL), *source;
+
+	if (!kgen_library_available("cpu"))
+		cr_skip_test("no CBLAS here");
+	worker = cpu_worker();
+	json_object_set_new(req, "plan", json_loads("{\"kernels\": [{\"ops\": [0], "
+				"\"schedule\": {\"library\": true}}]}", 0, NULL));
+	reply = ask(worker, req, 60);
+	cr_assert_eq(reply.outcome, TUNER_ANSWERED, "%s", reply.detail);
+	cr_expect_str_eq(kind_of(&reply), "ok", "%s", json_string_value(
+				 json_object_get(reply.answer, "error")));
+	cr_expect(json_is_true(json_object_get(reply.answer, "verified")));
+	source = json_array_get(json_object_get(reply.answer, "sources"), 0);
+	cr_expect(json_is_true(json_object_get(source, "library")));
+	cr_expect(strstr(json_string_value(json_object_get(source, "source")), "cblas_sgemm"));
 	json_decref(reply.answer);
 	tuner_worker_free(worker);
 }
