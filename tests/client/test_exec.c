@@ -88,9 +88,12 @@ Test(exec, a_fetched_plan_runs_on_the_caller_s_tensors)
 		"{\"kernels\": [{\"ops\": [0], \"schedule\": {\"micro\": {\"mr\": 4, "
 		"\"nr\": 8, \"kc\": 7, \"mc\": 8, \"nc\": 16, \"pack\": 1}}}, {\"ops\": [1]}]}",
 		"{\"kernels\": [{\"ops\": [0, 1]}]}",
+		/* a library step: its source calls cblas_sgemm (where there is one) */
+		"{\"kernels\": [{\"ops\": [0], \"schedule\": {\"library\": true}}, "
+		"{\"ops\": [1]}]}",
 	};
 
-	for (int p = 0; p < 2; p++) {
+	for (int p = 0; p < 3 && (p < 2 || kgen_library_available("cpu")); p++) {
 		char *fetched = fetch_of(plans[p]), why[512] = "";
 		tuned_exec *e = load(fetched);
 		float x[9 * 20], w[20 * 13], b[13], y[9 * 13];
