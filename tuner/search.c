@@ -73,6 +73,11 @@ static const int blocking_seed[][BLOCKING_GENES] = {
 #define SYNC_GENES 4
 static const int sync_domain[SYNC_GENES] = {SCHED_SYNC_KINDS + 1, 2, 2, 2};
 
+/* Where a kernel's library gene sits among its genes, after those of its
+ * tiles, threads, parallel, unroll, vector and split; its blocking genes
+ * follow it (or sit there, without a library gene). */
+#define LIBRARY_GENE(rank) (2 * (rank) + 4)
+
 typedef struct kernel_space {
 	int rank;
 	bool reduces;
@@ -208,7 +213,7 @@ static int kernel_genes(tuner_search *s, int k, int first)
 	s->domain[first + 2 * r + 2] = 4;
 	/* the split of a reduction among threads: cuda only */
 	s->domain[first + 2 * r + 3] = ks->reduces && s->o.cuda ? 3 : 1;
-	ks->ngenes = 2 * r + 4;
+	ks->ngenes = LIBRARY_GENE(r);
 	if (ks->library)
 		s->domain[first + ks->ngenes++] = 2;
 	if (ks->blocking)
@@ -229,13 +234,12 @@ static int build_space(tuner_search *s)
 		return -1;
 	for (int k = 0; k < s->nkernels; k++) {
 		kernel_space *ks = &s->kernels[k];
-
 		const sched_op *op = kgen_kernel_op(s->graph, &s->base->kernels[k]);
 
 		ks->blocking = blocking_of(s, k, &ks->product);
 		ks->library = s->o.library && !kgen_library_unfit(s->graph, op->index,
 								   s->o.cuda);
-		s->ngenes += 2 * s->graph->tensors[op->target].rank + 4 + ks->library;
+		s->ngenes += LIBRARY_GENE(s->graph->tensors[op->target].rank) + ks->library;
 		s->ngenes += ks->blocking ? BLOCKING_GENES : 0;
 	}
 	s->first_sync_gene = s->ngenes;
@@ -376,11 +380,11 @@ static bool encode_kernel(const tuner_search *s, int k, const kgen_schedule *sch
 	at[2 * r + 2] = index_of(vectors, 4, sch->vector);
 	at[2 * r + 3] = (int)sch->split;
 	if (ks->library)
-		at[2 * r + 4] = sch->library;
+		at[LIBRARY_GENE(r)] = sch->library;
 	else
 		ok = ok && !sch->library;
 	if (ks->blocking)
-		ok = ok && encode_blocking(ks, sch, at + 2 * r + 4 + ks->library);
+		ok = ok && encode_blocking(ks, sch, at + LIBRARY_GENE(r) + ks->library);
 	else
 		ok = ok && !sch->micro.mr && !sch->mma.bm;
 	return ok && at[2 * r + 1] >= 0 && at[2 * r + 2] >= 0 &&
@@ -465,8 +469,8 @@ static void decode_kernel(const tuner_search *s, int k, const int *genes,
 	sch->split = at[2 * r + 3];
 	if (sch->split == KGEN_SPLIT_WARP && product(threads, r) % 32)
 		sch->split = KGEN_SPLIT_THREAD;
-	sch->library = ks->library && at[2 * r + 4];
-	decode_blocking(ks, at + 2 * r + 4 + ks->library, sch);
+	sch->library = ks->library && at[LIBRARY_GENE(r)];
+	decode_blocking(ks, at + LIBRARY_GENE(r) + ks->library, sch);
 }
 
 /* Kernel k of s->plan waits on the kernel before it as the sync genes of
@@ -801,7 +805,7 @@ static void propose_library(tuner_search *s, const int *genes, json_t *out)
 	memcpy(s->genes, genes, s->ngenes * sizeof(int));
 	for (int k = 0; k < s->nkernels; k++)
 		if (s->kernels[k].library)
-			s->genes[s->kernels[k].first_gene + 2 * s->kernels[k].rank + 4] = 1;
+			s->genes[s->kernels[k].first_gene + LIBRARY_GENE(s->kernels[k].rank)] = 1;
 	if ((index = propose(s, s->genes, out)) >= 0)
 		s->pop[s->npop++] = index;
 }
@@ -811,8 +815,8 @@ static void propose_library(tuner_search *s, const int *genes, json_t *out)
  * (a matrix product kept apart from the elementwise tail that follows it,
  * which then fuses whole), also with the seed blocking (sibling products
  * side by side keep it) and, where library steps are offered, with the
- * products kept apart as library steps. Each repairs to the largest such fusion the
- * planner allows. */
+ * products kept apart as library steps. Each repairs to the largest such
+ * fusion the planner allows. */
 static void propose_fused(tuner_search *s, json_t *out)
 {
 	int index, layers = 0, *layer = malloc(s->ngenes * sizeof(int));
