@@ -76,6 +76,7 @@ static kgen_plan *load_plan(const sources_options *o, const sched_graph *graph)
 		       NULL;
 	if (kgen_plan_from_json(graph, json, &plan, &err) < 0)
 		fprintf(stderr, "%s: %s\n", o->plan, err.message);
+	kgen_error_release(&err);
 	json_decref(json);
 	return plan;
 }

@@ -612,8 +612,33 @@ static void measure_one(tuned_runner *r, tuner_worker *worker, runner_job *job,
 	json_decref(reply.answer);
 }
 
-/* The version (entry 0) and the generation's best challengers, to be
- * timed in turns. */
+static int kernels_of(const json_t *plan)
+{
+	return (int)json_array_size(json_object_get(plan, "kernels"));
+}
+
+/* The best measured candidate in fewer kernels than the version, not
+ * among the "n" of "skip", or -1. */
+static int best_with_fewer_kernels(const runner_job *job, const int *skip, int n)
+{
+	int best = -1;
+
+	for (int i = 0; i < job->ncands; i++) {
+		bool skipped = false;
+
+		for (int j = 0; j < n; j++)
+			skipped |= skip[j] == i;
+		if (!skipped && job->cands[i].answer &&
+		    kernels_of(job->cands[i].plan) < kernels_of(job->incumbent) &&
+		    (best < 0 || job->cands[i].ms < job->cands[best].ms))
+			best = i;
+	}
+	return best;
+}
+
+/* The version (entry 0) and the generation's challengers, to be timed in
+ * turns: its best, then its best in fewer kernels than the version (else
+ * its second best). */
 static json_t *retime_plans(runner_job *job, int *picked, int *npicked)
 {
 	json_t *plans = json_array();
@@ -621,8 +646,10 @@ static json_t *retime_plans(runner_job *job, int *picked, int *npicked)
 	json_array_append(plans, job->incumbent);
 	*npicked = 0;
 	while (*npicked < CHALLENGERS) {
-		int i = best_candidate(job, INFINITY, picked, *npicked);
+		int i = *npicked == 1 ? best_with_fewer_kernels(job, picked, 1) : -1;
 
+		if (i < 0)
+			i = best_candidate(job, INFINITY, picked, *npicked);
 		if (i < 0)
 			break;
 		picked[(*npicked)++] = i;
@@ -675,6 +702,7 @@ typedef struct verdict {
 			     * then (retime) in the job's candidates */
 	double version_ms, best_ms, best_spread;
 	int won, rounds;
+	bool fewer_kernels; /* published as no slower in fewer kernels */
 } verdict;
 
 static void judge(const json_t *times, int nchallengers, verdict *v)
@@ -712,13 +740,38 @@ static void extend_if_close(tuned_runner *r, tuner_worker *worker, runner_job *j
 	json_decref(more);
 }
 
-/* Re-times the generation's best side by side with the version. The
- * challenger with the lowest median is published only if it beats the
+/* When the fastest challenger is not published: the challenger in fewest
+ * kernels, if fewer than the version's, whose median is no higher than
+ * the version's and which won more than half the rounds. The launches
+ * and memory traffic a fusion saves can lie below the noise of timing
+ * side by side; where the timing cannot tell the two apart, the plan in
+ * fewer kernels goes. */
+static void prefer_fewer_kernels(const runner_job *job, const json_t *times,
+				 const int *picked, int npicked, verdict *v)
+{
+	int fewest = -1;
+
+	for (int i = 0; i < npicked; i++)
+		if (kernels_of(job->cands[picked[i]].plan) < kernels_of(job->incumbent) &&
+		    (fewest < 0 || kernels_of(job->cands[picked[i]].plan) <
+				   kernels_of(job->cands[picked[fewest]].plan)))
+			fewest = i;
+	if (fewest < 0 || !(entry_ms(times, fewest + 1, "median_ms") > 0) ||
+	    entry_ms(times, fewest + 1, "median_ms") > v->version_ms ||
+	    2 * rounds_won(times, fewest + 1) <= RETIME_ROUNDS)
+		return;
+	*v = (verdict){picked[fewest], v->version_ms, entry_ms(times, fewest + 1, "median_ms"),
+		       entry_ms(times, fewest + 1, "spread_ms"), rounds_won(times, fewest + 1),
+		       RETIME_ROUNDS, true};
+}
+
+/* Re-times the generation's challengers side by side with the version.
+ * The challenger with the lowest median is published only if it beats the
  * version in at least ROUNDS_TO_WIN of the RETIME_ROUNDS rounds (a sign
  * test: by chance 6% of the time), or, in a close call, in
  * EXTENDED_TO_WIN of twice as many (3%), and its median by the noise
  * (3%): load that drifts during the re-timing hits both alike, round by
- * round. */
+ * round. Else one in fewer kernels may be (prefer_fewer_kernels). */
 static void retime(tuned_runner *r, tuner_worker *worker, runner_job *job)
 {
 	int picked[CHALLENGERS], npicked = 0;
@@ -727,7 +780,6 @@ static void retime(tuned_runner *r, tuner_worker *worker, runner_job *job)
 	bool published;
 
 	judge(times, npicked, &v);
-	json_decref(times);
 	if (v.best >= 0)
 		v.best = picked[v.best];
 	if (v.best >= 0)
@@ -740,10 +792,16 @@ static void retime(tuned_runner *r, tuner_worker *worker, runner_job *job)
 	published = v.best >= 0 && v.version_ms > 0 &&
 		    v.won >= (v.rounds > RETIME_ROUNDS ? EXTENDED_TO_WIN : ROUNDS_TO_WIN) &&
 		    v.best_ms < v.version_ms * (1 - NOISE);
-	job->retimed = json_pack("{s:o, s:o, s:i, s:i, s:b}",
+	if (!published && v.version_ms > 0) {
+		prefer_fewer_kernels(job, times, picked, npicked, &v);
+		published = v.fewer_kernels;
+	}
+	json_decref(times);
+	job->retimed = json_pack("{s:o, s:o, s:i, s:i, s:b, s:b}",
 		"version_ms", v.version_ms > 0 ? json_real(v.version_ms) : json_null(),
 		"challenger_ms", v.best >= 0 ? json_real(v.best_ms) : json_null(),
-		"rounds_won", v.won, "rounds", v.rounds, "published", published);
+		"rounds_won", v.won, "rounds", v.rounds, "published", published,
+		"fewer_kernels", v.fewer_kernels);
 	if (published)
 		publish(r, job, &job->cands[v.best], v.best_ms, v.best_spread);
 	else if (v.version_ms > 0)

@@ -864,7 +864,6 @@ static const int *whole_rows(tuner_search *s, const int *genes, int *out)
  * at most, and only those that are genomes), the default and the largest
  * fusion with the seed blocking on every matrix product
  * (propose_blocked), the latter again with whole rows (whole_rows), the
- * default with every product a library step where they are offered, the
  * default schedules with every fusion the planner allows and with one
  * layer of producers kept apart (propose_fused), and on cuda the default
  * so blocked with every kernel synced to the one before, mutants of the
@@ -885,8 +884,6 @@ static void first_population(tuner_search *s, json_t *out)
 	free(best);
 	propose_blocked(s, s->defaults, out, false);
 	propose_blocked(s, s->fused, out, false);
-	if (s->o.library)
-		propose_library(s, s->defaults, out);
 	if ((rows = malloc(s->ngenes * sizeof(int))))
 		propose_blocked(s, whole_rows(s, s->fused, rows), out, false);
 	free(rows);

@@ -381,6 +381,17 @@ static char *kernel_file(int k, const char *ext)
 	return slurp(name);
 }
 
+/* "text" written as folder/name, whose path goes into "path". */
+static void write_plan(const char *name, const char *text, char *path, size_t size)
+{
+	FILE *f;
+
+	snprintf(path, size, "%s/%s", folder, name);
+	cr_assert_not_null(f = fopen(path, "w"), "%s: %s", path, strerror(errno));
+	fputs(text, f);
+	cr_assert_eq(fclose(f), 0);
+}
+
 Test(sources, cpu_writes_one_c_file_per_kernel)
 {
 	char file[PATH_MAX], *c;
@@ -462,13 +473,10 @@ Test(sources, cuda_writes_source_ptx_and_cubin_without_a_gpu)
 Test(sources, a_bad_plan_or_no_folder_is_a_clear_error)
 {
 	char file[PATH_MAX], plan[128], *err;
-	FILE *f;
 
 	example("softmax_scores", file, sizeof(file));
-	snprintf(plan, sizeof(plan), "%s/bad_plan.json", folder);
-	cr_assert_not_null(f = fopen(plan, "w"));
-	fputs("{\"kernels\": [{\"name\": \"k\", \"ops\": [99]}]}", f);
-	fclose(f);
+	write_plan("bad_plan.json", "{\"kernels\": [{\"name\": \"k\", \"ops\": [99]}]}",
+		   plan, sizeof(plan));
 	cr_expect_eq(tunectl((const char *const[]){"sources", file, "--plan", plan,
 						   "--backend", "cpu", "--out", folder, NULL}),
 		     1);
@@ -489,15 +497,11 @@ Test(sources, a_bad_plan_or_no_folder_is_a_clear_error)
 Test(sources, a_cuda_library_step_is_its_call)
 {
 	char file[PATH_MAX], plan[128], *call;
-	FILE *f;
 
 	skip_without_nvrtc();
 	example("gpt3_mlp_small", file, sizeof(file));
-	snprintf(plan, sizeof(plan), "%s/library_plan.json", folder);
-	cr_assert_not_null(f = fopen(plan, "w"));
-	fputs("{\"kernels\": [{\"ops\": [0], \"schedule\": {\"library\": true}}, "
-	      "{\"ops\": [1]}, {\"ops\": [2]}]}", f);
-	fclose(f);
+	write_plan("library_plan.json", "{\"kernels\": [{\"ops\": [0], \"schedule\": "
+		   "{\"library\": true}}, {\"ops\": [1]}, {\"ops\": [2]}]}", plan, sizeof(plan));
 	cr_assert_eq(tunectl((const char *const[]){"sources", file, "--plan", plan,
 						   "--out", folder, NULL}), 0,
 		     "%s", slurp("err"));
