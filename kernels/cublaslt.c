@@ -11,6 +11,7 @@
  */
 #include <dlfcn.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -204,7 +205,7 @@ static int pick_algorithm(kgen_cublaslt_call *c, kgen_error *err)
 		  lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes,
 			      sizeof(bytes)) == 0 &&
 		  lt.heuristic(lt.handle, c->desc, c->lb, c->la, c->lc, c->lc, pref, 1,
-			       &result, &found) == 0 && found > 0;
+			       &result, &found) == 0 && found > 0 && result.state == 0;
 
 	if (pref)
 		lt.pref_destroy(pref);

@@ -411,6 +411,8 @@ Test(search, a_resubmitted_key_resumes_without_measuring_twice, .timeout = 600)
 	cr_expect_gt(json_number_value(json_object_get(pipeline, "device_busy_s")), 0);
 	cr_expect(json_is_object(json_object_get(pipeline, "peaks")),
 		  "the device was not probed");
+	cr_expect(json_is_boolean(json_object_get(pipeline, "library")),
+		  "stats do not say whether library steps are searched");
 	json_decref(stats);
 	json_decref(first);
 	json_decref(second);
