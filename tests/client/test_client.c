@@ -56,6 +56,7 @@ typedef struct fake {
 	bool pad_stats;    /* stats: a reply of 8 KiB */
 	int stall_ms;      /* ping: the daemon reads nothing for so long */
 	const char *device;
+	bool library_step; /* fetch: kernel 0 is a library step (cuda) */
 	int polls;         /* status requests for job 7 so far */
 	bool script;       /* watch and submit: the events of a tuning */
 	bool script_close; /* watch: then close, before the job ends */
@@ -110,6 +111,12 @@ static json_t *fetch_result(fake *f)
 		"source", cuda ? "extern \"C\" __global__ void k0_y() {}\n" :
 		"void k0_y(void **tensors) {}\n");
 
+	if (cuda && f->library_step) {
+		json_t *source = json_array_get(json_object_get(result, "sources"), 0);
+
+		json_object_set_new(source, "source", json_string("{\"library\": \"cublasLt\"}"));
+		json_object_set_new(source, "library", json_true());
+	}
 	if (cuda) {
 		json_object_set_new(result, "launch", json_pack(
 			"[{s:s, s:[iii], s:[iii], s:i, s:[ss]}]", "kernel", "k0_y",
@@ -1178,6 +1185,27 @@ Test(tunectl, fetch_out_names_c_sources_for_the_cpu)
 	expect_contains(file, "void NAME(void **tensors)");
 	snprintf(file, sizeof(file), "%s/kernel_0.so", dir);
 	cr_expect_neq(access(file, F_OK), 0, "%s: there were no binaries", file);
+	remove_tree(dir);
+	unlink(stdout_path);
+	fake_stop(f);
+}
+
+static void library_step(fake *f) { f->library_step = true; }
+
+/* A library step's cuBLASLt call is JSON: kernel_0.library.json. */
+Test(tunectl, fetch_out_names_a_library_step_s_call)
+{
+	fake *f = fake_start(library_step);
+	char dir[128], file[192], stdout_path[192];
+
+	snprintf(dir, sizeof(dir), "%s/result", f->dir);
+	snprintf(stdout_path, sizeof(stdout_path), "%s/stdout", f->dir);
+	cr_assert_eq(tunectl(stdout_path, (const char *const[]){"fetch", KEY,
+			     "--socket", f->path, "--out", dir, NULL}), 0);
+	snprintf(file, sizeof(file), "%s/kernel_0.library.json", dir);
+	expect_contains(file, "\"cublasLt\"");
+	snprintf(file, sizeof(file), "%s/kernel_0.cu", dir);
+	cr_expect_neq(access(file, F_OK), 0, "%s: a library step is no CUDA", file);
 	remove_tree(dir);
 	unlink(stdout_path);
 	fake_stop(f);
