@@ -44,17 +44,24 @@ static const char *kernel_source(kgen_backend *backend, const sched_graph *graph
 	return *printed = print_kernel(backend, graph, plan, k);
 }
 
-/* A library step the backend's library cannot make: KGEN_EPLAN, why. */
+/* A library step the backend's library cannot make: KGEN_EPLAN, why;
+ * on the cpu, one without a CBLAS here: KGEN_EBACKEND (cuda says so when
+ * it sets the call up). */
 static int check_library(const kgen_backend *backend, const sched_graph *graph,
 			 const kgen_kernel *kernel, kgen_error *err)
 {
+	bool cuda = !strcmp(backend->ops->name, "cuda");
 	const char *why = kernel->schedule.library ?
-		kgen_library_unfit(graph, kernel->ops[0], !strcmp(backend->ops->name, "cuda"))
-		: NULL;
+		kgen_library_unfit(graph, kernel->ops[0], cuda) : NULL;
 
-	return why ? kgen_fail(err, KGEN_EPLAN, "kernel '%s' cannot be a library step "
-			       "on %s: %s", kernel->name, backend->ops->name, why)
-		   : KGEN_OK;
+	if (why)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s' cannot be a library step "
+				 "on %s: %s", kernel->name, backend->ops->name, why);
+	if (kernel->schedule.library && !cuda && !kgen_library_available("cpu"))
+		return kgen_fail(err, KGEN_EBACKEND, "kernel '%s' is a library step, and "
+				 "no CBLAS (libopenblas.so.0, libblas.so.3) can be opened "
+				 "here", kernel->name);
+	return KGEN_OK;
 }
 
 static int build_kernel(kgen_program *prog, int k, const char *const *sources,
