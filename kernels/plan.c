@@ -284,8 +284,8 @@ static int64_t round_up(int64_t x, int64_t step)
 }
 
 /* Checks "micro" of a kernel of contraction "c" (docs/kernels.md). */
-static int check_micro(const sched_contraction *c, const sched_tensor *t,
-		       const kgen_kernel *kernel, kgen_error *err)
+static int check_micro(const sched_contraction *c, const kgen_kernel *kernel,
+		       kgen_error *err)
 {
 	const kgen_micro *m = &kernel->schedule.micro;
 
@@ -300,11 +300,9 @@ static int check_micro(const sched_contraction *c, const sched_tensor *t,
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': micro 'nc' must be a "
 				 "multiple of nr (%d) up to %lld", kernel->name, m->nr,
 				 (long long)round_up(c->n, m->nr));
-	if (m->kc > c->k || (t->dtype != SCHED_F32 && m->kc != c->k))
+	if (m->kc > c->k)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': micro 'kc' must be "
-				 "from 1 to K (%lld)%s", kernel->name, (long long)c->k,
-				 t->dtype != SCHED_F32 ? ", and K itself for an output "
-				 "that is not f32" : "");
+				 "from 1 to K (%lld)", kernel->name, (long long)c->k);
 	return KGEN_OK;
 }
 
@@ -393,8 +391,7 @@ static int read_micro(const sched_graph *graph, json_t *sched, kgen_kernel *kern
 
 	if (rc)
 		return rc < 0 ? rc : KGEN_OK;
-	return check_micro(&c, &graph->tensors[kgen_kernel_op(graph, kernel)->target],
-			   kernel, err);
+	return check_micro(&c, kernel, err);
 }
 
 const char *kgen_mma_operands_unfit(const sched_graph *graph, const sched_contraction *c)

@@ -14,7 +14,10 @@
  * Products of one shape side by side (kgen_kernel_products) share the
  * family; each has its packing and its driver, run one after another.
  * A gathered product's B (a convolution's padded windows) is packed by
- * evaluating its factor at each (k, n): im2row into the panels.
+ * evaluating its factor at each (k, n): im2row into the panels. A C that
+ * is not f32 is staged: a task sums its block in f32 across the slices
+ * of K and rounds it into C once, at the end, so that K is sliced
+ * whatever C's dtype.
  */
 #include <stdlib.h>
 
@@ -30,6 +33,7 @@ typedef struct micro_printer {
 	const sched_tensor *a, *b, *target;
 	kgen_micro s;
 	int width;
+	bool staged;        /* C not f32: blocks sum in f32 (print_driver) */
 	const char *suffix; /* of this product's packing functions */
 } micro_printer;
 
@@ -209,12 +213,20 @@ static void print_a_element(const micro_printer *p, int rows, int i)
 				 (long long)p->c.a_k);
 }
 
-/* Adds the accumulators of row i, vector v (lanes of them) to C. */
+/* Adds the accumulators of row i, vector v (lanes of them) to C, or to
+ * the task's f32 block of it (rows NC apart) where C is staged. */
 static void print_store(const micro_printer *p, int i, int v, int lanes)
 {
 	const sched_tensor *c = p->target;
 	long long at_m = (long long)p->c.c_m * i, cn = (long long)p->c.c_n;
 
+	if (p->staged) {
+		sched_buf_printf(p->buf,
+			"\tfor (int l = 0; l < %d; l++)\n"
+			"\t\tc[NC * %d + %d + l] = (first ? 0.0f : c[NC * %d + %d + l]) + "
+			"acc_%d_%d[l];\n", lanes, i, v * p->width, i, v * p->width, i, v);
+		return;
+	}
 	if (lanes == p->width && c->dtype == SCHED_F32 && cn == 1) {
 		sched_buf_printf(p->buf,
 			"\t{\n\t\tvf t = acc_%d_%d;\n"
@@ -245,7 +257,7 @@ static void print_micro_kernel(const micro_printer *p, int rows, int cols)
 		"static inline void micro_%d_%d(idx_t kc, const %s *restrict ap,\n"
 		"\t\t\t\tconst float *restrict bp, %s *restrict c, int first)\n{\n",
 		rows, cols, p->s.pack ? "float" : ctype(p->a),
-		kgen_ctype(c->dtype, false));
+		p->staged ? "float" : kgen_ctype(c->dtype, false));
 	if (!p->s.pack)
 		sched_buf_printf(p->buf, "\tconst %s *restrict a = ap;\n",
 				 ctype(p->a));
@@ -311,8 +323,21 @@ static void print_dispatch(const micro_printer *p)
 	}
 }
 
+/* A staged block, summed over every slice of K, rounded into C. */
+static void print_unstage(const micro_printer *p)
+{
+	sched_buf_printf(p->buf,
+		"\t\t\tfor (idx_t i = 0; i < mcb; i++)\n"
+		"\t\t\t\tfor (idx_t j = 0; j < ncb; j++)\n"
+		"\t\t\t\t\tt_c[%lldLL + (ic + i) * %lldLL + (jc + j) * %lldLL] = "
+		"%scacc[i * NC + j]);\n",
+		(long long)p->c.c0, (long long)p->c.c_m, (long long)p->c.c_n,
+		kgen_store_open(p->target));
+}
+
 /* The blocks of C shared among threads, each with its own packing
- * buffers; the slices of K in order, so C is stored at the first. */
+ * buffers (and f32 block, where C is staged); the slices of K in order,
+ * so C is stored at the first. */
 static void print_driver(const micro_printer *p, const char *name, int target)
 {
 	const sched_tensor *c = p->target;
@@ -324,6 +349,7 @@ static void print_driver(const micro_printer *p, const char *name, int target)
 		"#pragma omp parallel\n\t{\n"
 		"\t\tfloat *bp = aligned_alloc(64, (KC * NC + 64) / 16 * 16 * sizeof(float));\n"
 		"\t\tfloat *ap = %s;\n"
+		"\t\tfloat *cacc = %s;\n"
 		"#pragma omp for collapse(2) schedule(static)\n"
 		"\t\tfor (idx_t jc = 0; jc < N; jc += NC)\n"
 		"\t\tfor (idx_t ic = 0; ic < M; ic += MC) {\n"
@@ -332,23 +358,31 @@ static void print_driver(const micro_printer *p, const char *name, int target)
 		"\t\t\t\tidx_t kcb = kmin(KC, K - pc);\n"
 		"\t\t\t\tpack_b%s(%s, bp, pc, kcb, jc, ncb);\n",
 		p->s.pack ? "aligned_alloc(64, (MC * KC + 64) / 16 * 16 * sizeof(float))"
-			  : "NULL", p->suffix, p->c.gathered ? "tensors" : "t_b");
+			  : "NULL",
+		p->staged ? "aligned_alloc(64, (MC * NC + 16) / 16 * 16 * sizeof(float))" : "NULL",
+		p->suffix, p->c.gathered ? "tensors" : "t_b");
 	if (p->s.pack)
 		sched_buf_printf(p->buf, "\t\t\t\tpack_a%s(t_a, ap, ic, mcb, pc, kcb);\n",
 				 p->suffix);
 	sched_buf_printf(p->buf,
 		"\t\t\t\tfor (idx_t jr = 0; jr < ncb; jr += NR)\n"
-		"\t\t\t\tfor (idx_t ir = 0; ir < mcb; ir += MR) {\n"
-		"\t\t\t\t\t%s *c = t_c + %lldLL + (ic + ir) * %lldLL + (jc + jr) * %lldLL;\n",
-		kgen_ctype(c->dtype, false), (long long)p->c.c0, (long long)p->c.c_m,
-		(long long)p->c.c_n);
+		"\t\t\t\tfor (idx_t ir = 0; ir < mcb; ir += MR) {\n");
+	if (p->staged)
+		sched_buf_printf(p->buf, "\t\t\t\t\tfloat *c = cacc + ir * NC + jr;\n");
+	else
+		sched_buf_printf(p->buf, "\t\t\t\t\t%s *c = t_c + %lldLL + (ic + ir) * %lldLL + "
+				 "(jc + jr) * %lldLL;\n", kgen_ctype(c->dtype, false),
+				 (long long)p->c.c0, (long long)p->c.c_m, (long long)p->c.c_n);
 	if (!p->s.pack)
 		sched_buf_printf(p->buf, "\t\t\t\t\tconst %s *a_block = t_a + %lldLL + "
 				 "(ic + ir) * %lldLL + pc * %lldLL;\n",
 				 ctype(p->a), (long long)p->c.a0,
 				 (long long)p->c.a_m, (long long)p->c.a_k);
 	print_dispatch(p);
-	sched_buf_printf(p->buf, "\t\t\t\t}\n\t\t\t}\n\t\t}\n\t\tfree(bp);\n\t\tfree(ap);\n\t}\n}\n");
+	sched_buf_printf(p->buf, "\t\t\t\t}\n\t\t\t}\n");
+	if (p->staged)
+		print_unstage(p);
+	sched_buf_printf(p->buf, "\t\t}\n\t\tfree(bp);\n\t\tfree(ap);\n\t\tfree(cacc);\n\t}\n}\n");
 }
 
 /* Product "op" of the kernel as the printer's. */
@@ -360,6 +394,7 @@ static void set_product(micro_printer *p, const sched_graph *graph, const sched_
 	p->a = &graph->tensors[p->c.a];
 	p->b = &graph->tensors[p->c.b];
 	p->target = &graph->tensors[op->target];
+	p->staged = p->target->dtype != SCHED_F32;
 }
 
 /* Each product's packing and driver NAME_p<i>, and NAME running them in

@@ -87,7 +87,6 @@ typedef struct kernel_space {
 				 * step) follows the others, then the blocking */
 	enum blocking blocking; /* blocking genes come last */
 	sched_contraction product;
-	bool f32_out;
 	int ntiles[SCHED_MAX_RANK], nthreads[SCHED_MAX_RANK];
 	int64_t tiles[SCHED_MAX_RANK][MAX_TILES];
 	int64_t threads[SCHED_MAX_RANK][MAX_THREADS];
@@ -202,7 +201,6 @@ static int kernel_genes(tuner_search *s, int k, int first)
 	ks->rank = r;
 	ks->reduces = op->reducer != SCHED_RED_NONE;
 	ks->first_gene = first;
-	ks->f32_out = t->dtype == SCHED_F32;
 	for (int d = 0; d < r; d++) {
 		dim_choices(ks, d, t->shape[d], &kernel->schedule, s->o.cuda);
 		s->domain[first + d] = ks->ntiles[d];
@@ -286,8 +284,7 @@ static int64_t round_up(int64_t x, int64_t step)
 
 /* The micro-kernel of genes "at", repaired: the accumulators, the B
  * vectors and an A value fit the vector registers (32 with AVX-512, 16
- * else), kc within K (all of K for an output that is not f32, which
- * cannot hold partial sums), mc and nc within M and N rounded up. */
+ * else), kc within K, mc and nc within M and N rounded up. */
 static kgen_micro decode_micro(const kernel_space *ks, const int *at)
 {
 	const sched_contraction *c = &ks->product;
@@ -301,8 +298,7 @@ static kgen_micro decode_micro(const kernel_space *ks, const int *at)
 		m.nr /= 2;
 	if (m.mr > (registers - 1 - m.nr / width) / (m.nr / width))
 		m.mr = (registers - 1 - m.nr / width) / (m.nr / width);
-	m.kc = (int)(micro_kcs[at[2]] && micro_kcs[at[2]] < c->k && ks->f32_out
-		     ? micro_kcs[at[2]] : c->k);
+	m.kc = (int)(micro_kcs[at[2]] && micro_kcs[at[2]] < c->k ? micro_kcs[at[2]] : c->k);
 	m.mc = (int)(micro_blocks[at[3]] * m.mr < round_up(c->m, m.mr)
 		     ? micro_blocks[at[3]] * m.mr : round_up(c->m, m.mr));
 	m.nc = (int)(micro_blocks[at[4]] * m.nr < round_up(c->n, m.nr)
