@@ -12,7 +12,9 @@
  *
  * The product must be a plain GEMM: each of A, B and C a matrix with one
  * unit stride (row-major, or A and B transposed; C row-major), in the
- * dtypes the library takes.
+ * dtypes the library takes. On the cpu, factors and outputs in f16 or
+ * bf16 are converted to f32 copies around the call (as PyTorch's cpu
+ * eager does: sgemm has no other dtype).
  */
 #include <dlfcn.h>
 #include <limits.h>
@@ -67,16 +69,17 @@ bool kgen_gemm_of(const sched_graph *graph, int op, kgen_gemm *out, const char *
 }
 
 /* Why the dtypes of "gemm" do not suit the backend's library, or NULL:
- * the cpu's sgemm takes f32 only; cuBLASLt takes f16, bf16 or f32
- * factors of one dtype, into C of that dtype or f32. */
+ * the cpu's sgemm takes floats (f16 and bf16 converted); cuBLASLt takes
+ * f16, bf16 or f32 factors of one dtype, into C of that dtype or f32. */
 static const char *dtypes_unfit(const sched_graph *graph, const kgen_gemm *gemm, bool cuda)
 {
 	enum sched_dtype a = graph->tensors[gemm->a].dtype, b = graph->tensors[gemm->b].dtype;
 	enum sched_dtype c = graph->tensors[gemm->c].dtype;
 
 	if (!cuda)
-		return a == SCHED_F32 && b == SCHED_F32 && c == SCHED_F32 ? NULL :
-		       "the cpu's BLAS (sgemm) takes f32 factors and output only";
+		return a == SCHED_I32 || b == SCHED_I32 || c == SCHED_I32 ?
+		       "the cpu's BLAS (sgemm) takes floats: f32, or f16 and bf16 converted" :
+		       NULL;
 	if (a != b || a == SCHED_I32)
 		return "cuBLASLt takes factors of one dtype: f16, bf16 or f32";
 	return c == a || c == SCHED_F32 ? NULL :
@@ -132,7 +135,61 @@ static void print_sgemm_lookup(sched_buf *buf)
 		cpu_libraries[0], cpu_libraries[1], cpu_libraries[0], cpu_libraries[1]);
 }
 
-/* CblasRowMajor 101, CblasNoTrans 111, CblasTrans 112. */
+/* A matrix the call reads or writes: its tensor's storage "as stored",
+ * from element "offset", rows x cols with leading dimension "ld"; where
+ * its dtype is not f32 the call uses an f32 copy, row-major and
+ * contiguous (leading dimension cols), made before the call (factors) or
+ * rounded back after it (C). */
+typedef struct call_matrix {
+	const char *name; /* of its variable in the call */
+	const sched_tensor *t;
+	int tensor;
+	int64_t offset, rows, cols, ld;
+} call_matrix;
+
+static bool converted(const call_matrix *m)
+{
+	return m->t->dtype != SCHED_F32;
+}
+
+/* The matrix's pointer for the call: the tensor itself, or its copy. */
+static void print_operand(sched_buf *buf, const call_matrix *m)
+{
+	if (converted(m))
+		sched_buf_printf(buf, "\tfloat *%s = malloc(%lldLL * sizeof(float));\n",
+				 m->name, (long long)(m->rows * m->cols));
+	else
+		sched_buf_printf(buf, "\tfloat *%s = (float *)tensors[%d] + %lldLL;\n",
+				 m->name, m->tensor, (long long)m->offset);
+}
+
+/* Copies between a matrix and its f32 copy, rows in parallel. */
+static void print_copy(sched_buf *buf, const call_matrix *m, bool into_copy)
+{
+	sched_buf_printf(buf,
+		"#pragma omp parallel for schedule(static)\n"
+		"\tfor (idx_t i = 0; i < %lldLL; i++)\n"
+		"\t\tfor (idx_t j = 0; j < %lldLL; j++)\n",
+		(long long)m->rows, (long long)m->cols);
+	if (into_copy)
+		sched_buf_printf(buf, "\t\t\t%s[i * %lldLL + j] = %s((const %s *)tensors[%d])"
+				 "[%lldLL + i * %lldLL + j]);\n", m->name, (long long)m->cols,
+				 kgen_load_open(m->t), kgen_ctype(m->t->dtype, false), m->tensor,
+				 (long long)m->offset, (long long)m->ld);
+	else
+		sched_buf_printf(buf, "\t\t\t((%s *)tensors[%d])[%lldLL + i * %lldLL + j] = "
+				 "%s%s[i * %lldLL + j]);\n", kgen_ctype(m->t->dtype, false),
+				 m->tensor, (long long)m->offset, (long long)m->ld,
+				 kgen_store_open(m->t), m->name, (long long)m->cols);
+}
+
+static int64_t call_ld(const call_matrix *m)
+{
+	return converted(m) ? m->cols : m->ld;
+}
+
+/* CblasRowMajor 101, CblasNoTrans 111, CblasTrans 112. A transposed
+ * factor is stored as cols x rows of the product's view of it. */
 char *kgen_print_library_c(const sched_graph *graph, const kgen_kernel *kernel)
 {
 	const sched_op *op = kgen_kernel_op(graph, kernel);
@@ -142,20 +199,43 @@ char *kgen_print_library_c(const sched_graph *graph, const kgen_kernel *kernel)
 
 	if (!kgen_gemm_of(graph, op->index, &g, &why) || dtypes_unfit(graph, &g, false))
 		return NULL;
+	call_matrix m[3] = {
+		{"a", &graph->tensors[g.a], g.a, g.a0, g.trans_a ? g.k : g.m,
+		 g.trans_a ? g.m : g.k, g.lda},
+		{"b", &graph->tensors[g.b], g.b, g.b0, g.trans_b ? g.n : g.k,
+		 g.trans_b ? g.k : g.n, g.ldb},
+		{"c", &graph->tensors[g.c], g.c, g.c0, g.m, g.n, g.ldc},
+	};
+
 	sched_buf_printf(&buf, "/* %s: library step, %s = %s x %s through cblas_sgemm "
 			 "(%lld x %lld x %lld) */\n", kernel->name, graph->tensors[g.c].name,
 			 graph->tensors[g.a].name, graph->tensors[g.b].name, (long long)g.m,
 			 (long long)g.n, (long long)g.k);
+	kgen_print_helpers(&buf, false, true);
 	print_sgemm_lookup(&buf);
+	sched_buf_printf(&buf, "void %s(void **tensors)\n{\n", kernel->name);
+	for (int i = 0; i < 3; i++)
+		print_operand(&buf, &m[i]);
+	for (int i = 0; i < 3; i++)
+		if (converted(&m[i]))
+			sched_buf_printf(&buf, "\tif (!%s) {\n\t\tfputs(\"tuned: out of memory for "
+					 "a library step's f32 copies\\n\", stderr);\n"
+					 "\t\tabort();\n\t}\n", m[i].name);
+	for (int i = 0; i < 2; i++)
+		if (converted(&m[i]))
+			print_copy(&buf, &m[i], true);
 	sched_buf_printf(&buf,
-		"void %s(void **tensors)\n{\n"
-		"\tfind_sgemm()(101, %d, %d, %lld, %lld, %lld, 1.0f,\n"
-		"\t\t(const float *)tensors[%d] + %lld, %lld,\n"
-		"\t\t(const float *)tensors[%d] + %lld, %lld,\n"
-		"\t\t0.0f, (float *)tensors[%d] + %lld, %lld);\n}\n",
-		kernel->name, g.trans_a ? 112 : 111, g.trans_b ? 112 : 111, (long long)g.m,
-		(long long)g.n, (long long)g.k, g.a, (long long)g.a0, (long long)g.lda, g.b,
-		(long long)g.b0, (long long)g.ldb, g.c, (long long)g.c0, (long long)g.ldc);
+		"\tfind_sgemm()(101, %d, %d, %lld, %lld, %lld, 1.0f, a, %lld, b, %lld,\n"
+		"\t\t0.0f, c, %lld);\n",
+		g.trans_a ? 112 : 111, g.trans_b ? 112 : 111, (long long)g.m, (long long)g.n,
+		(long long)g.k, (long long)call_ld(&m[0]), (long long)call_ld(&m[1]),
+		(long long)call_ld(&m[2]));
+	if (converted(&m[2]))
+		print_copy(&buf, &m[2], false);
+	for (int i = 0; i < 3; i++)
+		if (converted(&m[i]))
+			sched_buf_printf(&buf, "\tfree(%s);\n", m[i].name);
+	sched_buf_printf(&buf, "}\n");
 	return buf.str;
 }
 

@@ -88,6 +88,19 @@ Test(library, every_layout_blas_takes_matches_the_reference)
 			"y[n, j] = sum(t) x[n, t] * w[t, j]");
 }
 
+/* f16 and bf16 go through f32 copies: factors converted before the call,
+ * C rounded after it, whatever their layouts. */
+Test(library, f16_and_bf16_are_converted_around_the_call)
+{
+	skip_without_blas();
+	expect_verified("a f16 33,40 in; b f16 40,20 in; y f16 33,20 out",
+			"y[i, j] = sum(k) a[i, k] * b[k, j]");
+	expect_verified("a bf16 40,33 in; b f32 21,44 in; y f32 33,21 out",
+			"y[i, j] = sum(k < 40) a[k, i] * b[j, k + 4]");
+	expect_verified("a f32 30,12 in; b f16 12,19 in; y bf16 19,30 out",
+			"y[j, i] = sum(k) a[i, k] * b[k, j]");
+}
+
 Test(library, products_the_library_cannot_make_say_why)
 {
 	static const struct {
@@ -96,7 +109,9 @@ Test(library, products_the_library_cannot_make_say_why)
 		const char *why; /* NULL: it fits */
 	} cases[] = {
 		{"a f16 8,4 in; b f16 4,6 in; y f16 8,6 out", "y[i, j] = sum(k) a[i, k] * b[k, j]",
-		 false, "f32 factors and output only"},
+		 false, NULL},
+		{"a i32 8,4 in; b f32 4,6 in; y f32 8,6 out", "y[i, j] = sum(k) a[i, k] * b[k, j]",
+		 false, "takes floats"},
 		{"a f16 8,4 in; b f16 4,6 in; y f16 8,6 out", "y[i, j] = sum(k) a[i, k] * b[k, j]",
 		 true, NULL},
 		{"a bf16 8,4 in; b bf16 4,6 in; y f32 8,6 out", "y[i, j] = sum(k) a[i, k] * b[k, j]",

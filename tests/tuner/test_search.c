@@ -987,8 +987,10 @@ static int count_library_steps(const sched_graph *g, json_t *plans)
 
 /* Library steps are searched only when the options offer them, and
  * only on products the library can make: llama_mlp_small's f16 products
- * on cuda (cuBLASLt), lstm_cell_small's f32 ones on the cpu (sgemm), but
- * never an f16 product on the cpu. Three generations, all legal. */
+ * on cuda (cuBLASLt) and on the cpu (sgemm, on f32 copies),
+ * lstm_cell_small's f32 ones on the cpu, but never conv_pair_small's
+ * convolutions (gathered products, no GEMM). Three generations, all
+ * legal. */
 Test(search, library_steps_only_where_offered_and_the_library_fits)
 {
 	static const struct {
@@ -997,7 +999,8 @@ Test(search, library_steps_only_where_offered_and_the_library_fits)
 		bool expect_steps;
 	} cases[] = {
 		{"lstm_cell_small", 0, 1, true}, {"lstm_cell_small", 0, 0, false},
-		{"llama_mlp_small", 1, 1, true}, {"llama_mlp_small", 0, 1, false},
+		{"llama_mlp_small", 1, 1, true}, {"llama_mlp_small", 0, 1, true},
+		{"conv_pair_small", 0, 1, false},
 	};
 
 	for (size_t c = 0; c < sizeof(cases) / sizeof(*cases); c++) {
