@@ -169,7 +169,8 @@ bool kgen_kernel_products(__sched_keep const sched_graph *graph,
 /* Why op "op" cannot run as a library step on the cpu's BLAS (cuda:
  * on cuBLASLt), or NULL when it can: a matrix product whose A, B and C
  * each have a unit stride (C along N), in the dtypes the library takes
- * (cpu: f32, f16 or bf16, the latter two through f32 copies; cuda: f16, bf16 or f32 factors, C in theirs or f32). */
+ * (cpu: f32, f16 or bf16, the latter two through f32 copies; cuda: f16,
+ * bf16 or f32 factors, C in theirs or f32). */
 const char *kgen_library_unfit(__sched_keep const sched_graph *graph, int op, bool cuda);
 /* Whether backend "name"'s library ("cpu": a CBLAS in libopenblas.so.0
  * or libblas.so.3; "cuda": libcublasLt) can be opened here. */
