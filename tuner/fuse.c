@@ -208,6 +208,11 @@ int tuner_fusion_edge_layer(const tuner_fusion *f, int gene)
 	return gene < f->nedges ? f->layer[f->pairs[gene][0]] : -1;
 }
 
+bool tuner_fusion_gene_touches(const tuner_fusion *f, int gene, int op)
+{
+	return f->pairs[gene][0] == op || f->pairs[gene][1] == op;
+}
+
 /* ---- one merge ---- */
 
 typedef struct decoding {

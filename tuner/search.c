@@ -813,6 +813,30 @@ static void propose_library(tuner_search *s, const int *genes, json_t *out)
  * side by side keep it) and, where library steps are offered, with the
  * products kept apart as library steps. Each repairs to the largest such
  * fusion the planner allows. */
+/* The largest fusion's genes with the edges of layer "l" of producers
+ * off, into "out" (returned). */
+static int *layer_apart(const tuner_search *s, int l, int *out)
+{
+	memcpy(out, s->fused, s->ngenes * sizeof(int));
+	for (int g = 0; g < s->ngenes - s->first_fusion_gene; g++)
+		if (tuner_fusion_edge_layer(s->fusion, g) == l)
+			out[s->first_fusion_gene + g] = 0;
+	return out;
+}
+
+/* The largest fusion's genes with every product a library step can make
+ * kept apart from the ops around it, into "out" (returned). */
+static int *products_apart(const tuner_search *s, int *out)
+{
+	memcpy(out, s->fused, s->ngenes * sizeof(int));
+	for (int k = 0; k < s->nkernels; k++)
+		for (int g = 0; s->kernels[k].library &&
+				g < s->ngenes - s->first_fusion_gene; g++)
+			if (tuner_fusion_gene_touches(s->fusion, g, s->base->kernels[k].ops[0]))
+				out[s->first_fusion_gene + g] = 0;
+	return out;
+}
+
 static void propose_fused(tuner_search *s, json_t *out)
 {
 	int index, layers = 0, *layer = malloc(s->ngenes * sizeof(int));
@@ -823,10 +847,7 @@ static void propose_fused(tuner_search *s, json_t *out)
 		if (tuner_fusion_edge_layer(s->fusion, g) + 1 > layers)
 			layers = tuner_fusion_edge_layer(s->fusion, g) + 1;
 	for (int l = 0; layer && l < layers && s->npop < s->o.population / 2; l++) {
-		memcpy(layer, s->fused, s->ngenes * sizeof(int));
-		for (int g = 0; g < s->ngenes - s->first_fusion_gene; g++)
-			if (tuner_fusion_edge_layer(s->fusion, g) == l)
-				layer[s->first_fusion_gene + g] = 0;
+		layer_apart(s, l, layer);
 		if ((index = propose(s, layer, out)) >= 0)
 			s->pop[s->npop++] = index;
 		propose_blocked(s, layer, out, false);
@@ -859,15 +880,16 @@ static const int *whole_rows(tuner_search *s, const int *genes, int *out)
 /* The first population: the best plans measured or known (a quarter of it
  * at most, and only those that are genomes), the default and the largest
  * fusion with the seed blocking on every matrix product
- * (propose_blocked), the latter again with whole rows (whole_rows), the
- * default schedules with every fusion the planner allows and with one
+ * (propose_blocked), where library steps are offered every product
+ * that can be one as a library step with the rest fused, the largest
+ * fusion again blocked with whole rows (whole_rows), the default schedules with every fusion the planner allows and with one
  * layer of producers kept apart (propose_fused), and on cuda the default
  * so blocked with every kernel synced to the one before, mutants of the
  * best (the default plan, for a new key) in half the places left, then
  * random genomes: the search looks near what is known to be good and far
- * from it at once. The blocked seeds come first: where products dominate
- * they are fast, and once one is measured the slow plans after it stop
- * at their first run (the cutoff, 3 times the best). */
+ * from it at once. The blocked and library seeds come first: where
+ * products dominate they are fast, and once one is measured the slow
+ * plans after it stop at their first run (the cutoff, 3 times the best). */
 static void first_population(tuner_search *s, json_t *out)
 {
 	int *best, n = best_indices(s, true, &best), seeds = s->o.population / 4, *rows;
@@ -880,7 +902,10 @@ static void first_population(tuner_search *s, json_t *out)
 	free(best);
 	propose_blocked(s, s->defaults, out, false);
 	propose_blocked(s, s->fused, out, false);
-	if ((rows = malloc(s->ngenes * sizeof(int))))
+	rows = malloc(s->ngenes * sizeof(int));
+	if (rows && s->o.library)
+		propose_library(s, products_apart(s, rows), out);
+	if (rows)
 		propose_blocked(s, whole_rows(s, s->fused, rows), out, false);
 	free(rows);
 	propose_fused(s, out);

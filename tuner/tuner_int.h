@@ -33,6 +33,8 @@ int tuner_fusion_domain(__tuner_keep const tuner_fusion *f, int gene);
 /* The layer of an edge gene's producer (its longest path from the
  * inputs); -1 for a sibling gene. */
 int tuner_fusion_edge_layer(__tuner_keep const tuner_fusion *f, int gene);
+/* Whether op "op" is one of the two ops fusion gene "gene" joins. */
+bool tuner_fusion_gene_touches(__tuner_keep const tuner_fusion *f, int gene, int op);
 /* The plan of "genes" (the fusion genes) with "schedules", one per kernel
  * of the base plan (one kernel per op); NULL when out of memory. */
 __tuner_give kgen_plan *tuner_fusion_plan(__tuner_keep tuner_fusion *f,
