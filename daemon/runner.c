@@ -742,13 +742,15 @@ static void extend_if_close(tuned_runner *r, tuner_worker *worker, runner_job *j
 
 /* When the fastest challenger is not published: the challenger in fewest
  * kernels, if fewer than the version's, whose median is no higher than
- * the version's and which won more than half the rounds. The launches
+ * the version's and which won more than half the rounds of the first
+ * re-timing ("times", the version first). The launches
  * and memory traffic a fusion saves can lie below the noise of timing
  * side by side; where the timing cannot tell the two apart, the plan in
  * fewer kernels goes. */
 static void prefer_fewer_kernels(const runner_job *job, const json_t *times,
 				 const int *picked, int npicked, verdict *v)
 {
+	double version_ms = entry_ms(times, 0, "median_ms");
 	int fewest = -1;
 
 	for (int i = 0; i < npicked; i++)
@@ -756,11 +758,11 @@ static void prefer_fewer_kernels(const runner_job *job, const json_t *times,
 		    (fewest < 0 || kernels_of(job->cands[picked[i]].plan) <
 				   kernels_of(job->cands[picked[fewest]].plan)))
 			fewest = i;
-	if (fewest < 0 || !(entry_ms(times, fewest + 1, "median_ms") > 0) ||
-	    entry_ms(times, fewest + 1, "median_ms") > v->version_ms ||
+	if (fewest < 0 || !(version_ms > 0) || !(entry_ms(times, fewest + 1, "median_ms") > 0) ||
+	    entry_ms(times, fewest + 1, "median_ms") > version_ms ||
 	    2 * rounds_won(times, fewest + 1) <= RETIME_ROUNDS)
 		return;
-	*v = (verdict){picked[fewest], v->version_ms, entry_ms(times, fewest + 1, "median_ms"),
+	*v = (verdict){picked[fewest], version_ms, entry_ms(times, fewest + 1, "median_ms"),
 		       entry_ms(times, fewest + 1, "spread_ms"), rounds_won(times, fewest + 1),
 		       RETIME_ROUNDS, true};
 }
