@@ -5,9 +5,10 @@
  * Writes the code of a plan's kernels (the default plan unless --plan)
  * without running them: kernel_<n>.c for the cpu; kernel_<n>.cu for cuda,
  * with NVRTC's kernel_<n>.ptx and kernel_<n>.cubin for ARCH (sm_90
- * unless told); a library step's cuBLASLt call as kernel_<n>.library.json. No GPU is needed, so what a plan becomes on a device can
- * be read on any machine with libnvrtc: its registers and SASS
- * instruction mix with bench/sass_mix.
+ * unless told); a library step's cuBLASLt call as kernel_<n>.library.json.
+ * No GPU is needed, so what a plan becomes on a device can be read on any
+ * machine with libnvrtc: its registers and SASS instruction mix with
+ * bench/sass_mix.
  */
 #include <errno.h>
 #include <limits.h>

@@ -882,8 +882,9 @@ static const int *whole_rows(tuner_search *s, const int *genes, int *out)
  * fusion with the seed blocking on every matrix product
  * (propose_blocked), where library steps are offered every product
  * that can be one as a library step with the rest fused, the largest
- * fusion again blocked with whole rows (whole_rows), the default schedules with every fusion the planner allows and with one
- * layer of producers kept apart (propose_fused), and on cuda the default
+ * fusion again blocked with whole rows (whole_rows), the default
+ * schedules with every fusion the planner allows and with one layer of
+ * producers kept apart (propose_fused), and on cuda the default
  * so blocked with every kernel synced to the one before, mutants of the
  * best (the default plan, for a new key) in half the places left, then
  * random genomes: the search looks near what is known to be good and far
