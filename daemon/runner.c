@@ -22,6 +22,7 @@
  * on, then the job with the fewest generations, then the oldest; so the
  * generations of concurrent jobs interleave.
  */
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -290,9 +291,16 @@ static void publish(tuned_runner *r, runner_job *job, const candidate *c,
 		job->first_ms = median_ms;
 }
 
-/* The index of the best measured candidate faster than "than", not among
- * the "n" of "skip", or -1. */
-static int best_candidate(const runner_job *job, double than, const int *skip, int n)
+static int kernels_of(const json_t *plan)
+{
+	return (int)json_array_size(json_object_get(plan, "kernels"));
+}
+
+/* The index of the best measured candidate faster than "than" in fewer
+ * kernels than "kernels" (INT_MAX: any), not among the "n" of "skip", or
+ * -1. */
+static int best_candidate(const runner_job *job, double than, int kernels,
+			  const int *skip, int n)
 {
 	int best = -1;
 
@@ -302,6 +310,7 @@ static int best_candidate(const runner_job *job, double than, const int *skip, i
 		for (int j = 0; j < n; j++)
 			skipped |= skip[j] == i;
 		if (!skipped && job->cands[i].answer && job->cands[i].ms < than &&
+		    (kernels == INT_MAX || kernels_of(job->cands[i].plan) < kernels) &&
 		    (best < 0 || job->cands[i].ms < job->cands[best].ms))
 			best = i;
 	}
@@ -327,14 +336,14 @@ static void next_generation(tuned_runner *r, runner_job *job)
 static void end_generation(tuned_runner *r, runner_job *job)
 {
 	double than = job->version_ms > 0 ? job->version_ms : INFINITY;
-	int best = best_candidate(job, INFINITY, NULL, 0);
+	int best = best_candidate(job, INFINITY, INT_MAX, NULL, 0);
 
 	if (!job->incumbent && best >= 0) {
 		publish(r, job, &job->cands[best], job->cands[best].ms,
 			json_number_value(json_object_get(job->cands[best].answer,
 							  "total_spread_ms")));
 	} else if (job->incumbent && !job->cancelled && !r->stopping &&
-		   best_candidate(job, than, NULL, 0) >= 0) {
+		   best_candidate(job, than, INT_MAX, NULL, 0) >= 0) {
 		job->retiming = true;
 		uv_cond_signal(&r->measure_wake);
 		return;
@@ -612,30 +621,6 @@ static void measure_one(tuned_runner *r, tuner_worker *worker, runner_job *job,
 	json_decref(reply.answer);
 }
 
-static int kernels_of(const json_t *plan)
-{
-	return (int)json_array_size(json_object_get(plan, "kernels"));
-}
-
-/* The best measured candidate in fewer kernels than the version, not
- * among the "n" of "skip", or -1. */
-static int best_with_fewer_kernels(const runner_job *job, const int *skip, int n)
-{
-	int best = -1;
-
-	for (int i = 0; i < job->ncands; i++) {
-		bool skipped = false;
-
-		for (int j = 0; j < n; j++)
-			skipped |= skip[j] == i;
-		if (!skipped && job->cands[i].answer &&
-		    kernels_of(job->cands[i].plan) < kernels_of(job->incumbent) &&
-		    (best < 0 || job->cands[i].ms < job->cands[best].ms))
-			best = i;
-	}
-	return best;
-}
-
 /* The version (entry 0) and the generation's challengers, to be timed in
  * turns: its best, then its best in fewer kernels than the version (else
  * its second best). */
@@ -646,10 +631,11 @@ static json_t *retime_plans(runner_job *job, int *picked, int *npicked)
 	json_array_append(plans, job->incumbent);
 	*npicked = 0;
 	while (*npicked < CHALLENGERS) {
-		int i = *npicked == 1 ? best_with_fewer_kernels(job, picked, 1) : -1;
+		int i = *npicked == 1 ? best_candidate(job, INFINITY, kernels_of(job->incumbent),
+							picked, 1) : -1;
 
 		if (i < 0)
-			i = best_candidate(job, INFINITY, picked, *npicked);
+			i = best_candidate(job, INFINITY, INT_MAX, picked, *npicked);
 		if (i < 0)
 			break;
 		picked[(*npicked)++] = i;

@@ -96,9 +96,8 @@ const char *kgen_library_unfit(const sched_graph *graph, int op, bool cuda)
 	return dtypes_unfit(graph, &gemm, cuda);
 }
 
-bool kgen_library_available(const char *backend)
+static bool find_library(bool cuda)
 {
-	bool cuda = !strcmp(backend, "cuda");
 	const char *const *names = cuda ? cuda_libraries : cpu_libraries;
 	int n = cuda ? 3 : 2;
 
@@ -112,6 +111,21 @@ bool kgen_library_available(const char *backend)
 			return true;
 	}
 	return false;
+}
+
+/* Looked up once per process and backend: every build of a library step
+ * asks (exec.c), and opening a BLAS starts its threads. */
+bool kgen_library_available(const char *backend)
+{
+	static int found[2] = {-1, -1}; /* -1: not looked up yet */
+	bool cuda = !strcmp(backend, "cuda");
+	int known = __atomic_load_n(&found[cuda], __ATOMIC_ACQUIRE);
+
+	if (known < 0) {
+		known = find_library(cuda);
+		__atomic_store_n(&found[cuda], known, __ATOMIC_RELEASE);
+	}
+	return known;
 }
 
 /* The BLAS is looked up once per process; without one, the kernel says

@@ -771,13 +771,20 @@ static int draw_mutants(tuner_search *s, const int *parent, json_t *out, int *in
 	return n;
 }
 
+/* "genes" proposed into out and, when new, into the population. */
+static void join_population(tuner_search *s, const int *genes, json_t *out)
+{
+	int index = propose(s, genes, out);
+
+	if (index >= 0)
+		s->pop[s->npop++] = index;
+}
+
 /* Into the population: "genes" with the seed blocking (blocking_seed) on
  * every matrix product and, with "synced", every kernel waiting on the
  * one before it by the most grouped policy its dependence offers. */
 static void propose_blocked(tuner_search *s, const int *genes, json_t *out, bool synced)
 {
-	int index;
-
 	memcpy(s->genes, genes, s->ngenes * sizeof(int));
 	for (int k = 0; synced && k < s->nkernels; k++)
 		s->genes[s->first_sync_gene + SYNC_GENES * k] = SCHED_SYNC_KINDS;
@@ -788,22 +795,18 @@ static void propose_blocked(tuner_search *s, const int *genes, json_t *out, bool
 			memcpy(s->genes + ks->first_gene + ks->ngenes - BLOCKING_GENES,
 			       blocking_seed[ks->blocking], BLOCKING_GENES * sizeof(int));
 	}
-	if ((index = propose(s, s->genes, out)) >= 0)
-		s->pop[s->npop++] = index;
+	join_population(s, s->genes, out);
 }
 
 /* Into the population: "genes" with every product the library can make
  * as a library step. */
 static void propose_library(tuner_search *s, const int *genes, json_t *out)
 {
-	int index;
-
 	memcpy(s->genes, genes, s->ngenes * sizeof(int));
 	for (int k = 0; k < s->nkernels; k++)
 		if (s->kernels[k].library)
 			s->genes[s->kernels[k].first_gene + LIBRARY_GENE(s->kernels[k].rank)] = 1;
-	if ((index = propose(s, s->genes, out)) >= 0)
-		s->pop[s->npop++] = index;
+	join_population(s, s->genes, out);
 }
 
 /* Into the population: the default schedules with every fusion gene on,
@@ -839,17 +842,15 @@ static int *products_apart(const tuner_search *s, int *out)
 
 static void propose_fused(tuner_search *s, json_t *out)
 {
-	int index, layers = 0, *layer = malloc(s->ngenes * sizeof(int));
+	int layers = 0, *layer = malloc(s->ngenes * sizeof(int));
 
-	if ((index = propose(s, s->fused, out)) >= 0)
-		s->pop[s->npop++] = index;
+	join_population(s, s->fused, out);
 	for (int g = 0; g < s->ngenes - s->first_fusion_gene; g++)
 		if (tuner_fusion_edge_layer(s->fusion, g) + 1 > layers)
 			layers = tuner_fusion_edge_layer(s->fusion, g) + 1;
 	for (int l = 0; layer && l < layers && s->npop < s->o.population / 2; l++) {
 		layer_apart(s, l, layer);
-		if ((index = propose(s, layer, out)) >= 0)
-			s->pop[s->npop++] = index;
+		join_population(s, layer, out);
 		propose_blocked(s, layer, out, false);
 		if (s->o.library)
 			propose_library(s, layer, out);
