@@ -58,7 +58,7 @@ static int parse_run_options(int argc, char **argv, run_options *o)
 	if (!o->file)
 		return fprintf(stderr, "tunectl run: no FILE\n%s", run_usage), -1;
 	if (strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda") &&
-	    strcmp(o->backend, "auto"))
+	    strcmp(o->backend, "emulated") && strcmp(o->backend, "auto"))
 		return fprintf(stderr, "tunectl run: unknown backend '%s'\n",
 			       o->backend), -1;
 	return 0;

@@ -20,8 +20,15 @@ static int open_named(kgen_backend *backend, const char *name, kgen_error *err)
 		return kgen_cpu_open(backend, err);
 	if (!strcmp(name, "cuda"))
 		return kgen_cuda_open(backend, err);
+	if (!strcmp(name, "emulated"))
+		return kgen_emulated_open(backend, err);
 	return kgen_fail(err, KGEN_EBACKEND, "unknown backend '%s': use cpu, "
-			 "cuda or auto", name);
+			 "cuda, emulated or auto", name);
+}
+
+bool kgen_backend_prints_cuda(const kgen_backend *backend)
+{
+	return !strcmp(backend->ops->name, "cuda") || !strcmp(backend->ops->name, "emulated");
 }
 
 /* cuda where a GPU is usable, else cpu; the description says why. */

@@ -91,17 +91,24 @@ static char *read_file(const char *path)
 	return text;
 }
 
-/* Runs the compiler on "source_path" with its output in "log_path". */
-static int run_compiler(const char *source_path, const char *object_path,
-			const char *log_path, int *status)
+/* Runs "command" (a compiler and its flags) on "source_path", making
+ * "object_path", with its output in "log_path". */
+static int run_compiler(const char *const *command, const char *source_path,
+			const char *object_path, const char *log_path, int *status)
 {
-	const char *argv[] = {compiler(), "-O3", "-march=native", "-fno-math-errno", "-fopenmp",
-			      "-shared", "-fPIC", "-o", object_path, source_path,
-			      NULL};
+	const char *argv[32];
 	posix_spawn_file_actions_t actions;
 	pid_t pid;
-	int rc;
+	int n = 0, rc;
 
+	while (command[n] && n < 28) {
+		argv[n] = command[n];
+		n++;
+	}
+	argv[n++] = "-o";
+	argv[n++] = object_path;
+	argv[n++] = source_path;
+	argv[n] = NULL;
 	posix_spawn_file_actions_init(&actions);
 	posix_spawn_file_actions_addopen(&actions, 1, log_path,
 					 O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -116,44 +123,55 @@ static int run_compiler(const char *source_path, const char *object_path,
 	return 0;
 }
 
-/* Runs the compiler on "src"; its output in "log" comes back on failure. */
-static int compile_file(const char *src, const char *obj, const char *log,
-			const char *entry, kgen_error *err)
+/* Runs "command" on "src"; its output in "log" comes back on failure. */
+static int compile_file(const char *const *command, const char *src, const char *obj,
+			const char *log, const char *entry, kgen_error *err)
 {
 	int status = 0, rc;
 
-	if ((rc = run_compiler(src, obj, log, &status)) != 0)
+	if ((rc = run_compiler(command, src, obj, log, &status)) != 0)
 		return kgen_fail(err, KGEN_EBACKEND, "cannot run the compiler '%s': %s",
-				 compiler(), strerror(rc));
+				 command[0], strerror(rc));
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
 		if (err)
 			err->log = read_file(log);
 		return kgen_fail(err, KGEN_ECOMPILE, "%s failed on kernel '%s'",
-				 compiler(), entry);
+				 command[0], entry);
 	}
 	return KGEN_OK;
 }
 
-/* Compiles "source" into the shared object "obj"; the source and the log
- * are written to the work folder and removed after. */
-static int compile_object(cpu_state *cpu, const char *source, const char *entry,
-			  const char *obj, kgen_error *err)
+int kgen_compile_shared(const char *const *command, const char *dir, int n,
+			const char *suffix, const char *source, const char *entry,
+			const char *obj, kgen_error *err)
 {
-	char src[128], log[128];
-	int n = cpu->compiled++, rc;
+	char src[PATH_MAX], log[PATH_MAX];
+	int rc;
 
-	snprintf(src, sizeof(src), "%s/%s_%d.c", cpu->dir, entry, n);
-	snprintf(log, sizeof(log), "%s/%s_%d.log", cpu->dir, entry, n);
+	snprintf(src, sizeof(src), "%s/%s_%d%s", dir, entry, n, suffix);
+	snprintf(log, sizeof(log), "%s/%s_%d.log", dir, entry, n);
 	rc = write_file(src, source, err);
 	if (rc == KGEN_OK)
-		rc = compile_file(src, obj, log, entry, err);
+		rc = compile_file(command, src, obj, log, entry, err);
 	unlink(src);
 	unlink(log);
 	return rc;
 }
 
-static int load_object(const char *obj, const char *entry, void **handle,
-		       void **function, kgen_error *err)
+/* Compiles "source" into the shared object "obj", through the work
+ * folder. */
+static int compile_object(cpu_state *cpu, const char *source, const char *entry,
+			  const char *obj, kgen_error *err)
+{
+	const char *const command[] = {compiler(), "-O3", "-march=native", "-fno-math-errno",
+				       "-fopenmp", "-shared", "-fPIC", NULL};
+
+	return kgen_compile_shared(command, cpu->dir, cpu->compiled++, ".c", source, entry,
+				   obj, err);
+}
+
+int kgen_load_shared(const char *obj, const char *entry, void **handle,
+		     void **function, kgen_error *err)
 {
 	if (!(*handle = dlopen(obj, RTLD_NOW | RTLD_LOCAL)))
 		return kgen_fail(err, KGEN_EBACKEND, "cannot load '%s': %s", obj,
@@ -201,12 +219,12 @@ static int compile_new(kgen_backend *backend, const char *source,
 		kgen_share_path(backend, source, ".so", obj, sizeof(obj));
 		if ((rc = cpu_prepare(backend, source, entry, err)) < 0)
 			return rc;
-		return load_object(obj, entry, handle, function, err);
+		return kgen_load_shared(obj, entry, handle, function, err);
 	}
 	snprintf(obj, sizeof(obj), "%s/%s_%d.so", cpu->dir, entry, cpu->compiled);
 	rc = compile_object(cpu, source, entry, obj, err);
 	if (rc == KGEN_OK)
-		rc = load_object(obj, entry, handle, function, err);
+		rc = kgen_load_shared(obj, entry, handle, function, err);
 	unlink(obj);
 	return rc;
 }

@@ -27,7 +27,7 @@ static size_t tensor_bytes(const sched_tensor *t)
 static char *print_kernel(kgen_backend *backend, const sched_graph *graph,
 			  const kgen_plan *plan, int k)
 {
-	if (!strcmp(backend->ops->name, "cuda"))
+	if (kgen_backend_prints_cuda(backend))
 		return kgen_print_cuda(graph, plan, k);
 	return kgen_print_c(graph, plan, k);
 }
@@ -45,15 +45,19 @@ static const char *kernel_source(kgen_backend *backend, const sched_graph *graph
 }
 
 /* A library step the backend's library cannot make: KGEN_EPLAN, why;
- * on the cpu, one without a CBLAS here: KGEN_EBACKEND (cuda says so when
- * it sets the call up). */
+ * on the cpu, one without a CBLAS here, and any on the emulated backend:
+ * KGEN_EBACKEND (cuda says so when it sets the call up). */
 static int check_library(const kgen_backend *backend, const sched_graph *graph,
 			 const kgen_kernel *kernel, kgen_error *err)
 {
-	bool cuda = !strcmp(backend->ops->name, "cuda");
+	bool cuda = kgen_backend_prints_cuda(backend);
 	const char *why = kernel->schedule.library ?
 		kgen_library_unfit(graph, kernel->ops[0], cuda) : NULL;
 
+	if (kernel->schedule.library && strcmp(backend->ops->name, "cuda") && cuda)
+		return kgen_fail(err, KGEN_EBACKEND, "kernel '%s' is a library step, which "
+				 "the emulated backend cannot run (it calls cuBLASLt on a GPU)",
+				 kernel->name);
 	if (why)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s' cannot be a library step "
 				 "on %s: %s", kernel->name, backend->ops->name, why);

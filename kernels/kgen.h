@@ -227,7 +227,11 @@ void kgen_cuda_launch_shape(__sched_keep const sched_graph *graph,
 
 /* Backends: "cpu" (generated C, the system compiler, dlopen) and "cuda"
  * (NVRTC and the driver API, both opened with dlopen). "auto" picks cuda
- * where a GPU is usable, else cpu; kgen_backend_choice says why. */
+ * where a GPU is usable, else cpu; kgen_backend_choice says why.
+ * "emulated" runs the CUDA that cuda would run on the cpu, a block at a
+ * time, its threads as fibers, tensor-core and warp instructions
+ * emulated: slow, and only to check generated CUDA without a GPU
+ * (backend_emulated.c; plans with sync or library steps are refused). */
 typedef struct kgen_backend kgen_backend;
 
 int kgen_backend_open(const char *name, __sched_give kgen_backend **out,

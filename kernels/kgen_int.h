@@ -126,6 +126,23 @@ struct kgen_backend {
 
 int kgen_cpu_open(kgen_backend *backend, kgen_error *err);
 int kgen_cuda_open(kgen_backend *backend, kgen_error *err);
+int kgen_emulated_open(kgen_backend *backend, kgen_error *err);
+
+/* Whether the backend runs kernels printed as CUDA: cuda, and the
+ * emulated backend (backend_emulated.c) that runs them on the cpu. */
+bool kgen_backend_prints_cuda(const kgen_backend *backend);
+
+/* backend_cpu.c: "source" written into folder "dir" as
+ * <entry>_<n><suffix> and compiled by "command" (a compiler and its
+ * flags, NULL-terminated; "-o obj file" follow) into the shared object
+ * "obj"; the file and the compiler's log are removed after. KGEN_ECOMPILE
+ * with the log when the compiler refuses. And such an object loaded,
+ * "entry" looked up in it. */
+int kgen_compile_shared(const char *const *command, const char *dir, int n,
+			const char *suffix, const char *source, const char *entry,
+			const char *obj, kgen_error *err);
+int kgen_load_shared(const char *obj, const char *entry, void **handle,
+		     void **function, kgen_error *err);
 
 const sched_graph *kgen_program_graph(const kgen_program *program);
 /* Whether some kernel of "program" overlaps the one before it (sync on

@@ -110,10 +110,12 @@ static const char c_helpers[] =
 static const char cuda_helpers[] =
 	"typedef unsigned short f16_t;\n"
 	"typedef unsigned short bf16_t;\n"
+	"#ifndef KGEN_EMULATED /* PTX; the emulated backend has its own */\n"
 	"__device__ __forceinline__ float f16_load(f16_t h)\n"
 	"{ float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
 	"__device__ __forceinline__ f16_t f16_store(float f)\n"
 	"{ f16_t h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
+	"#endif\n"
 	"__device__ __forceinline__ float bf16_load(bf16_t b)\n"
 	"{ return __uint_as_float((unsigned)b << 16); }\n"
 	"__device__ __forceinline__ bf16_t bf16_store(float f)\n"

@@ -24,7 +24,9 @@ typedef struct mma_printer {
 	kgen_mma s;
 } mma_printer;
 
+/* PTX; the emulated backend (backend_emulated.c) has its own of each. */
 static const char mma_helpers[] =
+	"#ifndef KGEN_EMULATED\n"
 	"__device__ __forceinline__ unsigned smem_address(const void *p)\n"
 	"{\n"
 	"\tunsigned a;\n"
@@ -49,14 +51,18 @@ static const char mma_helpers[] =
 	"{\n"
 	"\tasm volatile(\"ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\\n\"\n"
 	"\t\t     : \"=r\"(r[0]), \"=r\"(r[1]) : \"r\"(smem_address(p)));\n"
-	"}\n";
+	"}\n"
+	"#define copies_commit() asm volatile(\"cp.async.commit_group;\\n\")\n"
+	"#define copies_wait(n) asm volatile(\"cp.async.wait_group %0;\\n\" :: \"n\"(n))\n"
+	"#endif\n";
 
 static void print_mma_call(const mma_printer *p)
 {
 	const char *type = p->a->dtype == SCHED_BF16 ? "bf16" : "f16";
 
 	sched_buf_printf(p->buf,
-		"__device__ __forceinline__ void mma(float *d, const unsigned *a, const unsigned *b)\n"
+		"#ifndef KGEN_EMULATED\n"
+		"__device__ __forceinline__ void mma_%s(float *d, const unsigned *a, const unsigned *b)\n"
 		"{\n"
 		"\tasm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.%s.%s.f32 \"\n"
 		"\t\t     \"{%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, {%%8, %%9}, \"\n"
@@ -64,7 +70,8 @@ static void print_mma_call(const mma_printer *p)
 		"\t\t     : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3])\n"
 		"\t\t     : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), "
 		"\"r\"(b[1]));\n"
-		"}\n", type, type);
+		"}\n"
+		"#endif\n", type, type, type);
 }
 
 static void print_constants(const mma_printer *p)
@@ -99,7 +106,7 @@ static void print_load_slice(const mma_printer *p)
 		"\t\tint valid = k < K ? (int)(N - n < 8 ? (N - n > 0 ? N - n : 0) : 8) : 0;\n"
 		"\t\tcopy16(bs + row * B_ROW + col, valid ? B + k * LDB + n : B, 2 * valid);\n"
 		"\t}\n"
-		"\tasm volatile(\"cp.async.commit_group;\\n\");\n"
+		"\tcopies_commit();\n"
 		"}\n");
 }
 
@@ -124,9 +131,9 @@ static void print_compute_slice(const mma_printer *p)
 		"\t\tfor (int i = 0; i < WM / 16; i++)\n"
 		"#pragma unroll\n"
 		"\t\t\tfor (int j = 0; j < WN / 8; j++)\n"
-		"\t\t\t\tmma(acc[i][j], a[i], b[j]);\n"
+		"\t\t\t\tmma_%s(acc[i][j], a[i], b[j]);\n"
 		"\t}\n"
-		"}\n");
+		"}\n", p->a->dtype == SCHED_BF16 ? "bf16" : "f16");
 }
 
 static void print_params(const mma_printer *p, const char *name, bool wrapped)
@@ -161,17 +168,17 @@ static void print_main_loop(const mma_printer *p, bool wrapped)
 		"\t\tif (s < slices)\n"
 		"\t\t\tload_slice(as + s * BM * A_ROW, bs + s * BK * B_ROW, A, B, m0, n0, s);\n"
 		"\t\telse\n"
-		"\t\t\tasm volatile(\"cp.async.commit_group;\\n\");\n"
+		"\t\t\tcopies_commit();\n"
 		"\t}\n"
 		"\tfor (int kt = 0; kt < slices; kt++) {\n"
 		"\t\tint next = kt + STAGES - 1, stage = kt %% STAGES;\n"
-		"\t\tasm volatile(\"cp.async.wait_group %%0;\\n\" :: \"n\"(STAGES - 2));\n"
+		"\t\tcopies_wait(STAGES - 2);\n"
 		"\t\t__syncthreads();\n"
 		"\t\tif (next < slices)\n"
 		"\t\t\tload_slice(as + next %% STAGES * BM * A_ROW, bs + next %% STAGES * BK * B_ROW,\n"
 		"\t\t\t\t   A, B, m0, n0, next);\n"
 		"\t\telse\n"
-		"\t\t\tasm volatile(\"cp.async.commit_group;\\n\");\n"
+		"\t\t\tcopies_commit();\n"
 		"\t\tcompute_slice(acc, as + stage * BM * A_ROW, bs + stage * BK * B_ROW, wm0, wn0,\n"
 		"\t\t\t      lane);\n"
 		"\t}\n",

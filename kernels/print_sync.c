@@ -22,6 +22,9 @@
 #include "print_int.h"
 
 static const char runtime[] =
+	"#ifdef KGEN_EMULATED\n"
+	"#error \"sync overlaps kernels, which the emulated backend does not: it needs a GPU\"\n"
+	"#endif\n"
 	"__device__ __forceinline__ unsigned ksync_load_acquire(const unsigned *p)\n"
 	"{\n"
 	"\tunsigned v;\n"

@@ -1,0 +1,307 @@
+/*
+ * test_emulated.c: the emulated backend (backend_emulated.c) runs the
+ * CUDA the cuda backend would run, on the cpu, and kgen_verify checks it
+ * against the reference: tensor-core products (ldmatrix, mma.sync,
+ * cp.async emulated) in odd shapes, dtypes and blockings; the generic
+ * kernels with each split of their reductions (shuffles, shared
+ * memory). And the emulator can fail: a planted wrong fragment is
+ * caught, threads that wait at barriers never all reached are reported
+ * as a deadlock, and what it cannot run is refused with the reason.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_builder.h"
+#include "kgen_int.h"
+
+static kgen_backend *open_emulated(void)
+{
+	kgen_backend *backend = NULL;
+	kgen_error err = {0};
+
+	cr_assert_eq(kgen_backend_open("emulated", &backend, &err), KGEN_OK, "%s",
+		     err.message);
+	return backend;
+}
+
+/* "plan" written out and read back, so that kgen_plan_from_json checks
+ * what the test changed in it. */
+static kgen_plan *checked(const sched_graph *g, kgen_plan *plan)
+{
+	json_t *json = kgen_plan_to_json(g, plan);
+	kgen_plan *back = NULL;
+	kgen_error err = {0};
+
+	cr_assert_eq(kgen_plan_from_json(g, json, &back, &err), KGEN_OK, "%s", err.message);
+	json_decref(json);
+	kgen_plan_free(plan);
+	return back;
+}
+
+/* Builds "plan" (with "sources" where not NULL) and verifies it; the
+ * code, the error in "err". */
+static int build_and_verify(kgen_backend *backend, const sched_graph *g,
+			    const kgen_plan *plan, const char *const *sources,
+			    kgen_error *err)
+{
+	kgen_program *prog = NULL;
+	kgen_check checks[32];
+	int rc = kgen_program_build(backend, g, plan, sources, &prog, err);
+
+	if (rc == KGEN_OK)
+		rc = kgen_verify(prog, 7, checks, err);
+	kgen_program_free(prog);
+	return rc;
+}
+
+static void expect_verified(kgen_backend *backend, const sched_graph *g,
+			    const kgen_plan *plan, const char *what)
+{
+	kgen_error err = {0};
+
+	cr_expect_eq(build_and_verify(backend, g, plan, NULL, &err), KGEN_OK, "%s: %s\n%s",
+		     what, err.message, err.log ? err.log : "");
+	kgen_error_release(&err);
+}
+
+/* The default plan of "g" with "m" on every matrix product. */
+static kgen_plan *mma_plan(const sched_graph *g, kgen_mma m)
+{
+	kgen_plan *plan = kgen_plan_default(g);
+
+	for (int k = 0; k < plan->nkernels; k++) {
+		sched_contraction c;
+
+		if (sched_op_contraction(g, plan->kernels[k].ops[0], &c))
+			plan->kernels[k].schedule.mma = m;
+	}
+	return checked(g, plan);
+}
+
+static const kgen_mma blockings[] = {
+	{64, 32, 32, 32, 16, 3}, {32, 64, 16, 16, 32, 2}, {64, 64, 32, 32, 32, 4},
+};
+#define NBLOCKINGS (sizeof(blockings) / sizeof(*blockings))
+
+/* Shapes no tile divides (several blocks, K in several slices and a
+ * zero-filled last one), bf16 factors, an f32 and a bf16 output, a
+ * shifted B. */
+static const char *const odd_products[][2] = {
+	{"a f16 100,72 in; b f16 72,40 in; y f16 100,40 out",
+	 "y[i, j] = sum(k) a[i, k] * b[k, j]"},
+	{"a bf16 33,24 in; b bf16 24,40 in; y f32 33,40 out",
+	 "y[i, j] = sum(k) a[i, k] * b[k, j]"},
+	{"a f16 50,16 in; b f16 24,24 in; y bf16 50,24 out",
+	 "y[i, j] = sum(k < 16) a[i, k] * b[k + 8, j]"},
+};
+
+Test(emulated, tensor_core_products_match_the_reference)
+{
+	kgen_backend *backend = open_emulated();
+	char what[160];
+
+	for (size_t i = 0; i < sizeof(odd_products) / sizeof(*odd_products); i++) {
+		sched_graph *g = NULL;
+		sched_error serr = {0};
+
+		cr_assert_eq(load_graph(odd_products[i][0], OPS(odd_products[i][1]), &g, &serr),
+			     SCHED_OK, "%s", serr.message);
+		for (size_t b = 0; b < NBLOCKINGS; b++) {
+			kgen_plan *plan = mma_plan(g, blockings[b]);
+
+			snprintf(what, sizeof(what), "%s, blocking %zu", odd_products[i][0], b);
+			expect_verified(backend, g, plan, what);
+			kgen_plan_free(plan);
+		}
+		sched_graph_free(g);
+	}
+	kgen_backend_close(backend);
+}
+
+Test(emulated, the_small_examples_products_on_tensor_cores_match)
+{
+	static const char *const names[] = {"bert_qkv_small", "gpt3_mlp_small",
+					    "llama_mlp_small"};
+	kgen_backend *backend = open_emulated();
+
+	for (size_t e = 0; e < sizeof(names) / sizeof(*names); e++) {
+		sched_graph *g = NULL;
+		sched_error serr = {0};
+		kgen_plan *plan;
+
+		cr_assert_eq(load_example(names[e], &g, &serr), SCHED_OK, "%s", serr.message);
+		plan = mma_plan(g, blockings[0]);
+		expect_verified(backend, g, plan, names[e]);
+		kgen_plan_free(plan);
+		sched_graph_free(g);
+	}
+	kgen_backend_close(backend);
+}
+
+/* Threads over a tile of "rank" dims, a power of two along each dim from
+ * the last, 32 in all; false when the tile holds fewer elements so. */
+static bool one_warp(const int64_t *tile, int rank, int *threads)
+{
+	int left = 32;
+
+	for (int d = rank - 1; d >= 0; d--) {
+		threads[d] = 1;
+		while (threads[d] * 2 <= left && threads[d] * 2 <= tile[d])
+			threads[d] *= 2;
+		left /= threads[d];
+	}
+	return left == 1;
+}
+
+/* The default plan with every reduction of at least 32 elements split
+ * "split" (a warp per element with shuffles, or the block through shared
+ * memory), a warp a block. */
+static kgen_plan *split_plan(const sched_graph *g, enum kgen_split split)
+{
+	kgen_plan *plan = kgen_plan_default(g);
+
+	for (int k = 0; k < plan->nkernels; k++) {
+		const sched_op *op = &g->ops[plan->kernels[k].ops[0]];
+		kgen_schedule *s = &plan->kernels[k].schedule;
+		int threads[SCHED_MAX_RANK];
+
+		if (op->reducer == SCHED_RED_NONE ||
+		    !one_warp(s->tile, g->tensors[op->target].rank, threads))
+			continue;
+		s->split = split;
+		memcpy(s->threads, threads, sizeof(threads));
+	}
+	return checked(g, plan);
+}
+
+Test(emulated, generic_kernels_match_with_every_split)
+{
+	static const char *const names[] = {"ln_residual_small", "softmax_scores_small",
+					    "lstm_cell_small", "mi_lstm_cell_small",
+					    "conv_pair_small"};
+	static const enum kgen_split splits[] = {KGEN_SPLIT_WARP, KGEN_SPLIT_BLOCK};
+	kgen_backend *backend = open_emulated();
+	char what[96];
+
+	for (size_t e = 0; e < sizeof(names) / sizeof(*names); e++) {
+		sched_graph *g = NULL;
+		sched_error serr = {0};
+
+		cr_assert_eq(load_example(names[e], &g, &serr), SCHED_OK, "%s", serr.message);
+		kgen_plan *plan = kgen_plan_default(g);
+
+		expect_verified(backend, g, plan, names[e]);
+		kgen_plan_free(plan);
+		for (size_t s = 0; s < sizeof(splits) / sizeof(*splits); s++) {
+			plan = split_plan(g, splits[s]);
+
+			snprintf(what, sizeof(what), "%s, split %zu", names[e], s);
+			expect_verified(backend, g, plan, what);
+			kgen_plan_free(plan);
+		}
+		sched_graph_free(g);
+	}
+	kgen_backend_close(backend);
+}
+
+/* A product whose epilogue stores each pair of columns swapped: the
+ * emulator must not pass it. */
+Test(emulated, a_wrong_fragment_is_caught)
+{
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+	kgen_backend *backend = open_emulated();
+	kgen_plan *plan;
+	kgen_error err = {0};
+	char *source, *column;
+
+	cr_assert_eq(load_graph(odd_products[0][0], OPS(odd_products[0][1]), &g, &serr),
+		     SCHED_OK);
+	plan = mma_plan(g, blockings[0]);
+	source = kgen_print_cuda(g, plan, 0);
+	expect_verified(backend, g, plan, "the source as printed");
+	cr_assert_not_null(column = strstr(source, "+ (r & 1);"));
+	memcpy(column, "+ (r ^ 1);", strlen("+ (r ^ 1);"));
+	cr_expect_eq(build_and_verify(backend, g, plan, (const char *const[]){source}, &err),
+		     KGEN_EWRONG, "%s", err.message);
+	kgen_error_release(&err);
+	free(source);
+	kgen_plan_free(plan);
+	sched_graph_free(g);
+	kgen_backend_close(backend);
+}
+
+/* Odd threads wait at __syncthreads() while even ones shuffle: no wait
+ * can end, and the emulator says so instead of hanging. */
+Test(emulated, a_deadlock_is_reported)
+{
+	static const char source[] =
+		"extern \"C\" __global__ void k0_y(const float *__restrict__ t_x, "
+		"float *__restrict__ t_y)\n"
+		"{\n"
+		"\tfloat v = t_x[threadIdx.x];\n"
+		"\tif (threadIdx.x % 2)\n\t\t__syncthreads();\n"
+		"\telse\n\t\tv = __shfl_xor_sync(0xffffffffu, v, 2);\n"
+		"\tt_y[threadIdx.x] = v;\n"
+		"}\n";
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+	kgen_backend *backend = open_emulated();
+	kgen_plan *plan;
+	kgen_error err = {0};
+
+	cr_assert_eq(load_graph("x f32 32 in; y f32 32 out", OPS("y[i] = x[i]"), &g, &serr),
+		     SCHED_OK);
+	plan = kgen_plan_default(g);
+	cr_expect_eq(build_and_verify(backend, g, plan, (const char *const[]){source}, &err),
+		     KGEN_EWRONG);
+	cr_expect_not_null(strstr(err.message, "deadlock"), "%s", err.message);
+	kgen_error_release(&err);
+	kgen_plan_free(plan);
+	sched_graph_free(g);
+	kgen_backend_close(backend);
+}
+
+static void expect_refused(kgen_backend *backend, const char *example, const char *plan_text,
+			   int code, const char *reason)
+{
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+	json_t *json = json_loads(plan_text, 0, NULL);
+	kgen_plan *plan = NULL;
+	kgen_error err = {0};
+	const char *said;
+
+	cr_assert_eq(load_example(example, &g, &serr), SCHED_OK, "%s", serr.message);
+	cr_assert_eq(kgen_plan_from_json(g, json, &plan, &err), KGEN_OK, "%s", err.message);
+	cr_expect_eq(build_and_verify(backend, g, plan, NULL, &err), code, "%s", err.message);
+	said = code == KGEN_ECOMPILE ? err.log : err.message;
+	cr_expect(said && strstr(said, reason), "'%s', not '%s'", said ? said : "", reason);
+	kgen_error_release(&err);
+	kgen_plan_free(plan);
+	json_decref(json);
+	sched_graph_free(g);
+}
+
+Test(emulated, sync_and_library_steps_are_refused)
+{
+	kgen_backend *backend = open_emulated();
+	char *sync_plan = NULL;
+	size_t size;
+	FILE *f;
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/tests/gpu/plans/bert_qkv_small.sync.json",
+		 getenv("TUNED_SOURCE_ROOT"));
+	cr_assert_not_null(f = fopen(path, "r"), "%s", path);
+	cr_assert_geq(getdelim(&sync_plan, &size, '\0', f), 0);
+	fclose(f);
+	expect_refused(backend, "bert_qkv_small", sync_plan, KGEN_ECOMPILE, "needs a GPU");
+	expect_refused(backend, "gpt3_mlp_small", "{\"kernels\": [{\"ops\": [0], \"schedule\": "
+		       "{\"library\": true}}, {\"ops\": [1]}, {\"ops\": [2]}]}",
+		       KGEN_EBACKEND, "the emulated backend cannot run");
+	free(sync_plan);
+	kgen_backend_close(backend);
+}
