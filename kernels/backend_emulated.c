@@ -39,6 +39,7 @@ typedef struct emulated_runtime {
 	unsigned thread, block, threads, blocks;
 	void (*sync_block)(void);
 	const void *(*exchange)(const void *mine, unsigned bytes);
+	void (*trap)(const char *why);
 } emulated_runtime;
 
 /* The prelude: CUDA's keywords and built-ins for a C++ compiler, the
@@ -60,6 +61,7 @@ static const char prelude[] =
 	"\tunsigned thread, block, threads, blocks;\n"
 	"\tvoid (*sync_block)(void);\n"
 	"\tconst void *(*exchange)(const void *mine, unsigned bytes);\n"
+	"\tvoid (*trap)(const char *why);\n"
 	"};\n"
 	"static kgen_emulated_runtime *kemu;\n"
 	"extern \"C\" void kgen_emulated_bind(kgen_emulated_runtime *runtime) { kemu = runtime; }\n"
@@ -69,6 +71,7 @@ static const char prelude[] =
 	"#define blockDim (kemu_index{kemu->threads, 1, 1})\n"
 	"#define gridDim (kemu_index{kemu->blocks, 1, 1})\n"
 	"static inline void __syncthreads(void) { kemu->sync_block(); }\n"
+	"static inline void __trap(void) { kemu->trap(\"__trap()\"); }\n"
 	"static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }\n"
 	"static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }\n"
 	"static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }\n"
@@ -86,9 +89,12 @@ static const char prelude[] =
 	"\tconst float *all = kemu_all(v);\n"
 	"\treturn kemu_lane() + o < 32 ? all[kemu_lane() + o] : v;\n"
 	"}\n"
-	"/* cp.async at once: a copy that completes before it returns. */\n"
+	"/* cp.async at once: a copy that completes before it returns; both\n"
+	" * addresses on 16 bytes, as the GPU needs. */\n"
 	"static inline void copy16(void *shared, const void *global, int bytes)\n"
 	"{\n"
+	"\tif ((uintptr_t)shared % 16 || (uintptr_t)global % 16)\n"
+	"\t\tkemu->trap(\"cp.async of an address not on 16 bytes\");\n"
 	"\tmemcpy(shared, global, bytes);\n"
 	"\tmemset((char *)shared + bytes, 0, 16 - bytes);\n"
 	"}\n"
@@ -229,7 +235,15 @@ static const void *exchange(const void *mine, unsigned bytes)
 	return warp;
 }
 
-static emulated_runtime runtime = {.sync_block = sync_block, .exchange = exchange};
+/* The thread stops, and the launch fails with "why". */
+static void trap(const char *why)
+{
+	running->failure = why;
+	wait_in(FIBER_DONE);
+}
+
+static emulated_runtime runtime = {.sync_block = sync_block, .exchange = exchange,
+				   .trap = trap};
 
 static void fiber_main(void)
 {

@@ -208,6 +208,24 @@ int kgen_kernel_group(__sched_keep const sched_graph *graph,
 		      __sched_keep const kgen_kernel *kernel, bool cuda,
 		      __sched_give sched_group **out, kgen_error *err);
 
+/* Why fused kernel "kernel" (its tile, its "mma" set) cannot run its
+ * branches' first ops on tensor cores with the rest of the group as
+ * their epilogue, or NULL when it can: each a matrix product of the same
+ * shape, strides and dtype whose factors fit, writing a row-major M x N
+ * matrix of its own over a region within bm x bn, kept for the ops after
+ * it (docs/kernels.md, "Fused epilogues"). */
+const char *kgen_fused_mma_unfit(__sched_keep const sched_graph *graph,
+				 __sched_keep const kgen_kernel *kernel);
+
+/* Fused kernel "kernel" (its ops and tile set) with its products on
+ * tensor cores in blocking "mma" (its bk, warps and stages; bm x bn then
+ * cover the first product's region in whole warps, warps no larger than
+ * it needs, stages and slices within shared memory): true with the
+ * blocking in kernel->schedule.mma; false, with none there, when the
+ * kernel cannot run so (kgen_fused_mma_unfit). */
+bool kgen_fused_mma_fit(__sched_keep const sched_graph *graph, kgen_kernel *kernel,
+			const kgen_mma *mma);
+
 /* One kernel per op, in dependence order, with the default schedule. */
 __sched_give kgen_plan *kgen_plan_default(__sched_keep const sched_graph *graph);
 void kgen_plan_free(__sched_take kgen_plan *plan);

@@ -142,6 +142,8 @@ int kgen_kernel_group(const sched_graph *graph, const kgen_kernel *kernel,
 
 	for (int d = 0; cuda && d < t->rank; d++)
 		threads *= kernel->schedule.threads[d];
+	if (kernel->schedule.mma.bm)
+		threads = kgen_mma_threads(&kernel->schedule.mma);
 	spec.threads = cuda ? threads : 0;
 	key = memo_key(graph, kernel, spec.threads);
 	*out = NULL;
@@ -337,14 +339,18 @@ bool kgen_kernel_products(const sched_graph *graph, const kgen_kernel *kernel,
 	return true;
 }
 
+/* What kind of kernel a blocking is for: one matrix product, products of
+ * one shape side by side, or a fused kernel (checked apart). */
+enum blocking_of { BLOCKING_ONE_PRODUCT, BLOCKING_SIDE_BY_SIDE, BLOCKING_FUSED };
+
 /* The six integer fields of blocking "name" of the schedule (all of
- * "keys", each in [lowest, highest]) into "fields", for a kernel of one
- * op that is a contraction (or, with "side_by_side", products of one
- * shape side by side), which goes to "c". 1 when absent. */
+ * "keys", each in [lowest, highest]) into "fields", for a kernel "of"
+ * that kind; the contraction (the root's, side by side) goes to "c". 1
+ * when absent. */
 static int read_blocking(const sched_graph *graph, json_t *sched, const char *name,
 			 const char *const *keys, const int64_t *lowest,
 			 const int64_t *highest, int *const *fields,
-			 const kgen_kernel *kernel, bool side_by_side, sched_contraction *c,
+			 const kgen_kernel *kernel, enum blocking_of of, sched_contraction *c,
 			 kgen_error *err)
 {
 	json_t *obj = json_object_get(sched, name);
@@ -352,11 +358,13 @@ static int read_blocking(const sched_graph *graph, json_t *sched, const char *na
 
 	if (!obj)
 		return 1;
-	if ((kernel->nops > 1 && !side_by_side) || !kgen_kernel_products(graph, kernel, c))
+	if (of != BLOCKING_FUSED &&
+	    ((kernel->nops > 1 && of == BLOCKING_ONE_PRODUCT) ||
+	     !kgen_kernel_products(graph, kernel, c)))
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': '%s' is for a kernel "
-				 "of %s", kernel->name, name, side_by_side ?
+				 "of %s", kernel->name, name, of == BLOCKING_SIDE_BY_SIDE ?
 				 "matrix products of one shape, none reading another" :
-				 "one op that is a matrix product");
+				 "one op that is a matrix product, or a fused kernel");
 	if (!json_is_object(obj) || json_object_size(obj) != 6)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': '%s' must be an object "
 				 "of %s, %s, %s, %s, %s and %s", kernel->name, name, keys[0],
@@ -387,7 +395,7 @@ static int read_micro(const sched_graph *graph, json_t *sched, kgen_kernel *kern
 	int *const fields[] = {&m->mr, &m->nr, &m->kc, &m->mc, &m->nc, &m->pack};
 	sched_contraction c;
 	int rc = read_blocking(graph, sched, "micro", keys, lowest, highest, fields,
-			       kernel, true, &c, err);
+			       kernel, BLOCKING_SIDE_BY_SIDE, &c, err);
 
 	if (rc)
 		return rc < 0 ? rc : KGEN_OK;
@@ -417,14 +425,110 @@ int kgen_mma_shared_bytes(const kgen_mma *m)
 	return m->stages * (m->bm * (m->bk + 8) + m->bk * (m->bn + 8)) * 2;
 }
 
-/* Checks "mma" of a kernel of contraction "c" (docs/kernels.md): operands
- * that fit (kgen_mma_operands_unfit); warps that divide the tile; the
- * stages within static shared memory. */
+/* The first stage of each branch of "group" that is a matrix product
+ * runs on tensor cores in a fused kernel of "mma" (docs/kernels.md,
+ * "Fused epilogues"): why one cannot, or NULL. All must be products of
+ * one shape whose factors fit, each writing an M x N matrix of its own
+ * (row-major from its first element: its target variables are m and n)
+ * over a region within bm x bn, kept for the stages after it. */
+static const char *fused_products_unfit(const sched_graph *graph, const sched_group *group,
+					const kgen_mma *mma)
+{
+	sched_contraction first = {0}, c;
+
+	for (int s = 0; s < group->nstages; s++) {
+		const sched_stage *st = &group->stages[s];
+		const sched_tensor *t = &graph->tensors[graph->ops[st->op].target];
+
+		if (s > 0 && st->branch == group->stages[s - 1].branch)
+			continue;
+		if (!sched_op_contraction(graph, st->op, &c))
+			return "each branch's first op a matrix product";
+		if (kgen_mma_operands_unfit(graph, &c))
+			return kgen_mma_operands_unfit(graph, &c);
+		if (t->rank != 2 || c.c_m != t->shape[1] || c.c_n != 1 || c.c0 != 0)
+			return "each product's C a row-major M x N matrix of its own";
+		if (st->store == SCHED_STORE_INLINE)
+			return "each product kept, not recomputed";
+		if (st->extent[0] > mma->bm || st->extent[1] > mma->bn)
+			return "each product's region within bm x bn under the kernel's tile";
+		if (s > 0 && (c.m != first.m || c.n != first.n || c.k != first.k ||
+			      c.a_m != first.a_m || c.b_k != first.b_k ||
+			      graph->tensors[c.a].dtype != graph->tensors[first.a].dtype))
+			return "products of one shape, strides and dtype";
+		if (s == 0)
+			first = c;
+	}
+	return NULL;
+}
+
+const char *kgen_fused_mma_unfit(const sched_graph *graph, const kgen_kernel *kernel)
+{
+	sched_group *group;
+	const char *why;
+
+	if (kgen_kernel_group(graph, kernel, true, &group, NULL) < 0)
+		return "a fused group that is legal on cuda";
+	why = fused_products_unfit(graph, group, &kernel->schedule.mma);
+	sched_group_free(group);
+	return why;
+}
+
+static int round_up_to(int v, int step)
+{
+	return (v + step - 1) / step * step;
+}
+
+/* "mma" repaired to fit the first product's region, "extent": warps no
+ * larger than the region rounded up to whole mma tiles (16 x 8), the
+ * block the region rounded up to whole warps, then fewer stages and
+ * thinner slices until shared memory suffices. */
+static kgen_mma fitted_mma(const int64_t *extent, const kgen_mma *mma)
+{
+	kgen_mma m = *mma;
+
+	m.wm = m.wm < round_up_to((int)extent[0], 16) ? m.wm : round_up_to((int)extent[0], 16);
+	m.wn = m.wn < round_up_to((int)extent[1], 8) ? m.wn : round_up_to((int)extent[1], 8);
+	m.bm = round_up_to((int)extent[0], m.wm);
+	m.bn = round_up_to((int)extent[1], m.wn);
+	while (kgen_mma_shared_bytes(&m) > KGEN_LOCAL_BYTES && m.stages > 2)
+		m.stages--;
+	while (kgen_mma_shared_bytes(&m) > KGEN_LOCAL_BYTES && m.bk > 16)
+		m.bk /= 2;
+	return m;
+}
+
+bool kgen_fused_mma_fit(const sched_graph *graph, kgen_kernel *kernel, const kgen_mma *mma)
+{
+	sched_group *group;
+	kgen_mma m;
+
+	kernel->schedule.mma = (kgen_mma){0};
+	if (kernel->nops < 2 || kgen_kernel_group(graph, kernel, true, &group, NULL) < 0)
+		return false;
+	m = group->stages[0].rank == 2 ? fitted_mma(group->stages[0].extent, mma) :
+					  (kgen_mma){0};
+	sched_group_free(group);
+	if (!m.bm || kgen_mma_threads(&m) > MAX_THREADS ||
+	    kgen_mma_shared_bytes(&m) > KGEN_LOCAL_BYTES || m.bm > 256 || m.bn > 256)
+		return false;
+	kernel->schedule.mma = m;
+	if (kgen_fused_mma_unfit(graph, kernel)) {
+		kernel->schedule.mma = (kgen_mma){0};
+		return false;
+	}
+	return true;
+}
+
+/* Checks "mma" of a kernel of contraction "c", or of a fused kernel
+ * (c NULL; kgen_fused_mma_unfit) (docs/kernels.md): operands that fit
+ * (kgen_mma_operands_unfit); warps that divide the tile; the stages
+ * within static shared memory. */
 static int check_mma(const sched_graph *graph, const sched_contraction *c,
 		     const kgen_kernel *kernel, kgen_error *err)
 {
 	const kgen_mma *m = &kernel->schedule.mma;
-	const char *why = kgen_mma_operands_unfit(graph, c);
+	const char *why = c ? kgen_mma_operands_unfit(graph, c) : NULL;
 
 	if (why)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'mma' needs %s",
@@ -439,6 +543,9 @@ static int check_mma(const sched_graph *graph, const sched_contraction *c,
 				 "and %d bytes of shared memory, more than %d or %d",
 				 kernel->name, kgen_mma_threads(m), kgen_mma_shared_bytes(m),
 				 MAX_THREADS, KGEN_LOCAL_BYTES);
+	if (!c && (why = kgen_fused_mma_unfit(graph, kernel)))
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'mma' in a fused kernel "
+				 "needs %s", kernel->name, why);
 	return KGEN_OK;
 }
 
@@ -452,12 +559,13 @@ static int read_mma(const sched_graph *graph, json_t *sched, kgen_kernel *kernel
 	kgen_mma *m = &kernel->schedule.mma;
 	int *const fields[] = {&m->bm, &m->bn, &m->bk, &m->wm, &m->wn, &m->stages};
 	sched_contraction c;
-	int rc = read_blocking(graph, sched, "mma", keys, lowest, highest, fields,
-			       kernel, false, &c, err);
+	bool fused = kernel->nops > 1;
+	int rc = read_blocking(graph, sched, "mma", keys, lowest, highest, fields, kernel,
+			       fused ? BLOCKING_FUSED : BLOCKING_ONE_PRODUCT, &c, err);
 
 	if (rc)
 		return rc < 0 ? rc : KGEN_OK;
-	return check_mma(graph, &c, kernel, err);
+	return check_mma(graph, fused ? NULL : &c, kernel, err);
 }
 
 /* A reducing kernel keeps a tile of accumulators on the cpu's stack. */

@@ -65,7 +65,9 @@ void kgen_cuda_launch_shape(const sched_graph *graph, const kgen_kernel *kernel,
 		b = group->blocks;
 		sched_group_free(group);
 	}
-	if (kernel->schedule.mma.bm)
+	if (kernel->schedule.mma.bm && kernel->nops > 1)
+		n = kgen_mma_threads(&kernel->schedule.mma);
+	else if (kernel->schedule.mma.bm)
 		mma_launch_shape(graph, kernel, &b, &n);
 	*blocks = (unsigned)b;
 	*threads = (unsigned)n;

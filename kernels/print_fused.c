@@ -101,10 +101,14 @@ static bool touched(const fused_kernel *k, int t)
 	return false;
 }
 
-/* cuda: the block's threads, laid over the last stage's target. */
+/* cuda: the block's threads, laid over the last stage's target, or the
+ * warps of its products on tensor cores. */
 static unsigned block_threads(const fused_kernel *k)
 {
 	unsigned threads = 1;
+
+	if (k->kernel->schedule.mma.bm)
+		return (unsigned)kgen_mma_threads(&k->kernel->schedule.mma);
 
 	for (int d = 0; d < stage_target(k, group_of(k)->nstages - 1)->rank; d++)
 		threads *= k->kernel->schedule.threads[d];
@@ -432,6 +436,39 @@ static void print_cuda_stage(fused_kernel *k, int s)
 	sched_buf_printf(k->buf, "\t\t}\n");
 }
 
+/* A branch's first op, a matrix product, on tensor cores
+ * (kgen_fused_mma_unfit): its stages of A and B in the block's local
+ * memory, which later stages write only after it (hence the barriers on
+ * both sides), then each accumulator kept as any stage keeps an element.
+ * Its elements are its warps' lanes', so the next stage waits for it. A
+ * tile whose columns do not start on 8 elements (16 bytes, what cp.async
+ * needs) traps rather than read astray. */
+static void print_cuda_mma_stage(fused_kernel *k, int s)
+{
+	const sched_graph *g = k->pr.graph;
+	sched_contraction c;
+
+	sched_op_contraction(g, k->pr.op->index, &c);
+	sched_buf_printf(k->buf, "\t\t__syncthreads();\n\t\t{\n"
+			 "\tconst idx_t m0 = lo_%d_0, n0 = lo_%d_1;\n"
+			 "\tif (n0 %% 8)\n\t\t__trap();\n", s, s);
+	kgen_print_mma_pipeline(k->buf, g, &c, &k->kernel->schedule.mma);
+	sched_buf_printf(k->buf, "\t__syncthreads();\n");
+	kgen_print_mma_accumulators(k->buf);
+	sched_buf_printf(k->buf, "\t\t\t\tconst idx_t v_%s = m, v_%s = n;\n"
+			 "\t\t\t\tif (v_%s < hi_%d_0 && v_%s < hi_%d_1) {\n"
+			 "\t\t\t\t\tconst float x = acc[i][j][r];\n", var_name(k, 0),
+			 var_name(k, 1), var_name(k, 0), s, var_name(k, 1), s);
+	print_keep(k, s, "\t\t\t\t\t", "x");
+	sched_buf_printf(k->buf, "\t\t\t\t}\n\t\t\t}\n\t\t}\n");
+	k->barrier_due = true;
+}
+
+static bool first_of_branch(const fused_kernel *k, int s)
+{
+	return s == 0 || group_of(k)->stages[s - 1].branch != group_of(k)->stages[s].branch;
+}
+
 /* ---- blocks, lanes, branches ---- */
 
 static void print_stage(fused_kernel *k, int s)
@@ -443,6 +480,8 @@ static void print_stage(fused_kernel *k, int s)
 	use_stage(k, s);
 	sched_buf_printf(k->buf, "\t\t/* op %d: %s */\n", k->pr.op->index,
 			 stage_target(k, s)->name);
+	if (k->cuda && k->kernel->schedule.mma.bm && first_of_branch(k, s))
+		return print_cuda_mma_stage(k, s);
 	if (k->cuda)
 		return print_cuda_stage(k, s);
 	sched_buf_printf(k->buf, "\t\t{\n");
@@ -503,10 +542,18 @@ static void print_body(fused_kernel *k)
 	const sched_group *g = group_of(k);
 	int64_t floats = g->local_floats ? g->local_floats : 1;
 
+	if (k->cuda && k->kernel->schedule.mma.bm) {
+		int64_t stages = (kgen_mma_shared_bytes(&k->kernel->schedule.mma) + 3) / 4;
+
+		sched_buf_printf(k->buf, "\t__shared__ __align__(16) float local[%lld];\n"
+				 "\tunsigned short *const as = (unsigned short *)local;\n"
+				 "\tunsigned short *const bs = as + STAGES * BM * A_ROW;\n",
+				 (long long)(floats > stages ? floats : stages));
+	} else if (k->cuda) {
+		sched_buf_printf(k->buf, "\t__shared__ float local[%lld];\n", (long long)floats);
+	}
 	if (k->cuda) {
-		sched_buf_printf(k->buf, "\t__shared__ float local[%lld];\n"
-				 "\tconst idx_t blk = %s;\n", (long long)floats,
-				 kgen_cuda_tile(k->wrapped));
+		sched_buf_printf(k->buf, "\tconst idx_t blk = %s;\n", kgen_cuda_tile(k->wrapped));
 		print_lanes(k);
 		return;
 	}
@@ -522,6 +569,7 @@ char *kgen_print_fused(const sched_graph *graph, const kgen_kernel *kernel,
 		       bool cuda, bool wrapped)
 {
 	sched_group *group;
+	sched_contraction product;
 	sched_buf buf = {0};
 	fused_kernel k = {{graph, NULL, NULL}, kernel, &buf, cuda, wrapped, false};
 
@@ -531,6 +579,9 @@ char *kgen_print_fused(const sched_graph *graph, const kgen_kernel *kernel,
 	kgen_print_helpers(&buf, cuda, kgen_wide_indices(graph) || !cuda);
 	print_header(&k);
 	print_recomputed(&k);
+	if (cuda && kernel->schedule.mma.bm &&
+	    sched_op_contraction(graph, group->stages[0].op, &product))
+		kgen_print_mma_definitions(&buf, graph, &product, &kernel->schedule.mma);
 	print_params(&k);
 	print_body(&k);
 	sched_buf_printf(&buf, "}\n");

@@ -69,6 +69,17 @@ char *kgen_print_micro(const sched_graph *graph, const kgen_kernel *kernel);
 char *kgen_print_mma(const sched_graph *graph, const kgen_kernel *kernel, bool wrapped);
 void kgen_print_mma_prefetch(sched_buf *buf, const sched_graph *graph,
 			     const kgen_kernel *kernel, int produced);
+/* For a fused kernel whose branches start with products on tensor cores
+ * (kgen_fused_mma_unfit): the definitions its kernel needs (helpers and
+ * the constants of contraction "c" in blocking "mma"); the pipeline of
+ * one product into "acc" from its tile at "m0", "n0" through stages in
+ * "as" and "bs", all declared by the caller; and the loops over the
+ * accumulators, each at its "m" and "n" (the caller closes them). */
+void kgen_print_mma_definitions(sched_buf *buf, const sched_graph *graph,
+				const sched_contraction *c, const kgen_mma *mma);
+void kgen_print_mma_pipeline(sched_buf *buf, const sched_graph *graph,
+			     const sched_contraction *c, const kgen_mma *mma);
+void kgen_print_mma_accumulators(sched_buf *buf);
 
 /* A cuda kernel's entry (print.c): the __global__ function, or, "wrapped"
  * for sync, the device function NAME_tile that computes tile ktile, which

@@ -148,19 +148,27 @@ static void print_params(const mma_printer *p, const char *name, bool wrapped)
 	kgen_print_cuda_entry_end(p->buf, wrapped);
 }
 
-/* The pipeline: stages - 1 slices in flight before the first compute; at
- * each step, wait for the oldest, compute it, refill the stage freed one
- * step before (the barrier at the top orders both). */
-static void print_main_loop(const mma_printer *p, bool wrapped)
+/* The standalone kernel's shared stages and its tile's origin. */
+static void print_tile(const mma_printer *p, bool wrapped)
 {
 	sched_buf_printf(p->buf,
 		"\t__shared__ __align__(16) unsigned short as[STAGES * BM * A_ROW];\n"
 		"\t__shared__ __align__(16) unsigned short bs[STAGES * BK * B_ROW];\n"
+		"\tconst idx_t tiles_n = (N + BN - 1) / BN;\n"
+		"\tconst idx_t m0 = %s / tiles_n * BM, n0 = %s %% tiles_n * BN;\n",
+		kgen_cuda_tile(wrapped), kgen_cuda_tile(wrapped));
+}
+
+/* The pipeline, from the tile at m0, n0 into acc through the stages in
+ * as and bs: stages - 1 slices in flight before the first compute; at
+ * each step, wait for the oldest, compute it, refill the stage freed one
+ * step before (the barrier at the top orders both). */
+static void print_pipeline(const mma_printer *p)
+{
+	sched_buf_printf(p->buf,
 		"\tconst unsigned short *A = (const unsigned short *)t_%s + %lldLL;\n"
 		"\tconst unsigned short *B = (const unsigned short *)t_%s + %lldLL;\n"
 		"\tconst int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;\n"
-		"\tconst idx_t tiles_n = (N + BN - 1) / BN;\n"
-		"\tconst idx_t m0 = %s / tiles_n * BM, n0 = %s %% tiles_n * BN;\n"
 		"\tconst int wm0 = warp / (BN / WN) * WM, wn0 = warp %% (BN / WN) * WN;\n"
 		"\tconst int slices = (int)((K + BK - 1) / BK);\n"
 		"\tfloat acc[WM / 16][WN / 8][4] = {};\n"
@@ -182,23 +190,26 @@ static void print_main_loop(const mma_printer *p, bool wrapped)
 		"\t\tcompute_slice(acc, as + stage * BM * A_ROW, bs + stage * BK * B_ROW, wm0, wn0,\n"
 		"\t\t\t      lane);\n"
 		"\t}\n",
-		p->a->name, (long long)p->c.a0, p->b->name, (long long)p->c.b0,
-		kgen_cuda_tile(wrapped), kgen_cuda_tile(wrapped));
+		p->a->name, (long long)p->c.a0, p->b->name, (long long)p->c.b0);
 }
 
-/* Accumulator r of fragment (i, j) sits at row lane / 4 (+ 8 for r >= 2)
- * and column 2 (lane % 4) (+ 1 for odd r) of its 16 x 8. */
-static void print_epilogue(const mma_printer *p)
+void kgen_print_mma_accumulators(sched_buf *buf)
 {
-	sched_buf_printf(p->buf,
+	sched_buf_printf(buf,
 		"#pragma unroll\n"
 		"\tfor (int i = 0; i < WM / 16; i++)\n"
 		"#pragma unroll\n"
 		"\t\tfor (int j = 0; j < WN / 8; j++)\n"
 		"#pragma unroll\n"
 		"\t\t\tfor (int r = 0; r < 4; r++) {\n"
-		"\t\t\t\tidx_t m = m0 + wm0 + i * 16 + lane / 4 + (r >= 2 ? 8 : 0);\n"
-		"\t\t\t\tidx_t n = n0 + wn0 + j * 8 + lane %% 4 * 2 + (r & 1);\n"
+		"\t\t\t\tconst idx_t m = m0 + wm0 + i * 16 + lane / 4 + (r >= 2 ? 8 : 0);\n"
+		"\t\t\t\tconst idx_t n = n0 + wn0 + j * 8 + lane %% 4 * 2 + (r & 1);\n");
+}
+
+static void print_epilogue(const mma_printer *p)
+{
+	kgen_print_mma_accumulators(p->buf);
+	sched_buf_printf(p->buf,
 		"\t\t\t\tif (m < M && n < N)\n"
 		"\t\t\t\t\tt_%s[%lldLL + m * %lldLL + n * %lldLL] = %sacc[i][j][r]);\n"
 		"\t\t\t}\n"
@@ -207,26 +218,51 @@ static void print_epilogue(const mma_printer *p)
 		kgen_store_open(p->target));
 }
 
-char *kgen_print_mma(const sched_graph *graph, const kgen_kernel *kernel, bool wrapped)
+/* The printer of contraction "c" in blocking "mma". */
+static mma_printer printer_of(sched_buf *buf, const sched_graph *graph,
+			      const sched_contraction *c, const kgen_mma *mma)
 {
-	const sched_op *op = kgen_kernel_op(graph, kernel);
-	sched_buf buf = {0};
-	mma_printer p = {.buf = &buf, .graph = graph, .s = kernel->schedule.mma};
+	return (mma_printer){.buf = buf, .graph = graph, .c = *c, .s = *mma,
+			     .a = &graph->tensors[c->a], .b = &graph->tensors[c->b]};
+}
 
-	if (!sched_op_contraction(graph, op->index, &p.c))
-		return NULL;
-	p.a = &graph->tensors[p.c.a];
-	p.b = &graph->tensors[p.c.b];
-	p.target = &graph->tensors[op->target];
-	kgen_print_helpers(&buf, true, true);
-	kgen_print_header(&buf, &(kgen_printer){graph, op, NULL}, kernel->name);
-	sched_buf_printf(&buf, "%s", mma_helpers);
+void kgen_print_mma_definitions(sched_buf *buf, const sched_graph *graph,
+				const sched_contraction *c, const kgen_mma *mma)
+{
+	mma_printer p = printer_of(buf, graph, c, mma);
+
+	sched_buf_printf(buf, "%s", mma_helpers);
 	print_mma_call(&p);
 	print_constants(&p);
 	print_load_slice(&p);
 	print_compute_slice(&p);
+}
+
+void kgen_print_mma_pipeline(sched_buf *buf, const sched_graph *graph,
+			     const sched_contraction *c, const kgen_mma *mma)
+{
+	mma_printer p = printer_of(buf, graph, c, mma);
+
+	print_pipeline(&p);
+}
+
+char *kgen_print_mma(const sched_graph *graph, const kgen_kernel *kernel, bool wrapped)
+{
+	const sched_op *op = kgen_kernel_op(graph, kernel);
+	sched_buf buf = {0};
+	sched_contraction c;
+	mma_printer p;
+
+	if (!sched_op_contraction(graph, op->index, &c))
+		return NULL;
+	p = printer_of(&buf, graph, &c, &kernel->schedule.mma);
+	p.target = &graph->tensors[op->target];
+	kgen_print_helpers(&buf, true, true);
+	kgen_print_header(&buf, &(kgen_printer){graph, op, NULL}, kernel->name);
+	kgen_print_mma_definitions(&buf, graph, &c, &kernel->schedule.mma);
 	print_params(&p, kernel->name, wrapped);
-	print_main_loop(&p, wrapped);
+	print_tile(&p, wrapped);
+	print_pipeline(&p);
 	print_epilogue(&p);
 	return buf.str;
 }

@@ -7,7 +7,10 @@
  * most 2/16 of the peak (a library step is taken to use the whole
  * device). Each launch costs one empty launch. The estimate
  * is a lower bound of the time only as far as the peaks are peaks: a probe
- * that measured less than the device can do makes it pessimistic.
+ * that measured less than the device can do makes it pessimistic. The
+ * probe measures f32 multiply-adds, not tensor cores, so a product on
+ * them (an "mma" schedule, a cuBLASLt step) is bounded by its bytes
+ * alone.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -69,11 +72,14 @@ static double fused_ms(const sched_graph *graph, const kgen_kernel *kernel,
 	}
 	for (int s = 0; s < group->nstages; s++) {
 		const sched_op *op = &graph->ops[group->stages[s].op];
+		bool on_tensor_cores = kernel->schedule.mma.bm &&
+				       (s == 0 || group->stages[s - 1].branch != group->stages[s].branch);
 
 		sched_node_each_access(op->body, touch, seen);
 		seen[op->target] = true;
-		flops += (double)sched_op_flops(op) *
-			 (group->stages[s].store == SCHED_STORE_INLINE ? op->naccesses : 1);
+		if (!on_tensor_cores)
+			flops += (double)sched_op_flops(op) *
+				 (group->stages[s].store == SCHED_STORE_INLINE ? op->naccesses : 1);
 	}
 	for (int s = 0; s < group->nstages; s++)
 		if (group->stages[s].store == SCHED_STORE_LOCAL ||
@@ -102,7 +108,8 @@ double tuner_kernel_ms(const sched_graph *graph, const kgen_kernel *kernel,
 		return fused_ms(graph, kernel, peaks, cuda);
 	share = kernel->schedule.library ? 1 : device_share(t, &kernel->schedule, peaks, cuda);
 	memory_ms = op_bytes(graph, op) / (peaks->bandwidth_gbs * 1e6);
-	compute_ms = (double)sched_op_flops(op) / (peaks->gflops * share * 1e6);
+	compute_ms = kernel->schedule.mma.bm || (cuda && kernel->schedule.library) ? 0 :
+		     (double)sched_op_flops(op) / (peaks->gflops * share * 1e6);
 	return fmax(memory_ms, compute_ms) + peaks->launch_ms;
 }
 

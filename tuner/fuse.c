@@ -442,7 +442,11 @@ static bool try_merge(decoding *d, int a, int b)
 	k.schedule = d->schedules[f->kernel_of[root->index]];
 	if (!kgen_kernel_products(f->graph, &k, &product))
 		k.schedule.micro = (kgen_micro){0}; /* products side by side keep it */
-	k.schedule.mma = (kgen_mma){0}; /* for a kernel of one op only */
+	/* cuda: the products on tensor cores, the rest their epilogue, where
+	 * the first op's own kernel would run on them */
+	if (!f->cuda || !d->schedules[f->kernel_of[k.ops[0]]].mma.bm ||
+	    !kgen_fused_mma_fit(f->graph, &k, &d->schedules[f->kernel_of[k.ops[0]]].mma))
+		k.schedule.mma = (kgen_mma){0};
 	/* cpu: blocks in parallel when either part's were (a small root after
 	 * a large product, such as a bias add, would run the product serially) */
 	if (!k.schedule.parallel && f->graph->tensors[root->target].rank &&

@@ -878,12 +878,56 @@ static const int *whole_rows(tuner_search *s, const int *genes, int *out)
 	return out;
 }
 
+/* "genes" with every kernel's tile of about "elements" elements into
+ * "out", filled from the last dim: each dim the largest tile of its
+ * domain (which holds 1) within what the dims after it leave. */
+static void tiles_of(const tuner_search *s, const int *genes, int64_t elements, int *out)
+{
+	memcpy(out, genes, s->ngenes * sizeof(int));
+	for (int k = 0; k < s->nkernels; k++) {
+		const kernel_space *ks = &s->kernels[k];
+		int64_t left = elements;
+
+		for (int d = ks->rank - 1; d >= 0; d--) {
+			int best = index_of(ks->tiles[d], ks->ntiles[d], 1);
+
+			for (int i = 0; i < ks->ntiles[d]; i++)
+				if (ks->tiles[d][i] <= left && ks->tiles[d][i] > ks->tiles[d][best])
+					best = i;
+			out[ks->first_gene + d] = best;
+			left /= ks->tiles[d][best];
+		}
+	}
+}
+
+/* Into the population on cuda: the largest fusion with every kernel's
+ * tile of 64 x 64 elements and its products on tensor cores in the seed
+ * blocking with warps of 32 x 32: a fused group's first product then
+ * runs in 4 warps with the rest as its epilogue (kgen_fused_mma_fit),
+ * and its region and the stages kept after it fit shared memory. */
+static void propose_fused_mma(tuner_search *s, json_t *out)
+{
+	tiles_of(s, s->fused, 64 * 64, s->genes);
+	for (int k = 0; k < s->nkernels; k++) {
+		const kernel_space *ks = &s->kernels[k];
+		int *blocking = s->genes + ks->first_gene + ks->ngenes - BLOCKING_GENES;
+
+		if (ks->blocking != BLOCKING_MMA)
+			continue;
+		memcpy(blocking, blocking_seed[BLOCKING_MMA], BLOCKING_GENES * sizeof(int));
+		blocking[3] = blocking[4] = index_of(mma_sides, 3, 32);
+	}
+	join_population(s, s->genes, out);
+}
+
 /* The first population: the best plans measured or known (a quarter of it
  * at most, and only those that are genomes), the default and the largest
  * fusion with the seed blocking on every matrix product
  * (propose_blocked), where library steps are offered every product
  * that can be one as a library step with the rest fused, the largest
- * fusion again blocked with whole rows (whole_rows), the default
+ * fusion again blocked with whole rows (whole_rows), on cuda with its
+ * products on tensor cores and their epilogues fused (propose_fused_mma),
+ * the default
  * schedules with every fusion the planner allows and with one layer of
  * producers kept apart (propose_fused), and on cuda the default
  * so blocked with every kernel synced to the one before, mutants of the
@@ -910,6 +954,8 @@ static void first_population(tuner_search *s, json_t *out)
 	if (rows)
 		propose_blocked(s, whole_rows(s, s->fused, rows), out, false);
 	free(rows);
+	if (s->o.cuda)
+		propose_fused_mma(s, out);
 	propose_fused(s, out);
 	if (s->o.cuda)
 		propose_blocked(s, s->defaults, out, true);

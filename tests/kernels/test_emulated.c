@@ -2,7 +2,8 @@
  * test_emulated.c: the emulated backend (backend_emulated.c) runs the
  * CUDA the cuda backend would run, on the cpu, and kgen_verify checks it
  * against the reference: tensor-core products (ldmatrix, mma.sync,
- * cp.async emulated) in odd shapes, dtypes and blockings; the generic
+ * cp.async emulated) in odd shapes, dtypes and blockings, alone and with
+ * fused epilogues; the generic
  * kernels with each split of their reductions (shuffles, shared
  * memory). And the emulator can fail: a planted wrong fragment is
  * caught, threads that wait at barriers never all reached are reported
@@ -137,6 +138,99 @@ Test(emulated, the_small_examples_products_on_tensor_cores_match)
 		kgen_plan_free(plan);
 		sched_graph_free(g);
 	}
+	kgen_backend_close(backend);
+}
+
+/* Fused kernels whose products run on tensor cores with the rest of the
+ * group as their epilogue (kgen_fused_mma_unfit): a bias add and a
+ * transposed store (BERT's projection, several blocks and slices), a row
+ * reduction after the product (a barrier between), bf16 factors with a
+ * GELU and a residual add in f32, and the BERT example's projections one
+ * kernel each and all three in one launch, side by side, one after
+ * another or mixed. */
+static const struct {
+	const char *tensors, *ops[3], *plan;
+} fused_products[] = {
+	{"x f16 64,32 in; w f16 32,48 in; b f16 48 in; y f16 64,48; z f16 64,48; "
+	 "q f16 3,64,16 out",
+	 {"y[s, j] = sum(c) x[s, c] * w[c, j]", "z[s, j] = y[s, j] + b[j]",
+	  "q[h, s, d] = z[s, h * 16 + d]"},
+	 "{\"kernels\": [{\"ops\": [0, 1, 2], \"schedule\": {\"tile\": [1, 32, 16], \"mma\": "
+	 "{\"bm\": 32, \"bn\": 16, \"bk\": 16, \"wm\": 16, \"wn\": 8, \"stages\": 2}}}]}"},
+	{"x f16 64,32 in; w f16 32,32 in; h f16 64,32; m f32 64; y f16 64,32 out",
+	 {"h[i, j] = sum(c) x[i, c] * w[c, j]", "m[i] = sum(j) h[i, j] / 32.0",
+	  "y[i, j] = h[i, j] - m[i]"},
+	 "{\"kernels\": [{\"ops\": [0, 1, 2], \"schedule\": {\"tile\": [16, 32], \"mma\": "
+	 "{\"bm\": 16, \"bn\": 32, \"bk\": 16, \"wm\": 16, \"wn\": 16, \"stages\": 3}}}]}"},
+	{"x bf16 48,64 in; w bf16 64,40 in; r f32 48,40 in; h f32 48,40; g f32 48,40; "
+	 "y f32 48,40 out",
+	 {"h[i, j] = sum(c) x[i, c] * w[c, j]", "g[i, j] = gelu_tanh(h[i, j])",
+	  "y[i, j] = g[i, j] + r[i, j]"},
+	 "{\"kernels\": [{\"ops\": [0, 1, 2], \"schedule\": {\"tile\": [32, 16], \"mma\": "
+	 "{\"bm\": 32, \"bn\": 16, \"bk\": 32, \"wm\": 16, \"wn\": 16, \"stages\": 2}}}]}"},
+};
+
+#define QKV_MMA "\"mma\": {\"bm\": 16, \"bn\": 8, \"bk\": 16, \"wm\": 16, \"wn\": 8, " \
+		"\"stages\": 2}"
+static const char *const qkv_plans[] = {
+	"{\"kernels\": [{\"ops\": [0, 1, 2], \"schedule\": {\"tile\": [1, 8, 8], " QKV_MMA "}}, "
+	"{\"ops\": [3, 4, 5], \"schedule\": {\"tile\": [1, 8, 8], " QKV_MMA "}}, "
+	"{\"ops\": [6, 7, 8], \"schedule\": {\"tile\": [1, 8, 8], " QKV_MMA "}}]}",
+	"{\"kernels\": [{\"ops\": [0, 1, 2, 3, 4, 5, 6, 7, 8], \"lanes\": [0, 1, 2], "
+	"\"schedule\": {\"tile\": [1, 4, 8], " QKV_MMA "}}]}",
+	"{\"kernels\": [{\"ops\": [0, 1, 2, 3, 4, 5, 6, 7, 8], \"lanes\": [0, 0, 0], "
+	"\"schedule\": {\"tile\": [1, 4, 8], " QKV_MMA "}}]}",
+	"{\"kernels\": [{\"ops\": [0, 1, 2, 3, 4, 5, 6, 7, 8], \"lanes\": [0, 0, 1], "
+	"\"schedule\": {\"tile\": [1, 4, 8], " QKV_MMA "}}]}",
+};
+
+static kgen_plan *plan_of_text(const sched_graph *g, const char *text)
+{
+	json_t *json = json_loads(text, 0, NULL);
+	kgen_plan *plan = NULL;
+	kgen_error err = {0};
+
+	cr_assert_not_null(json, "%s", text);
+	cr_assert_eq(kgen_plan_from_json(g, json, &plan, &err), KGEN_OK, "%s\n%s", err.message,
+		     text);
+	json_decref(json);
+	return plan;
+}
+
+/* "text"'s kernels print their products on tensor cores, and it matches
+ * the reference on the emulated backend. */
+static void expect_fused_products_verified(kgen_backend *backend, const sched_graph *g,
+					   const char *text)
+{
+	kgen_plan *plan = plan_of_text(g, text);
+
+	for (int k = 0; k < plan->nkernels; k++) {
+		char *source = kgen_print_cuda(g, plan, k);
+
+		cr_expect_not_null(strstr(source, "compute_slice(acc"), "%s", source);
+		free(source);
+	}
+	expect_verified(backend, g, plan, text);
+	kgen_plan_free(plan);
+}
+
+Test(emulated, fused_epilogues_of_tensor_core_products_match)
+{
+	kgen_backend *backend = open_emulated();
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+
+	for (size_t i = 0; i < sizeof(fused_products) / sizeof(*fused_products); i++) {
+		cr_assert_eq(load_graph(fused_products[i].tensors, OPS(fused_products[i].ops[0],
+			     fused_products[i].ops[1], fused_products[i].ops[2]), &g, &serr),
+			     SCHED_OK, "%s", serr.message);
+		expect_fused_products_verified(backend, g, fused_products[i].plan);
+		sched_graph_free(g);
+	}
+	cr_assert_eq(load_example("bert_qkv_small", &g, &serr), SCHED_OK, "%s", serr.message);
+	for (size_t i = 0; i < sizeof(qkv_plans) / sizeof(*qkv_plans); i++)
+		expect_fused_products_verified(backend, g, qkv_plans[i]);
+	sched_graph_free(g);
 	kgen_backend_close(backend);
 }
 

@@ -7,7 +7,8 @@
  * enough of them must be accepted that the tests cannot pass by refusing
  * everything. The placements of bert_qkv's three branches (horizontal,
  * vertical, mixed) give the same outputs bit for bit, and the CUDA of
- * every fused kernel compiles with NVRTC for sm_90.
+ * every fused kernel compiles with NVRTC for sm_90; some run on the
+ * emulated backend and match the reference.
  *
  * The tests set no criterion timeout (meson's applies): criterion 2.4's
  * runner now and then leaks a timeout's record, which the sanitizer build
@@ -738,4 +739,41 @@ Test(fused, few_reduced_elements_share_a_warp_on_cuda)
 	free(shared);
 	kgen_plan_free(warps);
 	sched_graph_free(g);
+}
+
+/* The CUDA of the groups the planner must accept and of the placements
+ * runs on the emulated backend (the GPU's code on the cpu) and matches
+ * the reference; so does ln_residual's with 4 threads sharing each row's
+ * reductions by shuffles. */
+Test(fused, fused_cuda_kernels_verify_emulated)
+{
+	static const char shared_rows[] = "{\"kernels\": [{\"ops\": [0, 1, 2, 3], "
+		"\"schedule\": {\"tile\": [4, 16], \"threads\": [2, 16]}}]}";
+	kgen_backend *backend = NULL;
+	kgen_error err = {0};
+	sched_graph *g;
+	kgen_plan *plan;
+	char *source;
+
+	cr_assert_eq(kgen_backend_open("emulated", &backend, &err), KGEN_OK, "%s",
+		     err.message);
+	for (size_t i = 0; i < sizeof(must_accept) / sizeof(must_accept[0]); i++) {
+		g = example(must_accept[i].example);
+		expect_verified(backend, g, must_accept[i].plan, 5, must_accept[i].example,
+				NULL);
+		sched_graph_free(g);
+	}
+	g = example("bert_qkv_small");
+	for (size_t i = 0; i < NPLACEMENTS; i++)
+		expect_verified(backend, g, placements[i], 5, "a placement", NULL);
+	sched_graph_free(g);
+	g = example("ln_residual_small");
+	plan = read_plan(g, shared_rows);
+	source = kgen_print_cuda(g, plan, 0);
+	cr_expect_eq(occurrences(source, "__shfl_xor_sync"), 2, "%s", source);
+	expect_verified(backend, g, shared_rows, 5, "rows shared by 4 threads", NULL);
+	free(source);
+	kgen_plan_free(plan);
+	sched_graph_free(g);
+	kgen_backend_close(backend);
 }

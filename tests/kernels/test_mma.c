@@ -180,3 +180,63 @@ Test(mma, a_block_per_tile_a_warp_per_warp_tile)
 	kgen_plan_free(plan);
 	sched_graph_free(g);
 }
+
+static void expect_fused_refused(const char *example, const char *plan_text,
+				 const char *reason)
+{
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+	json_t *json = json_loads(plan_text, 0, NULL);
+	kgen_plan *plan = NULL;
+	kgen_error err = {0};
+
+	cr_assert_eq(load_example(example, &g, &serr), SCHED_OK, "%s", serr.message);
+	cr_expect_eq(kgen_plan_from_json(g, json, &plan, &err), KGEN_EPLAN, "%s", plan_text);
+	cr_expect_not_null(strstr(err.message, reason), "'%s', not '%s'", err.message, reason);
+	kgen_plan_free(plan);
+	json_decref(json);
+	sched_graph_free(g);
+}
+
+#define SMALL_MMA "\"mma\": {\"bm\": 16, \"bn\": 8, \"bk\": 16, \"wm\": 16, \"wn\": 8, " \
+		  "\"stages\": 2}"
+
+/* A fused kernel's "mma" runs its branches' first ops, matrix products,
+ * on tensor cores (test_emulated.c runs such kernels): one that cannot is
+ * refused with the reason; one that can compiles with NVRTC. */
+Test(mma, fused_kernels_with_tensor_core_products)
+{
+	static const char qkv[] = "{\"kernels\": [{\"ops\": [0, 1, 2, 3, 4, 5, 6, 7, 8], "
+		"\"lanes\": [0, 0, 1], \"schedule\": {\"tile\": [1, 4, 8], " SMALL_MMA "}}]}";
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+	json_t *json = json_loads(qkv, 0, NULL);
+	kgen_plan *plan = NULL;
+	kgen_error err = {0};
+	char *source;
+	int rc;
+
+	expect_fused_refused("ln_residual_small", "{\"kernels\": [{\"ops\": [0, 1, 2, 3], "
+			     "\"schedule\": {\"tile\": [2, 16], " SMALL_MMA "}}]}",
+			     "each branch's first op a matrix product");
+	expect_fused_refused("bert_qkv_small", "{\"kernels\": [{\"ops\": [0, 1, 2], "
+			     "\"schedule\": {\"tile\": [2, 8, 8], " SMALL_MMA "}}, "
+			     "{\"ops\": [3, 4, 5]}, {\"ops\": [6, 7, 8]}]}",
+			     "region within bm x bn");
+	expect_fused_refused("lstm_cell_small", "{\"kernels\": [{\"ops\": [0]}, "
+			     "{\"ops\": [1, 2], \"schedule\": {\"tile\": [1, 8], " SMALL_MMA "}}, "
+			     "{\"ops\": [3, 4, 5, 6, 7, 8]}]}", "both f16 or both bf16");
+	cr_assert_eq(load_example("bert_qkv_small", &g, &serr), SCHED_OK, "%s", serr.message);
+	cr_assert_eq(kgen_plan_from_json(g, json, &plan, &err), KGEN_OK, "%s", err.message);
+	source = kgen_print_cuda(g, plan, 0);
+	rc = kgen_nvrtc_check(source, "sm_90", &err);
+	if (rc == KGEN_EBACKEND)
+		cr_log_warn("libnvrtc is absent: the fused kernel was not compiled");
+	else
+		cr_expect_eq(rc, KGEN_OK, "%s\n%s", err.message, err.log ? err.log : "");
+	kgen_error_release(&err);
+	free(source);
+	kgen_plan_free(plan);
+	json_decref(json);
+	sched_graph_free(g);
+}

@@ -695,6 +695,35 @@ Test(cost, a_memory_bound_op_moves_its_bytes_at_the_peak)
 	sched_graph_free(g);
 }
 
+/* The probe measures f32 multiply-adds, not tensor cores: a product on
+ * them is bounded by its bytes alone, as is a fused kernel's product on
+ * them (its epilogue's flops still count). */
+Test(cost, a_product_on_tensor_cores_is_bounded_by_its_bytes)
+{
+	sched_graph *g = graph_of(
+		"{\"version\": 1, \"tensors\": {"
+		"\"a\": {\"shape\": [512, 512], \"dtype\": \"f16\", \"role\": \"input\"},"
+		"\"b\": {\"shape\": [512, 512], \"dtype\": \"f16\", \"role\": \"input\"},"
+		"\"c\": {\"shape\": [512, 512], \"dtype\": \"f16\"},"
+		"\"y\": {\"shape\": [512, 512], \"dtype\": \"f16\", \"role\": \"output\"}},"
+		"\"ops\": [\"c[i, j] = sum(k) a[i, k] * b[k, j]\", \"y[i, j] = relu(c[i, j])\"]}");
+	kgen_plan *plan = kgen_plan_default(g);
+	kgen_kernel fused = {.nops = 2, .ops = {0, 1}};
+	const kgen_mma blocking = {64, 64, 32, 32, 32, 2};
+	double generic = tuner_kernel_ms(g, &plan->kernels[0], &four_cores, 1);
+
+	plan->kernels[0].schedule.mma = blocking;
+	cr_expect_float_eq(tuner_kernel_ms(g, &plan->kernels[0], &four_cores, 1),
+			   512.0 * 512 * 2 * 3 / (20 * 1e6) + 0.005, 1e-9);
+	cr_expect_gt(generic, 1.0, "2 * 512^3 flops at 100 GFLOP/s");
+	fused.schedule = plan->kernels[1].schedule;
+	memcpy(fused.schedule.tile, (int64_t[]){64, 64}, 2 * sizeof(int64_t));
+	cr_assert(kgen_fused_mma_fit(g, &fused, &blocking));
+	cr_expect_lt(tuner_kernel_ms(g, &fused, &four_cores, 1), 0.2);
+	kgen_plan_free(plan);
+	sched_graph_free(g);
+}
+
 typedef struct fusion_seen {
 	int fused;      /* plans with a kernel of several ops */
 	int whole;      /* plans of one kernel */
@@ -1027,4 +1056,33 @@ Test(search, library_steps_only_where_offered_and_the_library_fits)
 		tuner_search_free(s);
 		sched_graph_free(g);
 	}
+}
+
+/* On cuda, a fused kernel whose first op is a product that its own
+ * kernel would run on tensor cores runs it on them with the rest of the
+ * group as its epilogue: BERT's first population and the next
+ * generation hold such kernels, and every plan is legal. */
+Test(search, fused_products_on_tensor_cores_on_cuda)
+{
+	sched_graph *g = example("bert_qkv");
+	tuner_search *s = tuner_search_new(g, &(tuner_search_options){.seed = 6, .cuda = 1});
+	json_t *g0 = tuner_search_generation(s), *g1, *json;
+	int fused_mma = 0;
+	size_t i;
+
+	tuner_search_record(s, json_array_get(g0, 0), 1);
+	g1 = tuner_search_generation(s);
+	json_array_extend(g0, g1);
+	json_array_foreach(g0, i, json) {
+		kgen_plan *plan = legal(g, json);
+
+		for (int k = 0; k < plan->nkernels; k++)
+			fused_mma += plan->kernels[k].nops > 1 && plan->kernels[k].schedule.mma.bm;
+		kgen_plan_free(plan);
+	}
+	cr_expect_geq(fused_mma, 4, "%d fused kernels on tensor cores", fused_mma);
+	json_decref(g0);
+	json_decref(g1);
+	tuner_search_free(s);
+	sched_graph_free(g);
 }
