@@ -292,21 +292,20 @@ static bool release(block_run *b)
 	return released;
 }
 
-static void start_fibers(block_run *b)
+/* Thread t's fiber, to start at fiber_main on its stack (above the
+ * guard page); a function of its own, as getcontext returns twice. */
+static void start_fiber(block_run *b, unsigned t)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	fiber *f = &b->fibers[t];
 
-	for (unsigned t = 0; t < b->nthreads; t++) {
-		fiber *f = &b->fibers[t];
-
-		getcontext(&f->context);
-		f->context.uc_stack.ss_sp = b->stacks + t * FIBER_STACK + page;
-		f->context.uc_stack.ss_size = FIBER_STACK - page;
-		f->context.uc_link = &b->scheduler;
-		makecontext(&f->context, fiber_main, 0);
-		f->state = FIBER_RUNNABLE;
-		f->exchanges = 0;
-	}
+	getcontext(&f->context);
+	f->context.uc_stack.ss_sp = b->stacks + t * FIBER_STACK + page;
+	f->context.uc_stack.ss_size = FIBER_STACK - page;
+	f->context.uc_link = &b->scheduler;
+	makecontext(&f->context, fiber_main, 0);
+	f->state = FIBER_RUNNABLE;
+	f->exchanges = 0;
 }
 
 /* Block "block": each runnable fiber in turn until it waits or returns,
@@ -314,7 +313,8 @@ static void start_fibers(block_run *b)
 static int run_block(block_run *b, unsigned block, const char *name, kgen_error *err)
 {
 	runtime.block = block;
-	start_fibers(b);
+	for (unsigned t = 0; t < b->nthreads; t++)
+		start_fiber(b, t);
 	do {
 		for (unsigned t = 0; t < b->nthreads; t++)
 			if (b->fibers[t].state == FIBER_RUNNABLE) {

@@ -335,20 +335,32 @@ static void decode_blocking(const kernel_space *ks, const int *at, kgen_schedule
 		sch->mma = decode_mma(at);
 }
 
+/* How many settings the blocking genes of "b" have; the i-th into "at". */
+static int blocking_settings(enum blocking b)
+{
+	int n = 1;
+
+	for (int g = 0; g < BLOCKING_GENES; g++)
+		n *= blocking_domain[b][g];
+	return n;
+}
+
+static void blocking_setting(enum blocking b, int i, int *at)
+{
+	for (int g = BLOCKING_GENES - 1; g >= 0; i /= blocking_domain[b][g--])
+		at[g] = i % blocking_domain[b][g];
+}
+
 /* The first blocking genes that decode to the blocking of "sch" into
  * "at"; false if none do. */
 static bool encode_blocking(const kernel_space *ks, const kgen_schedule *sch, int *at)
 {
-	const int *domain = blocking_domain[ks->blocking];
-	int n = 1;
+	int n = blocking_settings(ks->blocking);
 
-	for (int g = 0; g < BLOCKING_GENES; g++)
-		n *= domain[g];
 	for (int i = 0; i < n; i++) {
 		kgen_schedule d = {0};
 
-		for (int g = BLOCKING_GENES - 1, rest = i; g >= 0; rest /= domain[g--])
-			at[g] = rest % domain[g];
+		blocking_setting(ks->blocking, i, at);
 		decode_blocking(ks, at, &d);
 		if (!memcmp(&d.micro, &sch->micro, sizeof(d.micro)) &&
 		    !memcmp(&d.mma, &sch->mma, sizeof(d.mma)))
@@ -387,6 +399,30 @@ static bool encode_kernel(const tuner_search *s, int k, const kgen_schedule *sch
 	       at[2 * r + 3] < s->domain[ks->first_gene + 2 * r + 3];
 }
 
+/* The first tensor-core genes of base kernel "p", a product, into
+ * "genes" under which fused kernel "kernel" fits its products on tensor
+ * cores (kgen_fused_mma_fit, as decoding does) to the blocking it has;
+ * false if none do. */
+static bool encode_fused_mma(const tuner_search *s, int p, const kgen_kernel *kernel,
+			     int *genes)
+{
+	const kernel_space *ks = p >= 0 ? &s->kernels[p] : NULL;
+	int *at = ks ? genes + ks->first_gene + LIBRARY_GENE(ks->rank) + ks->library : NULL;
+	int n = blocking_settings(BLOCKING_MMA);
+
+	for (int i = 0; ks && ks->blocking == BLOCKING_MMA && i < n; i++) {
+		kgen_kernel fitted = *kernel;
+		kgen_mma m;
+
+		blocking_setting(BLOCKING_MMA, i, at);
+		m = decode_mma(at);
+		if (m.bm && kgen_fused_mma_fit(s->graph, &fitted, &m) &&
+		    !memcmp(&fitted.schedule.mma, &kernel->schedule.mma, sizeof(m)))
+			return true;
+	}
+	return false;
+}
+
 /* The sync genes of the base kernel "b" for "sync". */
 static void encode_sync(const tuner_search *s, int b, const kgen_sync *sync, int *genes)
 {
@@ -398,19 +434,35 @@ static void encode_sync(const tuner_search *s, int b, const kgen_sync *sync, int
 	at[3] = sync->on && sync->early_loads;
 }
 
+static int first_op(const kgen_kernel *kernel)
+{
+	int first = kernel->ops[0];
+
+	for (int i = 1; i < kernel->nops; i++)
+		first = kernel->ops[i] < first ? kernel->ops[i] : first;
+	return first;
+}
+
 /* The genes of "plan": each kernel's schedule and sync as its root's
- * genes (the other members' keep their defaults), its grouping as fusion
- * genes. */
+ * genes (the other members' keep their defaults), a fused kernel's
+ * products on tensor cores as its first op's (as tuner/fuse.c decodes
+ * them), its grouping as fusion genes. */
 static bool encode(const tuner_search *s, const kgen_plan *plan, int *genes)
 {
 	if (genes != s->defaults)
 		memcpy(genes, s->defaults, s->ngenes * sizeof(int));
 	for (int k = 0; k < plan->nkernels; k++) {
-		int b = base_kernel(s, kgen_kernel_op(s->graph, &plan->kernels[k])->index);
+		const kgen_kernel *kernel = &plan->kernels[k];
+		int b = base_kernel(s, kgen_kernel_op(s->graph, kernel)->index);
+		bool fused_mma = kernel->nops > 1 && kernel->schedule.mma.bm;
+		kgen_schedule root = kernel->schedule;
 
-		if (b < 0 || !encode_kernel(s, b, &plan->kernels[k].schedule, genes))
+		root.mma = fused_mma ? (kgen_mma){0} : root.mma;
+		if (b < 0 || !encode_kernel(s, b, &root, genes) ||
+		    (fused_mma && !encode_fused_mma(s, base_kernel(s, first_op(kernel)),
+						    kernel, genes)))
 			return false;
-		encode_sync(s, b, &plan->kernels[k].sync, genes);
+		encode_sync(s, b, &kernel->sync, genes);
 	}
 	tuner_fusion_encode(s->fusion, plan, genes + s->first_fusion_gene);
 	return true;

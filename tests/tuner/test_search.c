@@ -1086,3 +1086,40 @@ Test(search, fused_products_on_tensor_cores_on_cuda)
 	tuner_search_free(s);
 	sched_graph_free(g);
 }
+
+/* A known plan whose fused kernel runs its products on tensor cores is a
+ * genome (encoded through its first product's genes), so the first
+ * population holds mutants of it that keep its tile and blocking. */
+Test(search, a_known_fused_plan_on_tensor_cores_is_a_genome)
+{
+	static const char known[] = "{\"kernels\": [{\"ops\": [0, 1, 2, 3, 4, 5, 6, 7, 8], "
+		"\"schedule\": {\"tile\": [1, 32, 64], \"mma\": {\"bm\": 32, \"bn\": 64, "
+		"\"bk\": 32, \"wm\": 32, \"wn\": 32, \"stages\": 2}}}]}";
+	sched_graph *g = example("bert_qkv");
+	tuner_search *s = tuner_search_new(g, &(tuner_search_options){.seed = 7, .cuda = 1});
+	json_t *plan = json_loads(known, 0, NULL), *g0, *g1, *json;
+	int kept = 0;
+	size_t i;
+
+	kgen_plan_free(legal(g, plan));
+	tuner_search_know(s, plan, 0.001);
+	g0 = tuner_search_generation(s);
+	json_array_foreach(g0, i, json)
+		tuner_search_record(s, json, 1);
+	g1 = tuner_search_generation(s);
+	json_array_foreach(g1, i, json) {
+		kgen_plan *p = legal(g, json);
+
+		for (int k = 0; k < p->nkernels; k++)
+			kept += p->kernels[k].nops > 1 && p->kernels[k].schedule.tile[1] == 32 &&
+				p->kernels[k].schedule.mma.bm == 32 &&
+				p->kernels[k].schedule.mma.bn == 64;
+		kgen_plan_free(p);
+	}
+	cr_expect_geq(kept, 3, "%d fused kernels keep the known tile and blocking", kept);
+	json_decref(g0);
+	json_decref(g1);
+	json_decref(plan);
+	tuner_search_free(s);
+	sched_graph_free(g);
+}
