@@ -86,7 +86,8 @@ typedef struct kgen_mma {
 } kgen_mma;
 
 /* The threads of a block of "mma": a warp per wm x wn; its shared
- * memory: the stages of A's and B's slices, rows padded by 8. */
+ * memory: the stages of A's and B's slices, or the bm x bn tile of C
+ * staged for 16-byte stores, whichever is larger (rows padded by 8). */
 int kgen_mma_threads(const kgen_mma *mma);
 int kgen_mma_shared_bytes(const kgen_mma *mma);
 

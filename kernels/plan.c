@@ -422,7 +422,10 @@ int kgen_mma_threads(const kgen_mma *m)
 
 int kgen_mma_shared_bytes(const kgen_mma *m)
 {
-	return m->stages * (m->bm * (m->bk + 8) + m->bk * (m->bn + 8)) * 2;
+	int stages = m->stages * (m->bm * (m->bk + 8) + m->bk * (m->bn + 8)) * 2;
+	int c_tile = m->bm * (m->bn + 8) * 2;
+
+	return stages > c_tile ? stages : c_tile;
 }
 
 /* The first stage of each branch of "group" that is a matrix product

@@ -6,11 +6,14 @@
  * (bm / wm) x (bn / wn), each compute wm x wn with mma.sync m16n8k16 and
  * f32 accumulators. A and B pass through shared memory in bk-deep
  * slices, "stages" of them in flight: cp.async copies 16 bytes at a time
- * (zero-filling what lies past M, N or K), ldmatrix reads the fragments
+ * (zero-filling what lies past M, N or K; an interior tile's slices
+ * have code of their own, without bounds), ldmatrix reads the fragments
  * (transposed for B, which is row-major K x N). Rows of shared memory are
  * padded by 8 elements so that ldmatrix's eight rows fall in different
  * banks. The epilogue rounds the accumulators to C's dtype and stores
- * them through C's strides. Inline PTX only: NVRTC needs no header.
+ * them through C's strides; a 16-bit C with rows on 16 bytes goes
+ * through shared memory first and is stored 16 bytes at a time. Inline
+ * PTX only: NVRTC needs no header.
  */
 #include <stdlib.h>
 
@@ -52,6 +55,12 @@ static const char mma_helpers[] =
 	"\tasm volatile(\"ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\\n\"\n"
 	"\t\t     : \"=r\"(r[0]), \"=r\"(r[1]) : \"r\"(smem_address(p)));\n"
 	"}\n"
+	"/* 16 bytes at once, both addresses on 16 bytes. */\n"
+	"struct __align__(16) bytes16 { unsigned w[4]; };\n"
+	"__device__ __forceinline__ void store16(void *to, const void *from)\n"
+	"{\n"
+	"\t*(bytes16 *)to = *(const bytes16 *)from;\n"
+	"}\n"
 	"#define copies_commit() asm volatile(\"cp.async.commit_group;\\n\")\n"
 	"#define copies_wait(n) asm volatile(\"cp.async.wait_group %0;\\n\" :: \"n\"(n))\n"
 	"#endif\n";
@@ -81,19 +90,41 @@ static void print_constants(const mma_printer *p)
 		"#define LDA %lldLL\n#define LDB %lldLL\n"
 		"#define BM %d\n#define BN %d\n#define BK %d\n#define WM %d\n#define WN %d\n"
 		"#define STAGES %d\n#define THREADS %d\n"
-		"#define A_ROW (BK + 8)\n#define B_ROW (BN + 8)\n",
+		"#define A_ROW (BK + 8)\n#define B_ROW (BN + 8)\n#define C_ROW (BN + 8)\n"
+		"#define SHARED_HALVES %d\n",
 		(long long)p->c.m, (long long)p->c.n, (long long)p->c.k,
 		(long long)p->c.a_m, (long long)p->c.b_k, p->s.bm, p->s.bn, p->s.bk,
-		p->s.wm, p->s.wn, p->s.stages, kgen_mma_threads(&p->s));
+		p->s.wm, p->s.wn, p->s.stages, kgen_mma_threads(&p->s),
+		kgen_mma_shared_bytes(&p->s) / 2);
 }
 
-/* The k-th bk slice of A's and B's tiles into shared stage "stage". */
+/* The k-th bk slice of A's and B's tiles into shared stage "stage".
+ * Exactly-sized code for a slice that lies wholly inside A and B ("whole":
+ * an interior tile, not the last partial slice of K): loops of a fixed
+ * count, no bounds; the edges' code checks them and zero-fills. */
 static void print_load_slice(const mma_printer *p)
 {
 	sched_buf_printf(p->buf,
 		"__device__ __forceinline__ void load_slice(unsigned short *as, unsigned short *bs,\n"
-		"\tconst unsigned short *A, const unsigned short *B, idx_t m0, idx_t n0, int kt)\n"
+		"\tconst unsigned short *A, const unsigned short *B, idx_t m0, idx_t n0, int kt,\n"
+		"\tbool whole)\n"
 		"{\n"
+		"\tif (whole) {\n"
+		"#pragma unroll\n"
+		"\t\tfor (int i = 0; i < (BM * BK / 8 + THREADS - 1) / THREADS; i++) {\n"
+		"\t\t\tint c = threadIdx.x + i * THREADS, row = c / (BK / 8), col = c %% (BK / 8) * 8;\n"
+		"\t\t\tif ((BM * BK / 8) %% THREADS == 0 || c < BM * BK / 8)\n"
+		"\t\t\t\tcopy16(as + row * A_ROW + col, A + (m0 + row) * LDA + (idx_t)kt * BK + col, 16);\n"
+		"\t\t}\n"
+		"#pragma unroll\n"
+		"\t\tfor (int i = 0; i < (BK * BN / 8 + THREADS - 1) / THREADS; i++) {\n"
+		"\t\t\tint c = threadIdx.x + i * THREADS, row = c / (BN / 8), col = c %% (BN / 8) * 8;\n"
+		"\t\t\tif ((BK * BN / 8) %% THREADS == 0 || c < BK * BN / 8)\n"
+		"\t\t\t\tcopy16(bs + row * B_ROW + col, B + ((idx_t)kt * BK + row) * LDB + n0 + col, 16);\n"
+		"\t\t}\n"
+		"\t\tcopies_commit();\n"
+		"\t\treturn;\n"
+		"\t}\n"
 		"\tfor (int c = threadIdx.x; c < BM * BK / 8; c += THREADS) {\n"
 		"\t\tint row = c / (BK / 8), col = c %% (BK / 8) * 8;\n"
 		"\t\tidx_t m = m0 + row, k = (idx_t)kt * BK + col;\n"
@@ -152,8 +183,8 @@ static void print_params(const mma_printer *p, const char *name, bool wrapped)
 static void print_tile(const mma_printer *p, bool wrapped)
 {
 	sched_buf_printf(p->buf,
-		"\t__shared__ __align__(16) unsigned short as[STAGES * BM * A_ROW];\n"
-		"\t__shared__ __align__(16) unsigned short bs[STAGES * BK * B_ROW];\n"
+		"\t__shared__ __align__(16) unsigned short as[SHARED_HALVES];\n"
+		"\tunsigned short *const bs = as + STAGES * BM * A_ROW;\n"
 		"\tconst idx_t tiles_n = (N + BN - 1) / BN;\n"
 		"\tconst idx_t m0 = %s / tiles_n * BM, n0 = %s %% tiles_n * BN;\n",
 		kgen_cuda_tile(wrapped), kgen_cuda_tile(wrapped));
@@ -171,10 +202,12 @@ static void print_pipeline(const mma_printer *p)
 		"\tconst int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;\n"
 		"\tconst int wm0 = warp / (BN / WN) * WM, wn0 = warp %% (BN / WN) * WN;\n"
 		"\tconst int slices = (int)((K + BK - 1) / BK);\n"
+		"\tconst bool inside = m0 + BM <= M && n0 + BN <= N;\n"
 		"\tfloat acc[WM / 16][WN / 8][4] = {};\n"
 		"\tfor (int s = 0; s < STAGES - 1; s++) {\n"
 		"\t\tif (s < slices)\n"
-		"\t\t\tload_slice(as + s * BM * A_ROW, bs + s * BK * B_ROW, A, B, m0, n0, s);\n"
+		"\t\t\tload_slice(as + s * BM * A_ROW, bs + s * BK * B_ROW, A, B, m0, n0, s,\n"
+		"\t\t\t\t   inside && (idx_t)(s + 1) * BK <= K);\n"
 		"\t\telse\n"
 		"\t\t\tcopies_commit();\n"
 		"\t}\n"
@@ -184,7 +217,7 @@ static void print_pipeline(const mma_printer *p)
 		"\t\t__syncthreads();\n"
 		"\t\tif (next < slices)\n"
 		"\t\t\tload_slice(as + next %% STAGES * BM * A_ROW, bs + next %% STAGES * BK * B_ROW,\n"
-		"\t\t\t\t   A, B, m0, n0, next);\n"
+		"\t\t\t\t   A, B, m0, n0, next, inside && (idx_t)(next + 1) * BK <= K);\n"
 		"\t\telse\n"
 		"\t\t\tcopies_commit();\n"
 		"\t\tcompute_slice(acc, as + stage * BM * A_ROW, bs + stage * BK * B_ROW, wm0, wn0,\n"
@@ -206,11 +239,56 @@ void kgen_print_mma_accumulators(sched_buf *buf)
 		"\t\t\t\tconst idx_t n = n0 + wn0 + j * 8 + lane %% 4 * 2 + (r & 1);\n");
 }
 
+/* Whether C takes 16-byte stores: 16-bit elements in rows of it that
+ * start on 8 elements, unit stride along N. */
+static bool stores_16_bytes(const mma_printer *p)
+{
+	return sched_dtype_bytes(p->target->dtype) == 2 && p->c.c_n == 1 &&
+	       p->c.c_m % 8 == 0 && p->c.c0 % 8 == 0;
+}
+
+/* The epilogue through shared memory: the warps' accumulators, rounded,
+ * into the tile of C (pairs of columns a 32-bit word), then each thread
+ * stores 8 consecutive elements of a row at once; past N, one by one. */
+static void print_staged_epilogue(const mma_printer *p)
+{
+	sched_buf_printf(p->buf,
+		"\t__syncthreads();\n"
+		"#pragma unroll\n"
+		"\tfor (int i = 0; i < WM / 16; i++)\n"
+		"#pragma unroll\n"
+		"\t\tfor (int j = 0; j < WN / 8; j++)\n"
+		"#pragma unroll\n"
+		"\t\t\tfor (int h = 0; h < 2; h++) {\n"
+		"\t\t\t\tint row = wm0 + i * 16 + lane / 4 + h * 8, col = wn0 + j * 8 + lane %% 4 * 2;\n"
+		"\t\t\t\t*(unsigned *)(as + row * C_ROW + col) = (unsigned)%s(acc[i][j][2 * h]) |\n"
+		"\t\t\t\t\t(unsigned)%s(acc[i][j][2 * h + 1]) << 16;\n"
+		"\t\t\t}\n"
+		"\t__syncthreads();\n"
+		"\tfor (int c = threadIdx.x; c < BM * BN / 8; c += THREADS) {\n"
+		"\t\tint row = c / (BN / 8), col = c %% (BN / 8) * 8;\n"
+		"\t\tidx_t m = m0 + row, n = n0 + col;\n"
+		"\t\t%s *to = t_%s + %lldLL + m * %lldLL + n;\n"
+		"\t\tif (inside || (m < M && n + 8 <= N))\n"
+		"\t\t\tstore16(to, as + row * C_ROW + col);\n"
+		"\t\telse if (m < M)\n"
+		"\t\t\tfor (int e = 0; e < 8 && n + e < N; e++)\n"
+		"\t\t\t\tto[e] = as[row * C_ROW + col + e];\n"
+		"\t}\n"
+		"}\n",
+		p->target->dtype == SCHED_F16 ? "f16_store" : "bf16_store",
+		p->target->dtype == SCHED_F16 ? "f16_store" : "bf16_store",
+		kgen_ctype(p->target->dtype, true), p->target->name, (long long)p->c.c0,
+		(long long)p->c.c_m);
+}
+
 static void print_epilogue(const mma_printer *p)
 {
+	if (stores_16_bytes(p))
+		return print_staged_epilogue(p);
 	kgen_print_mma_accumulators(p->buf);
 	sched_buf_printf(p->buf,
-		"\t\t\t\tif (m < M && n < N)\n"
+		"\t\t\t\tif (inside || (m < M && n < N))\n"
 		"\t\t\t\t\tt_%s[%lldLL + m * %lldLL + n * %lldLL] = %sacc[i][j][r]);\n"
 		"\t\t\t}\n"
 		"}\n",

@@ -86,9 +86,10 @@ static const kgen_mma blockings[] = {
 };
 #define NBLOCKINGS (sizeof(blockings) / sizeof(*blockings))
 
-/* Shapes no tile divides (several blocks, K in several slices and a
- * zero-filled last one), bf16 factors, an f32 and a bf16 output, a
- * shifted B. */
+/* Shapes no tile divides (several blocks, interior and edge tiles, K in
+ * several slices and a zero-filled last one), bf16 factors, an f32 and a
+ * bf16 output, a shifted B; and shapes every tile divides (interior
+ * tiles only). */
 static const char *const odd_products[][2] = {
 	{"a f16 100,72 in; b f16 72,40 in; y f16 100,40 out",
 	 "y[i, j] = sum(k) a[i, k] * b[k, j]"},
@@ -96,6 +97,8 @@ static const char *const odd_products[][2] = {
 	 "y[i, j] = sum(k) a[i, k] * b[k, j]"},
 	{"a f16 50,16 in; b f16 24,24 in; y bf16 50,24 out",
 	 "y[i, j] = sum(k < 16) a[i, k] * b[k + 8, j]"},
+	{"a f16 128,64 in; b f16 64,128 in; y f16 128,128 out",
+	 "y[i, j] = sum(k) a[i, k] * b[k, j]"},
 };
 
 Test(emulated, tensor_core_products_match_the_reference)
@@ -300,30 +303,61 @@ Test(emulated, generic_kernels_match_with_every_split)
 	kgen_backend_close(backend);
 }
 
-/* A product whose epilogue stores each pair of columns swapped: the
- * emulator must not pass it. */
-Test(emulated, a_wrong_fragment_is_caught)
+/* "source" with "from" replaced by "to" (of the same length) fails
+ * verification on "g" and "plan". */
+static void expect_planted_bug_caught(kgen_backend *backend, const sched_graph *g,
+				      const kgen_plan *plan, const char *source,
+				      const char *from, const char *to)
+{
+	char *planted = strdup(source), *at = strstr(planted, from);
+	kgen_error err = {0};
+
+	cr_assert_not_null(at, "no '%s' in\n%s", from, source);
+	cr_assert_eq(strlen(from), strlen(to));
+	memcpy(at, to, strlen(to));
+	cr_expect_eq(build_and_verify(backend, g, plan, (const char *const[]){planted}, &err),
+		     KGEN_EWRONG, "'%s' as '%s': %s", from, to, err.message);
+	kgen_error_release(&err);
+	free(planted);
+}
+
+/* Product "i" of odd_products printed in blocking 0: verified as
+ * printed, and each planted bug ("from" as "to") caught. */
+static void expect_bugs_caught(kgen_backend *backend, size_t i, const char *const (*bugs)[2],
+			       int nbugs)
 {
 	sched_graph *g = NULL;
 	sched_error serr = {0};
-	kgen_backend *backend = open_emulated();
 	kgen_plan *plan;
-	kgen_error err = {0};
-	char *source, *column;
+	char *source;
 
-	cr_assert_eq(load_graph(odd_products[0][0], OPS(odd_products[0][1]), &g, &serr),
+	cr_assert_eq(load_graph(odd_products[i][0], OPS(odd_products[i][1]), &g, &serr),
 		     SCHED_OK);
 	plan = mma_plan(g, blockings[0]);
 	source = kgen_print_cuda(g, plan, 0);
 	expect_verified(backend, g, plan, "the source as printed");
-	cr_assert_not_null(column = strstr(source, "+ (r & 1);"));
-	memcpy(column, "+ (r ^ 1);", strlen("+ (r ^ 1);"));
-	cr_expect_eq(build_and_verify(backend, g, plan, (const char *const[]){source}, &err),
-		     KGEN_EWRONG, "%s", err.message);
-	kgen_error_release(&err);
+	for (int b = 0; b < nbugs; b++)
+		expect_planted_bug_caught(backend, g, plan, source, bugs[b][0], bugs[b][1]);
 	free(source);
 	kgen_plan_free(plan);
 	sched_graph_free(g);
+}
+
+/* Planted bugs the emulator must not pass: interior tiles whose slices
+ * of A repeat rows (the exactly-sized path runs), a staged epilogue that
+ * stores each pair of columns' first element twice (an f16 C), and an
+ * epilogue that stores each pair swapped (an f32 C, stored directly). */
+Test(emulated, planted_bugs_are_caught)
+{
+	static const char *const staged[][2] = {
+		{"A + (m0 + row) * LDA", "A + (m0 + row/2)*LDA"},
+		{"acc[i][j][2 * h + 1]", "acc[i][j][2 * h + 0]"},
+	};
+	static const char *const direct[][2] = {{"+ (r & 1);", "+ (r ^ 1);"}};
+	kgen_backend *backend = open_emulated();
+
+	expect_bugs_caught(backend, 0, staged, 2);
+	expect_bugs_caught(backend, 1, direct, 1);
 	kgen_backend_close(backend);
 }
 
