@@ -76,24 +76,30 @@ typedef struct kgen_micro {
 int kgen_cpu_vector_floats(void);
 int kgen_micro_vector_floats(int nr);
 
-/* A contraction of f16 or bf16 factors on tensor cores (cuda, sm_80 and
- * later; kernels/print_mma.c): bm x bn tiles of C per block, warps of
- * wm x wn each (mma.sync m16n8k16, f32 accumulators), K in slices bk
- * deep with "stages" of them in flight (cp.async). bm 0: the kernel is
+/* A contraction on tensor cores (cuda, sm_80 and later;
+ * kernels/print_mma.c): bm x bn tiles of C per block, warps of wm x wn
+ * each (mma.sync m16n8k16 for f16 or bf16 factors, m16n8k8 tf32 for f32
+ * ones where the graph allows it; f32 accumulators), K in slices bk deep
+ * with "stages" of them in flight (cp.async). bm 0: the kernel is
  * printed from its tiles instead. */
 typedef struct kgen_mma {
 	int bm, bn, bk, wm, wn, stages;
 } kgen_mma;
 
 /* The threads of a block of "mma": a warp per wm x wn; its shared
- * memory: the stages of A's and B's slices, or the bm x bn tile of C
- * staged for 16-byte stores, whichever is larger (rows padded by 8). */
+ * memory, for factors of "factor_bytes" each: the stages of A's and B's
+ * slices, or the bm x bn tile of C staged for 16-byte stores, whichever
+ * is larger (rows padded by 16 bytes, B's by 8 elements); and "mma"
+ * repaired until that fits static shared memory: fewer stages, then
+ * thinner slices. */
 int kgen_mma_threads(const kgen_mma *mma);
-int kgen_mma_shared_bytes(const kgen_mma *mma);
+int kgen_mma_shared_bytes(const kgen_mma *mma, int factor_bytes);
+void kgen_mma_repair(kgen_mma *mma, int factor_bytes);
 
-/* Why the factors of contraction "c" cannot go through tensor cores (what
- * cp.async and ldmatrix need: f16 or bf16 both, K contiguous in A and N
- * in B, rows starting on 16 bytes), or NULL when they can. */
+/* Why the factors of contraction "c" cannot go through tensor cores (f16
+ * or bf16 both, or f32 both where the graph allows tf32; what cp.async
+ * needs: K contiguous in A and N in B, rows starting on 16 bytes), or
+ * NULL when they can. */
 const char *kgen_mma_operands_unfit(__sched_keep const sched_graph *graph,
 				    const sched_contraction *c);
 

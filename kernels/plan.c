@@ -405,13 +405,15 @@ static int read_micro(const sched_graph *graph, json_t *sched, kgen_kernel *kern
 const char *kgen_mma_operands_unfit(const sched_graph *graph, const sched_contraction *c)
 {
 	enum sched_dtype a = graph->tensors[c->a].dtype, b = graph->tensors[c->b].dtype;
+	int per_16_bytes = 16 / sched_dtype_bytes(a);
 
-	if (a != b || (a != SCHED_F16 && a != SCHED_BF16))
-		return "factors both f16 or both bf16";
-	if (c->a_k != 1 || c->b_n != 1 || c->a_m % 8 || c->b_k % 8 || c->a0 % 8 ||
-	    c->b0 % 8)
+	if (a != b || (a != SCHED_F16 && a != SCHED_BF16 &&
+		       (a != SCHED_F32 || !graph->allow_tf32)))
+		return "factors both f16 or both bf16 (or both f32 where the graph allows tf32)";
+	if (c->a_k != 1 || c->b_n != 1 || c->a_m % per_16_bytes || c->b_k % per_16_bytes ||
+	    c->a0 % per_16_bytes || c->b0 % per_16_bytes)
 		return "A with K contiguous and B with N contiguous, rows starting on "
-		       "8 elements";
+		       "8 elements (4 of f32: 16 bytes)";
 	return NULL;
 }
 
@@ -420,12 +422,33 @@ int kgen_mma_threads(const kgen_mma *m)
 	return m->bm / m->wm * (m->bn / m->wn) * 32;
 }
 
-int kgen_mma_shared_bytes(const kgen_mma *m)
+int kgen_mma_shared_bytes(const kgen_mma *m, int factor_bytes)
 {
-	int stages = m->stages * (m->bm * (m->bk + 8) + m->bk * (m->bn + 8)) * 2;
+	int stages = m->stages * (m->bm * (m->bk + 16 / factor_bytes) +
+				  m->bk * (m->bn + 8)) * factor_bytes;
 	int c_tile = m->bm * (m->bn + 8) * 2;
 
 	return stages > c_tile ? stages : c_tile;
+}
+
+void kgen_mma_repair(kgen_mma *m, int factor_bytes)
+{
+	while (kgen_mma_shared_bytes(m, factor_bytes) > KGEN_LOCAL_BYTES && m->stages > 2)
+		m->stages--;
+	while (kgen_mma_shared_bytes(m, factor_bytes) > KGEN_LOCAL_BYTES && m->bk > 16)
+		m->bk /= 2;
+}
+
+/* The bytes of an element of the factors of the first product among the
+ * ops of "kernel" (2 when it has none: the check that needs one fails). */
+static int factor_bytes_of(const sched_graph *graph, const kgen_kernel *kernel)
+{
+	sched_contraction c;
+
+	for (int i = 0; i < kernel->nops; i++)
+		if (sched_op_contraction(graph, kernel->ops[i], &c))
+			return sched_dtype_bytes(graph->tensors[c.a].dtype);
+	return 2;
 }
 
 /* The first stage of each branch of "group" that is a matrix product
@@ -484,9 +507,8 @@ static int round_up_to(int v, int step)
 
 /* "mma" repaired to fit the first product's region, "extent": warps no
  * larger than the region rounded up to whole mma tiles (16 x 8), the
- * block the region rounded up to whole warps, then fewer stages and
- * thinner slices until shared memory suffices. */
-static kgen_mma fitted_mma(const int64_t *extent, const kgen_mma *mma)
+ * block the region rounded up to whole warps, then kgen_mma_repair. */
+static kgen_mma fitted_mma(const int64_t *extent, const kgen_mma *mma, int factor_bytes)
 {
 	kgen_mma m = *mma;
 
@@ -494,26 +516,25 @@ static kgen_mma fitted_mma(const int64_t *extent, const kgen_mma *mma)
 	m.wn = m.wn < round_up_to((int)extent[1], 8) ? m.wn : round_up_to((int)extent[1], 8);
 	m.bm = round_up_to((int)extent[0], m.wm);
 	m.bn = round_up_to((int)extent[1], m.wn);
-	while (kgen_mma_shared_bytes(&m) > KGEN_LOCAL_BYTES && m.stages > 2)
-		m.stages--;
-	while (kgen_mma_shared_bytes(&m) > KGEN_LOCAL_BYTES && m.bk > 16)
-		m.bk /= 2;
+	kgen_mma_repair(&m, factor_bytes);
 	return m;
 }
 
 bool kgen_fused_mma_fit(const sched_graph *graph, kgen_kernel *kernel, const kgen_mma *mma)
 {
+	int factor_bytes = factor_bytes_of(graph, kernel);
 	sched_group *group;
 	kgen_mma m;
 
 	kernel->schedule.mma = (kgen_mma){0};
 	if (kernel->nops < 2 || kgen_kernel_group(graph, kernel, true, &group, NULL) < 0)
 		return false;
-	m = group->stages[0].rank == 2 ? fitted_mma(group->stages[0].extent, mma) :
-					  (kgen_mma){0};
+	m = group->stages[0].rank == 2 ?
+		fitted_mma(group->stages[0].extent, mma, factor_bytes) : (kgen_mma){0};
 	sched_group_free(group);
 	if (!m.bm || kgen_mma_threads(&m) > MAX_THREADS ||
-	    kgen_mma_shared_bytes(&m) > KGEN_LOCAL_BYTES || m.bm > 256 || m.bn > 256)
+	    kgen_mma_shared_bytes(&m, factor_bytes) > KGEN_LOCAL_BYTES || m.bm > 256 ||
+	    m.bn > 256)
 		return false;
 	kernel->schedule.mma = m;
 	if (kgen_fused_mma_unfit(graph, kernel)) {
@@ -541,10 +562,12 @@ static int check_mma(const sched_graph *graph, const sched_contraction *c,
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'mma' needs wm a "
 				 "multiple of 16 dividing bm, wn a multiple of 8 dividing bn, "
 				 "bk a multiple of 16", kernel->name);
-	if (kgen_mma_threads(m) > MAX_THREADS || kgen_mma_shared_bytes(m) > KGEN_LOCAL_BYTES)
+	if (kgen_mma_threads(m) > MAX_THREADS ||
+	    kgen_mma_shared_bytes(m, factor_bytes_of(graph, kernel)) > KGEN_LOCAL_BYTES)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'mma' takes %d threads "
 				 "and %d bytes of shared memory, more than %d or %d",
-				 kernel->name, kgen_mma_threads(m), kgen_mma_shared_bytes(m),
+				 kernel->name, kgen_mma_threads(m),
+				 kgen_mma_shared_bytes(m, factor_bytes_of(graph, kernel)),
 				 MAX_THREADS, KGEN_LOCAL_BYTES);
 	if (!c && (why = kgen_fused_mma_unfit(graph, kernel)))
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'mma' in a fused kernel "

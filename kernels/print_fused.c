@@ -537,17 +537,28 @@ static void print_lanes(fused_kernel *k)
 	}
 }
 
+/* The floats of shared memory the products' stages need (tensor cores). */
+static int64_t mma_shared_floats(const fused_kernel *k)
+{
+	const sched_graph *g = k->pr.graph;
+	sched_contraction c;
+	int bytes = sched_op_contraction(g, group_of(k)->stages[0].op, &c) ?
+		    sched_dtype_bytes(g->tensors[c.a].dtype) : 2;
+
+	return (kgen_mma_shared_bytes(&k->kernel->schedule.mma, bytes) + 3) / 4;
+}
+
 static void print_body(fused_kernel *k)
 {
 	const sched_group *g = group_of(k);
 	int64_t floats = g->local_floats ? g->local_floats : 1;
 
 	if (k->cuda && k->kernel->schedule.mma.bm) {
-		int64_t stages = (kgen_mma_shared_bytes(&k->kernel->schedule.mma) + 3) / 4;
+		int64_t stages = mma_shared_floats(k);
 
 		sched_buf_printf(k->buf, "\t__shared__ __align__(16) float local[%lld];\n"
-				 "\tunsigned short *const as = (unsigned short *)local;\n"
-				 "\tunsigned short *const bs = as + STAGES * BM * A_ROW;\n",
+				 "\telem_t *const as = (elem_t *)local;\n"
+				 "\telem_t *const bs = as + STAGES * BM * A_ROW;\n",
 				 (long long)(floats > stages ? floats : stages));
 	} else if (k->cuda) {
 		sched_buf_printf(k->buf, "\t__shared__ float local[%lld];\n", (long long)floats);

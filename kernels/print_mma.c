@@ -1,16 +1,18 @@
 /*
- * print_mma.c: a matrix product of f16 or bf16 factors on tensor cores
- * (cuda, sm_80 and later; docs/kernels.md, "Tensor-core GEMM").
+ * print_mma.c: a matrix product on tensor cores: f16 or bf16 factors,
+ * or f32 ones as tf32 where the graph allows it (cuda, sm_80 and later;
+ * docs/kernels.md, "Tensor-core GEMM").
  *
  * Each block computes a bm x bn tile of C; its warps, laid out
- * (bm / wm) x (bn / wn), each compute wm x wn with mma.sync m16n8k16 and
- * f32 accumulators. A and B pass through shared memory in bk-deep
- * slices, "stages" of them in flight: cp.async copies 16 bytes at a time
- * (zero-filling what lies past M, N or K; an interior tile's slices
- * have code of their own, without bounds), ldmatrix reads the fragments
- * (transposed for B, which is row-major K x N). Rows of shared memory are
- * padded by 8 elements so that ldmatrix's eight rows fall in different
- * banks. The epilogue rounds the accumulators to C's dtype and stores
+ * (bm / wm) x (bn / wn), each compute wm x wn with mma.sync m16n8k16
+ * (m16n8k8 for tf32) and f32 accumulators. A and B pass through shared
+ * memory in bk-deep slices, "stages" of them in flight: cp.async copies
+ * 16 bytes at a time (zero-filling what lies past M, N or K; an interior
+ * tile's slices have code of their own, without bounds). ldmatrix reads
+ * 16-bit fragments (transposed for B, which is row-major K x N); tf32
+ * fragments are read element by element and rounded (cvt.rna). Rows of A
+ * in shared memory are padded by 16 bytes and those of B by 8 elements,
+ * so that a fragment's rows fall in different banks. The epilogue rounds the accumulators to C's dtype and stores
  * them through C's strides; a 16-bit C with rows on 16 bytes goes
  * through shared memory first and is stored 16 bytes at a time. Inline
  * PTX only: NVRTC needs no header.
@@ -63,24 +65,40 @@ static const char mma_helpers[] =
 	"}\n"
 	"#define copies_commit() asm volatile(\"cp.async.commit_group;\\n\")\n"
 	"#define copies_wait(n) asm volatile(\"cp.async.wait_group %0;\\n\" :: \"n\"(n))\n"
+	"/* f32 bits rounded to tf32 (to nearest, ties away from zero). */\n"
+	"__device__ __forceinline__ unsigned tf32(unsigned x)\n"
+	"{\n"
+	"\tunsigned r;\n"
+	"\tasm(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(r) : \"f\"(__uint_as_float(x)));\n"
+	"\treturn r;\n"
+	"}\n"
 	"#endif\n";
+
+static bool is_tf32(const mma_printer *p)
+{
+	return p->a->dtype == SCHED_F32;
+}
+
+/* The mma's type and shape: f16 or bf16 m16n8k16, tf32 m16n8k8. */
+static const char *mma_type(const mma_printer *p)
+{
+	return is_tf32(p) ? "tf32" : p->a->dtype == SCHED_BF16 ? "bf16" : "f16";
+}
 
 static void print_mma_call(const mma_printer *p)
 {
-	const char *type = p->a->dtype == SCHED_BF16 ? "bf16" : "f16";
-
 	sched_buf_printf(p->buf,
 		"#ifndef KGEN_EMULATED\n"
 		"__device__ __forceinline__ void mma_%s(float *d, const unsigned *a, const unsigned *b)\n"
 		"{\n"
-		"\tasm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.%s.%s.f32 \"\n"
+		"\tasm volatile(\"mma.sync.aligned.m16n8k%d.row.col.f32.%s.%s.f32 \"\n"
 		"\t\t     \"{%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, {%%8, %%9}, \"\n"
 		"\t\t     \"{%%0, %%1, %%2, %%3};\\n\"\n"
 		"\t\t     : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3])\n"
 		"\t\t     : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), "
 		"\"r\"(b[1]));\n"
 		"}\n"
-		"#endif\n", type, type, type);
+		"#endif\n", mma_type(p), is_tf32(p) ? 8 : 16, mma_type(p), mma_type(p));
 }
 
 static void print_constants(const mma_printer *p)
@@ -90,12 +108,16 @@ static void print_constants(const mma_printer *p)
 		"#define LDA %lldLL\n#define LDB %lldLL\n"
 		"#define BM %d\n#define BN %d\n#define BK %d\n#define WM %d\n#define WN %d\n"
 		"#define STAGES %d\n#define THREADS %d\n"
-		"#define A_ROW (BK + 8)\n#define B_ROW (BN + 8)\n#define C_ROW (BN + 8)\n"
-		"#define SHARED_HALVES %d\n",
+		"typedef %s elem_t;\n"
+		"#define VEC (16 / (int)sizeof(elem_t))\n"
+		"#define A_ROW (BK + VEC)\n#define B_ROW (BN + 8)\n#define C_ROW (BN + 8)\n"
+		"#define SHARED_ELEMS %d\n",
 		(long long)p->c.m, (long long)p->c.n, (long long)p->c.k,
 		(long long)p->c.a_m, (long long)p->c.b_k, p->s.bm, p->s.bn, p->s.bk,
 		p->s.wm, p->s.wn, p->s.stages, kgen_mma_threads(&p->s),
-		kgen_mma_shared_bytes(&p->s) / 2);
+		is_tf32(p) ? "unsigned" : "unsigned short",
+		kgen_mma_shared_bytes(&p->s, sched_dtype_bytes(p->a->dtype)) /
+		sched_dtype_bytes(p->a->dtype));
 }
 
 /* The k-th bk slice of A's and B's tiles into shared stage "stage".
@@ -105,37 +127,38 @@ static void print_constants(const mma_printer *p)
 static void print_load_slice(const mma_printer *p)
 {
 	sched_buf_printf(p->buf,
-		"__device__ __forceinline__ void load_slice(unsigned short *as, unsigned short *bs,\n"
-		"\tconst unsigned short *A, const unsigned short *B, idx_t m0, idx_t n0, int kt,\n"
-		"\tbool whole)\n"
+		"__device__ __forceinline__ void load_slice(elem_t *as, elem_t *bs,\n"
+		"\tconst elem_t *A, const elem_t *B, idx_t m0, idx_t n0, int kt, bool whole)\n"
 		"{\n"
 		"\tif (whole) {\n"
 		"#pragma unroll\n"
-		"\t\tfor (int i = 0; i < (BM * BK / 8 + THREADS - 1) / THREADS; i++) {\n"
-		"\t\t\tint c = threadIdx.x + i * THREADS, row = c / (BK / 8), col = c %% (BK / 8) * 8;\n"
-		"\t\t\tif ((BM * BK / 8) %% THREADS == 0 || c < BM * BK / 8)\n"
+		"\t\tfor (int i = 0; i < (BM * BK / VEC + THREADS - 1) / THREADS; i++) {\n"
+		"\t\t\tint c = threadIdx.x + i * THREADS, row = c / (BK / VEC), col = c %% (BK / VEC) * VEC;\n"
+		"\t\t\tif ((BM * BK / VEC) %% THREADS == 0 || c < BM * BK / VEC)\n"
 		"\t\t\t\tcopy16(as + row * A_ROW + col, A + (m0 + row) * LDA + (idx_t)kt * BK + col, 16);\n"
 		"\t\t}\n"
 		"#pragma unroll\n"
-		"\t\tfor (int i = 0; i < (BK * BN / 8 + THREADS - 1) / THREADS; i++) {\n"
-		"\t\t\tint c = threadIdx.x + i * THREADS, row = c / (BN / 8), col = c %% (BN / 8) * 8;\n"
-		"\t\t\tif ((BK * BN / 8) %% THREADS == 0 || c < BK * BN / 8)\n"
+		"\t\tfor (int i = 0; i < (BK * BN / VEC + THREADS - 1) / THREADS; i++) {\n"
+		"\t\t\tint c = threadIdx.x + i * THREADS, row = c / (BN / VEC), col = c %% (BN / VEC) * VEC;\n"
+		"\t\t\tif ((BK * BN / VEC) %% THREADS == 0 || c < BK * BN / VEC)\n"
 		"\t\t\t\tcopy16(bs + row * B_ROW + col, B + ((idx_t)kt * BK + row) * LDB + n0 + col, 16);\n"
 		"\t\t}\n"
 		"\t\tcopies_commit();\n"
 		"\t\treturn;\n"
 		"\t}\n"
-		"\tfor (int c = threadIdx.x; c < BM * BK / 8; c += THREADS) {\n"
-		"\t\tint row = c / (BK / 8), col = c %% (BK / 8) * 8;\n"
+		"\tfor (int c = threadIdx.x; c < BM * BK / VEC; c += THREADS) {\n"
+		"\t\tint row = c / (BK / VEC), col = c %% (BK / VEC) * VEC;\n"
 		"\t\tidx_t m = m0 + row, k = (idx_t)kt * BK + col;\n"
-		"\t\tint valid = m < M ? (int)(K - k < 8 ? (K - k > 0 ? K - k : 0) : 8) : 0;\n"
-		"\t\tcopy16(as + row * A_ROW + col, valid ? A + m * LDA + k : A, 2 * valid);\n"
+		"\t\tint valid = m < M ? (int)(K - k < VEC ? (K - k > 0 ? K - k : 0) : VEC) : 0;\n"
+		"\t\tcopy16(as + row * A_ROW + col, valid ? A + m * LDA + k : A,\n"
+		"\t\t       (int)sizeof(elem_t) * valid);\n"
 		"\t}\n"
-		"\tfor (int c = threadIdx.x; c < BK * BN / 8; c += THREADS) {\n"
-		"\t\tint row = c / (BN / 8), col = c %% (BN / 8) * 8;\n"
+		"\tfor (int c = threadIdx.x; c < BK * BN / VEC; c += THREADS) {\n"
+		"\t\tint row = c / (BN / VEC), col = c %% (BN / VEC) * VEC;\n"
 		"\t\tidx_t k = (idx_t)kt * BK + row, n = n0 + col;\n"
-		"\t\tint valid = k < K ? (int)(N - n < 8 ? (N - n > 0 ? N - n : 0) : 8) : 0;\n"
-		"\t\tcopy16(bs + row * B_ROW + col, valid ? B + k * LDB + n : B, 2 * valid);\n"
+		"\t\tint valid = k < K ? (int)(N - n < VEC ? (N - n > 0 ? N - n : 0) : VEC) : 0;\n"
+		"\t\tcopy16(bs + row * B_ROW + col, valid ? B + k * LDB + n : B,\n"
+		"\t\t       (int)sizeof(elem_t) * valid);\n"
 		"\t}\n"
 		"\tcopies_commit();\n"
 		"}\n");
@@ -147,24 +170,44 @@ static void print_compute_slice(const mma_printer *p)
 {
 	sched_buf_printf(p->buf,
 		"__device__ __forceinline__ void compute_slice(float (*acc)[WN / 8][4],\n"
-		"\tconst unsigned short *as, const unsigned short *bs, int wm0, int wn0, int lane)\n"
+		"\tconst elem_t *as, const elem_t *bs, int wm0, int wn0, int lane)\n"
 		"{\n"
 		"#pragma unroll\n"
-		"\tfor (int kk = 0; kk < BK; kk += 16) {\n"
-		"\t\tunsigned a[WM / 16][4], b[WN / 8][2];\n"
-		"#pragma unroll\n"
-		"\t\tfor (int i = 0; i < WM / 16; i++)\n"
-		"\t\t\tldmatrix_x4(a[i], as + (wm0 + i * 16 + lane %% 16) * A_ROW + kk + lane / 16 * 8);\n"
-		"#pragma unroll\n"
-		"\t\tfor (int j = 0; j < WN / 8; j++)\n"
-		"\t\t\tldmatrix_x2_trans(b[j], bs + (kk + lane %% 16) * B_ROW + wn0 + j * 8);\n"
+		"\tfor (int kk = 0; kk < BK; kk += %d) {\n"
+		"\t\tunsigned a[WM / 16][4], b[WN / 8][2];\n", is_tf32(p) ? 8 : 16);
+	if (is_tf32(p))
+		sched_buf_printf(p->buf,
+			"\t\tconst int g = lane / 4, t = lane %% 4;\n"
+			"#pragma unroll\n"
+			"\t\tfor (int i = 0; i < WM / 16; i++) {\n"
+			"\t\t\tconst elem_t *r = as + (wm0 + i * 16 + g) * A_ROW + kk + t;\n"
+			"\t\t\ta[i][0] = tf32(r[0]);\n"
+			"\t\t\ta[i][1] = tf32(r[8 * A_ROW]);\n"
+			"\t\t\ta[i][2] = tf32(r[4]);\n"
+			"\t\t\ta[i][3] = tf32(r[8 * A_ROW + 4]);\n"
+			"\t\t}\n"
+			"#pragma unroll\n"
+			"\t\tfor (int j = 0; j < WN / 8; j++) {\n"
+			"\t\t\tconst elem_t *c = bs + (kk + t) * B_ROW + wn0 + j * 8 + g;\n"
+			"\t\t\tb[j][0] = tf32(c[0]);\n"
+			"\t\t\tb[j][1] = tf32(c[4 * B_ROW]);\n"
+			"\t\t}\n");
+	else
+		sched_buf_printf(p->buf,
+			"#pragma unroll\n"
+			"\t\tfor (int i = 0; i < WM / 16; i++)\n"
+			"\t\t\tldmatrix_x4(a[i], as + (wm0 + i * 16 + lane %% 16) * A_ROW + kk + lane / 16 * 8);\n"
+			"#pragma unroll\n"
+			"\t\tfor (int j = 0; j < WN / 8; j++)\n"
+			"\t\t\tldmatrix_x2_trans(b[j], bs + (kk + lane %% 16) * B_ROW + wn0 + j * 8);\n");
+	sched_buf_printf(p->buf,
 		"#pragma unroll\n"
 		"\t\tfor (int i = 0; i < WM / 16; i++)\n"
 		"#pragma unroll\n"
 		"\t\t\tfor (int j = 0; j < WN / 8; j++)\n"
 		"\t\t\t\tmma_%s(acc[i][j], a[i], b[j]);\n"
 		"\t}\n"
-		"}\n", p->a->dtype == SCHED_BF16 ? "bf16" : "f16");
+		"}\n", mma_type(p));
 }
 
 static void print_params(const mma_printer *p, const char *name, bool wrapped)
@@ -183,8 +226,8 @@ static void print_params(const mma_printer *p, const char *name, bool wrapped)
 static void print_tile(const mma_printer *p, bool wrapped)
 {
 	sched_buf_printf(p->buf,
-		"\t__shared__ __align__(16) unsigned short as[SHARED_HALVES];\n"
-		"\tunsigned short *const bs = as + STAGES * BM * A_ROW;\n"
+		"\t__shared__ __align__(16) elem_t as[SHARED_ELEMS];\n"
+		"\telem_t *const bs = as + STAGES * BM * A_ROW;\n"
 		"\tconst idx_t tiles_n = (N + BN - 1) / BN;\n"
 		"\tconst idx_t m0 = %s / tiles_n * BM, n0 = %s %% tiles_n * BN;\n",
 		kgen_cuda_tile(wrapped), kgen_cuda_tile(wrapped));
@@ -197,8 +240,8 @@ static void print_tile(const mma_printer *p, bool wrapped)
 static void print_pipeline(const mma_printer *p)
 {
 	sched_buf_printf(p->buf,
-		"\tconst unsigned short *A = (const unsigned short *)t_%s + %lldLL;\n"
-		"\tconst unsigned short *B = (const unsigned short *)t_%s + %lldLL;\n"
+		"\tconst elem_t *A = (const elem_t *)t_%s + %lldLL;\n"
+		"\tconst elem_t *B = (const elem_t *)t_%s + %lldLL;\n"
 		"\tconst int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;\n"
 		"\tconst int wm0 = warp / (BN / WN) * WM, wn0 = warp %% (BN / WN) * WN;\n"
 		"\tconst int slices = (int)((K + BK - 1) / BK);\n"
@@ -254,6 +297,7 @@ static void print_staged_epilogue(const mma_printer *p)
 {
 	sched_buf_printf(p->buf,
 		"\t__syncthreads();\n"
+		"\tunsigned short *const ct = (unsigned short *)as;\n"
 		"#pragma unroll\n"
 		"\tfor (int i = 0; i < WM / 16; i++)\n"
 		"#pragma unroll\n"
@@ -261,7 +305,7 @@ static void print_staged_epilogue(const mma_printer *p)
 		"#pragma unroll\n"
 		"\t\t\tfor (int h = 0; h < 2; h++) {\n"
 		"\t\t\t\tint row = wm0 + i * 16 + lane / 4 + h * 8, col = wn0 + j * 8 + lane %% 4 * 2;\n"
-		"\t\t\t\t*(unsigned *)(as + row * C_ROW + col) = (unsigned)%s(acc[i][j][2 * h]) |\n"
+		"\t\t\t\t*(unsigned *)(ct + row * C_ROW + col) = (unsigned)%s(acc[i][j][2 * h]) |\n"
 		"\t\t\t\t\t(unsigned)%s(acc[i][j][2 * h + 1]) << 16;\n"
 		"\t\t\t}\n"
 		"\t__syncthreads();\n"
@@ -270,10 +314,10 @@ static void print_staged_epilogue(const mma_printer *p)
 		"\t\tidx_t m = m0 + row, n = n0 + col;\n"
 		"\t\t%s *to = t_%s + %lldLL + m * %lldLL + n;\n"
 		"\t\tif (inside || (m < M && n + 8 <= N))\n"
-		"\t\t\tstore16(to, as + row * C_ROW + col);\n"
+		"\t\t\tstore16(to, ct + row * C_ROW + col);\n"
 		"\t\telse if (m < M)\n"
 		"\t\t\tfor (int e = 0; e < 8 && n + e < N; e++)\n"
-		"\t\t\t\tto[e] = as[row * C_ROW + col + e];\n"
+		"\t\t\t\tto[e] = ct[row * C_ROW + col + e];\n"
 		"\t}\n"
 		"}\n",
 		p->target->dtype == SCHED_F16 ? "f16_store" : "bf16_store",
@@ -347,7 +391,7 @@ char *kgen_print_mma(const sched_graph *graph, const kgen_kernel *kernel, bool w
 
 /* Early loads (docs/sync.md): before a consumer tile waits, its threads
  * ask L2 for the first stages - 1 slices of the factor the producer does
- * not write, 128 bytes (64 elements) at a time. */
+ * not write, 128 bytes (64 16-bit elements, 32 f32 ones) at a time. */
 void kgen_print_mma_prefetch(sched_buf *buf, const sched_graph *graph,
 			     const kgen_kernel *kernel, int produced)
 {
@@ -359,10 +403,11 @@ void kgen_print_mma_prefetch(sched_buf *buf, const sched_graph *graph,
 	a_is_free = c.a != produced;
 	sched_buf_printf(buf,
 		"\t{\n"
-		"\t\tconst unsigned short *F = (const unsigned short *)t_%s + %lldLL;\n"
+		"\t\tconst elem_t *F = (const elem_t *)t_%s + %lldLL;\n"
 		"\t\tconst idx_t tiles_n = (N + BN - 1) / BN;\n"
 		"\t\tconst idx_t origin = %s;\n"
-		"\t\tconst int rows = %s, chunks = (%s + 63) / 64;\n"
+		"\t\tconst int line = 128 / (int)sizeof(elem_t);\n"
+		"\t\tconst int rows = %s, chunks = (%s + line - 1) / line;\n"
 		"\t\tfor (int c = threadIdx.x; c < rows * chunks; c += THREADS) {\n"
 		"\t\t\tidx_t r = %s, e = %s;\n"
 		"\t\t\tif (%s)\n"
@@ -373,7 +418,7 @@ void kgen_print_mma_prefetch(sched_buf *buf, const sched_graph *graph,
 		a_is_free ? "ktile / tiles_n * BM" : "ktile % tiles_n * BN",
 		a_is_free ? "BM" : "(STAGES - 1) * BK", a_is_free ? "(STAGES - 1) * BK" : "BN",
 		a_is_free ? "origin + c / chunks" : "c / chunks",
-		a_is_free ? "c % chunks * 64" : "origin + c % chunks * 64",
+		a_is_free ? "c % chunks * line" : "origin + c % chunks * line",
 		a_is_free ? "r < M && e < K" : "r < K && e < N",
 		a_is_free ? "r * LDA + e" : "r * LDB + e");
 }

@@ -87,6 +87,7 @@ typedef struct kernel_space {
 				 * step) follows the others, then the blocking */
 	enum blocking blocking; /* blocking genes come last */
 	sched_contraction product;
+	int factor_bytes;       /* of an element of the product's factors */
 	int ntiles[SCHED_MAX_RANK], nthreads[SCHED_MAX_RANK];
 	int64_t tiles[SCHED_MAX_RANK][MAX_TILES];
 	int64_t threads[SCHED_MAX_RANK][MAX_THREADS];
@@ -235,6 +236,8 @@ static int build_space(tuner_search *s)
 		const sched_op *op = kgen_kernel_op(s->graph, &s->base->kernels[k]);
 
 		ks->blocking = blocking_of(s, k, &ks->product);
+		ks->factor_bytes = ks->blocking ?
+			sched_dtype_bytes(s->graph->tensors[ks->product.a].dtype) : 0;
 		ks->library = s->o.library && !kgen_library_unfit(s->graph, op->index,
 								   s->o.cuda);
 		s->ngenes += LIBRARY_GENE(s->graph->tensors[op->target].rank) + ks->library;
@@ -307,9 +310,9 @@ static kgen_micro decode_micro(const kernel_space *ks, const int *at)
 	return m;
 }
 
-/* The tensor-core tiles of genes "at", repaired: warps within the tile,
- * then fewer stages and thinner slices until shared memory suffices. */
-static kgen_mma decode_mma(const int *at)
+/* The tensor-core tiles of genes "at" for factors of "factor_bytes",
+ * repaired: warps within the tile, then kgen_mma_repair. */
+static kgen_mma decode_mma(const int *at, int factor_bytes)
 {
 	kgen_mma m = {.bm = (int)mma_bms[at[0]], .bn = (int)mma_sides[at[1]],
 		      .bk = (int)mma_sides[at[2]], .wm = (int)mma_sides[at[3]],
@@ -319,10 +322,7 @@ static kgen_mma decode_mma(const int *at)
 		return (kgen_mma){0};
 	m.wm = m.wm < m.bm ? m.wm : m.bm;
 	m.wn = m.wn < m.bn ? m.wn : m.bn;
-	while (kgen_mma_shared_bytes(&m) > KGEN_LOCAL_BYTES && m.stages > 2)
-		m.stages--;
-	while (kgen_mma_shared_bytes(&m) > KGEN_LOCAL_BYTES && m.bk > 16)
-		m.bk /= 2;
+	kgen_mma_repair(&m, factor_bytes);
 	return m;
 }
 
@@ -332,7 +332,7 @@ static void decode_blocking(const kernel_space *ks, const int *at, kgen_schedule
 	if (ks->blocking == BLOCKING_MICRO)
 		sch->micro = decode_micro(ks, at);
 	else if (ks->blocking == BLOCKING_MMA)
-		sch->mma = decode_mma(at);
+		sch->mma = decode_mma(at, ks->factor_bytes);
 }
 
 /* How many settings the blocking genes of "b" have; the i-th into "at". */
@@ -415,7 +415,7 @@ static bool encode_fused_mma(const tuner_search *s, int p, const kgen_kernel *ke
 		kgen_mma m;
 
 		blocking_setting(BLOCKING_MMA, i, at);
-		m = decode_mma(at);
+		m = decode_mma(at, ks->factor_bytes);
 		if (m.bm && kgen_fused_mma_fit(s->graph, &fitted, &m) &&
 		    !memcmp(&fitted.schedule.mma, &kernel->schedule.mma, sizeof(m)))
 			return true;

@@ -237,6 +237,58 @@ Test(emulated, fused_epilogues_of_tensor_core_products_match)
 	kgen_backend_close(backend);
 }
 
+/* The graph of "tensors" and "ops" with tf32 allowed. */
+static sched_graph *tf32_graph(const char *tensors, const char *const *ops)
+{
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+
+	cr_assert_eq(load_graph_tf32(tensors, ops, &g, &serr), SCHED_OK, "%s", serr.message);
+	return g;
+}
+
+/* f32 factors on tensor cores as tf32 where the graph allows it (a
+ * looser tolerance, 5e-3): edge and interior tiles, an f32 and an f16
+ * output, a fused epilogue. */
+Test(emulated, tf32_products_match_where_the_graph_allows_them)
+{
+	static const char *const cases[][2] = {
+		{"a f32 100,72 in; b f32 72,40 in; y f32 100,40 out",
+		 "y[i, j] = sum(k) a[i, k] * b[k, j]"},
+		{"a f32 64,32 in; b f32 32,64 in; y f16 64,64 out",
+		 "y[i, j] = sum(k) a[i, k] * b[k, j]"},
+	};
+	kgen_backend *backend = open_emulated();
+	sched_graph *g;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		g = tf32_graph(cases[i][0], OPS(cases[i][1]));
+
+		for (size_t b = 0; b < NBLOCKINGS; b++) {
+			kgen_mma m = blockings[b];
+			kgen_plan *plan;
+			char *source;
+
+			kgen_mma_repair(&m, 4);
+			plan = mma_plan(g, m);
+			source = kgen_print_cuda(g, plan, 0);
+			cr_expect_not_null(strstr(source, "mma_tf32(acc"), "%s", source);
+			expect_verified(backend, g, plan, cases[i][0]);
+			free(source);
+			kgen_plan_free(plan);
+		}
+		sched_graph_free(g);
+	}
+	g = tf32_graph("x f32 64,32 in; w f32 32,48 in; b f32 48 in; y f32 64,48; "
+		       "z f32 64,48 out", OPS("y[i, j] = sum(c) x[i, c] * w[c, j]",
+					      "z[i, j] = relu(y[i, j] + b[j])"));
+	expect_fused_products_verified(backend, g, "{\"kernels\": [{\"ops\": [0, 1], "
+		"\"schedule\": {\"tile\": [32, 16], \"mma\": {\"bm\": 32, \"bn\": 16, "
+		"\"bk\": 16, \"wm\": 16, \"wn\": 8, \"stages\": 3}}}]}");
+	sched_graph_free(g);
+	kgen_backend_close(backend);
+}
+
 /* Threads over a tile of "rank" dims, a power of two along each dim from
  * the last, 32 in all; false when the tile holds fewer elements so. */
 static bool one_warp(const int64_t *tile, int rank, int *threads)
@@ -321,18 +373,14 @@ static void expect_planted_bug_caught(kgen_backend *backend, const sched_graph *
 	free(planted);
 }
 
-/* Product "i" of odd_products printed in blocking 0: verified as
- * printed, and each planted bug ("from" as "to") caught. */
-static void expect_bugs_caught(kgen_backend *backend, size_t i, const char *const (*bugs)[2],
-			       int nbugs)
+/* The product of "g" printed in blocking 0: verified as printed, and
+ * each planted bug ("from" as "to") caught. Frees "g". */
+static void expect_bugs_caught(kgen_backend *backend, sched_graph *g,
+			       const char *const (*bugs)[2], int nbugs)
 {
-	sched_graph *g = NULL;
-	sched_error serr = {0};
 	kgen_plan *plan;
 	char *source;
 
-	cr_assert_eq(load_graph(odd_products[i][0], OPS(odd_products[i][1]), &g, &serr),
-		     SCHED_OK);
 	plan = mma_plan(g, blockings[0]);
 	source = kgen_print_cuda(g, plan, 0);
 	expect_verified(backend, g, plan, "the source as printed");
@@ -343,10 +391,21 @@ static void expect_bugs_caught(kgen_backend *backend, size_t i, const char *cons
 	sched_graph_free(g);
 }
 
+static sched_graph *odd_product(size_t i)
+{
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+
+	cr_assert_eq(load_graph(odd_products[i][0], OPS(odd_products[i][1]), &g, &serr),
+		     SCHED_OK);
+	return g;
+}
+
 /* Planted bugs the emulator must not pass: interior tiles whose slices
  * of A repeat rows (the exactly-sized path runs), a staged epilogue that
- * stores each pair of columns' first element twice (an f16 C), and an
- * epilogue that stores each pair swapped (an f32 C, stored directly). */
+ * stores each pair of columns' first element twice (an f16 C), an
+ * epilogue that stores each pair swapped (an f32 C, stored directly),
+ * and tf32 fragments of B whose second half repeats the first. */
 Test(emulated, planted_bugs_are_caught)
 {
 	static const char *const staged[][2] = {
@@ -354,10 +413,14 @@ Test(emulated, planted_bugs_are_caught)
 		{"acc[i][j][2 * h + 1]", "acc[i][j][2 * h + 0]"},
 	};
 	static const char *const direct[][2] = {{"+ (r & 1);", "+ (r ^ 1);"}};
+	static const char *const tf32[][2] = {{"tf32(c[4 * B_ROW])", "tf32(c[0 * B_ROW])"}};
 	kgen_backend *backend = open_emulated();
 
-	expect_bugs_caught(backend, 0, staged, 2);
-	expect_bugs_caught(backend, 1, direct, 1);
+	expect_bugs_caught(backend, odd_product(0), staged, 2);
+	expect_bugs_caught(backend, odd_product(1), direct, 1);
+	expect_bugs_caught(backend, tf32_graph("a f32 64,32 in; b f32 32,64 in; y f32 64,64 out",
+					       OPS("y[i, j] = sum(k) a[i, k] * b[k, j]")),
+			   tf32, 1);
 	kgen_backend_close(backend);
 }
 

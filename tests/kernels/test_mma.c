@@ -117,17 +117,15 @@ Test(mma, odd_shapes_and_dtypes_compile)
 	}
 }
 
-static void expect_refused(const char *tensors, const char *op, const char *mma,
-			   const char *reason)
+/* A plan of "g"'s one op with blocking "mma" is refused for "reason";
+ * frees "g". */
+static void expect_refused_on(sched_graph *g, const char *mma, const char *reason)
 {
-	sched_graph *g = NULL;
-	sched_error serr = {0};
 	char text[512];
 	json_t *json;
 	kgen_plan *plan = NULL;
 	kgen_error err = {0};
 
-	cr_assert_eq(load_graph(tensors, OPS(op), &g, &serr), SCHED_OK, "%s", serr.message);
 	snprintf(text, sizeof(text), "{\"kernels\": [{\"ops\": [0], \"schedule\": "
 		 "{\"mma\": {%s}}}]}", mma);
 	json = json_loads(text, 0, NULL);
@@ -137,6 +135,16 @@ static void expect_refused(const char *tensors, const char *op, const char *mma,
 	kgen_plan_free(plan);
 	json_decref(json);
 	sched_graph_free(g);
+}
+
+static void expect_refused(const char *tensors, const char *op, const char *mma,
+			   const char *reason)
+{
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+
+	cr_assert_eq(load_graph(tensors, OPS(op), &g, &serr), SCHED_OK, "%s", serr.message);
+	expect_refused_on(g, mma, reason);
 }
 
 #define GOOD "\"bm\": 64, \"bn\": 64, \"bk\": 32, \"wm\": 32, \"wn\": 32, \"stages\": 2"
@@ -238,5 +246,41 @@ Test(mma, fused_kernels_with_tensor_core_products)
 	free(source);
 	kgen_plan_free(plan);
 	json_decref(json);
+	sched_graph_free(g);
+}
+
+/* f32 factors take tensor cores (tf32, mma.sync m16n8k8) only where the
+ * graph allows tf32: then the product compiles with NVRTC, its shared
+ * memory counted for 4-byte elements; rows must start on 4 elements. */
+Test(mma, tf32_where_the_graph_allows_it)
+{
+	static const char tensors[] = "a f32 64,32 in; b f32 32,64 in; y f32 64,64 out";
+	static const char product[] = "y[i, j] = sum(k) a[i, k] * b[k, j]";
+	const kgen_mma m = {64, 64, 32, 32, 32, 2};
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+	kgen_plan *plan;
+	char *source;
+	kgen_error err = {0};
+	int rc;
+
+	expect_refused(tensors, product, GOOD, "both f32 where the graph allows tf32");
+	cr_assert_eq(load_graph_tf32("a f32 64,30 in; b f32 30,64 in; y f32 64,64 out",
+				     OPS(product), &g, &serr), SCHED_OK, "%s", serr.message);
+	expect_refused_on(g, GOOD, "rows starting on 8 elements (4 of f32");
+	cr_assert_eq(load_graph_tf32(tensors, OPS(product), &g, &serr), SCHED_OK);
+	cr_expect_eq(kgen_mma_shared_bytes(&m, 4), 2 * (64 * 36 + 32 * 72) * 4);
+	plan = kgen_plan_default(g);
+	plan->kernels[0].schedule.mma = m;
+	source = kgen_print_cuda(g, plan, 0);
+	cr_expect_not_null(strstr(source, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"));
+	rc = kgen_nvrtc_check(source, "sm_90", &err);
+	if (rc == KGEN_EBACKEND)
+		cr_log_warn("libnvrtc is absent: the tf32 kernel was not compiled");
+	else
+		cr_expect_eq(rc, KGEN_OK, "%s\n%s", err.message, err.log ? err.log : "");
+	kgen_error_release(&err);
+	free(source);
+	kgen_plan_free(plan);
 	sched_graph_free(g);
 }

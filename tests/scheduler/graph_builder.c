@@ -64,6 +64,22 @@ int load_graph(const char *tensors, const char *const *ops,
 	return rc;
 }
 
+int load_graph_tf32(const char *tensors, const char *const *ops,
+		    sched_graph **graph, sched_error *err)
+{
+	char *text = build_graph(tensors, ops);
+	json_t *root = json_loads(text, 0, NULL);
+	int rc;
+
+	free(text);
+	json_object_set_new(root, "options", json_pack("{s:b}", "allow_tf32", 1));
+	text = json_dumps(root, JSON_PRESERVE_ORDER);
+	rc = sched_graph_read_string(text, graph, err);
+	free(text);
+	json_decref(root);
+	return rc;
+}
+
 int load_example(const char *name, sched_graph **graph, sched_error *err)
 {
 	char path[512];

@@ -18,6 +18,10 @@ char *build_graph(const char *tensors, const char *const *ops);
 int load_graph(const char *tensors, const char *const *ops,
 	       sched_graph **graph, sched_error *err);
 
+/* The same graph with "options": {"allow_tf32": true}. */
+int load_graph_tf32(const char *tensors, const char *const *ops,
+		    sched_graph **graph, sched_error *err);
+
 /* Reads examples/NAME.json under $TUNED_SOURCE_ROOT; returns the sched
  * code. */
 int load_example(const char *name, sched_graph **graph, sched_error *err);
