@@ -81,9 +81,14 @@ int kgen_micro_vector_floats(int nr);
  * each (mma.sync m16n8k16 for f16 or bf16 factors, m16n8k8 tf32 for f32
  * ones where the graph allows it; f32 accumulators), K in slices bk deep
  * with "stages" of them in flight (cp.async). bm 0: the kernel is
- * printed from its tiles instead. */
+ * printed from its tiles instead. raster: the blocks walk the tiles in
+ * groups of that many tile rows, column by column within a group, so
+ * that blocks running together share slices of A and of B in L2 (0 or
+ * 1: row by row, the hardware's order; a kernel of one product only, and
+ * one that syncs keeps row order). */
 typedef struct kgen_mma {
 	int bm, bn, bk, wm, wn, stages;
+	int raster;
 } kgen_mma;
 
 /* The threads of a block of "mma": a warp per wm x wn; its shared

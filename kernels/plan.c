@@ -343,10 +343,10 @@ bool kgen_kernel_products(const sched_graph *graph, const kgen_kernel *kernel,
  * one shape side by side, or a fused kernel (checked apart). */
 enum blocking_of { BLOCKING_ONE_PRODUCT, BLOCKING_SIDE_BY_SIDE, BLOCKING_FUSED };
 
-/* The six integer fields of blocking "name" of the schedule (all of
- * "keys", each in [lowest, highest]) into "fields", for a kernel "of"
- * that kind; the contraction (the root's, side by side) goes to "c". 1
- * when absent. */
+/* The six integer fields of blocking "name" of the schedule (the first
+ * six of "keys", each in [lowest, highest]; a seventh key, when not NULL,
+ * may be there too) into "fields", for a kernel "of" that kind; the
+ * contraction (the root's, side by side) goes to "c". 1 when absent. */
 static int read_blocking(const sched_graph *graph, json_t *sched, const char *name,
 			 const char *const *keys, const int64_t *lowest,
 			 const int64_t *highest, int *const *fields,
@@ -354,6 +354,7 @@ static int read_blocking(const sched_graph *graph, json_t *sched, const char *na
 			 kgen_error *err)
 {
 	json_t *obj = json_object_get(sched, name);
+	size_t optional = keys[6] && json_object_get(obj, keys[6]);
 	int rc;
 
 	if (!obj)
@@ -365,11 +366,12 @@ static int read_blocking(const sched_graph *graph, json_t *sched, const char *na
 				 "of %s", kernel->name, name, of == BLOCKING_SIDE_BY_SIDE ?
 				 "matrix products of one shape, none reading another" :
 				 "one op that is a matrix product, or a fused kernel");
-	if (!json_is_object(obj) || json_object_size(obj) != 6)
+	if (!json_is_object(obj) || json_object_size(obj) != 6 + optional)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': '%s' must be an object "
-				 "of %s, %s, %s, %s, %s and %s", kernel->name, name, keys[0],
-				 keys[1], keys[2], keys[3], keys[4], keys[5]);
-	for (int f = 0; f < 6; f++) {
+				 "of %s, %s, %s, %s, %s and %s%s%s", kernel->name, name, keys[0],
+				 keys[1], keys[2], keys[3], keys[4], keys[5],
+				 keys[6] ? ", and maybe " : "", keys[6] ? keys[6] : "");
+	for (int f = 0; f < 6 + (int)optional; f++) {
 		int64_t v = -1;
 
 		if (!json_object_get(obj, keys[f]))
@@ -387,7 +389,7 @@ static int read_blocking(const sched_graph *graph, json_t *sched, const char *na
 static int read_micro(const sched_graph *graph, json_t *sched, kgen_kernel *kernel,
 		      kgen_error *err)
 {
-	static const char *const keys[] = {"mr", "nr", "kc", "mc", "nc", "pack"};
+	static const char *const keys[] = {"mr", "nr", "kc", "mc", "nc", "pack", NULL};
 	static const int64_t lowest[] = {1, 1, 1, 1, 1, 0};
 	static const int64_t highest[] = {KGEN_MICRO_MAX_MR, KGEN_MICRO_MAX_NR,
 					  INT32_MAX, INT32_MAX, INT32_MAX, 1};
@@ -507,11 +509,13 @@ static int round_up_to(int v, int step)
 
 /* "mma" repaired to fit the first product's region, "extent": warps no
  * larger than the region rounded up to whole mma tiles (16 x 8), the
- * block the region rounded up to whole warps, then kgen_mma_repair. */
+ * block the region rounded up to whole warps, then kgen_mma_repair; its
+ * blocks follow the group's, not a raster. */
 static kgen_mma fitted_mma(const int64_t *extent, const kgen_mma *mma, int factor_bytes)
 {
 	kgen_mma m = *mma;
 
+	m.raster = 0;
 	m.wm = m.wm < round_up_to((int)extent[0], 16) ? m.wm : round_up_to((int)extent[0], 16);
 	m.wn = m.wn < round_up_to((int)extent[1], 8) ? m.wn : round_up_to((int)extent[1], 8);
 	m.bm = round_up_to((int)extent[0], m.wm);
@@ -572,18 +576,24 @@ static int check_mma(const sched_graph *graph, const sched_contraction *c,
 	if (!c && (why = kgen_fused_mma_unfit(graph, kernel)))
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'mma' in a fused kernel "
 				 "needs %s", kernel->name, why);
+	if (!c && m->raster > 1)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'raster' is for a kernel "
+				 "of one matrix product (a fused kernel's blocks follow its "
+				 "group)", kernel->name);
 	return KGEN_OK;
 }
 
-/* Reads "mma": {"bm", "bn", "bk", "wm", "wn", "stages"}. */
+/* Reads "mma": {"bm", "bn", "bk", "wm", "wn", "stages"} and maybe
+ * "raster". */
 static int read_mma(const sched_graph *graph, json_t *sched, kgen_kernel *kernel,
 		    kgen_error *err)
 {
-	static const char *const keys[] = {"bm", "bn", "bk", "wm", "wn", "stages"};
-	static const int64_t lowest[] = {16, 8, 16, 16, 8, 2};
-	static const int64_t highest[] = {256, 256, 128, 256, 256, 8};
+	static const char *const keys[] = {"bm", "bn", "bk", "wm", "wn", "stages", "raster"};
+	static const int64_t lowest[] = {16, 8, 16, 16, 8, 2, 1};
+	static const int64_t highest[] = {256, 256, 128, 256, 256, 8, 64};
 	kgen_mma *m = &kernel->schedule.mma;
-	int *const fields[] = {&m->bm, &m->bn, &m->bk, &m->wm, &m->wn, &m->stages};
+	int *const fields[] = {&m->bm, &m->bn, &m->bk, &m->wm, &m->wn, &m->stages,
+			       &m->raster};
 	sched_contraction c;
 	bool fused = kernel->nops > 1;
 	int rc = read_blocking(graph, sched, "mma", keys, lowest, highest, fields, kernel,
@@ -591,6 +601,7 @@ static int read_mma(const sched_graph *graph, json_t *sched, kgen_kernel *kernel
 
 	if (rc)
 		return rc < 0 ? rc : KGEN_OK;
+	m->raster = m->raster == 1 ? 0 : m->raster; /* row by row either way */
 	return check_mma(graph, fused ? NULL : &c, kernel, err);
 }
 
@@ -1020,6 +1031,9 @@ static json_t *schedule_json(const sched_op *op, const sched_tensor *t,
 		json_object_set_new(obj, "mma", json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}",
 			"bm", s->mma.bm, "bn", s->mma.bn, "bk", s->mma.bk,
 			"wm", s->mma.wm, "wn", s->mma.wn, "stages", s->mma.stages));
+	if (s->mma.bm && s->mma.raster > 1)
+		json_object_set_new(json_object_get(obj, "mma"), "raster",
+				    json_integer(s->mma.raster));
 	return obj;
 }
 

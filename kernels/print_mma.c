@@ -222,15 +222,26 @@ static void print_params(const mma_printer *p, const char *name, bool wrapped)
 	kgen_print_cuda_entry_end(p->buf, wrapped);
 }
 
-/* The standalone kernel's shared stages and its tile's origin. */
+/* The standalone kernel's shared stages and its tile's origin: row by
+ * row, or with "raster" in groups of that many tile rows, column by
+ * column within a group (the last group may be shorter). */
 static void print_tile(const mma_printer *p, bool wrapped)
 {
 	sched_buf_printf(p->buf,
 		"\t__shared__ __align__(16) elem_t as[SHARED_ELEMS];\n"
 		"\telem_t *const bs = as + STAGES * BM * A_ROW;\n"
-		"\tconst idx_t tiles_n = (N + BN - 1) / BN;\n"
-		"\tconst idx_t m0 = %s / tiles_n * BM, n0 = %s %% tiles_n * BN;\n",
-		kgen_cuda_tile(wrapped), kgen_cuda_tile(wrapped));
+		"\tconst idx_t tiles_n = (N + BN - 1) / BN, tile = %s;\n",
+		kgen_cuda_tile(wrapped));
+	if (p->s.raster > 1)
+		sched_buf_printf(p->buf,
+			"\tconst idx_t tiles_m = (M + BM - 1) / BM, in_group = tile %% (%d * tiles_n);\n"
+			"\tconst idx_t first = tile / (%d * tiles_n) * %d;\n"
+			"\tconst idx_t rows = tiles_m - first < %d ? tiles_m - first : %d;\n"
+			"\tconst idx_t m0 = (first + in_group %% rows) * BM, n0 = in_group / rows * BN;\n",
+			p->s.raster, p->s.raster, p->s.raster, p->s.raster, p->s.raster);
+	else
+		sched_buf_printf(p->buf,
+			"\tconst idx_t m0 = tile / tiles_n * BM, n0 = tile %% tiles_n * BN;\n");
 }
 
 /* The pipeline, from the tile at m0, n0 into acc through the stages in

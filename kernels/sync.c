@@ -22,6 +22,13 @@ int kgen_kernel_tiling(const sched_graph *graph, const kgen_kernel *kernel,
 	if (kernel->schedule.library)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s' is a library step: it has "
 				 "no tiles to wait on or post", kernel->name);
+	if (kernel->schedule.mma.bm && kernel->nops > 1)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': a fused kernel on tensor "
+				 "cores has no sync yet", kernel->name);
+	if (kernel->schedule.mma.raster > 1)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': its tiles run in groups "
+				 "of %d rows (raster), not row by row", kernel->name,
+				 kernel->schedule.mma.raster);
 	if (kernel->schedule.mma.bm) {
 		if (!sched_op_contraction(graph, op->index, &c) || c.c0 || c.c_n != 1 ||
 		    c.c_m != c.n)

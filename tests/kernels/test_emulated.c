@@ -82,7 +82,7 @@ static kgen_plan *mma_plan(const sched_graph *g, kgen_mma m)
 }
 
 static const kgen_mma blockings[] = {
-	{64, 32, 32, 32, 16, 3}, {32, 64, 16, 16, 32, 2}, {64, 64, 32, 32, 32, 4},
+	{64, 32, 32, 32, 16, 3, 0}, {32, 64, 16, 16, 32, 2, 0}, {64, 64, 32, 32, 32, 4, 0},
 };
 #define NBLOCKINGS (sizeof(blockings) / sizeof(*blockings))
 
@@ -121,6 +121,32 @@ Test(emulated, tensor_core_products_match_the_reference)
 		}
 		sched_graph_free(g);
 	}
+	kgen_backend_close(backend);
+}
+
+/* Blocks that walk the tiles in groups of tile rows (raster): 7 tile
+ * rows in groups of 4 (a short last group) and of 8 (one short group),
+ * every tile computed once. */
+Test(emulated, rastered_tiles_match)
+{
+	static const kgen_mma rastered[] = {{16, 32, 16, 16, 16, 2, 4}, {16, 32, 16, 16, 16, 2, 8}};
+	kgen_backend *backend = open_emulated();
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+
+	cr_assert_eq(load_graph("a f16 112,32 in; b f16 32,96 in; y f16 112,96 out",
+				OPS("y[i, j] = sum(k) a[i, k] * b[k, j]"), &g, &serr), SCHED_OK);
+	for (size_t r = 0; r < sizeof(rastered) / sizeof(*rastered); r++) {
+		kgen_plan *plan = mma_plan(g, rastered[r]);
+		char *source = kgen_print_cuda(g, plan, 0);
+
+		cr_expect_eq(plan->kernels[0].schedule.mma.raster, rastered[r].raster);
+		cr_expect_not_null(strstr(source, "in_group %"), "%s", source);
+		expect_verified(backend, g, plan, "rastered");
+		free(source);
+		kgen_plan_free(plan);
+	}
+	sched_graph_free(g);
 	kgen_backend_close(backend);
 }
 

@@ -14,8 +14,8 @@
 #include "kgen.h"
 
 static const kgen_mma blockings[] = {
-	{64, 64, 32, 32, 32, 3}, {128, 128, 32, 64, 64, 2}, {128, 64, 32, 64, 32, 3},
-	{32, 128, 16, 32, 32, 4}, {64, 256, 32, 64, 64, 2},
+	{64, 64, 32, 32, 32, 3, 0}, {128, 128, 32, 64, 64, 2, 0}, {128, 64, 32, 64, 32, 3, 0},
+	{32, 128, 16, 32, 32, 4, 0}, {64, 256, 32, 64, 64, 2, 0},
 };
 
 static char *mma_plan_text(const sched_graph *g, kgen_mma m)
@@ -181,7 +181,7 @@ Test(mma, a_block_per_tile_a_warp_per_warp_tile)
 	cr_assert_eq(load_graph("a f16 200,32 in; b f16 32,100 in; y f16 200,100 out",
 				OPS("y[i, j] = sum(k) a[i, k] * b[k, j]"), &g, &serr), SCHED_OK);
 	plan = kgen_plan_default(g);
-	plan->kernels[0].schedule.mma = (kgen_mma){128, 64, 32, 64, 32, 2};
+	plan->kernels[0].schedule.mma = (kgen_mma){128, 64, 32, 64, 32, 2, 0};
 	kgen_cuda_launch_shape(g, &plan->kernels[0], &blocks, &threads);
 	cr_expect_eq(blocks, 2 * 2);
 	cr_expect_eq(threads, 2 * 2 * 32);
@@ -256,7 +256,7 @@ Test(mma, tf32_where_the_graph_allows_it)
 {
 	static const char tensors[] = "a f32 64,32 in; b f32 32,64 in; y f32 64,64 out";
 	static const char product[] = "y[i, j] = sum(k) a[i, k] * b[k, j]";
-	const kgen_mma m = {64, 64, 32, 32, 32, 2};
+	const kgen_mma m = {64, 64, 32, 32, 32, 2, 0};
 	sched_graph *g = NULL;
 	sched_error serr = {0};
 	kgen_plan *plan;
@@ -282,5 +282,41 @@ Test(mma, tf32_where_the_graph_allows_it)
 	kgen_error_release(&err);
 	free(source);
 	kgen_plan_free(plan);
+	sched_graph_free(g);
+}
+
+/* "raster" walks a product's tiles in groups of tile rows: written back
+ * when above 1 (1 is row by row, as absent), refused in a fused kernel,
+ * and a rastered kernel has no row-major tiling to sync on. */
+Test(mma, raster_is_for_one_product_and_does_not_sync)
+{
+	static const char tensors[] = "a f16 64,32 in; b f16 32,64 in; y f16 64,64 out";
+	static const char product[] = "y[i, j] = sum(k) a[i, k] * b[k, j]";
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+	json_t *json = json_loads("{\"kernels\": [{\"ops\": [0], \"schedule\": {\"mma\": "
+				  "{" GOOD ", \"raster\": 4}}}]}", 0, NULL), *back;
+	kgen_plan *plan = NULL;
+	kgen_error err = {0};
+	sched_tiling tiling;
+
+	expect_fused_refused("bert_qkv_small", "{\"kernels\": [{\"ops\": [0, 1, 2], "
+			     "\"schedule\": {\"tile\": [1, 8, 8], \"mma\": {\"bm\": 16, \"bn\": 8, "
+			     "\"bk\": 16, \"wm\": 16, \"wn\": 8, \"stages\": 2, \"raster\": 2}}}, "
+			     "{\"ops\": [3, 4, 5]}, {\"ops\": [6, 7, 8]}]}",
+			     "'raster' is for a kernel of one matrix product");
+	expect_refused(tensors, product, GOOD ", \"raster\": 0", "'raster'");
+	cr_assert_eq(load_graph(tensors, OPS(product), &g, &serr), SCHED_OK);
+	cr_assert_eq(kgen_plan_from_json(g, json, &plan, &err), KGEN_OK, "%s", err.message);
+	cr_expect_eq(plan->kernels[0].schedule.mma.raster, 4);
+	back = kgen_plan_to_json(g, plan);
+	cr_expect_eq(json_integer_value(json_object_get(json_object_get(json_object_get(
+		json_array_get(json_object_get(back, "kernels"), 0), "schedule"), "mma"),
+		"raster")), 4);
+	cr_expect_eq(kgen_kernel_tiling(g, &plan->kernels[0], &tiling, &err), KGEN_EPLAN);
+	cr_expect_not_null(strstr(err.message, "not row by row"), "%s", err.message);
+	json_decref(back);
+	kgen_plan_free(plan);
+	json_decref(json);
 	sched_graph_free(g);
 }

@@ -709,7 +709,7 @@ Test(cost, a_product_on_tensor_cores_is_bounded_by_its_bytes)
 		"\"ops\": [\"c[i, j] = sum(k) a[i, k] * b[k, j]\", \"y[i, j] = relu(c[i, j])\"]}");
 	kgen_plan *plan = kgen_plan_default(g);
 	kgen_kernel fused = {.nops = 2, .ops = {0, 1}};
-	const kgen_mma blocking = {64, 64, 32, 32, 32, 2};
+	const kgen_mma blocking = {64, 64, 32, 32, 32, 2, 0};
 	double generic = tuner_kernel_ms(g, &plan->kernels[0], &four_cores, 1);
 
 	plan->kernels[0].schedule.mma = blocking;
@@ -855,14 +855,14 @@ Test(search, the_best_plan_s_fusion_neighbours_come_first)
  * K = 32, mc 12, nc 32, packed; mma 128 x 128 x 32, 64 x 64 warps, 2
  * stages, the 3 of the seed repaired to fit shared memory). */
 static void count_blockings(const sched_graph *g, json_t *plans, int *micro, int *mma,
-			    int *seeds)
+			    int *seeds, int *rastered)
 {
 	static const kgen_micro micro_seed = {6, 32, 32, 12, 32, 1};
-	static const kgen_mma mma_seed = {128, 128, 32, 64, 64, 2};
+	static const kgen_mma mma_seed = {128, 128, 32, 64, 64, 2, 0};
 	json_t *json;
 	size_t i;
 
-	*micro = *mma = *seeds = 0;
+	*micro = *mma = *seeds = *rastered = 0;
 	json_array_foreach(plans, i, json) {
 		kgen_plan *plan = legal(g, json);
 
@@ -871,6 +871,7 @@ static void count_blockings(const sched_graph *g, json_t *plans, int *micro, int
 
 			*micro += sch->micro.mr > 0;
 			*mma += sch->mma.bm > 0;
+			*rastered += sch->mma.raster > 1;
 			*seeds += !memcmp(&sch->micro, &micro_seed, sizeof(micro_seed)) ||
 				  !memcmp(&sch->mma, &mma_seed, sizeof(mma_seed));
 		}
@@ -879,7 +880,8 @@ static void count_blockings(const sched_graph *g, json_t *plans, int *micro, int
 }
 
 /* A matrix product gets micro-kernel genes on the cpu, tensor-core genes
- * on cuda; the first population holds the seed blocking. */
+ * on cuda (rasters among them); the first population holds the seed
+ * blocking. */
 Test(search, products_get_the_blockings_of_their_backend)
 {
 	sched_graph *g = example("gpt3_mlp_small");
@@ -888,15 +890,16 @@ Test(search, products_get_the_blockings_of_their_backend)
 		tuner_search *s = tuner_search_new(g, &(tuner_search_options){
 						    .seed = 4, .cuda = cuda});
 		json_t *g0 = tuner_search_generation(s), *g1;
-		int micro, mma, seeds;
+		int micro, mma, seeds, rastered;
 
 		tuner_search_record(s, json_array_get(g0, 0), 1);
 		g1 = tuner_search_generation(s);
-		count_blockings(g, g1, &micro, &mma, &seeds);
+		count_blockings(g, g1, &micro, &mma, &seeds, &rastered);
 		cr_expect_geq(cuda ? mma : micro, 8, "%s: %d", cuda ? "mma" : "micro",
 			      cuda ? mma : micro);
 		cr_expect_eq(cuda ? micro : mma, 0);
 		cr_expect_geq(seeds, 1, "%s: no seed blocking", cuda ? "cuda" : "cpu");
+		cr_expect(cuda ? rastered > 0 : rastered == 0, "%d rastered", rastered);
 		json_decref(g0);
 		json_decref(g1);
 		tuner_search_free(s);
