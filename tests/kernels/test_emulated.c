@@ -16,6 +16,7 @@
 
 #include "graph_builder.h"
 #include "kgen_int.h"
+#include "mma_products.h"
 
 static kgen_backend *open_emulated(void)
 {
@@ -86,27 +87,13 @@ static const kgen_mma blockings[] = {
 };
 #define NBLOCKINGS (sizeof(blockings) / sizeof(*blockings))
 
-/* Shapes no tile divides (several blocks, interior and edge tiles, K in
- * several slices and a zero-filled last one), bf16 factors, an f32 and a
- * bf16 output, a shifted B; and shapes every tile divides (interior
- * tiles only). */
-static const char *const odd_products[][2] = {
-	{"a f16 100,72 in; b f16 72,40 in; y f16 100,40 out",
-	 "y[i, j] = sum(k) a[i, k] * b[k, j]"},
-	{"a bf16 33,24 in; b bf16 24,40 in; y f32 33,40 out",
-	 "y[i, j] = sum(k) a[i, k] * b[k, j]"},
-	{"a f16 50,16 in; b f16 24,24 in; y bf16 50,24 out",
-	 "y[i, j] = sum(k < 16) a[i, k] * b[k + 8, j]"},
-	{"a f16 128,64 in; b f16 64,128 in; y f16 128,128 out",
-	 "y[i, j] = sum(k) a[i, k] * b[k, j]"},
-};
 
 Test(emulated, tensor_core_products_match_the_reference)
 {
 	kgen_backend *backend = open_emulated();
 	char what[160];
 
-	for (size_t i = 0; i < sizeof(odd_products) / sizeof(*odd_products); i++) {
+	for (size_t i = 0; i < NODD_PRODUCTS; i++) {
 		sched_graph *g = NULL;
 		sched_error serr = {0};
 

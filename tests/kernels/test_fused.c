@@ -269,13 +269,16 @@ static void fused_plans(const sched_graph *g, int ntiles, plans *out)
 
 /* ---- running ---- */
 
-static kgen_backend *open_cpu(void)
+/* The cpu backend, or $TUNED_FUSED_BACKEND ("emulated": every fused
+ * plan's CUDA run on the cpu; minutes, so not in the default run). */
+static kgen_backend *open_backend(void)
 {
+	const char *name = getenv("TUNED_FUSED_BACKEND");
 	kgen_backend *backend = NULL;
 	kgen_error err = {0};
 
-	cr_assert_eq(kgen_backend_open("cpu", &backend, &err), KGEN_OK, "%s",
-		     err.message);
+	cr_assert_eq(kgen_backend_open(name && *name ? name : "cpu", &backend, &err), KGEN_OK,
+		     "%s", err.message);
 	return backend;
 }
 
@@ -363,7 +366,7 @@ static int verify_example(kgen_backend *backend, const char *name)
 
 Test(fused, every_accepted_fusion_of_the_examples_verifies)
 {
-	kgen_backend *backend = open_cpu();
+	kgen_backend *backend = open_backend();
 	int total = 0;
 
 	for (size_t i = 0; i < NSMALL; i++) {
@@ -379,7 +382,7 @@ Test(fused, every_accepted_fusion_of_the_examples_verifies)
 
 Test(fused, the_groups_the_planner_must_accept_verify)
 {
-	kgen_backend *backend = open_cpu();
+	kgen_backend *backend = open_backend();
 
 	for (size_t i = 0; i < sizeof(must_accept) / sizeof(must_accept[0]); i++) {
 		sched_graph *g = example(must_accept[i].example);
@@ -436,7 +439,7 @@ typedef struct random_run {
  * blocks in parallel): every accepted plan must verify. */
 static random_run verify_random(unsigned first, unsigned last)
 {
-	kgen_backend *backend = open_cpu();
+	kgen_backend *backend = open_backend();
 	random_run run = {0, 0};
 
 	for (unsigned seed = first; seed <= last; seed++) {
@@ -578,7 +581,7 @@ static void **run_plan(kgen_backend *backend, const sched_graph *g,
 
 Test(fused, placements_verify_and_agree_bit_for_bit)
 {
-	kgen_backend *backend = open_cpu();
+	kgen_backend *backend = open_backend();
 	sched_graph *g = example("bert_qkv_small");
 	void **outputs[NPLACEMENTS];
 

@@ -12,6 +12,7 @@
 
 #include "graph_builder.h"
 #include "kgen.h"
+#include "mma_products.h"
 
 static const kgen_mma blockings[] = {
 	{64, 64, 32, 32, 32, 3, 0}, {128, 128, 32, 64, 64, 2, 0}, {128, 64, 32, 64, 32, 3, 0},
@@ -91,25 +92,17 @@ Test(mma, every_blocking_of_the_examples_compiles)
 	}
 }
 
-/* Shapes that no tile divides, bf16 factors, an f32 output, a shifted B. */
+/* Shapes that no tile divides and one that all do, bf16 factors, f32
+ * and bf16 outputs, a shifted B (mma_products.h). */
 Test(mma, odd_shapes_and_dtypes_compile)
 {
-	static const char *const cases[][2] = {
-		{"a f16 100,72 in; b f16 72,40 in; y f16 100,40 out",
-		 "y[i, j] = sum(k) a[i, k] * b[k, j]"},
-		{"a bf16 33,24 in; b bf16 24,40 in; y f32 33,40 out",
-		 "y[i, j] = sum(k) a[i, k] * b[k, j]"},
-		{"a f16 50,16 in; b f16 24,24 in; y bf16 50,24 out",
-		 "y[i, j] = sum(k < 16) a[i, k] * b[k + 8, j]"},
-	};
-
-	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+	for (size_t i = 0; i < NODD_PRODUCTS; i++) {
 		sched_graph *g = NULL;
 		sched_error serr = {0};
 
-		cr_assert_eq(load_graph(cases[i][0], OPS(cases[i][1]), &g, &serr), SCHED_OK,
-			     "%s", serr.message);
-		if (!expect_compiles(g, blockings[0], cases[i][0])) {
+		cr_assert_eq(load_graph(odd_products[i][0], OPS(odd_products[i][1]), &g, &serr),
+			     SCHED_OK, "%s", serr.message);
+		if (!expect_compiles(g, blockings[0], odd_products[i][0])) {
 			sched_graph_free(g);
 			cr_skip_test("libnvrtc is absent");
 		}
@@ -206,6 +199,22 @@ static void expect_fused_refused(const char *example, const char *plan_text,
 	sched_graph_free(g);
 }
 
+/* Kernel 0 of "plan" compiles with NVRTC for sm_90 (a warning where
+ * libnvrtc is absent). */
+static void expect_kernel_0_compiles(const sched_graph *g, const kgen_plan *plan)
+{
+	char *source = kgen_print_cuda(g, plan, 0);
+	kgen_error err = {0};
+	int rc = kgen_nvrtc_check(source, "sm_90", &err);
+
+	if (rc == KGEN_EBACKEND)
+		cr_log_warn("libnvrtc is absent: the kernel was not compiled");
+	else
+		cr_expect_eq(rc, KGEN_OK, "%s\n%s", err.message, err.log ? err.log : "");
+	kgen_error_release(&err);
+	free(source);
+}
+
 #define SMALL_MMA "\"mma\": {\"bm\": 16, \"bn\": 8, \"bk\": 16, \"wm\": 16, \"wn\": 8, " \
 		  "\"stages\": 2}"
 
@@ -221,8 +230,6 @@ Test(mma, fused_kernels_with_tensor_core_products)
 	json_t *json = json_loads(qkv, 0, NULL);
 	kgen_plan *plan = NULL;
 	kgen_error err = {0};
-	char *source;
-	int rc;
 
 	expect_fused_refused("ln_residual_small", "{\"kernels\": [{\"ops\": [0, 1, 2, 3], "
 			     "\"schedule\": {\"tile\": [2, 16], " SMALL_MMA "}}]}",
@@ -236,14 +243,7 @@ Test(mma, fused_kernels_with_tensor_core_products)
 			     "{\"ops\": [3, 4, 5, 6, 7, 8]}]}", "both f16 or both bf16");
 	cr_assert_eq(load_example("bert_qkv_small", &g, &serr), SCHED_OK, "%s", serr.message);
 	cr_assert_eq(kgen_plan_from_json(g, json, &plan, &err), KGEN_OK, "%s", err.message);
-	source = kgen_print_cuda(g, plan, 0);
-	rc = kgen_nvrtc_check(source, "sm_90", &err);
-	if (rc == KGEN_EBACKEND)
-		cr_log_warn("libnvrtc is absent: the fused kernel was not compiled");
-	else
-		cr_expect_eq(rc, KGEN_OK, "%s\n%s", err.message, err.log ? err.log : "");
-	kgen_error_release(&err);
-	free(source);
+	expect_kernel_0_compiles(g, plan);
 	kgen_plan_free(plan);
 	json_decref(json);
 	sched_graph_free(g);
@@ -261,8 +261,6 @@ Test(mma, tf32_where_the_graph_allows_it)
 	sched_error serr = {0};
 	kgen_plan *plan;
 	char *source;
-	kgen_error err = {0};
-	int rc;
 
 	expect_refused(tensors, product, GOOD, "both f32 where the graph allows tf32");
 	cr_assert_eq(load_graph_tf32("a f32 64,30 in; b f32 30,64 in; y f32 64,64 out",
@@ -274,12 +272,7 @@ Test(mma, tf32_where_the_graph_allows_it)
 	plan->kernels[0].schedule.mma = m;
 	source = kgen_print_cuda(g, plan, 0);
 	cr_expect_not_null(strstr(source, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"));
-	rc = kgen_nvrtc_check(source, "sm_90", &err);
-	if (rc == KGEN_EBACKEND)
-		cr_log_warn("libnvrtc is absent: the tf32 kernel was not compiled");
-	else
-		cr_expect_eq(rc, KGEN_OK, "%s\n%s", err.message, err.log ? err.log : "");
-	kgen_error_release(&err);
+	expect_kernel_0_compiles(g, plan);
 	free(source);
 	kgen_plan_free(plan);
 	sched_graph_free(g);

@@ -1,0 +1,24 @@
+/*
+ * mma_products.h: matrix products for the tensor-core template's tests
+ * (test_mma.c compiles them with NVRTC, test_emulated.c runs them on the
+ * emulated backend): shapes no tile divides (several blocks, interior
+ * and edge tiles, K in several slices and a zero-filled last one), bf16
+ * factors, an f32 and a bf16 output, a shifted B; and shapes every tile
+ * divides (interior tiles only). Tensors and op, graph_builder's way.
+ */
+#ifndef MMA_PRODUCTS_H
+#define MMA_PRODUCTS_H
+
+static const char *const odd_products[][2] = {
+	{"a f16 100,72 in; b f16 72,40 in; y f16 100,40 out",
+	 "y[i, j] = sum(k) a[i, k] * b[k, j]"},
+	{"a bf16 33,24 in; b bf16 24,40 in; y f32 33,40 out",
+	 "y[i, j] = sum(k) a[i, k] * b[k, j]"},
+	{"a f16 50,16 in; b f16 24,24 in; y bf16 50,24 out",
+	 "y[i, j] = sum(k < 16) a[i, k] * b[k + 8, j]"},
+	{"a f16 128,64 in; b f16 64,128 in; y f16 128,128 out",
+	 "y[i, j] = sum(k) a[i, k] * b[k, j]"},
+};
+#define NODD_PRODUCTS (sizeof(odd_products) / sizeof(*odd_products))
+
+#endif
