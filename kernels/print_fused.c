@@ -537,15 +537,25 @@ static void print_lanes(fused_kernel *k)
 	}
 }
 
-/* The floats of shared memory the products' stages need (tensor cores). */
-static int64_t mma_shared_floats(const fused_kernel *k)
+/* cuda: the block's local memory, "floats" of them; with products on
+ * tensor cores, as many as their stages need too, which alias it (the
+ * stages are done before the group's buffers are written). */
+static void print_cuda_local(fused_kernel *k, int64_t floats)
 {
 	const sched_graph *g = k->pr.graph;
 	sched_contraction c;
-	int bytes = sched_op_contraction(g, group_of(k)->stages[0].op, &c) ?
-		    sched_dtype_bytes(g->tensors[c.a].dtype) : 2;
+	int64_t stages;
 
-	return (kgen_mma_shared_bytes(&k->kernel->schedule.mma, bytes) + 3) / 4;
+	if (!k->kernel->schedule.mma.bm)
+		return sched_buf_printf(k->buf, "\t__shared__ float local[%lld];\n",
+					(long long)floats);
+	sched_op_contraction(g, group_of(k)->stages[0].op, &c);
+	stages = (kgen_mma_shared_bytes(&k->kernel->schedule.mma,
+					sched_dtype_bytes(g->tensors[c.a].dtype)) + 3) / 4;
+	sched_buf_printf(k->buf, "\t__shared__ __align__(16) float local[%lld];\n"
+			 "\telem_t *const as = (elem_t *)local;\n"
+			 "\telem_t *const bs = as + STAGES * BM * A_ROW;\n",
+			 (long long)(floats > stages ? floats : stages));
 }
 
 static void print_body(fused_kernel *k)
@@ -553,17 +563,8 @@ static void print_body(fused_kernel *k)
 	const sched_group *g = group_of(k);
 	int64_t floats = g->local_floats ? g->local_floats : 1;
 
-	if (k->cuda && k->kernel->schedule.mma.bm) {
-		int64_t stages = mma_shared_floats(k);
-
-		sched_buf_printf(k->buf, "\t__shared__ __align__(16) float local[%lld];\n"
-				 "\telem_t *const as = (elem_t *)local;\n"
-				 "\telem_t *const bs = as + STAGES * BM * A_ROW;\n",
-				 (long long)(floats > stages ? floats : stages));
-	} else if (k->cuda) {
-		sched_buf_printf(k->buf, "\t__shared__ float local[%lld];\n", (long long)floats);
-	}
 	if (k->cuda) {
+		print_cuda_local(k, floats);
 		sched_buf_printf(k->buf, "\tconst idx_t blk = %s;\n", kgen_cuda_tile(k->wrapped));
 		print_lanes(k);
 		return;
