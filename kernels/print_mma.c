@@ -12,10 +12,11 @@
  * 16-bit fragments (transposed for B, which is row-major K x N); tf32
  * fragments are read element by element and rounded (cvt.rna). Rows of A
  * in shared memory are padded by 16 bytes and those of B by 8 elements,
- * so that a fragment's rows fall in different banks. The epilogue rounds the accumulators to C's dtype and stores
- * them through C's strides; a 16-bit C with rows on 16 bytes goes
- * through shared memory first and is stored 16 bytes at a time. Inline
- * PTX only: NVRTC needs no header.
+ * so that a fragment's rows fall in different banks. The epilogue rounds
+ * the accumulators to C's dtype and stores them through C's strides; a
+ * 16-bit C with rows on 16 bytes goes through shared memory first and is
+ * stored 16 bytes at a time. Blocks take the tiles row by row, or in
+ * groups of "raster" tile rows. Inline PTX only: NVRTC needs no header.
  */
 #include <stdlib.h>
 
@@ -280,6 +281,8 @@ static void print_pipeline(const mma_printer *p)
 		p->a->name, (long long)p->c.a0, p->b->name, (long long)p->c.b0);
 }
 
+/* Accumulator r of fragment (i, j) sits at row lane / 4 (+ 8 for r >= 2)
+ * and column 2 (lane % 4) (+ 1 for odd r) of its 16 x 8. */
 void kgen_print_mma_accumulators(sched_buf *buf)
 {
 	sched_buf_printf(buf,
