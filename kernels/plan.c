@@ -468,7 +468,7 @@ static const char *fused_products_unfit(const sched_graph *graph, const sched_gr
 		const sched_stage *st = &group->stages[s];
 		const sched_tensor *t = &graph->tensors[graph->ops[st->op].target];
 
-		if (s > 0 && st->branch == group->stages[s - 1].branch)
+		if (!sched_group_starts_branch(group, s))
 			continue;
 		if (!sched_op_contraction(graph, st->op, &c))
 			return "each branch's first op a matrix product";

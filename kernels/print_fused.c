@@ -340,19 +340,38 @@ static void print_cpu_reducing_inside(fused_kernel *k, int s)
 
 /* ---- cuda ---- */
 
-/* Element e of the region runs on thread e mod blockDim.x. */
+/* Element e of the region runs on thread e mod blockDim.x. Where the
+ * threads divide the region's last dim, rows and columns are walked by
+ * two loops (the same threads, without a division per element);
+ * otherwise e is decoded into the coordinates. */
 static void print_cuda_elements(fused_kernel *k, int s)
 {
 	const sched_stage *st = &group_of(k)->stages[s];
-	int64_t stride = stage_elements(k, s);
+	int64_t stride = stage_elements(k, s), last = st->rank ? st->extent[st->rank - 1] : 0;
+	unsigned threads = block_threads(k);
+	bool by_rows = last > 0 && last % threads == 0;
 
-	sched_buf_printf(k->buf, "\t\tfor (idx_t e = threadIdx.x; e < %lld; e += blockDim.x) {\n",
-			 (long long)stride);
+	if (by_rows)
+		sched_buf_printf(k->buf, "\t\tfor (idx_t row = 0; row < %lld; row++)\n"
+				 "\t\tfor (idx_t e = row * %lld + threadIdx.x; e < (row + 1) * %lld; "
+				 "e += %u) {\n", (long long)(stride / last), (long long)last,
+				 (long long)last, threads);
+	else
+		sched_buf_printf(k->buf, "\t\tfor (idx_t e = threadIdx.x; e < %lld; "
+				 "e += blockDim.x) {\n", (long long)stride);
 	for (int d = 0; d < st->rank; d++) {
 		stride /= st->extent[d];
-		sched_buf_printf(k->buf, "\t\t\tconst idx_t v_%s = lo_%d_%d + e / %lld %% %lld;\n",
-				 var_name(k, d), s, d, (long long)stride,
-				 (long long)st->extent[d]);
+		if (by_rows && d == st->rank - 1)
+			sched_buf_printf(k->buf, "\t\t\tconst idx_t v_%s = lo_%d_%d + (e - row * %lld);\n",
+					 var_name(k, d), s, d, (long long)last);
+		else if (by_rows)
+			sched_buf_printf(k->buf, "\t\t\tconst idx_t v_%s = lo_%d_%d + row / %lld %% %lld;\n",
+					 var_name(k, d), s, d, (long long)(stride / last),
+					 (long long)st->extent[d]);
+		else
+			sched_buf_printf(k->buf, "\t\t\tconst idx_t v_%s = lo_%d_%d + e / %lld %% %lld;\n",
+					 var_name(k, d), s, d, (long long)stride,
+					 (long long)st->extent[d]);
 	}
 	for (int d = 0; d < st->rank; d++)
 		sched_buf_printf(k->buf, "\t\t\tif (v_%s >= hi_%d_%d)\n\t\t\t\tcontinue;\n",
@@ -464,11 +483,6 @@ static void print_cuda_mma_stage(fused_kernel *k, int s)
 	k->barrier_due = true;
 }
 
-static bool first_of_branch(const fused_kernel *k, int s)
-{
-	return s == 0 || group_of(k)->stages[s - 1].branch != group_of(k)->stages[s].branch;
-}
-
 /* ---- blocks, lanes, branches ---- */
 
 static void print_stage(fused_kernel *k, int s)
@@ -480,7 +494,7 @@ static void print_stage(fused_kernel *k, int s)
 	use_stage(k, s);
 	sched_buf_printf(k->buf, "\t\t/* op %d: %s */\n", k->pr.op->index,
 			 stage_target(k, s)->name);
-	if (k->cuda && k->kernel->schedule.mma.bm && first_of_branch(k, s))
+	if (k->cuda && k->kernel->schedule.mma.bm && sched_group_starts_branch(group_of(k), s))
 		return print_cuda_mma_stage(k, s);
 	if (k->cuda)
 		return print_cuda_stage(k, s);

@@ -1059,3 +1059,8 @@ int sched_group_stage_of(const sched_group *group, int op)
 			return s;
 	return -1;
 }
+
+bool sched_group_starts_branch(const sched_group *group, int s)
+{
+	return s == 0 || group->stages[s - 1].branch != group->stages[s].branch;
+}

@@ -267,8 +267,10 @@ int sched_group_new(__sched_keep const sched_graph *graph,
 void sched_group_free(__sched_take sched_group *group);
 /* A copy of "group"; NULL when out of memory. */
 __sched_give sched_group *sched_group_copy(__sched_keep const sched_group *group);
-/* The stage of op "op" in "group", or -1. */
+/* The stage of op "op" in "group", or -1; whether stage "s" is the first
+ * of its branch. */
 int sched_group_stage_of(__sched_keep const sched_group *group, int op);
+bool sched_group_starts_branch(__sched_keep const sched_group *group, int s);
 
 /* sync.c: the tile dependence of one kernel on another and the sync
  * policies read off it (cuSync; docs/sync.md).

@@ -72,8 +72,7 @@ static double fused_ms(const sched_graph *graph, const kgen_kernel *kernel,
 	}
 	for (int s = 0; s < group->nstages; s++) {
 		const sched_op *op = &graph->ops[group->stages[s].op];
-		bool on_tensor_cores = kernel->schedule.mma.bm &&
-				       (s == 0 || group->stages[s - 1].branch != group->stages[s].branch);
+		bool on_tensor_cores = kernel->schedule.mma.bm && sched_group_starts_branch(group, s);
 
 		sched_node_each_access(op->body, touch, seen);
 		seen[op->target] = true;

@@ -747,11 +747,14 @@ Test(fused, few_reduced_elements_share_a_warp_on_cuda)
 /* The CUDA of the groups the planner must accept and of the placements
  * runs on the emulated backend (the GPU's code on the cpu) and matches
  * the reference; so does ln_residual's with 4 threads sharing each row's
- * reductions by shuffles. */
+ * reductions by shuffles, and with 16 threads, which divide its rows,
+ * walking its elementwise stages row by row. */
 Test(fused, fused_cuda_kernels_verify_emulated)
 {
 	static const char shared_rows[] = "{\"kernels\": [{\"ops\": [0, 1, 2, 3], "
 		"\"schedule\": {\"tile\": [4, 16], \"threads\": [2, 16]}}]}";
+	static const char by_rows[] = "{\"kernels\": [{\"ops\": [0, 1, 2, 3], "
+		"\"schedule\": {\"tile\": [4, 16], \"threads\": [1, 16]}}]}";
 	kgen_backend *backend = NULL;
 	kgen_error err = {0};
 	sched_graph *g;
@@ -775,6 +778,12 @@ Test(fused, fused_cuda_kernels_verify_emulated)
 	source = kgen_print_cuda(g, plan, 0);
 	cr_expect_eq(occurrences(source, "__shfl_xor_sync"), 2, "%s", source);
 	expect_verified(backend, g, shared_rows, 5, "rows shared by 4 threads", NULL);
+	free(source);
+	kgen_plan_free(plan);
+	plan = read_plan(g, by_rows);
+	source = kgen_print_cuda(g, plan, 0);
+	cr_expect_eq(occurrences(source, "for (idx_t row = 0; row < 4; row++)"), 2, "%s", source);
+	expect_verified(backend, g, by_rows, 5, "stages walked row by row", NULL);
 	free(source);
 	kgen_plan_free(plan);
 	sched_graph_free(g);
