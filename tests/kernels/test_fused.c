@@ -744,6 +744,20 @@ Test(fused, few_reduced_elements_share_a_warp_on_cuda)
 	sched_graph_free(g);
 }
 
+/* Plan "text" of "g", whose CUDA holds "marker" "times" times, verifies
+ * on "backend". */
+static void expect_cuda_verified(kgen_backend *backend, const sched_graph *g,
+				 const char *text, const char *marker, int times)
+{
+	kgen_plan *plan = read_plan(g, text);
+	char *source = kgen_print_cuda(g, plan, 0);
+
+	cr_expect_eq(occurrences(source, marker), times, "'%s'\n%s", marker, source);
+	expect_verified(backend, g, text, 5, marker, NULL);
+	free(source);
+	kgen_plan_free(plan);
+}
+
 /* The CUDA of the groups the planner must accept and of the placements
  * runs on the emulated backend (the GPU's code on the cpu) and matches
  * the reference; so does ln_residual's with 4 threads sharing each row's
@@ -758,8 +772,6 @@ Test(fused, fused_cuda_kernels_verify_emulated)
 	kgen_backend *backend = NULL;
 	kgen_error err = {0};
 	sched_graph *g;
-	kgen_plan *plan;
-	char *source;
 
 	cr_assert_eq(kgen_backend_open("emulated", &backend, &err), KGEN_OK, "%s",
 		     err.message);
@@ -774,18 +786,8 @@ Test(fused, fused_cuda_kernels_verify_emulated)
 		expect_verified(backend, g, placements[i], 5, "a placement", NULL);
 	sched_graph_free(g);
 	g = example("ln_residual_small");
-	plan = read_plan(g, shared_rows);
-	source = kgen_print_cuda(g, plan, 0);
-	cr_expect_eq(occurrences(source, "__shfl_xor_sync"), 2, "%s", source);
-	expect_verified(backend, g, shared_rows, 5, "rows shared by 4 threads", NULL);
-	free(source);
-	kgen_plan_free(plan);
-	plan = read_plan(g, by_rows);
-	source = kgen_print_cuda(g, plan, 0);
-	cr_expect_eq(occurrences(source, "for (idx_t row = 0; row < 4; row++)"), 2, "%s", source);
-	expect_verified(backend, g, by_rows, 5, "stages walked row by row", NULL);
-	free(source);
-	kgen_plan_free(plan);
+	expect_cuda_verified(backend, g, shared_rows, "__shfl_xor_sync", 2);
+	expect_cuda_verified(backend, g, by_rows, "for (idx_t row = 0; row < 4; row++)", 2);
 	sched_graph_free(g);
 	kgen_backend_close(backend);
 }
