@@ -3,11 +3,11 @@
  * CUDA the cuda backend would run, on the cpu, and kgen_verify checks it
  * against the reference: tensor-core products (ldmatrix, mma.sync,
  * cp.async emulated) in odd shapes, dtypes and blockings, alone and with
- * fused epilogues; the generic
- * kernels with each split of their reductions (shuffles, shared
- * memory). And the emulator can fail: a planted wrong fragment is
- * caught, threads that wait at barriers never all reached are reported
- * as a deadlock, and what it cannot run is refused with the reason.
+ * fused epilogues, as tf32 and rastered; the generic kernels with each
+ * split of their reductions (shuffles, shared memory). And the emulator
+ * can fail: planted bugs in fragments, loads and stores are caught,
+ * threads that wait at barriers never all reached are reported as a
+ * deadlock, and what it cannot run is refused with the reason.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
