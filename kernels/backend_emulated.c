@@ -6,10 +6,11 @@
  * A kernel's source is compiled by the system's C++ compiler ($CXX, or
  * c++) after a prelude that defines CUDA's keywords and built-ins, with
  * KGEN_EMULATED defined so that the printers' PTX helpers give way to the
- * prelude's: cp.async as a plain copy, ldmatrix and mma.sync m16n8k16
- * computed from the fragments of the whole warp, shuffles. An entry
- * point the backend appends calls the kernel with cuLaunchKernel's
- * arguments.
+ * prelude's: cp.async as a plain copy and 16-byte stores, both trapping
+ * on addresses not on 16 bytes; ldmatrix, and mma.sync m16n8k16 (f16,
+ * bf16) and m16n8k8 (tf32), computed from the fragments of the whole
+ * warp; shuffles. An entry point the backend appends calls the kernel
+ * with cuLaunchKernel's arguments.
  *
  * A launch runs its blocks one after another on the calling thread (so
  * __shared__ arrays are static ones); a block's threads are fibers
