@@ -736,21 +736,22 @@ static void extend_if_close(tuned_runner *r, tuner_worker *worker, runner_job *j
 static void prefer_fewer_kernels(const runner_job *job, const json_t *times,
 				 const int *picked, int npicked, verdict *v)
 {
-	double version_ms = entry_ms(times, 0, "median_ms");
-	int fewest = -1;
+	double version_ms = entry_ms(times, 0, "median_ms"), ms;
+	int fewest = -1, kernels = kernels_of(job->incumbent);
 
 	for (int i = 0; i < npicked; i++)
-		if (kernels_of(job->cands[picked[i]].plan) < kernels_of(job->incumbent) &&
-		    (fewest < 0 || kernels_of(job->cands[picked[i]].plan) <
-				   kernels_of(job->cands[picked[fewest]].plan)))
+		if (kernels_of(job->cands[picked[i]].plan) < kernels) {
 			fewest = i;
-	if (fewest < 0 || !(version_ms > 0) || !(entry_ms(times, fewest + 1, "median_ms") > 0) ||
-	    entry_ms(times, fewest + 1, "median_ms") > version_ms ||
+			kernels = kernels_of(job->cands[picked[i]].plan);
+		}
+	if (fewest < 0)
+		return;
+	ms = entry_ms(times, fewest + 1, "median_ms");
+	if (!(version_ms > 0) || !(ms > 0) || ms > version_ms ||
 	    2 * rounds_won(times, fewest + 1) <= RETIME_ROUNDS)
 		return;
-	*v = (verdict){picked[fewest], version_ms, entry_ms(times, fewest + 1, "median_ms"),
-		       entry_ms(times, fewest + 1, "spread_ms"), rounds_won(times, fewest + 1),
-		       RETIME_ROUNDS, true};
+	*v = (verdict){picked[fewest], version_ms, ms, entry_ms(times, fewest + 1, "spread_ms"),
+		       rounds_won(times, fewest + 1), RETIME_ROUNDS, true};
 }
 
 /* Re-times the generation's challengers side by side with the version.

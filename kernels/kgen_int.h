@@ -128,6 +128,11 @@ int kgen_cpu_open(kgen_backend *backend, kgen_error *err);
 int kgen_cuda_open(kgen_backend *backend, kgen_error *err);
 int kgen_emulated_open(kgen_backend *backend, kgen_error *err);
 
+/* plan.c: the bytes of an element of the factors of the first matrix
+ * product among the ops of "kernel" (2 when it has none: the check that
+ * needs one fails), for kgen_mma_shared_bytes. */
+int kgen_mma_factor_bytes(const sched_graph *graph, const kgen_kernel *kernel);
+
 /* Whether the backend runs kernels printed as CUDA: cuda, and the
  * emulated backend (backend_emulated.c) that runs them on the cpu. */
 bool kgen_backend_prints_cuda(const kgen_backend *backend);

@@ -441,9 +441,7 @@ void kgen_mma_repair(kgen_mma *m, int factor_bytes)
 		m->bk /= 2;
 }
 
-/* The bytes of an element of the factors of the first product among the
- * ops of "kernel" (2 when it has none: the check that needs one fails). */
-static int factor_bytes_of(const sched_graph *graph, const kgen_kernel *kernel)
+int kgen_mma_factor_bytes(const sched_graph *graph, const kgen_kernel *kernel)
 {
 	sched_contraction c;
 
@@ -526,7 +524,7 @@ static kgen_mma fitted_mma(const int64_t *extent, const kgen_mma *mma, int facto
 
 bool kgen_fused_mma_fit(const sched_graph *graph, kgen_kernel *kernel, const kgen_mma *mma)
 {
-	int factor_bytes = factor_bytes_of(graph, kernel);
+	int factor_bytes = kgen_mma_factor_bytes(graph, kernel);
 	sched_group *group;
 	kgen_mma m;
 
@@ -557,6 +555,7 @@ static int check_mma(const sched_graph *graph, const sched_contraction *c,
 {
 	const kgen_mma *m = &kernel->schedule.mma;
 	const char *why = c ? kgen_mma_operands_unfit(graph, c) : NULL;
+	int shared = kgen_mma_shared_bytes(m, kgen_mma_factor_bytes(graph, kernel));
 
 	if (why)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'mma' needs %s",
@@ -566,13 +565,11 @@ static int check_mma(const sched_graph *graph, const sched_contraction *c,
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'mma' needs wm a "
 				 "multiple of 16 dividing bm, wn a multiple of 8 dividing bn, "
 				 "bk a multiple of 16", kernel->name);
-	if (kgen_mma_threads(m) > MAX_THREADS ||
-	    kgen_mma_shared_bytes(m, factor_bytes_of(graph, kernel)) > KGEN_LOCAL_BYTES)
+	if (kgen_mma_threads(m) > MAX_THREADS || shared > KGEN_LOCAL_BYTES)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'mma' takes %d threads "
 				 "and %d bytes of shared memory, more than %d or %d",
-				 kernel->name, kgen_mma_threads(m),
-				 kgen_mma_shared_bytes(m, factor_bytes_of(graph, kernel)),
-				 MAX_THREADS, KGEN_LOCAL_BYTES);
+				 kernel->name, kgen_mma_threads(m), shared, MAX_THREADS,
+				 KGEN_LOCAL_BYTES);
 	if (!c && (why = kgen_fused_mma_unfit(graph, kernel)))
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'mma' in a fused kernel "
 				 "needs %s", kernel->name, why);

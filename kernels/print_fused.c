@@ -556,16 +556,13 @@ static void print_lanes(fused_kernel *k)
  * stages are done before the group's buffers are written). */
 static void print_cuda_local(fused_kernel *k, int64_t floats)
 {
-	const sched_graph *g = k->pr.graph;
-	sched_contraction c;
 	int64_t stages;
 
 	if (!k->kernel->schedule.mma.bm)
 		return sched_buf_printf(k->buf, "\t__shared__ float local[%lld];\n",
 					(long long)floats);
-	sched_op_contraction(g, group_of(k)->stages[0].op, &c);
 	stages = (kgen_mma_shared_bytes(&k->kernel->schedule.mma,
-					sched_dtype_bytes(g->tensors[c.a].dtype)) + 3) / 4;
+					kgen_mma_factor_bytes(k->pr.graph, k->kernel)) + 3) / 4;
 	sched_buf_printf(k->buf, "\t__shared__ __align__(16) float local[%lld];\n"
 			 "\telem_t *const as = (elem_t *)local;\n"
 			 "\telem_t *const bs = as + STAGES * BM * A_ROW;\n",

@@ -84,6 +84,23 @@ static json_t *events_until_done(conn *c, int njobs)
 	return events;
 }
 
+/* A daemon on the scripted worker in "mode", connected as "c", and the
+ * events until one job of "example" with "trials" trials ended; its id in
+ * *job when not NULL. */
+static json_t *one_job_events(fixture *f, conn *c, const char *mode, const char *example,
+			      int trials, json_int_t *job)
+{
+	json_int_t id;
+
+	start_scripted(f, mode, "0", NULL);
+	cr_assert(conn_open(c, f->socket));
+	conn_hello(c);
+	id = submit(c, example, trials, 0);
+	if (job)
+		*job = id;
+	return events_until_done(c, 1);
+}
+
 static int count_events(json_t *events, const char *name, json_int_t job)
 {
 	json_t *event;
@@ -110,11 +127,7 @@ Test(search, versions_come_only_from_real_improvement, .timeout = 120)
 	json_t *events, *reply;
 	json_int_t job;
 
-	start_scripted(&f, "flat", "0", NULL);
-	cr_assert(conn_open(&c, f.socket));
-	conn_hello(&c);
-	job = submit(&c, "softmax_scores_small", 40, 0);
-	events = events_until_done(&c, 1);
+	events = one_job_events(&f, &c, "flat", "softmax_scores_small", 40, &job);
 	cr_expect_eq(count_events(events, "version", job), 1);
 	cr_expect_geq(count_events(events, "generation", job), 2);
 	reply = wait_job(&c, job, 10);
@@ -142,11 +155,7 @@ Test(search, watchers_see_each_version_once_and_in_order, .timeout = 120)
 	int expected = 1;
 	size_t i;
 
-	start_scripted(&f, "hash", "0", NULL);
-	cr_assert(conn_open(&c, f.socket));
-	conn_hello(&c);
-	job = submit(&c, "softmax_scores_small", 120, 0);
-	events = events_until_done(&c, 1);
+	events = one_job_events(&f, &c, "hash", "softmax_scores_small", 120, &job);
 	json_array_foreach(events, i, event) {
 		json_t *data = json_object_get(event, "data");
 		json_t *retimed = json_object_get(data, "retimed");
@@ -186,11 +195,7 @@ Test(search, no_slower_in_fewer_kernels_is_a_version, .timeout = 120)
 	int versions = 0, fewer = 0;
 	size_t i;
 
-	start_scripted(&f, "kernels", "0", NULL);
-	cr_assert(conn_open(&c, f.socket));
-	conn_hello(&c);
-	job = submit(&c, "lstm_cell_small", 120, 0);
-	events = events_until_done(&c, 1);
+	events = one_job_events(&f, &c, "kernels", "lstm_cell_small", 120, &job);
 	json_array_foreach(events, i, event) {
 		json_t *retimed = json_object_get(json_object_get(event, "data"), "retimed");
 
@@ -234,11 +239,7 @@ Test(search, a_close_call_gets_more_rounds, .timeout = 120)
 	json_t *events;
 
 	setenv("SCRIPTED_CLOSE", "1", 1);
-	start_scripted(&f, "hash", "0", NULL);
-	cr_assert(conn_open(&c, f.socket));
-	conn_hello(&c);
-	submit(&c, "softmax_scores_small", 120, 0);
-	events = events_until_done(&c, 1);
+	events = one_job_events(&f, &c, "hash", "softmax_scores_small", 120, NULL);
 	cr_expect_geq(published_after(events, 14), 1, "12 of 14 rounds publish");
 	json_decref(events);
 	conn_close(&c);
@@ -343,11 +344,7 @@ Test(search, a_new_key_starts_from_the_nearest_of_its_form, .timeout = 120)
 	json_t *events;
 	json_int_t first, second;
 
-	start_scripted(&f, "hash", "0", NULL);
-	cr_assert(conn_open(&c, f.socket));
-	conn_hello(&c);
-	first = submit(&c, "softmax_scores_small", 60, 0);
-	events = events_until_done(&c, 1);
+	events = one_job_events(&f, &c, "hash", "softmax_scores_small", 60, &first);
 	cr_expect_eq(trials_after(events, first, 0), 1, "a first key: the default alone");
 	json_decref(events);
 	second = submit(&c, "softmax_scores", 4, 0);
