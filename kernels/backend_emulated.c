@@ -6,8 +6,9 @@
  * A kernel's source is compiled by the system's C++ compiler ($CXX, or
  * c++) after a prelude that defines CUDA's keywords and built-ins, with
  * KGEN_EMULATED defined so that the printers' PTX helpers give way to the
- * prelude's: cp.async as a plain copy and 16-byte stores, both trapping
- * on addresses not on 16 bytes; ldmatrix, and mma.sync m16n8k16 (f16,
+ * prelude's: cp.async as a plain copy trapping on addresses not on 16
+ * bytes, and 16-, 8- and 4-byte moves trapping on addresses not on their
+ * width; ldmatrix, and mma.sync m16n8k16 (f16,
  * bf16) and m16n8k8 (tf32), computed from the fragments of the whole
  * warp; shuffles. An entry point the backend appends calls the kernel
  * with cuLaunchKernel's arguments.
@@ -100,12 +101,16 @@ static const char prelude[] =
 	"\tmemset((char *)shared + bytes, 0, 16 - bytes);\n"
 	"}\n"
 	"#define copies_commit() ((void)0)\n"
-	"static inline void store16(void *to, const void *from)\n"
+	"/* A move of \"bytes\" at once: both addresses on as many bytes. */\n"
+	"static inline void kemu_move(void *to, const void *from, unsigned bytes)\n"
 	"{\n"
-	"\tif ((uintptr_t)to % 16 || (uintptr_t)from % 16)\n"
-	"\t\tkemu->trap(\"a 16-byte access not on 16 bytes\");\n"
-	"\tmemcpy(to, from, 16);\n"
+	"\tif ((uintptr_t)to % bytes || (uintptr_t)from % bytes)\n"
+	"\t\tkemu->trap(\"a wide access not on its width\");\n"
+	"\tmemcpy(to, from, bytes);\n"
 	"}\n"
+	"static inline void move16(void *to, const void *from) { kemu_move(to, from, 16); }\n"
+	"static inline void move8(void *to, const void *from) { kemu_move(to, from, 8); }\n"
+	"static inline void move4(void *to, const void *from) { kemu_move(to, from, 4); }\n"
 	"#define copies_wait(n) ((void)0)\n"
 	"/* Two 16-bit elements in one register, the first in the low half. */\n"
 	"static inline unsigned kemu_pair(const unsigned short *first, const unsigned short *second)\n"

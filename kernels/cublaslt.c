@@ -8,6 +8,12 @@
  * computes C^T = B^T A^T: its first factor is B, its second A, and M and
  * N trade places. The algorithm is cuBLASLt's first heuristic choice for
  * the shapes, found once when the step is built.
+ *
+ * A step with an epilogue (library.c) names it: "relu", "gelu", "bias",
+ * "relu_bias" or "gelu_bias" (CUBLASLT_EPILOGUE_*), and its bias tensor,
+ * a vector along tuned's N, which are the rows of cuBLASLt's D. The bias
+ * pointer is set on the descriptor at each call, so a call must not run
+ * on two streams at once.
  */
 #include <dlfcn.h>
 #include <stdint.h>
@@ -44,6 +50,12 @@ enum {
 	CUBLAS_OP_T = 1,
 	CUBLASLT_MATMUL_DESC_TRANSA = 3,
 	CUBLASLT_MATMUL_DESC_TRANSB = 4,
+	CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+	CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+	CUBLASLT_EPILOGUE_DEFAULT = 1,
+	CUBLASLT_EPILOGUE_RELU = 2,
+	CUBLASLT_EPILOGUE_BIAS = 4,
+	CUBLASLT_EPILOGUE_GELU = 32,
 	CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
 };
 
@@ -125,6 +137,8 @@ struct kgen_cublaslt_call {
 	char kernel[64];
 	operand a, b, c;
 	int64_t m, n, k;
+	uint32_t epilogue; /* CUBLASLT_EPILOGUE_* */
+	int bias;          /* its tensor, or -1 */
 	cublasLtMatmulDesc_t desc;
 	cublasLtMatrixLayout_t la, lb, lc;
 	cublasLtMatmulAlgo_t algo;
@@ -158,13 +172,36 @@ static bool read_operand(json_t *obj, operand *out)
 	return out->dtype >= 0 && out->tensor >= 0 && out->offset >= 0 && out->ld > 0;
 }
 
+/* The epilogue "obj" names (none: the default), and its bias tensor,
+ * which the bias epilogues need; false when garbled. */
+static bool read_epilogue(json_t *obj, kgen_cublaslt_call *call)
+{
+	static const struct {
+		const char *name;
+		uint32_t value;
+	} epilogues[] = {
+		{"relu", CUBLASLT_EPILOGUE_RELU}, {"gelu", CUBLASLT_EPILOGUE_GELU},
+		{"bias", CUBLASLT_EPILOGUE_BIAS},
+		{"relu_bias", CUBLASLT_EPILOGUE_RELU | CUBLASLT_EPILOGUE_BIAS},
+		{"gelu_bias", CUBLASLT_EPILOGUE_GELU | CUBLASLT_EPILOGUE_BIAS},
+	};
+	json_t *name = json_object_get(obj, "epilogue"), *bias = json_object_get(obj, "bias");
+
+	call->epilogue = name ? 0 : CUBLASLT_EPILOGUE_DEFAULT;
+	for (size_t i = 0; json_is_string(name) && i < sizeof(epilogues) / sizeof(*epilogues); i++)
+		if (!strcmp(json_string_value(name), epilogues[i].name))
+			call->epilogue = epilogues[i].value;
+	call->bias = json_is_integer(bias) ? (int)json_integer_value(bias) : -1;
+	return call->epilogue && (call->bias >= 0) == !!(call->epilogue & CUBLASLT_EPILOGUE_BIAS);
+}
+
 static int read_call(const char *source, kgen_cublaslt_call *call, kgen_error *err)
 {
 	json_t *obj = json_loads(source, 0, NULL);
 	const char *kernel = json_string_value(json_object_get(obj, "kernel"));
 	bool ok = kernel && read_operand(json_object_get(obj, "a"), &call->a) &&
 		  read_operand(json_object_get(obj, "b"), &call->b) &&
-		  read_operand(json_object_get(obj, "c"), &call->c);
+		  read_operand(json_object_get(obj, "c"), &call->c) && read_epilogue(obj, call);
 
 	if (ok) {
 		snprintf(call->kernel, sizeof(call->kernel), "%s", kernel);
@@ -179,7 +216,10 @@ static int read_call(const char *source, kgen_cublaslt_call *call, kgen_error *e
 }
 
 /* The descriptors of C^T = B^T A^T, column-major: B first (N x K, or
- * K x N read transposed), then A (K x M, or M x K read transposed). */
+ * K x N read transposed), then A (K x M, or M x K read transposed), and
+ * the epilogue. Until a call sets the bias, the workspace stands for it:
+ * the heuristic reads the pointer's alignment, and both come from
+ * cuMemAlloc. */
 static bool describe(kgen_cublaslt_call *c)
 {
 	int op_b = c->b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -188,6 +228,10 @@ static bool describe(kgen_cublaslt_call *c)
 	return lt.desc_create(&c->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == 0 &&
 	       lt.desc_set(c->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof(op_b)) == 0 &&
 	       lt.desc_set(c->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof(op_a)) == 0 &&
+	       lt.desc_set(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &c->epilogue,
+			   sizeof(c->epilogue)) == 0 &&
+	       (c->bias < 0 || lt.desc_set(c->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+					   &c->workspace, sizeof(c->workspace)) == 0) &&
 	       lt.layout_create(&c->lb, c->b.dtype, c->b.trans ? c->k : c->n,
 				c->b.trans ? c->n : c->k, c->b.ld) == 0 &&
 	       lt.layout_create(&c->la, c->a.dtype, c->a.trans ? c->m : c->k,
@@ -243,9 +287,13 @@ int kgen_cublaslt_run(const kgen_cublaslt_call *c, void *const *tensors, void *s
 	const char *a = (const char *)tensors[c->a.tensor] + c->a.offset * c->a.element_bytes;
 	const char *b = (const char *)tensors[c->b.tensor] + c->b.offset * c->b.element_bytes;
 	char *d = (char *)tensors[c->c.tensor] + c->c.offset * c->c.element_bytes;
-	cublasStatus_t status = lt.matmul(lt.handle, c->desc, &one, b, c->lb, a, c->la,
-					  &zero, d, c->lc, d, c->lc, &c->algo,
-					  c->workspace, c->workspace_bytes, stream);
+	const void *bias = c->bias >= 0 ? tensors[c->bias] : NULL;
+	cublasStatus_t status = bias ? lt.desc_set(c->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+						   &bias, sizeof(bias)) : 0;
+
+	if (status == 0)
+		status = lt.matmul(lt.handle, c->desc, &one, b, c->lb, a, c->la, &zero, d, c->lc,
+				   d, c->lc, &c->algo, c->workspace, c->workspace_bytes, stream);
 
 	return status == 0 ? KGEN_OK :
 	       kgen_fail(err, KGEN_EBACKEND, "kernel '%s': cublasLtMatmul failed "

@@ -52,7 +52,7 @@ static int check_library(const kgen_backend *backend, const sched_graph *graph,
 {
 	bool cuda = kgen_backend_prints_cuda(backend);
 	const char *why = kernel->schedule.library ?
-		kgen_library_unfit(graph, kernel->ops[0], cuda) : NULL;
+		kgen_library_kernel_unfit(graph, kernel, cuda) : NULL;
 
 	if (kernel->schedule.library && strcmp(backend->ops->name, "cuda") && cuda)
 		return kgen_fail(err, KGEN_EBACKEND, "kernel '%s' is a library step, which "

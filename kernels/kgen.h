@@ -184,6 +184,12 @@ bool kgen_kernel_products(__sched_keep const sched_graph *graph,
  * (cpu: f32, f16 or bf16, the latter two through f32 copies; cuda: f16,
  * bf16 or f32 factors, C in theirs or f32). */
 const char *kgen_library_unfit(__sched_keep const sched_graph *graph, int op, bool cuda);
+/* The same for a kernel: its first op such a product, and its other ops,
+ * if any, an epilogue cuBLASLt applies (a bias along C's columns, then
+ * relu or gelu_tanh, each reading the op before at the same element,
+ * whose result no other op reads and which is no output). */
+const char *kgen_library_kernel_unfit(__sched_keep const sched_graph *graph,
+				      __sched_keep const kgen_kernel *kernel, bool cuda);
 /* Whether backend "name"'s library ("cpu": a CBLAS in libopenblas.so.0
  * or libblas.so.3; "cuda": libcublasLt) can be opened here. */
 bool kgen_library_available(const char *backend);

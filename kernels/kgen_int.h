@@ -27,6 +27,22 @@ typedef struct kgen_gemm {
 } kgen_gemm;
 
 bool kgen_gemm_of(const sched_graph *graph, int op, kgen_gemm *out, const char **why);
+/* A library step's epilogue: the kernel's ops after its product, applied
+ * to C as cuBLASLt's epilogues apply them: plus a bias along C's columns
+ * ("bias": a tensor of N elements, or -1), then an activation ("act":
+ * SCHED_RELU, SCHED_GELU_TANH, or SCHED_FUNC_COUNT for none). "out" is
+ * the tensor the step writes: the last op's target (C alone without an
+ * epilogue); the results between stay unwritten. */
+typedef struct kgen_epilogue {
+	int bias, out;
+	enum sched_func act;
+} kgen_epilogue;
+
+/* Kernel "kernel" as a library step: its first op's GEMM and its other
+ * ops' epilogue; false with the reason in *why when it is none (its
+ * dtypes unchecked). */
+bool kgen_library_step_of(const sched_graph *graph, const kgen_kernel *kernel,
+			  kgen_gemm *gemm, kgen_epilogue *epi, const char **why);
 /* A library step's source: C that calls cblas_sgemm (cpu), or the
  * cuBLASLt call as JSON, {"library": KGEN_LIBRARY_CUBLASLT, ...}, that
  * the cuda backend makes (cublaslt.c). NULL when the op does not fit. */

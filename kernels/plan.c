@@ -654,13 +654,15 @@ static void default_schedule(const sched_op *op, const sched_tensor *t,
 	default_threads(t, s);
 }
 
-/* {"library": true}: the kernel's one matrix product through the
- * device's BLAS (library.c), which no other schedule key goes with. */
+/* {"library": true}: the kernel's matrix product, and the epilogue its
+ * other ops make, through the device's BLAS (library.c), which no other
+ * schedule key goes with. */
 static int read_library(const sched_graph *graph, json_t *sched, kgen_kernel *kernel,
 			kgen_error *err)
 {
 	json_t *library = json_object_get(sched, "library");
 	kgen_gemm gemm;
+	kgen_epilogue epi;
 	const char *why;
 
 	if (!library)
@@ -673,10 +675,10 @@ static int read_library(const sched_graph *graph, json_t *sched, kgen_kernel *ke
 	if (json_object_size(sched) != 1)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': a library step takes no "
 				 "other schedule key", kernel->name);
-	if (kernel->nops != 1)
-		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': a library step runs one "
-				 "matrix product alone, not %d ops", kernel->name, kernel->nops);
-	if (!kgen_gemm_of(graph, kernel->ops[0], &gemm, &why))
+	if (kernel->nlanes)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': a library step has no "
+				 "lanes", kernel->name);
+	if (!kgen_library_step_of(graph, kernel, &gemm, &epi, &why))
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s' cannot be a library step: "
 				 "%s", kernel->name, why);
 	kernel->schedule.library = true;
@@ -807,14 +809,15 @@ static int read_lanes(json_t *lanes, kgen_kernel *kernel, int index,
 	return KGEN_OK;
 }
 
-/* A fused kernel's group must be legal, and its lanes name every branch. */
+/* A fused kernel's group must be legal, and its lanes name every branch
+ * (a library step's epilogue is no group: read_library checks it). */
 static int check_group(const sched_graph *graph, const kgen_kernel *kernel,
 		       kgen_error *err)
 {
 	sched_group *group;
 	int rc;
 
-	if (kernel->nops == 1 && !kernel->nlanes)
+	if ((kernel->nops == 1 && !kernel->nlanes) || kernel->schedule.library)
 		return KGEN_OK;
 	if ((rc = kgen_kernel_group(graph, kernel, false, &group, err)) < 0)
 		return rc;

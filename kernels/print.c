@@ -115,7 +115,30 @@ static const char cuda_helpers[] =
 	"{ float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
 	"__device__ __forceinline__ f16_t f16_store(float f)\n"
 	"{ f16_t h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
+	"/* 16, 8 or 4 bytes at once, both addresses on as many bytes. */\n"
+	"struct __align__(16) bytes16 { unsigned w[4]; };\n"
+	"struct __align__(8) bytes8 { unsigned w[2]; };\n"
+	"__device__ __forceinline__ void move16(void *to, const void *from)\n"
+	"{ *(bytes16 *)to = *(const bytes16 *)from; }\n"
+	"__device__ __forceinline__ void move8(void *to, const void *from)\n"
+	"{ *(bytes8 *)to = *(const bytes8 *)from; }\n"
+	"__device__ __forceinline__ void move4(void *to, const void *from)\n"
+	"{ *(unsigned *)to = *(const unsigned *)from; }\n"
 	"#endif\n"
+	"/* \"bytes\" (a power of two from 2 to 64, known when compiled) at once,\n"
+	" * by 16 at most: both addresses on as many bytes. */\n"
+	"__device__ __forceinline__ void kmove(void *to, const void *from, int bytes)\n"
+	"{\n"
+	"\tif (bytes >= 16)\n"
+	"\t\tfor (int c = 0; c < bytes; c += 16)\n"
+	"\t\t\tmove16((char *)to + c, (const char *)from + c);\n"
+	"\telse if (bytes == 8)\n"
+	"\t\tmove8(to, from);\n"
+	"\telse if (bytes == 4)\n"
+	"\t\tmove4(to, from);\n"
+	"\telse\n"
+	"\t\t*(unsigned short *)to = *(const unsigned short *)from;\n"
+	"}\n"
 	"__device__ __forceinline__ float bf16_load(bf16_t b)\n"
 	"{ return __uint_as_float((unsigned)b << 16); }\n"
 	"__device__ __forceinline__ bf16_t bf16_store(float f)\n"
@@ -273,20 +296,47 @@ static void print_recompute(sched_buf *buf, const kgen_printer *pr,
 	sched_buf_printf(buf, ")");
 }
 
+/* The place of "access" in pr->vectors, or -1. */
+static int vector_read(const kgen_printer *pr, const sched_node *access)
+{
+	for (int i = 0; pr->vectors && i < pr->vectors->n; i++)
+		if (pr->vectors->access[i] == access)
+			return i;
+	return -1;
+}
+
 static void print_load(sched_buf *buf, const kgen_printer *pr,
 		       const sched_node *access)
 {
 	const sched_tensor *t = &pr->graph->tensors[access->tensor];
 	int stage = pr->group ? sched_group_stage_of(pr->group, t->writer) : -1;
+	int vector = vector_read(pr, access);
 	const char *open = kgen_load_open(t);
 
 	if (stage >= 0 && pr->group->stages[stage].store == SCHED_STORE_INLINE)
 		return print_recompute(buf, pr, access);
 	if (stage >= 0 && pr->group->stages[stage].store != SCHED_STORE_GLOBAL)
-		return kgen_print_local(buf, pr, stage, access);
+		return vector >= 0 ? sched_buf_printf(buf, "vec_%d[u]", vector) :
+				     kgen_print_local(buf, pr, stage, access);
+	if (vector >= 0)
+		return sched_buf_printf(buf, "%svec_%d[u])", open, vector);
 	sched_buf_printf(buf, "%st_%s[", open, t->name);
 	kgen_print_offset(buf, pr, access);
 	sched_buf_printf(buf, "])");
+}
+
+void kgen_print_rounded(sched_buf *buf, enum sched_dtype dtype, const char *x)
+{
+	switch (dtype) {
+	case SCHED_F16:
+		return sched_buf_printf(buf, "f16_round(%s)", x);
+	case SCHED_BF16:
+		return sched_buf_printf(buf, "bf16_load(bf16_store(%s))", x);
+	case SCHED_I32:
+		return sched_buf_printf(buf, "(float)(int)(%s)", x);
+	default:
+		return sched_buf_printf(buf, "%s", x);
+	}
 }
 
 const char *kgen_load_open(const sched_tensor *t)

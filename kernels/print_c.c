@@ -180,7 +180,7 @@ char *kgen_print_c(const sched_graph *graph, const kgen_plan *plan, int index)
 		return kgen_print_micro(graph, kernel);
 	if (kernel->nops > 1)
 		return kgen_print_fused(graph, kernel, false, false);
-	c_kernel k = {{graph, op, NULL}, kernel, &graph->tensors[op->target], &buf};
+	c_kernel k = {{graph, op, NULL, NULL}, kernel, &graph->tensors[op->target], &buf};
 
 	kgen_print_helpers(&buf, false, true);
 	kgen_print_header(&buf, &k.pr, kernel->name);

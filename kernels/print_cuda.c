@@ -247,7 +247,7 @@ static char *print_tiled(const sched_graph *graph, const kgen_kernel *kernel, bo
 {
 	const sched_op *op = kgen_kernel_op(graph, kernel);
 	sched_buf buf = {0};
-	cuda_kernel k = {{graph, op, NULL}, kernel, &graph->tensors[op->target], &buf, 0,
+	cuda_kernel k = {{graph, op, NULL, NULL}, kernel, &graph->tensors[op->target], &buf, 0,
 			 wrapped};
 	unsigned blocks;
 

@@ -15,8 +15,11 @@
  * e mod blockDim.x, which is the thread map the widths were computed
  * with, and __syncthreads() stands where the analysis put a barrier.
  * A reduction stage with fewer elements than threads shares each element
- * among up to a warp of threads, combined by shuffles, with barriers on
- * both sides (its elements leave that thread map).
+ * among up to a warp of threads, combined by shuffles, and with a vector
+ * in the schedule an elementwise stage runs that many consecutive
+ * elements per thread, moved at once where they are on their width;
+ * both with barriers on both sides (their elements leave that thread
+ * map).
  */
 #include <stdlib.h>
 
@@ -143,37 +146,45 @@ static void print_params(fused_kernel *k)
  * fused plans compute what unfused plans compute. */
 static void print_rounded(fused_kernel *k, int s, const char *x)
 {
-	switch (stage_target(k, s)->dtype) {
-	case SCHED_F16:
-		return sched_buf_printf(k->buf, "f16_round(%s)", x);
-	case SCHED_BF16:
-		return sched_buf_printf(k->buf, "bf16_load(bf16_store(%s))", x);
-	case SCHED_I32:
-		return sched_buf_printf(k->buf, "(float)(int)(%s)", x);
-	default:
-		return sched_buf_printf(k->buf, "%s", x);
-	}
+	kgen_print_rounded(k->buf, stage_target(k, s)->dtype, x);
+}
+
+static bool keeps_local(const sched_stage *st)
+{
+	return st->store == SCHED_STORE_LOCAL || st->store == SCHED_STORE_BOTH;
+}
+
+static bool keeps_global(const sched_stage *st)
+{
+	return st->store == SCHED_STORE_GLOBAL || st->store == SCHED_STORE_BOTH;
+}
+
+static void print_keep_local(fused_kernel *k, int s, const char *indent, const char *x)
+{
+	sched_buf_printf(k->buf, "%s", indent);
+	kgen_print_local(k->buf, &k->pr, s, NULL);
+	sched_buf_printf(k->buf, " = ");
+	print_rounded(k, s, x);
+	sched_buf_printf(k->buf, ";\n");
+}
+
+static void print_keep_global(fused_kernel *k, int s, const char *indent, const char *x)
+{
+	const sched_tensor *t = stage_target(k, s);
+
+	sched_buf_printf(k->buf, "%st_%s[", indent, t->name);
+	kgen_print_target_offset(k->buf, &k->pr);
+	sched_buf_printf(k->buf, "] = %s%s);\n", kgen_store_open(t), x);
 }
 
 /* Keeps x, the stage's value at its target variables: in local memory
  * and/or in its tensor. */
 static void print_keep(fused_kernel *k, int s, const char *indent, const char *x)
 {
-	const sched_stage *st = &group_of(k)->stages[s];
-	const sched_tensor *t = stage_target(k, s);
-
-	if (st->store == SCHED_STORE_LOCAL || st->store == SCHED_STORE_BOTH) {
-		sched_buf_printf(k->buf, "%s", indent);
-		kgen_print_local(k->buf, &k->pr, s, NULL);
-		sched_buf_printf(k->buf, " = ");
-		print_rounded(k, s, x);
-		sched_buf_printf(k->buf, ";\n");
-	}
-	if (st->store == SCHED_STORE_GLOBAL || st->store == SCHED_STORE_BOTH) {
-		sched_buf_printf(k->buf, "%st_%s[", indent, t->name);
-		kgen_print_target_offset(k->buf, &k->pr);
-		sched_buf_printf(k->buf, "] = %s%s);\n", kgen_store_open(t), x);
-	}
+	if (keeps_local(&group_of(k)->stages[s]))
+		print_keep_local(k, s, indent, x);
+	if (keeps_global(&group_of(k)->stages[s]))
+		print_keep_global(k, s, indent, x);
 }
 
 /* The reduction loops; the innermost unrolled unless "simd" already
@@ -431,18 +442,253 @@ static void print_cuda_shared_reduction(fused_kernel *k, int s, int n)
 	sched_buf_printf(k->buf, "\t\t\t}\n\t\t}\n");
 }
 
+/* ---- cuda: consecutive elements per thread ---- */
+
+/* An elementwise stage whose threads run "width" consecutive elements of
+ * its last dim each (the schedule's vector), with the reads and keeps
+ * that move "width" elements at once (16 bytes at most per move): reads
+ * whose last index is the last target variable alone, and keeps, where
+ * the place of an element of the last dim on "width" elements is on as
+ * many. */
+typedef struct vector_stage {
+	fused_kernel *k;
+	int stage, width;
+	kgen_vector_reads reads;
+	bool moves_local, moves_global; /* the stage's keeps */
+} vector_stage;
+
+/* The stage keeping tensor "t" in local memory, or -1. */
+static int local_stage(const fused_kernel *k, int t)
+{
+	int s = sched_group_stage_of(group_of(k), k->pr.graph->tensors[t].writer);
+
+	return s >= 0 && keeps_local(&group_of(k)->stages[s]) ? s : -1;
+}
+
+static bool recomputed(const fused_kernel *k, int t)
+{
+	int s = sched_group_stage_of(group_of(k), k->pr.graph->tensors[t].writer);
+
+	return s >= 0 && group_of(k)->stages[s].store == SCHED_STORE_INLINE;
+}
+
+/* Whether "access" walks its tensor's last dim by the op's last target
+ * variable, which no other index mentions. */
+static bool along_last(const sched_op *op, const sched_node *access)
+{
+	int last = op->ntarget_vars - 1;
+	const sched_node *index = access->nargs ? access->args[access->nargs - 1] : NULL;
+
+	if (!index || index->kind != SCHED_NODE_VAR || index->var != last)
+		return false;
+	for (int d = 0; d < access->nargs - 1; d++)
+		if (sched_node_mentions(access->args[d], last))
+			return false;
+	return true;
+}
+
+static void look_at_read(const sched_node *access, void *user)
+{
+	vector_stage *v = user;
+	const sched_tensor *t = &v->k->pr.graph->tensors[access->tensor];
+	int s = local_stage(v->k, access->tensor);
+	const sched_stage *st = s >= 0 ? &group_of(v->k)->stages[s] : NULL;
+	bool on_width = st ? st->offset % v->width == 0 &&
+			     st->extent[st->rank - 1] % v->width == 0 :
+			     t->shape[t->rank - 1] % v->width == 0;
+
+	if (v->reads.n < KGEN_MAX_VECTOR_READS && along_last(v->k->pr.op, access) &&
+	    !recomputed(v->k, access->tensor) && on_width)
+		v->reads.access[v->reads.n++] = access;
+}
+
+/* The vectors of stage "s"; false when its threads run an element each:
+ * a vector of 1, a reduction, a last dim "width" does not divide, or
+ * nothing in global memory moved at once. */
+static bool plan_vectors(fused_kernel *k, int s, vector_stage *v)
+{
+	const sched_stage *st = &group_of(k)->stages[s];
+	const sched_tensor *t = stage_target(k, s);
+	int w = k->kernel->schedule.vector;
+	bool global_reads = false;
+
+	*v = (vector_stage){k, s, w, {0}, false, false};
+	if (w < 2 || k->pr.op->reducer != SCHED_RED_NONE || st->rank == 0 ||
+	    st->extent[st->rank - 1] % w)
+		return false;
+	sched_node_each_access(k->pr.op->body, look_at_read, v);
+	v->moves_local = keeps_local(st) && st->offset % w == 0;
+	v->moves_global = keeps_global(st) && t->shape[t->rank - 1] % w == 0;
+	for (int i = 0; i < v->reads.n; i++)
+		global_reads |= local_stage(k, v->reads.access[i]->tensor) < 0;
+	return global_reads || v->moves_global;
+}
+
+/* Opens the vectors' path: where, for the whole block, every move is on
+ * its width (the tensors moved on 16 bytes, the region's last dim and
+ * the first columns of the stages read on "width" elements). */
+static void print_vector_condition(const vector_stage *v)
+{
+	fused_kernel *k = v->k;
+	int w = v->width, last = group_of(k)->stages[v->stage].rank - 1;
+
+	sched_buf_printf(k->buf, "\t\tif (((0ull");
+	if (v->moves_global)
+		sched_buf_printf(k->buf, " | (unsigned long long)t_%s", stage_target(k, v->stage)->name);
+	for (int i = 0; i < v->reads.n; i++)
+		if (local_stage(k, v->reads.access[i]->tensor) < 0)
+			sched_buf_printf(k->buf, " | (unsigned long long)t_%s",
+					 k->pr.graph->tensors[v->reads.access[i]->tensor].name);
+	sched_buf_printf(k->buf, ") & 15) == 0 && lo_%d_%d %% %d == 0 && hi_%d_%d %% %d == 0",
+			 v->stage, last, w, v->stage, last, w);
+	for (int i = 0; i < v->reads.n; i++) {
+		int s = local_stage(k, v->reads.access[i]->tensor);
+
+		if (s >= 0)
+			sched_buf_printf(k->buf, " && lo_%d_%d %% %d == 0", s,
+					 group_of(k)->stages[s].rank - 1, w);
+	}
+	sched_buf_printf(k->buf, ") {\n");
+}
+
+/* The arrays the reads and keeps move through, and the reads, at the
+ * first element of the thread's. */
+static void print_vector_loads(const vector_stage *v)
+{
+	fused_kernel *k = v->k;
+	const char *last = var_name(k, group_of(k)->stages[v->stage].rank - 1);
+
+	for (int i = 0; i < v->reads.n; i++) {
+		int t = v->reads.access[i]->tensor;
+
+		sched_buf_printf(k->buf, "\t\t\t__align__(16) %s vec_%d[%d];\n",
+				 local_stage(k, t) >= 0 ? "float" :
+				 kgen_ctype(k->pr.graph->tensors[t].dtype, true), i, v->width);
+	}
+	if (v->moves_local)
+		sched_buf_printf(k->buf, "\t\t\t__align__(16) float vec_local[%d];\n", v->width);
+	if (v->moves_global)
+		sched_buf_printf(k->buf, "\t\t\t__align__(16) %s vec_global[%d];\n",
+				 kgen_ctype(stage_target(k, v->stage)->dtype, true), v->width);
+	sched_buf_printf(k->buf, "\t\t\t{\n\t\t\t\tconst idx_t v_%s = first_%s;\n", last, last);
+	for (int i = 0; i < v->reads.n; i++) {
+		const sched_node *access = v->reads.access[i];
+		const sched_tensor *t = &k->pr.graph->tensors[access->tensor];
+		int s = local_stage(k, access->tensor);
+
+		sched_buf_printf(k->buf, "\t\t\t\tkmove(vec_%d, &", i);
+		if (s >= 0) {
+			kgen_print_local(k->buf, &k->pr, s, access);
+		} else {
+			sched_buf_printf(k->buf, "t_%s[", t->name);
+			kgen_print_offset(k->buf, &k->pr, access);
+			sched_buf_printf(k->buf, "]");
+		}
+		sched_buf_printf(k->buf, ", %d);\n", v->width * (s >= 0 ? 4 :
+					  sched_dtype_bytes(t->dtype)));
+	}
+	sched_buf_printf(k->buf, "\t\t\t}\n");
+}
+
+/* The element's keeps: into the arrays moved at once, or as one. */
+static void print_vector_keeps(const vector_stage *v)
+{
+	fused_kernel *k = v->k;
+	const sched_stage *st = &group_of(k)->stages[v->stage];
+
+	if (v->moves_local) {
+		sched_buf_printf(k->buf, "\t\t\t\tvec_local[u] = ");
+		print_rounded(k, v->stage, "x");
+		sched_buf_printf(k->buf, ";\n");
+	} else if (keeps_local(st)) {
+		print_keep_local(k, v->stage, "\t\t\t\t", "x");
+	}
+	if (v->moves_global)
+		sched_buf_printf(k->buf, "\t\t\t\tvec_global[u] = %sx);\n",
+				 kgen_store_open(stage_target(k, v->stage)));
+	else if (keeps_global(st))
+		print_keep_global(k, v->stage, "\t\t\t\t", "x");
+}
+
+static void print_vector_stores(const vector_stage *v)
+{
+	fused_kernel *k = v->k;
+	const sched_tensor *t = stage_target(k, v->stage);
+	const char *last = var_name(k, group_of(k)->stages[v->stage].rank - 1);
+
+	if (!v->moves_local && !v->moves_global)
+		return;
+	sched_buf_printf(k->buf, "\t\t\t{\n\t\t\t\tconst idx_t v_%s = first_%s;\n", last, last);
+	if (v->moves_local) {
+		sched_buf_printf(k->buf, "\t\t\t\tkmove(&");
+		kgen_print_local(k->buf, &k->pr, v->stage, NULL);
+		sched_buf_printf(k->buf, ", vec_local, %d);\n", v->width * 4);
+	}
+	if (v->moves_global) {
+		sched_buf_printf(k->buf, "\t\t\t\tkmove(&t_%s[", t->name);
+		kgen_print_target_offset(k->buf, &k->pr);
+		sched_buf_printf(k->buf, "], vec_global, %d);\n",
+				 v->width * sched_dtype_bytes(t->dtype));
+	}
+	sched_buf_printf(k->buf, "\t\t\t}\n");
+}
+
+/* Thread t runs the "width" elements from e = width (t + i blockDim.x),
+ * which lie in one row, as "width" divides the last dim. */
+static void print_vector_elements(const vector_stage *v)
+{
+	fused_kernel *k = v->k;
+	const sched_stage *st = &group_of(k)->stages[v->stage];
+	int64_t stride = stage_elements(k, v->stage);
+	int s = v->stage, last = st->rank - 1;
+
+	sched_buf_printf(k->buf, "\t\tfor (idx_t q = threadIdx.x; q < %lld; q += blockDim.x) {\n"
+			 "\t\t\tconst idx_t e = q * %d;\n", (long long)(stride / v->width),
+			 v->width);
+	for (int d = 0; d < st->rank; d++) {
+		const char *kind = d == last ? "first" : "v";
+
+		stride /= st->extent[d];
+		sched_buf_printf(k->buf, "\t\t\tconst idx_t %s_%s = lo_%d_%d + e / %lld %% %lld;\n"
+				 "\t\t\tif (%s_%s >= hi_%d_%d)\n\t\t\t\tcontinue;\n", kind,
+				 var_name(k, d), s, d, (long long)stride, (long long)st->extent[d],
+				 kind, var_name(k, d), s, d);
+	}
+	print_vector_loads(v);
+	sched_buf_printf(k->buf, "#pragma unroll\n\t\t\tfor (int u = 0; u < %d; u++) {\n"
+			 "\t\t\t\tconst idx_t v_%s = first_%s + u;\n\t\t\t\tconst float x = ",
+			 v->width, var_name(k, last), var_name(k, last));
+	k->pr.vectors = &v->reads;
+	kgen_print_value(k->buf, &k->pr, k->pr.op->body);
+	k->pr.vectors = NULL;
+	sched_buf_printf(k->buf, ";\n");
+	print_vector_keeps(v);
+	sched_buf_printf(k->buf, "\t\t\t}\n");
+	print_vector_stores(v);
+	sched_buf_printf(k->buf, "\t\t}\n");
+}
+
+/* An elementwise or reduction stage: with the vectors' path first where
+ * the stage has vectors, then an element per thread. */
 static void print_cuda_stage(fused_kernel *k, int s)
 {
 	const sched_op *op = k->pr.op;
 	int sharing = sharing_threads(k, s);
+	vector_stage v;
+	bool vectors = plan_vectors(k, s, &v), own_map = sharing > 1 || vectors;
 
 	/* The widths assume element e on thread e mod blockDim.x: a stage
 	 * whose elements run elsewhere needs barriers on both sides. */
-	if (group_of(k)->stages[s].barrier || k->barrier_due || sharing > 1)
+	if (group_of(k)->stages[s].barrier || k->barrier_due || own_map)
 		sched_buf_printf(k->buf, "\t\t__syncthreads();\n");
-	k->barrier_due = sharing > 1;
+	k->barrier_due = own_map;
 	if (sharing > 1)
 		return print_cuda_shared_reduction(k, s, sharing);
+	if (vectors) {
+		print_vector_condition(&v);
+		print_vector_elements(&v);
+		sched_buf_printf(k->buf, "\t\t} else {\n");
+	}
 	print_cuda_elements(k, s);
 	if (op->reducer == SCHED_RED_NONE) {
 		sched_buf_printf(k->buf, "\t\t\tconst float x = ");
@@ -453,6 +699,8 @@ static void print_cuda_stage(fused_kernel *k, int s)
 	}
 	print_keep(k, s, "\t\t\t", "x");
 	sched_buf_printf(k->buf, "\t\t}\n");
+	if (vectors)
+		sched_buf_printf(k->buf, "\t\t}\n");
 }
 
 /* A branch's first op, a matrix product, on tensor cores
@@ -559,7 +807,7 @@ static void print_cuda_local(fused_kernel *k, int64_t floats)
 	int64_t stages;
 
 	if (!k->kernel->schedule.mma.bm)
-		return sched_buf_printf(k->buf, "\t__shared__ float local[%lld];\n",
+		return sched_buf_printf(k->buf, "\t__shared__ __align__(16) float local[%lld];\n",
 					(long long)floats);
 	stages = (kgen_mma_shared_bytes(&k->kernel->schedule.mma,
 					kgen_mma_factor_bytes(k->pr.graph, k->kernel)) + 3) / 4;
@@ -594,7 +842,7 @@ char *kgen_print_fused(const sched_graph *graph, const kgen_kernel *kernel,
 	sched_group *group;
 	sched_contraction product;
 	sched_buf buf = {0};
-	fused_kernel k = {{graph, NULL, NULL}, kernel, &buf, cuda, wrapped, false};
+	fused_kernel k = {{graph, NULL, NULL, NULL}, kernel, &buf, cuda, wrapped, false};
 
 	if (kgen_kernel_group(graph, kernel, cuda, &group, NULL) < 0)
 		return NULL;

@@ -6,13 +6,24 @@
 
 #include "kgen_int.h"
 
+/* cuda: the reads of a fused stage that runs consecutive elements per
+ * thread (print_fused.c) and loads them at once: read i of element u is
+ * vec_<i>[u], in its tensor's type, or a float from local memory. */
+#define KGEN_MAX_VECTOR_READS 16
+typedef struct kgen_vector_reads {
+	int n;
+	const sched_node *access[KGEN_MAX_VECTOR_READS];
+} kgen_vector_reads;
+
 /* What a printer prints an expression of: op "op" of "graph", inside the
  * fused group "group" (NULL for a single-op kernel), whose members' reads
- * of each other's results go to block-local memory or are recomputed. */
+ * of each other's results go to block-local memory or are recomputed,
+ * and whose "vectors" (NULL for none) were loaded before. */
 typedef struct kgen_printer {
 	const sched_graph *graph;
 	const sched_op *op;
 	const sched_group *group;
+	const kgen_vector_reads *vectors;
 } kgen_printer;
 
 void kgen_print_helpers(sched_buf *buf, bool cuda, bool wide_indices);
@@ -27,6 +38,8 @@ void kgen_print_value(sched_buf *buf, const kgen_printer *pr,
 const char *kgen_store_open(const sched_tensor *t);
 /* The conversion of an element of tensor "t" to float, opened. */
 const char *kgen_load_open(const sched_tensor *t);
+/* Float x rounded to "dtype", as storing and loading it would round it. */
+void kgen_print_rounded(sched_buf *buf, enum sched_dtype dtype, const char *x);
 const char *kgen_reducer_identity(enum sched_reducer reducer);
 void kgen_print_combine(sched_buf *buf, enum sched_reducer reducer,
 			const char *acc, const char *x);

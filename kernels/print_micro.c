@@ -173,7 +173,7 @@ static void print_pack_gathered_b(micro_printer *p)
 		sched_buf_printf(p->buf, "\t\t\t\tconst %s v_%s = n_%s[j];\n\t\t\t\t(void)v_%s;\n",
 				 type, n[i].name, n[i].name, n[i].name);
 	sched_buf_printf(p->buf, "\t\t\t\tpanel[p * wp + j] = ");
-	kgen_print_value(p->buf, &(kgen_printer){p->graph, p->op, NULL}, factor);
+	kgen_print_value(p->buf, &(kgen_printer){p->graph, p->op, NULL, NULL}, factor);
 	sched_buf_printf(p->buf, ";\n\t\t\t}\n"
 			 "\t\t\tfor (idx_t j = w; j < wp; j++)\n"
 			 "\t\t\t\tpanel[p * wp + j] = 0.0f;\n\t\t}\n\t}\n}\n");
@@ -436,7 +436,7 @@ char *kgen_print_micro(const sched_graph *graph, const kgen_kernel *kernel)
 	set_product(&p, graph, op);
 	p.width = kgen_micro_vector_floats(p.s.nr);
 	kgen_print_helpers(&buf, false, true);
-	kgen_print_header(&buf, &(kgen_printer){graph, op, NULL}, kernel->name);
+	kgen_print_header(&buf, &(kgen_printer){graph, op, NULL, NULL}, kernel->name);
 	sched_buf_printf(&buf, "#include <stdlib.h>\n"
 			 "typedef float vf __attribute__((vector_size(%d)));\n"
 			 "static inline vf vload(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }\n"

@@ -58,12 +58,6 @@ static const char mma_helpers[] =
 	"\tasm volatile(\"ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\\n\"\n"
 	"\t\t     : \"=r\"(r[0]), \"=r\"(r[1]) : \"r\"(smem_address(p)));\n"
 	"}\n"
-	"/* 16 bytes at once, both addresses on 16 bytes. */\n"
-	"struct __align__(16) bytes16 { unsigned w[4]; };\n"
-	"__device__ __forceinline__ void store16(void *to, const void *from)\n"
-	"{\n"
-	"\t*(bytes16 *)to = *(const bytes16 *)from;\n"
-	"}\n"
 	"#define copies_commit() asm volatile(\"cp.async.commit_group;\\n\")\n"
 	"#define copies_wait(n) asm volatile(\"cp.async.wait_group %0;\\n\" :: \"n\"(n))\n"
 	"/* f32 bits rounded to tf32 (to nearest, ties away from zero). */\n"
@@ -328,7 +322,7 @@ static void print_staged_epilogue(const mma_printer *p)
 		"\t\tidx_t m = m0 + row, n = n0 + col;\n"
 		"\t\t%s *to = t_%s + %lldLL + m * %lldLL + n;\n"
 		"\t\tif (inside || (m < M && n + 8 <= N))\n"
-		"\t\t\tstore16(to, ct + row * C_ROW + col);\n"
+		"\t\t\tmove16(to, ct + row * C_ROW + col);\n"
 		"\t\telse if (m < M)\n"
 		"\t\t\tfor (int e = 0; e < 8 && n + e < N; e++)\n"
 		"\t\t\t\tto[e] = ct[row * C_ROW + col + e];\n"
@@ -394,7 +388,7 @@ char *kgen_print_mma(const sched_graph *graph, const kgen_kernel *kernel, bool w
 	p = printer_of(&buf, graph, &c, &kernel->schedule.mma);
 	p.target = &graph->tensors[op->target];
 	kgen_print_helpers(&buf, true, true);
-	kgen_print_header(&buf, &(kgen_printer){graph, op, NULL}, kernel->name);
+	kgen_print_header(&buf, &(kgen_printer){graph, op, NULL, NULL}, kernel->name);
 	kgen_print_mma_definitions(&buf, graph, &c, &kernel->schedule.mma);
 	print_params(&p, kernel->name, wrapped);
 	print_tile(&p, wrapped);

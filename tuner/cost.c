@@ -23,20 +23,34 @@ static void touch(const sched_node *access, void *seen)
 	((bool *)seen)[access->tensor] = true;
 }
 
-/* Bytes of every distinct tensor "op" reads or writes, each once. */
-static double op_bytes(const sched_graph *graph, const sched_op *op)
+/* The bytes of the tensors "seen". */
+static double seen_bytes(const sched_graph *graph, const bool *seen)
 {
-	bool *seen = calloc(graph->ntensors, sizeof(bool));
 	double bytes = 0;
 
-	if (!seen)
-		return 0;
-	seen[op->target] = true;
-	sched_node_each_access(op->body, touch, seen);
 	for (int i = 0; i < graph->ntensors; i++)
 		if (seen[i])
 			bytes += (double)graph->tensors[i].size *
 				 sched_dtype_bytes(graph->tensors[i].dtype);
+	return bytes;
+}
+
+/* Bytes of every distinct tensor the kernel's ops read or write, each
+ * once, but the results its first "kept" ops keep to themselves. */
+static double kernel_bytes(const sched_graph *graph, const kgen_kernel *kernel, int kept)
+{
+	bool *seen = calloc(graph->ntensors, sizeof(bool));
+	double bytes;
+
+	if (!seen)
+		return 0;
+	for (int i = 0; i < kernel->nops; i++) {
+		seen[graph->ops[kernel->ops[i]].target] = true;
+		sched_node_each_access(graph->ops[kernel->ops[i]].body, touch, seen);
+	}
+	for (int i = 0; i < kept; i++)
+		seen[graph->ops[kernel->ops[i]].target] = false;
+	bytes = seen_bytes(graph, seen);
 	free(seen);
 	return bytes;
 }
@@ -84,10 +98,7 @@ static double fused_ms(const sched_graph *graph, const kgen_kernel *kernel,
 		if (group->stages[s].store == SCHED_STORE_LOCAL ||
 		    group->stages[s].store == SCHED_STORE_INLINE)
 			seen[graph->ops[group->stages[s].op].target] = false;
-	for (int i = 0; i < graph->ntensors; i++)
-		if (seen[i])
-			bytes += (double)graph->tensors[i].size *
-				 sched_dtype_bytes(graph->tensors[i].dtype);
+	bytes = seen_bytes(graph, seen);
 	items = cuda || kernel->schedule.parallel > 0 ? (double)group->blocks : 1;
 	sched_group_free(group);
 	free(seen);
@@ -96,17 +107,21 @@ static double fused_ms(const sched_graph *graph, const kgen_kernel *kernel,
 	       peaks->launch_ms;
 }
 
+/* A kernel of one op, or a library step: its product's flops (those of
+ * its epilogue, if any, are not counted) over what its work items can
+ * keep busy, the whole device for a library step; its bytes, without
+ * the results between a library step's ops, which stay unwritten. */
 double tuner_kernel_ms(const sched_graph *graph, const kgen_kernel *kernel,
 		       const kgen_peaks *peaks, int cuda)
 {
-	const sched_op *op = kgen_kernel_op(graph, kernel);
+	const sched_op *op = &graph->ops[kernel->ops[0]];
 	const sched_tensor *t = &graph->tensors[op->target];
 	double share, memory_ms, compute_ms;
 
-	if (kernel->nops > 1)
+	if (kernel->nops > 1 && !kernel->schedule.library)
 		return fused_ms(graph, kernel, peaks, cuda);
 	share = kernel->schedule.library ? 1 : device_share(t, &kernel->schedule, peaks, cuda);
-	memory_ms = op_bytes(graph, op) / (peaks->bandwidth_gbs * 1e6);
+	memory_ms = kernel_bytes(graph, kernel, kernel->nops - 1) / (peaks->bandwidth_gbs * 1e6);
 	compute_ms = kernel->schedule.mma.bm || (cuda && kernel->schedule.library) ? 0 :
 		     (double)sched_op_flops(op) / (peaks->gflops * share * 1e6);
 	return fmax(memory_ms, compute_ms) + peaks->launch_ms;

@@ -414,8 +414,23 @@ static double kernel_cost(const decoding *d, const kgen_kernel *k)
 	return tuner_kernel_ms(d->f->graph, k, d->f->peaks, d->f->cuda);
 }
 
+/* Kernel k as a library step: its first op a product whose own kernel
+ * is one, and its other ops that step's epilogue (library.c). Such a
+ * step needs no planner, and is no slower than its parts apart (its
+ * epilogue's results stay unwritten). */
+static bool library_step(const decoding *d, kgen_kernel *k)
+{
+	const kgen_schedule *first = &d->schedules[d->f->kernel_of[k->ops[0]]];
+
+	if (!first->library || kgen_library_kernel_unfit(d->f->graph, k, d->f->cuda))
+		return false;
+	k->schedule = *first;
+	return true;
+}
+
 /* Merges the groups of a and b when the merged group is legal (and, with
- * peaks, estimated no slower than the two apart); whether it did. */
+ * peaks, estimated no slower than the two apart), or a library step;
+ * whether it did. */
 static bool try_merge(decoding *d, int a, int b)
 {
 	const tuner_fusion *f = d->f;
@@ -438,6 +453,12 @@ static bool try_merge(decoding *d, int a, int b)
 	}
 	if (!convex(f, in))
 		return false;
+	strcpy(k.name, "fused");
+	if (library_step(d, &k)) {
+		d->group[rb] = ra;
+		d->kernels[ra] = k;
+		return true;
+	}
 	root = kgen_kernel_op(f->graph, &k);
 	k.schedule = d->schedules[f->kernel_of[root->index]];
 	if (!kgen_kernel_products(f->graph, &k, &product))
@@ -452,7 +473,6 @@ static bool try_merge(decoding *d, int a, int b)
 	if (!k.schedule.parallel && f->graph->tensors[root->target].rank &&
 	    (d->kernels[ra].schedule.parallel || d->kernels[rb].schedule.parallel))
 		k.schedule.parallel = 1;
-	strcpy(k.name, "fused");
 	set_lanes(d, &k);
 	if (!(v = judged(d->f, &k, &scratch)) || !v->legal ||
 	    (f->peaks && v->ms > kernel_cost(d, &d->kernels[ra]) + kernel_cost(d, &d->kernels[rb])))

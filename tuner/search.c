@@ -445,10 +445,22 @@ static int first_op(const kgen_kernel *kernel)
 	return first;
 }
 
+/* The library gene of the product that starts library step "kernel"
+ * with an epilogue (as tuner/fuse.c decodes it); false if it has none. */
+static bool encode_library_step(const tuner_search *s, const kgen_kernel *kernel, int *genes)
+{
+	int p = base_kernel(s, kernel->ops[0]);
+
+	if (p < 0 || !s->kernels[p].library)
+		return false;
+	genes[s->kernels[p].first_gene + LIBRARY_GENE(s->kernels[p].rank)] = 1;
+	return true;
+}
+
 /* The genes of "plan": each kernel's schedule and sync as its root's
  * genes (the other members' keep their defaults), a fused kernel's
- * products on tensor cores as its first op's (as tuner/fuse.c decodes
- * them), its grouping as fusion genes. */
+ * products on tensor cores, or its library step, as its first op's (as
+ * tuner/fuse.c decodes them), its grouping as fusion genes. */
 static bool encode(const tuner_search *s, const kgen_plan *plan, int *genes)
 {
 	if (genes != s->defaults)
@@ -458,6 +470,12 @@ static bool encode(const tuner_search *s, const kgen_plan *plan, int *genes)
 		int b = base_kernel(s, kgen_kernel_op(s->graph, kernel)->index);
 		bool fused_mma = kernel->nops > 1 && kernel->schedule.mma.bm;
 		kgen_schedule root = kernel->schedule;
+
+		if (kernel->nops > 1 && kernel->schedule.library) {
+			if (!encode_library_step(s, kernel, genes))
+				return false;
+			continue;
+		}
 
 		root.mma = fused_mma ? (kgen_mma){0} : root.mma;
 		if (b < 0 || !encode_kernel(s, b, &root, genes) ||
@@ -563,8 +581,9 @@ static void decode(tuner_search *s, const int *genes)
 	kgen_plan_free(s->plan);
 	s->plan = tuner_fusion_plan(s->fusion, s->schedules, genes + s->first_fusion_gene);
 	for (int k = 0; s->plan && k < s->plan->nkernels; k++)
-		if (s->plan->kernels[k].nops > 1) /* a library step stands alone */
-			s->plan->kernels[k].schedule.library = false;
+		if (s->plan->kernels[k].nops > 1 && s->plan->kernels[k].schedule.library &&
+		    kgen_library_kernel_unfit(s->graph, &s->plan->kernels[k], s->o.cuda))
+			s->plan->kernels[k].schedule.library = false; /* its root's gene */
 	for (int k = 1; s->o.cuda && s->plan && k < s->plan->nkernels; k++)
 		decode_sync(s, k, genes);
 }

@@ -3,11 +3,12 @@
  * CUDA the cuda backend would run, on the cpu, and kgen_verify checks it
  * against the reference: tensor-core products (ldmatrix, mma.sync,
  * cp.async emulated) in odd shapes, dtypes and blockings, alone and with
- * fused epilogues, as tf32 and rastered; the generic kernels with each
- * split of their reductions (shuffles, shared memory). And the emulator
- * can fail: planted bugs in fragments, loads and stores are caught,
- * threads that wait at barriers never all reached are reported as a
- * deadlock, and what it cannot run is refused with the reason.
+ * fused epilogues, as tf32 and rastered; fused stages that move vectors;
+ * the generic kernels with each split of their reductions (shuffles,
+ * shared memory). And the emulator can fail: planted bugs in fragments,
+ * loads and stores are caught, threads that wait at barriers never all
+ * reached are reported as a deadlock, and what it cannot run is refused
+ * with the reason.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -402,6 +403,101 @@ static void expect_bugs_caught(kgen_backend *backend, sched_graph *g,
 	free(source);
 	kgen_plan_free(plan);
 	sched_graph_free(g);
+}
+
+/* Fused elementwise stages whose threads run "vector" consecutive
+ * elements and move them at once (print_fused.c): f16, bf16 and f32
+ * tensors (moves of 4 to 32 bytes), local and global reads and keeps, a
+ * reversed read that stays an element at a time, tiles whose columns
+ * the vector divides and one it does not (no moves then). */
+static const struct {
+	const char *plan;
+	bool moves;
+} ln_vectors[] = {
+	{"{\"kernels\": [{\"ops\": [0, 1, 2, 3], \"schedule\": {\"tile\": [2, 16], "
+	 "\"threads\": [2, 16], \"vector\": 2}}]}", true},
+	{"{\"kernels\": [{\"ops\": [0, 1, 2, 3], \"schedule\": {\"tile\": [2, 16], "
+	 "\"threads\": [2, 16], \"vector\": 4}}]}", true},
+	{"{\"kernels\": [{\"ops\": [0, 1, 2, 3], \"schedule\": {\"tile\": [4, 16], "
+	 "\"threads\": [1, 16], \"vector\": 8}}]}", true},
+}, mixed_vectors[] = {
+	{"{\"kernels\": [{\"ops\": [0, 1], \"schedule\": {\"tile\": [3, 40], "
+	 "\"threads\": [1, 32], \"vector\": 4}}]}", true},
+	{"{\"kernels\": [{\"ops\": [0, 1], \"schedule\": {\"tile\": [3, 40], "
+	 "\"threads\": [1, 32], \"vector\": 8}}]}", true},
+	{"{\"kernels\": [{\"ops\": [0, 1], \"schedule\": {\"tile\": [2, 8], "
+	 "\"threads\": [1, 8], \"vector\": 8}}]}", true},
+	{"{\"kernels\": [{\"ops\": [0, 1], \"schedule\": {\"tile\": [3, 20], "
+	 "\"threads\": [1, 16], \"vector\": 8}}]}", false},
+};
+
+/* Each plan verified, printed with moves where it should be. */
+static void expect_vector_plans_verified(kgen_backend *backend, const sched_graph *g,
+					 const char *plan_text, bool moves)
+{
+	kgen_plan *plan = plan_of_text(g, plan_text);
+	char *source = kgen_print_cuda(g, plan, 0);
+
+	cr_expect_eq(strstr(source, "for (int u = 0; u <") != NULL, moves, "%s\n%s", plan_text, source);
+	expect_verified(backend, g, plan, plan_text);
+	free(source);
+	kgen_plan_free(plan);
+}
+
+static sched_graph *mixed_dtypes(void)
+{
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+
+	cr_assert_eq(load_graph("x f16 6,40 in; b f32 40 in; s f32 6,40; y bf16 6,40 out",
+				OPS("s[i, j] = x[i, j] * 2.0 + b[j]",
+				    "y[i, j] = s[i, j] * x[i, 39 - j]"), &g, &serr),
+		     SCHED_OK, "%s", serr.message);
+	return g;
+}
+
+/* The moves' path of "plan_text" runs: a bug planted in it (every
+ * element reading the first of its vector) is caught. And the path of an
+ * element per thread, which runs where a move would be off its width
+ * (planted: the condition that opens the moves' path made false),
+ * matches. */
+static void expect_vector_path_checked(kgen_backend *backend, const sched_graph *g,
+				       const char *plan_text)
+{
+	kgen_plan *plan = plan_of_text(g, plan_text);
+	char *source = kgen_print_cuda(g, plan, 0), *fallback = strdup(source), *at;
+	int conditions = 0;
+	kgen_error err = {0};
+
+	expect_planted_bug_caught(backend, g, plan, source, "vec_0[u]", "vec_0[0]");
+	for (at = fallback; (at = strstr(at, ") & 15) == 0")); conditions++)
+		at[strlen(") & 15) == ")] = '9';
+	cr_expect_geq(conditions, 2, "%s", source);
+	cr_expect_eq(build_and_verify(backend, g, plan, (const char *const[]){fallback}, &err),
+		     KGEN_OK, "%s\n%s", err.message, fallback);
+	kgen_error_release(&err);
+	free(fallback);
+	free(source);
+	kgen_plan_free(plan);
+}
+
+Test(emulated, fused_stages_moving_vectors_match)
+{
+	kgen_backend *backend = open_emulated();
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+
+	cr_assert_eq(load_example("ln_residual_small", &g, &serr), SCHED_OK, "%s", serr.message);
+	for (size_t i = 0; i < sizeof(ln_vectors) / sizeof(*ln_vectors); i++)
+		expect_vector_plans_verified(backend, g, ln_vectors[i].plan, ln_vectors[i].moves);
+	expect_vector_path_checked(backend, g, ln_vectors[2].plan);
+	sched_graph_free(g);
+	g = mixed_dtypes();
+	for (size_t i = 0; i < sizeof(mixed_vectors) / sizeof(*mixed_vectors); i++)
+		expect_vector_plans_verified(backend, g, mixed_vectors[i].plan,
+					     mixed_vectors[i].moves);
+	sched_graph_free(g);
+	kgen_backend_close(backend);
 }
 
 static sched_graph *odd_product(size_t i)

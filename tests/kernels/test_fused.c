@@ -24,14 +24,16 @@
 #include "random_graph.h"
 
 /* A fused kernel to try: its ops, the tile of its root's output, whether
- * its blocks run in parallel (OpenMP) and, when nlanes > 0, the lane of
- * each branch. */
+ * its blocks run in parallel (OpenMP), the consecutive elements a cuda
+ * thread runs (vector; the cpu ignores it) and, when nlanes > 0, the
+ * lane of each branch. */
 typedef struct fusion {
 	int nops;
 	int ops[KGEN_MAX_OPS];
 	int rank;
 	int64_t tile[SCHED_MAX_RANK];
 	bool parallel;
+	int vector;
 	int nlanes;
 	int lanes[KGEN_MAX_OPS];
 } fusion;
@@ -112,8 +114,8 @@ static json_t *fused_json(const fusion *f)
 
 	for (int d = 0; d < f->rank; d++)
 		json_array_append_new(tile, json_integer(f->tile[d]));
-	kernel = json_pack("{s:o, s:{s:o, s:i}}", "ops", ints_json(f->ops, f->nops),
-			   "schedule", "tile", tile, "parallel", f->parallel);
+	kernel = json_pack("{s:o, s:{s:o, s:i, s:i}}", "ops", ints_json(f->ops, f->nops),
+			   "schedule", "tile", tile, "parallel", f->parallel, "vector", f->vector);
 	if (f->nlanes)
 		json_object_set_new(kernel, "lanes", ints_json(f->lanes, f->nlanes));
 	return kernel;
@@ -181,12 +183,14 @@ static int tiles_for(const sched_tensor *t, int64_t tiles[MAX_TILES][SCHED_MAX_R
 }
 
 /* Tries "f" (ops set) under the first "ntiles" tiles for its root, every
- * other one with its blocks in parallel; adds each accepted plan to "out"
+ * other one with its blocks in parallel, each with a vector of its own
+ * (whole rows 8 elements a thread); adds each accepted plan to "out"
  * (every tile, or only the first accepted when "first"). Returns how many
  * tiles were accepted. */
 static int try_tiles(const sched_graph *g, fusion *f, int ntiles, bool first,
 		     plans *out)
 {
+	static const int vectors[MAX_TILES] = {1, 8, 4, 2, 8};
 	int64_t tiles[MAX_TILES][SCHED_MAX_RANK];
 	const sched_tensor *t = root_target(g, f);
 	int n = tiles_for(t, tiles), ok = 0;
@@ -197,6 +201,7 @@ static int try_tiles(const sched_graph *g, fusion *f, int ntiles, bool first,
 
 		memcpy(f->tile, tiles[v], sizeof(tiles[v]));
 		f->parallel = f->rank > 0 && v % 2 == 1;
+		f->vector = vectors[v];
 		if (!(plan = accepted(g, f)))
 			continue;
 		json_t *json = kgen_plan_to_json(g, plan);

@@ -4,7 +4,9 @@
  * cblas_sgemm on the cpu; products the library cannot make say why;
  * plans that misuse "library" are refused; the cuda step records the
  * cuBLASLt call; a library step neither waits on a kernel nor is waited
- * on.
+ * on. Epilogues (a bias, relu, gelu_tanh after the product) match the
+ * reference on the cpu, the cuda step names them, and ops that are no
+ * epilogue say why.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -38,29 +40,36 @@ static kgen_plan *plan_of(const sched_graph *g, const char *text, kgen_error *er
 
 #define LIBRARY_STEP "{\"kernels\": [{\"ops\": [0], \"schedule\": {\"library\": true}}]}"
 
-/* The one-op graph's library step, built on the cpu and checked against
- * the reference on the inputs of two seeds. */
-static void expect_verified(const char *tensors, const char *op)
+/* The graph's plan "text", built on the cpu and checked against the
+ * reference on the inputs of two seeds. */
+static void expect_plan_verified(const char *tensors, const char *const *ops,
+				 const char *text)
 {
-	sched_graph *g = graph(tensors, OPS(op));
+	sched_graph *g = graph(tensors, ops);
 	kgen_backend *backend = NULL;
 	kgen_program *prog = NULL;
 	kgen_check checks[2];
 	kgen_error err = {0};
-	kgen_plan *plan = plan_of(g, LIBRARY_STEP, &err);
+	kgen_plan *plan = plan_of(g, text, &err);
 
-	cr_assert_not_null(plan, "%s: %s", op, err.message);
+	cr_assert_not_null(plan, "%s: %s", ops[0], err.message);
 	cr_assert_eq(kgen_backend_open("cpu", &backend, &err), KGEN_OK, "%s", err.message);
 	cr_assert_eq(kgen_program_build(backend, g, plan, NULL, &prog, &err), KGEN_OK,
-		     "%s: %s\n%s", op, err.message, err.log ? err.log : "");
+		     "%s: %s\n%s", ops[0], err.message, err.log ? err.log : "");
 	for (unsigned seed = 1; seed <= 2; seed++)
-		cr_expect_eq(kgen_verify(prog, seed, checks, &err), KGEN_OK, "%s: %s", op,
+		cr_expect_eq(kgen_verify(prog, seed, checks, &err), KGEN_OK, "%s: %s", ops[0],
 			     err.message);
 	kgen_program_free(prog);
 	kgen_backend_close(backend);
 	kgen_plan_free(plan);
 	sched_graph_free(g);
 	kgen_error_release(&err);
+}
+
+/* The one-op graph's library step, verified. */
+static void expect_verified(const char *tensors, const char *op)
+{
+	expect_plan_verified(tensors, OPS(op), LIBRARY_STEP);
 }
 
 static void skip_without_blas(void)
@@ -155,7 +164,9 @@ Test(library, misuses_are_refused_and_a_step_reads_back)
 	char *text;
 
 	expect_refused(g, "{\"kernels\": [{\"ops\": [0, 1], \"schedule\": {\"library\": true}}]}",
-		       "runs one matrix product alone, not 2 ops");
+		       "an op after the product is none of a bias");
+	expect_refused(g, "{\"kernels\": [{\"ops\": [0, 1], \"lanes\": [0], \"schedule\": "
+			  "{\"library\": true}}]}", "a library step has no lanes");
 	expect_refused(g, "{\"kernels\": [{\"ops\": [0], \"schedule\": {\"library\": true, "
 			  "\"unroll\": 2}}, {\"ops\": [1]}]}", "takes no other schedule key");
 	expect_refused(g, "{\"kernels\": [{\"ops\": [0], \"schedule\": {\"library\": 1}}, "
@@ -264,4 +275,132 @@ Test(library, the_cuda_backend_tells_calls_from_kernels)
 		cr_expect(strstr(err.message, "garbled"), "call %zu: %s", i, err.message);
 		kgen_cublaslt_free(call);
 	}
+}
+
+#define EPILOGUE_STEP(ops) "{\"kernels\": [{\"ops\": " ops ", \"schedule\": {\"library\": true}}]}"
+
+/* A product and the ops after it in one library step: the loop after the
+ * call alone writes the output, so a step that skipped them would fail. */
+Test(library, epilogues_match_the_reference)
+{
+	skip_without_blas();
+	expect_plan_verified("a f16 33,40 in; b f16 40,20 in; bias f16 20 in; h f16 33,20; "
+			     "y f16 33,20 out", OPS("h[i, j] = sum(k) a[i, k] * b[k, j]",
+						    "y[i, j] = h[i, j] + bias[j]"),
+			     EPILOGUE_STEP("[0, 1]"));
+	expect_plan_verified("a f32 33,40 in; b f32 40,20 in; h f32 33,20; y f32 33,20 out",
+			     OPS("h[i, j] = sum(k) a[i, k] * b[k, j]", "y[i, j] = relu(h[i, j])"),
+			     EPILOGUE_STEP("[0, 1]"));
+	/* A transposed, a bf16 output */
+	expect_plan_verified("a f32 40,33 in; b f32 40,20 in; h f32 33,20; y bf16 33,20 out",
+			     OPS("h[i, j] = sum(k) a[k, i] * b[k, j]",
+				 "y[i, j] = gelu_tanh(h[i, j])"), EPILOGUE_STEP("[0, 1]"));
+	/* the bias on the left, then gelu_tanh; then relu, in f16 */
+	expect_plan_verified("a f16 17,24 in; b f16 24,48 in; bias f16 48 in; h f16 17,48; "
+			     "g f16 17,48; y f16 17,48 out",
+			     OPS("h[i, j] = sum(k) a[i, k] * b[k, j]", "g[i, j] = bias[j] + h[i, j]",
+				 "y[i, j] = gelu_tanh(g[i, j])"), EPILOGUE_STEP("[0, 1, 2]"));
+	expect_plan_verified("a f16 17,24 in; b f16 24,48 in; bias f16 48 in; h f16 17,48; "
+			     "g f16 17,48; y f16 17,48 out",
+			     OPS("h[i, j] = sum(k) a[i, k] * b[k, j]", "g[i, j] = h[i, j] + bias[j]",
+				 "y[i, j] = relu(g[i, j])"), EPILOGUE_STEP("[0, 1, 2]"));
+}
+
+Test(library, ops_that_are_no_epilogue_say_why)
+{
+	static const struct {
+		const char *tensors, *ops[3], *kernel;
+		bool cuda;
+		const char *why; /* NULL: it fits */
+	} cases[] = {
+		{"a f16 8,4 in; b f16 4,6 in; c f16 6 in; h f16 8,6; y f16 8,6 out",
+		 {"h[i, j] = sum(k) a[i, k] * b[k, j]", "y[i, j] = h[i, j] + c[j]"}, "[0, 1]",
+		 true, NULL},
+		{"a f16 8,4 in; b f16 4,6 in; c f32 6 in; h f16 8,6; y f16 8,6 out",
+		 {"h[i, j] = sum(k) a[i, k] * b[k, j]", "y[i, j] = h[i, j] + c[j]"}, "[0, 1]",
+		 false, NULL},
+		{"a f16 8,4 in; b f16 4,6 in; c f32 6 in; h f16 8,6; y f16 8,6 out",
+		 {"h[i, j] = sum(k) a[i, k] * b[k, j]", "y[i, j] = h[i, j] + c[j]"}, "[0, 1]",
+		 true, "bias in its output's dtype"},
+		{"a f16 8,4 in; b f16 4,6 in; h f16 8,6; y f16 8,6 out",
+		 {"h[i, j] = sum(k) a[i, k] * b[k, j]", "y[i, j] = gelu(h[i, j])"}, "[0, 1]",
+		 false, "none of a bias"},
+		{"a f16 8,4 in; b f16 4,6 in; c f16 8 in; h f16 8,6; y f16 8,6 out",
+		 {"h[i, j] = sum(k) a[i, k] * b[k, j]", "y[i, j] = h[i, j] + c[i]"}, "[0, 1]",
+		 false, "none of a bias"},
+		{"a f16 8,4 in; b f16 4,6 in; c f16 6 in; h f16 8,6; r f16 8,6; y f16 8,6 out",
+		 {"h[i, j] = sum(k) a[i, k] * b[k, j]", "r[i, j] = relu(h[i, j])",
+		  "y[i, j] = r[i, j] + c[j]"}, "[0, 1, 2]", false, "none of a bias"},
+		{"a f16 8,4 in; b f16 4,6 in; h f16 8,6; y f16 8,6 out; z f16 8,6 out",
+		 {"h[i, j] = sum(k) a[i, k] * b[k, j]", "y[i, j] = relu(h[i, j])",
+		  "z[i, j] = h[i, j] * 2"}, "[0, 1]", false, "read by another op"},
+		{"a f16 8,4 in; b f16 4,6 in; h f16 8,6 out; y f16 8,6 out",
+		 {"h[i, j] = sum(k) a[i, k] * b[k, j]", "y[i, j] = relu(h[i, j])"}, "[0, 1]",
+		 false, "is an output"},
+		{"a f16 8,4 in; b f16 4,6 in; h f16 8,6; y f16 8 out",
+		 {"h[i, j] = sum(k) a[i, k] * b[k, j]", "y[i] = sum(j) h[i, j]"}, "[0, 1]",
+		 false, "not elementwise over C"},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		int nops = cases[i].ops[2] ? 3 : 2;
+		sched_graph *g = graph(cases[i].tensors, cases[i].ops[2] ?
+				       OPS(cases[i].ops[0], cases[i].ops[1], cases[i].ops[2]) :
+				       OPS(cases[i].ops[0], cases[i].ops[1]));
+		kgen_kernel kernel = {.nops = nops, .ops = {0, 1, 2}};
+		const char *why = kgen_library_kernel_unfit(g, &kernel, cases[i].cuda);
+
+		if (!cases[i].why)
+			cr_expect_null(why, "case %zu: %s", i, why);
+		else
+			cr_expect(why && strstr(why, cases[i].why), "case %zu: '%s', not '%s'",
+				  i, why ? why : "(fits)", cases[i].why);
+		sched_graph_free(g);
+	}
+}
+
+/* With an epilogue, the call's C is the last op's output, and it names
+ * the epilogue and its bias; a call naming none cuBLASLt has is refused. */
+Test(library, the_cuda_step_names_its_epilogue)
+{
+	static const char *const garbled[] = {
+		"{\"library\": \"cublasLt\", \"kernel\": \"k\", \"m\": 4, \"n\": 4, \"k\": 4, "
+		"\"a\": {\"tensor\": 0, \"dtype\": \"f16\", \"ld\": 4}, "
+		"\"b\": {\"tensor\": 1, \"dtype\": \"f16\", \"ld\": 4}, "
+		"\"c\": {\"tensor\": 2, \"dtype\": \"f16\", \"ld\": 4}, \"epilogue\": \"tanh\"}",
+		"{\"library\": \"cublasLt\", \"kernel\": \"k\", \"m\": 4, \"n\": 4, \"k\": 4, "
+		"\"a\": {\"tensor\": 0, \"dtype\": \"f16\", \"ld\": 4}, "
+		"\"b\": {\"tensor\": 1, \"dtype\": \"f16\", \"ld\": 4}, "
+		"\"c\": {\"tensor\": 2, \"dtype\": \"f16\", \"ld\": 4}, \"epilogue\": \"bias\"}",
+	};
+	sched_graph *g = graph("a f16 17,24 in; b f16 24,48 in; bias f16 48 in; h f16 17,48; "
+			       "g f16 17,48; y f16 17,48 out",
+			       OPS("h[i, j] = sum(k) a[i, k] * b[k, j]",
+				   "g[i, j] = bias[j] + h[i, j]", "y[i, j] = gelu_tanh(g[i, j])"));
+	kgen_error err = {0};
+	kgen_plan *plan = plan_of(g, EPILOGUE_STEP("[0, 1, 2]"), &err);
+	json_t *call;
+	char *source;
+
+	cr_assert_not_null(plan, "%s", err.message);
+	source = kgen_print_cuda(g, plan, 0);
+	cr_assert_not_null(source);
+	call = json_loads(source, 0, NULL);
+	cr_assert_not_null(call, "not JSON: %s", source);
+	cr_expect_str_eq(json_string_value(json_object_get(call, "epilogue")), "gelu_bias");
+	cr_expect_eq(json_integer_value(json_object_get(call, "bias")), 2);
+	cr_expect_eq(json_integer_value(json_object_get(json_object_get(call, "c"), "tensor")), 5);
+	json_decref(call);
+	free(source);
+	for (size_t i = 0; i < sizeof(garbled) / sizeof(*garbled); i++) {
+		kgen_cublaslt_call *lt_call = NULL;
+
+		cr_expect_eq(kgen_cublaslt_new(garbled[i], NULL, 0, &lt_call, &err), KGEN_EPLAN,
+			     "call %zu: %s", i, err.message);
+		cr_expect(strstr(err.message, "garbled"), "call %zu: %s", i, err.message);
+		kgen_cublaslt_free(lt_call);
+	}
+	kgen_error_release(&err);
+	kgen_plan_free(plan);
+	sched_graph_free(g);
 }

@@ -695,18 +695,20 @@ Test(cost, a_memory_bound_op_moves_its_bytes_at_the_peak)
 	sched_graph_free(g);
 }
 
+static const char relu_of_a_product[] =
+	"{\"version\": 1, \"tensors\": {"
+	"\"a\": {\"shape\": [512, 512], \"dtype\": \"f16\", \"role\": \"input\"},"
+	"\"b\": {\"shape\": [512, 512], \"dtype\": \"f16\", \"role\": \"input\"},"
+	"\"c\": {\"shape\": [512, 512], \"dtype\": \"f16\"},"
+	"\"y\": {\"shape\": [512, 512], \"dtype\": \"f16\", \"role\": \"output\"}},"
+	"\"ops\": [\"c[i, j] = sum(k) a[i, k] * b[k, j]\", \"y[i, j] = relu(c[i, j])\"]}";
+
 /* The probe measures f32 multiply-adds, not tensor cores: a product on
  * them is bounded by its bytes alone, as is a fused kernel's product on
  * them (its epilogue's flops still count). */
 Test(cost, a_product_on_tensor_cores_is_bounded_by_its_bytes)
 {
-	sched_graph *g = graph_of(
-		"{\"version\": 1, \"tensors\": {"
-		"\"a\": {\"shape\": [512, 512], \"dtype\": \"f16\", \"role\": \"input\"},"
-		"\"b\": {\"shape\": [512, 512], \"dtype\": \"f16\", \"role\": \"input\"},"
-		"\"c\": {\"shape\": [512, 512], \"dtype\": \"f16\"},"
-		"\"y\": {\"shape\": [512, 512], \"dtype\": \"f16\", \"role\": \"output\"}},"
-		"\"ops\": [\"c[i, j] = sum(k) a[i, k] * b[k, j]\", \"y[i, j] = relu(c[i, j])\"]}");
+	sched_graph *g = graph_of(relu_of_a_product);
 	kgen_plan *plan = kgen_plan_default(g);
 	kgen_kernel fused = {.nops = 2, .ops = {0, 1}};
 	const kgen_mma blocking = {64, 64, 32, 32, 32, 2, 0};
@@ -721,6 +723,21 @@ Test(cost, a_product_on_tensor_cores_is_bounded_by_its_bytes)
 	cr_assert(kgen_fused_mma_fit(g, &fused, &blocking));
 	cr_expect_lt(tuner_kernel_ms(g, &fused, &four_cores, 1), 0.2);
 	kgen_plan_free(plan);
+	sched_graph_free(g);
+}
+
+/* A library step with an epilogue moves its factors and its output, not
+ * the result between, which stays unwritten; on cuda it counts no flops,
+ * on the cpu its product's on the whole device. */
+Test(cost, a_library_step_with_an_epilogue_skips_the_result_between)
+{
+	sched_graph *g = graph_of(relu_of_a_product);
+	kgen_kernel step = {.nops = 2, .ops = {0, 1}, .schedule = {.library = true}};
+
+	cr_expect_float_eq(tuner_kernel_ms(g, &step, &four_cores, 1),
+			   512.0 * 512 * 2 * 3 / (20 * 1e6) + 0.005, 1e-9);
+	cr_expect_float_eq(tuner_kernel_ms(g, &step, &four_cores, 0),
+			   2.0 * 512 * 512 * 512 / (100 * 1e6) + 0.005, 1e-9);
 	sched_graph_free(g);
 }
 
@@ -996,9 +1013,11 @@ Test(search, a_graph_too_large_for_fusion_genes_is_searched_unfused)
 	sched_buf_release(&text);
 }
 
-/* Kernels of "plans" (each legal for "g") that are library steps; every
- * one of them runs one op. */
-static int count_library_steps(const sched_graph *g, json_t *plans)
+/* Kernels of "plans" (each legal for "g") that are library steps, and
+ * in *epilogues those with an epilogue; every one of them one the
+ * library makes (on cuda: cuBLASLt). */
+static int count_library_steps(const sched_graph *g, json_t *plans, bool cuda,
+			       int *epilogues)
 {
 	json_t *json;
 	size_t i;
@@ -1009,7 +1028,11 @@ static int count_library_steps(const sched_graph *g, json_t *plans)
 
 		for (int k = 0; k < plan->nkernels; k++)
 			if (plan->kernels[k].schedule.library) {
-				cr_expect_eq(plan->kernels[k].nops, 1);
+				const char *why = kgen_library_kernel_unfit(g, &plan->kernels[k],
+									    cuda);
+
+				cr_expect_null(why, "%s", why);
+				*epilogues += plan->kernels[k].nops > 1;
 				steps++;
 			}
 		kgen_plan_free(plan);
@@ -1040,12 +1063,12 @@ Test(search, library_steps_only_where_offered_and_the_library_fits)
 		tuner_search *s = tuner_search_new(g, &(tuner_search_options){
 			.seed = 6, .cuda = cases[c].cuda, .library = cases[c].library});
 		json_t *generation, *plan;
-		int steps = 0;
+		int steps = 0, epilogues = 0;
 		size_t i;
 
 		cr_assert_not_null(s);
 		for (int n = 0; n < 3 && (generation = tuner_search_generation(s)); n++) {
-			steps += count_library_steps(g, generation);
+			steps += count_library_steps(g, generation, cases[c].cuda, &epilogues);
 			json_array_foreach(generation, i, plan)
 				tuner_search_record(s, plan, 1 + (double)i);
 			json_decref(generation);
@@ -1124,5 +1147,29 @@ Test(search, a_known_fused_plan_on_tensor_cores_is_a_genome)
 	json_decref(g1);
 	json_decref(plan);
 	tuner_search_free(s);
+	sched_graph_free(g);
+}
+
+/* A product the library makes takes the ops after it that its epilogue
+ * can apply: gpt3_mlp_small's first product with its gelu_tanh, on the
+ * cpu and on cuda; and a plan with such a step is a genome. */
+Test(search, library_steps_take_their_epilogues)
+{
+	sched_graph *g = example("gpt3_mlp_small");
+
+	for (int cuda = 0; cuda < 2; cuda++) {
+		tuner_search *s = tuner_search_new(g, &(tuner_search_options){
+			.seed = 9, .cuda = cuda, .library = 1});
+		json_t *g0 = tuner_search_generation(s), *g1;
+		int epilogues = 0;
+
+		tuner_search_record(s, json_array_get(g0, 0), 1);
+		g1 = tuner_search_generation(s);
+		count_library_steps(g, g1, cuda, &epilogues);
+		cr_expect_geq(epilogues, 1, "cuda %d: no library step with an epilogue", cuda);
+		json_decref(g0);
+		json_decref(g1);
+		tuner_search_free(s);
+	}
 	sched_graph_free(g);
 }
