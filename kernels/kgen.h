@@ -24,7 +24,7 @@
 /* The version of the code generators: part of every cache key, so that a
  * change of generated code never serves a stale kernel. Bump it with any
  * change of the printers or of what a plan means. */
-#define KGEN_CODEGEN_VERSION "kgen-9"
+#define KGEN_CODEGEN_VERSION "kgen-10"
 
 enum kgen_code {
 	KGEN_OK = 0,
@@ -85,20 +85,29 @@ int kgen_micro_vector_floats(int nr);
  * groups of that many tile rows, column by column within a group, so
  * that blocks running together share slices of A and of B in L2 (0 or
  * 1: row by row, the hardware's order; a kernel of one product only, and
- * one that syncs keeps row order). */
+ * one that syncs keeps row order). rotated: A's and B's rows in shared
+ * memory are rotated by 16-byte chunks rather than padded (0), both
+ * layouts keeping an ldmatrix's rows in different banks (print_mma.c). */
 typedef struct kgen_mma {
 	int bm, bn, bk, wm, wn, stages;
 	int raster;
+	int rotated;
 } kgen_mma;
 
 /* The threads of a block of "mma": a warp per wm x wn; its shared
  * memory, for factors of "factor_bytes" each: the stages of A's and B's
  * slices, or the bm x bn tile of C staged for 16-byte stores, whichever
- * is larger (rows padded by 16 bytes, B's by 8 elements); and "mma"
+ * is larger (C's rows padded by 8 elements; A's and B's padded, by
+ * kgen_mma_pads, or rotated); and "mma"
  * repaired until that fits static shared memory: fewer stages, then
  * thinner slices. */
 int kgen_mma_threads(const kgen_mma *mma);
 int kgen_mma_shared_bytes(const kgen_mma *mma, int factor_bytes);
+/* The elements a padded layout adds to each row of A's slices and of B's
+ * (0 when rotated): a 16-byte chunk, so that a row holds an odd number
+ * of chunks; for tf32 (4-byte factors) B's rows 8 elements, as its
+ * fragments are read element by element. */
+void kgen_mma_pads(const kgen_mma *mma, int factor_bytes, int *a_pad, int *b_pad);
 void kgen_mma_repair(kgen_mma *mma, int factor_bytes);
 
 /* Why the factors of contraction "c" cannot go through tensor cores (f16

@@ -354,9 +354,11 @@ static int read_blocking(const sched_graph *graph, json_t *sched, const char *na
 			 kgen_error *err)
 {
 	json_t *obj = json_object_get(sched, name);
-	size_t optional = keys[6] && json_object_get(obj, keys[6]);
+	size_t optional = 0;
 	int rc;
 
+	for (int f = 6; keys[f]; f++)
+		optional += json_object_get(obj, keys[f]) != NULL;
 	if (!obj)
 		return 1;
 	if (of != BLOCKING_FUSED &&
@@ -368,12 +370,16 @@ static int read_blocking(const sched_graph *graph, json_t *sched, const char *na
 				 "one op that is a matrix product, or a fused kernel");
 	if (!json_is_object(obj) || json_object_size(obj) != 6 + optional)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': '%s' must be an object "
-				 "of %s, %s, %s, %s, %s and %s%s%s", kernel->name, name, keys[0],
-				 keys[1], keys[2], keys[3], keys[4], keys[5],
-				 keys[6] ? ", and maybe " : "", keys[6] ? keys[6] : "");
-	for (int f = 0; f < 6 + (int)optional; f++) {
+				 "of %s, %s, %s, %s, %s and %s%s%s%s%s", kernel->name, name,
+				 keys[0], keys[1], keys[2], keys[3], keys[4], keys[5],
+				 keys[6] ? ", and maybe " : "", keys[6] ? keys[6] : "",
+				 keys[6] && keys[7] ? " and " : "",
+				 keys[6] && keys[7] ? keys[7] : "");
+	for (int f = 0; keys[f]; f++) {
 		int64_t v = -1;
 
+		if (f >= 6 && !json_object_get(obj, keys[f]))
+			continue;
 		if (!json_object_get(obj, keys[f]))
 			return kgen_fail(err, KGEN_EPLAN, "kernel '%s': '%s' has no '%s'",
 					 kernel->name, name, keys[f]);
@@ -424,10 +430,20 @@ int kgen_mma_threads(const kgen_mma *m)
 	return m->bm / m->wm * (m->bn / m->wn) * 32;
 }
 
+void kgen_mma_pads(const kgen_mma *m, int factor_bytes, int *a_pad, int *b_pad)
+{
+	int chunk = 16 / factor_bytes;
+
+	*a_pad = m->rotated ? 0 : chunk;
+	*b_pad = m->rotated ? 0 : factor_bytes == 4 || m->bn / chunk % 2 == 0 ? 8 : 0;
+}
+
 int kgen_mma_shared_bytes(const kgen_mma *m, int factor_bytes)
 {
-	int stages = m->stages * (m->bm * (m->bk + 16 / factor_bytes) +
-				  m->bk * (m->bn + 8)) * factor_bytes;
+	int a_pad, b_pad, stages;
+
+	kgen_mma_pads(m, factor_bytes, &a_pad, &b_pad);
+	stages = m->stages * (m->bm * (m->bk + a_pad) + m->bk * (m->bn + b_pad)) * factor_bytes;
 	int c_tile = m->bm * (m->bn + 8) * 2;
 
 	return stages > c_tile ? stages : c_tile;
@@ -581,16 +597,17 @@ static int check_mma(const sched_graph *graph, const sched_contraction *c,
 }
 
 /* Reads "mma": {"bm", "bn", "bk", "wm", "wn", "stages"} and maybe
- * "raster". */
+ * "raster" and "rotated" (0 or 1). */
 static int read_mma(const sched_graph *graph, json_t *sched, kgen_kernel *kernel,
 		    kgen_error *err)
 {
-	static const char *const keys[] = {"bm", "bn", "bk", "wm", "wn", "stages", "raster"};
-	static const int64_t lowest[] = {16, 8, 16, 16, 8, 2, 1};
-	static const int64_t highest[] = {256, 256, 128, 256, 256, 8, 64};
+	static const char *const keys[] = {"bm", "bn", "bk", "wm", "wn", "stages", "raster",
+					   "rotated", NULL};
+	static const int64_t lowest[] = {16, 8, 16, 16, 8, 2, 1, 0};
+	static const int64_t highest[] = {256, 256, 128, 256, 256, 8, 64, 1};
 	kgen_mma *m = &kernel->schedule.mma;
 	int *const fields[] = {&m->bm, &m->bn, &m->bk, &m->wm, &m->wn, &m->stages,
-			       &m->raster};
+			       &m->raster, &m->rotated};
 	sched_contraction c;
 	bool fused = kernel->nops > 1;
 	int rc = read_blocking(graph, sched, "mma", keys, lowest, highest, fields, kernel,
@@ -1034,6 +1051,8 @@ static json_t *schedule_json(const sched_op *op, const sched_tensor *t,
 	if (s->mma.bm && s->mma.raster > 1)
 		json_object_set_new(json_object_get(obj, "mma"), "raster",
 				    json_integer(s->mma.raster));
+	if (s->mma.bm && s->mma.rotated)
+		json_object_set_new(json_object_get(obj, "mma"), "rotated", json_integer(1));
 	return obj;
 }
 

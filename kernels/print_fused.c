@@ -813,7 +813,7 @@ static void print_cuda_local(fused_kernel *k, int64_t floats)
 					kgen_mma_factor_bytes(k->pr.graph, k->kernel)) + 3) / 4;
 	sched_buf_printf(k->buf, "\t__shared__ __align__(16) float local[%lld];\n"
 			 "\telem_t *const as = (elem_t *)local;\n"
-			 "\telem_t *const bs = as + STAGES * BM * A_ROW;\n",
+			 "\telem_t *const bs = as + STAGES * A_STAGE;\n",
 			 (long long)(floats > stages ? floats : stages));
 }
 

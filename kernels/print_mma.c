@@ -10,9 +10,13 @@
  * 16 bytes at a time (zero-filling what lies past M, N or K; an interior
  * tile's slices have code of their own, without bounds). ldmatrix reads
  * 16-bit fragments (transposed for B, which is row-major K x N); tf32
- * fragments are read element by element and rounded (cvt.rna). Rows of A
- * in shared memory are padded by 16 bytes and those of B by 8 elements,
- * so that a fragment's rows fall in different banks. The epilogue rounds
+ * fragments are read element by element and rounded (cvt.rna). The rows
+ * of A and B in shared memory are padded to an odd number of 16-byte
+ * chunks (kgen_mma_pads), or, "rotated", row r's chunk c is stored at
+ * chunk (c + r / g) mod ch, ch being a row's chunks and g = 8 / gcd(ch,
+ * 8): either way any 8 consecutive rows at one chunk (an ldmatrix phase)
+ * fall in 8 different groups of 4 banks; rotation saves the padding's
+ * shared memory and costs index arithmetic. The epilogue rounds
  * the accumulators to C's dtype and stores them through C's strides; a
  * 16-bit C with rows on 16 bytes goes through shared memory first and is
  * stored 16 bytes at a time. Blocks take the tiles row by row, or in
@@ -96,8 +100,49 @@ static void print_mma_call(const mma_printer *p)
 		"#endif\n", mma_type(p), is_tf32(p) ? 8 : 16, mma_type(p), mma_type(p));
 }
 
+static int gcd(int a, int b)
+{
+	return b ? gcd(b, a % b) : a;
+}
+
+/* The rows a rotation group holds for rows of "elements" 16-byte chunks
+ * of "bytes" each (the file's comment): 8 / gcd(chunks, 8). */
+static int rotation_group(int elements, int bytes)
+{
+	return 8 / gcd(elements * bytes / 16, 8);
+}
+
+/* A_AT(r, col) and B_AT(r, col): the place of an element of a shared
+ * stage of A and of B, padded or rotated (the file's comment); A_STAGE
+ * and B_STAGE: a stage's elements. */
+static void print_layout(const mma_printer *p, int bytes)
+{
+	int a_pad, b_pad;
+
+	if (p->s.rotated) {
+		sched_buf_printf(p->buf,
+			"/* element (r, col) of a stage of rows of ch chunks, rotated by\n"
+			" * groups of g rows */\n"
+			"#define ROTATED(r, col, ch, g) \\\n"
+			"\t((r) * (ch) * VEC + ((col) / VEC + (r) / (g)) %% (ch) * VEC + (col) %% VEC)\n"
+			"#define A_AT(r, col) ROTATED(r, col, BK / VEC, %d)\n"
+			"#define B_AT(r, col) ROTATED(r, col, BN / VEC, %d)\n"
+			"#define A_STAGE (BM * BK)\n#define B_STAGE (BK * BN)\n",
+			rotation_group(p->s.bk, bytes), rotation_group(p->s.bn, bytes));
+		return;
+	}
+	kgen_mma_pads(&p->s, bytes, &a_pad, &b_pad);
+	sched_buf_printf(p->buf,
+		"#define A_ROW (BK + %d)\n#define B_ROW (BN + %d)\n"
+		"#define A_AT(r, col) ((r) * A_ROW + (col))\n"
+		"#define B_AT(r, col) ((r) * B_ROW + (col))\n"
+		"#define A_STAGE (BM * A_ROW)\n#define B_STAGE (BK * B_ROW)\n", a_pad, b_pad);
+}
+
 static void print_constants(const mma_printer *p)
 {
+	int bytes = is_tf32(p) ? 4 : 2;
+
 	sched_buf_printf(p->buf,
 		"#define M %lldLL\n#define N %lldLL\n#define K %lldLL\n"
 		"#define LDA %lldLL\n#define LDB %lldLL\n"
@@ -105,14 +150,13 @@ static void print_constants(const mma_printer *p)
 		"#define STAGES %d\n#define THREADS %d\n"
 		"typedef %s elem_t;\n"
 		"#define VEC (16 / (int)sizeof(elem_t))\n"
-		"#define A_ROW (BK + VEC)\n#define B_ROW (BN + 8)\n#define C_ROW (BN + 8)\n"
-		"#define SHARED_ELEMS %d\n",
+		"#define C_ROW (BN + 8)\n#define SHARED_ELEMS %d\n",
 		(long long)p->c.m, (long long)p->c.n, (long long)p->c.k,
 		(long long)p->c.a_m, (long long)p->c.b_k, p->s.bm, p->s.bn, p->s.bk,
 		p->s.wm, p->s.wn, p->s.stages, kgen_mma_threads(&p->s),
 		is_tf32(p) ? "unsigned" : "unsigned short",
-		kgen_mma_shared_bytes(&p->s, sched_dtype_bytes(p->a->dtype)) /
-		sched_dtype_bytes(p->a->dtype));
+		kgen_mma_shared_bytes(&p->s, bytes) / bytes);
+	print_layout(p, bytes);
 }
 
 /* The k-th bk slice of A's and B's tiles into shared stage "stage".
@@ -130,13 +174,13 @@ static void print_load_slice(const mma_printer *p)
 		"\t\tfor (int i = 0; i < (BM * BK / VEC + THREADS - 1) / THREADS; i++) {\n"
 		"\t\t\tint c = threadIdx.x + i * THREADS, row = c / (BK / VEC), col = c %% (BK / VEC) * VEC;\n"
 		"\t\t\tif ((BM * BK / VEC) %% THREADS == 0 || c < BM * BK / VEC)\n"
-		"\t\t\t\tcopy16(as + row * A_ROW + col, A + (m0 + row) * LDA + (idx_t)kt * BK + col, 16);\n"
+		"\t\t\t\tcopy16(as + A_AT(row, col), A + (m0 + row) * LDA + (idx_t)kt * BK + col, 16);\n"
 		"\t\t}\n"
 		"#pragma unroll\n"
 		"\t\tfor (int i = 0; i < (BK * BN / VEC + THREADS - 1) / THREADS; i++) {\n"
 		"\t\t\tint c = threadIdx.x + i * THREADS, row = c / (BN / VEC), col = c %% (BN / VEC) * VEC;\n"
 		"\t\t\tif ((BK * BN / VEC) %% THREADS == 0 || c < BK * BN / VEC)\n"
-		"\t\t\t\tcopy16(bs + row * B_ROW + col, B + ((idx_t)kt * BK + row) * LDB + n0 + col, 16);\n"
+		"\t\t\t\tcopy16(bs + B_AT(row, col), B + ((idx_t)kt * BK + row) * LDB + n0 + col, 16);\n"
 		"\t\t}\n"
 		"\t\tcopies_commit();\n"
 		"\t\treturn;\n"
@@ -145,14 +189,14 @@ static void print_load_slice(const mma_printer *p)
 		"\t\tint row = c / (BK / VEC), col = c %% (BK / VEC) * VEC;\n"
 		"\t\tidx_t m = m0 + row, k = (idx_t)kt * BK + col;\n"
 		"\t\tint valid = m < M ? (int)(K - k < VEC ? (K - k > 0 ? K - k : 0) : VEC) : 0;\n"
-		"\t\tcopy16(as + row * A_ROW + col, valid ? A + m * LDA + k : A,\n"
+		"\t\tcopy16(as + A_AT(row, col), valid ? A + m * LDA + k : A,\n"
 		"\t\t       (int)sizeof(elem_t) * valid);\n"
 		"\t}\n"
 		"\tfor (int c = threadIdx.x; c < BK * BN / VEC; c += THREADS) {\n"
 		"\t\tint row = c / (BN / VEC), col = c %% (BN / VEC) * VEC;\n"
 		"\t\tidx_t k = (idx_t)kt * BK + row, n = n0 + col;\n"
 		"\t\tint valid = k < K ? (int)(N - n < VEC ? (N - n > 0 ? N - n : 0) : VEC) : 0;\n"
-		"\t\tcopy16(bs + row * B_ROW + col, valid ? B + k * LDB + n : B,\n"
+		"\t\tcopy16(bs + B_AT(row, col), valid ? B + k * LDB + n : B,\n"
 		"\t\t       (int)sizeof(elem_t) * valid);\n"
 		"\t}\n"
 		"\tcopies_commit();\n"
@@ -175,26 +219,26 @@ static void print_compute_slice(const mma_printer *p)
 			"\t\tconst int g = lane / 4, t = lane %% 4;\n"
 			"#pragma unroll\n"
 			"\t\tfor (int i = 0; i < WM / 16; i++) {\n"
-			"\t\t\tconst elem_t *r = as + (wm0 + i * 16 + g) * A_ROW + kk + t;\n"
-			"\t\t\ta[i][0] = tf32(r[0]);\n"
-			"\t\t\ta[i][1] = tf32(r[8 * A_ROW]);\n"
-			"\t\t\ta[i][2] = tf32(r[4]);\n"
-			"\t\t\ta[i][3] = tf32(r[8 * A_ROW + 4]);\n"
+			"\t\t\tconst int r = wm0 + i * 16 + g;\n"
+			"\t\t\ta[i][0] = tf32(as[A_AT(r, kk + t)]);\n"
+			"\t\t\ta[i][1] = tf32(as[A_AT(r + 8, kk + t)]);\n"
+			"\t\t\ta[i][2] = tf32(as[A_AT(r, kk + t + 4)]);\n"
+			"\t\t\ta[i][3] = tf32(as[A_AT(r + 8, kk + t + 4)]);\n"
 			"\t\t}\n"
 			"#pragma unroll\n"
 			"\t\tfor (int j = 0; j < WN / 8; j++) {\n"
-			"\t\t\tconst elem_t *c = bs + (kk + t) * B_ROW + wn0 + j * 8 + g;\n"
-			"\t\t\tb[j][0] = tf32(c[0]);\n"
-			"\t\t\tb[j][1] = tf32(c[4 * B_ROW]);\n"
+			"\t\t\tconst int c = wn0 + j * 8 + g;\n"
+			"\t\t\tb[j][0] = tf32(bs[B_AT(kk + t, c)]);\n"
+			"\t\t\tb[j][1] = tf32(bs[B_AT(kk + t + 4, c)]);\n"
 			"\t\t}\n");
 	else
 		sched_buf_printf(p->buf,
 			"#pragma unroll\n"
 			"\t\tfor (int i = 0; i < WM / 16; i++)\n"
-			"\t\t\tldmatrix_x4(a[i], as + (wm0 + i * 16 + lane %% 16) * A_ROW + kk + lane / 16 * 8);\n"
+			"\t\t\tldmatrix_x4(a[i], as + A_AT(wm0 + i * 16 + lane %% 16, kk + lane / 16 * 8));\n"
 			"#pragma unroll\n"
 			"\t\tfor (int j = 0; j < WN / 8; j++)\n"
-			"\t\t\tldmatrix_x2_trans(b[j], bs + (kk + lane %% 16) * B_ROW + wn0 + j * 8);\n");
+			"\t\t\tldmatrix_x2_trans(b[j], bs + B_AT(kk + lane %% 16, wn0 + j * 8));\n");
 	sched_buf_printf(p->buf,
 		"#pragma unroll\n"
 		"\t\tfor (int i = 0; i < WM / 16; i++)\n"
@@ -224,7 +268,7 @@ static void print_tile(const mma_printer *p, bool wrapped)
 {
 	sched_buf_printf(p->buf,
 		"\t__shared__ __align__(16) elem_t as[SHARED_ELEMS];\n"
-		"\telem_t *const bs = as + STAGES * BM * A_ROW;\n"
+		"\telem_t *const bs = as + STAGES * A_STAGE;\n"
 		"\tconst idx_t tiles_n = (N + BN - 1) / BN, tile = %s;\n",
 		kgen_cuda_tile(wrapped));
 	if (p->s.raster > 1)
@@ -255,7 +299,7 @@ static void print_pipeline(const mma_printer *p)
 		"\tfloat acc[WM / 16][WN / 8][4] = {};\n"
 		"\tfor (int s = 0; s < STAGES - 1; s++) {\n"
 		"\t\tif (s < slices)\n"
-		"\t\t\tload_slice(as + s * BM * A_ROW, bs + s * BK * B_ROW, A, B, m0, n0, s,\n"
+		"\t\t\tload_slice(as + s * A_STAGE, bs + s * B_STAGE, A, B, m0, n0, s,\n"
 		"\t\t\t\t   inside && (idx_t)(s + 1) * BK <= K);\n"
 		"\t\telse\n"
 		"\t\t\tcopies_commit();\n"
@@ -265,11 +309,11 @@ static void print_pipeline(const mma_printer *p)
 		"\t\tcopies_wait(STAGES - 2);\n"
 		"\t\t__syncthreads();\n"
 		"\t\tif (next < slices)\n"
-		"\t\t\tload_slice(as + next %% STAGES * BM * A_ROW, bs + next %% STAGES * BK * B_ROW,\n"
+		"\t\t\tload_slice(as + next %% STAGES * A_STAGE, bs + next %% STAGES * B_STAGE,\n"
 		"\t\t\t\t   A, B, m0, n0, next, inside && (idx_t)(next + 1) * BK <= K);\n"
 		"\t\telse\n"
 		"\t\t\tcopies_commit();\n"
-		"\t\tcompute_slice(acc, as + stage * BM * A_ROW, bs + stage * BK * B_ROW, wm0, wn0,\n"
+		"\t\tcompute_slice(acc, as + stage * A_STAGE, bs + stage * B_STAGE, wm0, wn0,\n"
 		"\t\t\t      lane);\n"
 		"\t}\n",
 		p->a->name, (long long)p->c.a0, p->b->name, (long long)p->c.b0);

@@ -83,8 +83,9 @@ static kgen_plan *mma_plan(const sched_graph *g, kgen_mma m)
 	return checked(g, plan);
 }
 
+/* The first rotated (the planted bugs use it), the others padded. */
 static const kgen_mma blockings[] = {
-	{64, 32, 32, 32, 16, 3, 0}, {32, 64, 16, 16, 32, 2, 0}, {64, 64, 32, 32, 32, 4, 0},
+	{64, 32, 32, 32, 16, 3, 0, 1}, {32, 64, 16, 16, 32, 2, 0, 0}, {64, 64, 32, 32, 32, 4, 0, 0},
 };
 #define NBLOCKINGS (sizeof(blockings) / sizeof(*blockings))
 
@@ -117,7 +118,8 @@ Test(emulated, tensor_core_products_match_the_reference)
  * every tile computed once. */
 Test(emulated, rastered_tiles_match)
 {
-	static const kgen_mma rastered[] = {{16, 32, 16, 16, 16, 2, 4}, {16, 32, 16, 16, 16, 2, 8}};
+	static const kgen_mma rastered[] = {{16, 32, 16, 16, 16, 2, 4, 0},
+					    {16, 32, 16, 16, 16, 2, 8, 1}};
 	kgen_backend *backend = open_emulated();
 	sched_graph *g = NULL;
 	sched_error serr = {0};
@@ -512,17 +514,20 @@ static sched_graph *odd_product(size_t i)
 
 /* Planted bugs the emulator must not pass: interior tiles whose slices
  * of A repeat rows (the exactly-sized path runs), a staged epilogue that
- * stores each pair of columns' first element twice (an f16 C), an
- * epilogue that stores each pair swapped (an f32 C, stored directly),
- * and tf32 fragments of B whose second half repeats the first. */
+ * stores each pair of columns' first element twice (an f16 C), shared
+ * rows not rotated (the results stay right, but ldmatrix rows share
+ * banks), an epilogue that stores each pair swapped (an f32 C, stored
+ * directly), and tf32 fragments of B whose second half repeats the
+ * first. */
 Test(emulated, planted_bugs_are_caught)
 {
 	static const char *const staged[][2] = {
 		{"A + (m0 + row) * LDA", "A + (m0 + row/2)*LDA"},
 		{"acc[i][j][2 * h + 1]", "acc[i][j][2 * h + 0]"},
+		{"(r) / (g)", "(0) * (g)"},
 	};
 	static const char *const direct[][2] = {{"+ (r & 1);", "+ (r ^ 1);"}};
-	static const char *const tf32[][2] = {{"tf32(c[4 * B_ROW])", "tf32(c[0 * B_ROW])"}};
+	static const char *const tf32[][2] = {{"B_AT(kk + t + 4, c)", "B_AT(kk + t + 0, c)"}};
 	kgen_backend *backend = open_emulated();
 
 	expect_bugs_caught(backend, odd_product(0), staged, 2);

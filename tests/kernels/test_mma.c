@@ -15,8 +15,9 @@
 #include "mma_products.h"
 
 static const kgen_mma blockings[] = {
-	{64, 64, 32, 32, 32, 3, 0}, {128, 128, 32, 64, 64, 2, 0}, {128, 64, 32, 64, 32, 3, 0},
-	{32, 128, 16, 32, 32, 4, 0}, {64, 256, 32, 64, 64, 2, 0},
+	{64, 64, 32, 32, 32, 3, 0, 0}, {128, 128, 32, 64, 64, 2, 0, 1},
+	{128, 64, 32, 64, 32, 3, 0, 0}, {32, 128, 16, 32, 32, 4, 0, 1},
+	{64, 256, 32, 64, 64, 2, 0, 0},
 };
 
 static char *mma_plan_text(const sched_graph *g, kgen_mma m)
@@ -174,7 +175,7 @@ Test(mma, a_block_per_tile_a_warp_per_warp_tile)
 	cr_assert_eq(load_graph("a f16 200,32 in; b f16 32,100 in; y f16 200,100 out",
 				OPS("y[i, j] = sum(k) a[i, k] * b[k, j]"), &g, &serr), SCHED_OK);
 	plan = kgen_plan_default(g);
-	plan->kernels[0].schedule.mma = (kgen_mma){128, 64, 32, 64, 32, 2, 0};
+	plan->kernels[0].schedule.mma = (kgen_mma){128, 64, 32, 64, 32, 2, 0, 0};
 	kgen_cuda_launch_shape(g, &plan->kernels[0], &blocks, &threads);
 	cr_expect_eq(blocks, 2 * 2);
 	cr_expect_eq(threads, 2 * 2 * 32);
@@ -256,7 +257,7 @@ Test(mma, tf32_where_the_graph_allows_it)
 {
 	static const char tensors[] = "a f32 64,32 in; b f32 32,64 in; y f32 64,64 out";
 	static const char product[] = "y[i, j] = sum(k) a[i, k] * b[k, j]";
-	const kgen_mma m = {64, 64, 32, 32, 32, 2, 0};
+	const kgen_mma m = {64, 64, 32, 32, 32, 2, 0, 0};
 	sched_graph *g = NULL;
 	sched_error serr = {0};
 	kgen_plan *plan;
@@ -308,6 +309,41 @@ Test(mma, raster_is_for_one_product_and_does_not_sync)
 		"raster")), 4);
 	cr_expect_eq(kgen_kernel_tiling(g, &plan->kernels[0], &tiling, &err), KGEN_EPLAN);
 	cr_expect_not_null(strstr(err.message, "not row by row"), "%s", err.message);
+	json_decref(back);
+	kgen_plan_free(plan);
+	json_decref(json);
+	sched_graph_free(g);
+}
+
+/* Shared rows padded to an odd number of 16-byte chunks (none where B's
+ * already is: bn 24), or rotated, which saves the padding; "rotated" is
+ * written back when on and is 0 or 1. Both layouts compile (the
+ * blockings above) and keep ldmatrix rows in different banks (the
+ * emulated backend checks it). */
+Test(mma, rotated_rows_save_the_padding)
+{
+	static const char tensors[] = "a f16 64,32 in; b f16 32,64 in; y f16 64,64 out";
+	static const char product[] = "y[i, j] = sum(k) a[i, k] * b[k, j]";
+	const kgen_mma padded = {64, 64, 32, 32, 32, 2, 0, 0}, rotated = {64, 64, 32, 32, 32, 2, 0, 1};
+	const kgen_mma odd_b = {32, 24, 16, 16, 8, 2, 0, 0};
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+	json_t *json = json_loads("{\"kernels\": [{\"ops\": [0], \"schedule\": {\"mma\": "
+				  "{" GOOD ", \"rotated\": 1}}}]}", 0, NULL), *back;
+	kgen_plan *plan = NULL;
+	kgen_error err = {0};
+
+	cr_expect_eq(kgen_mma_shared_bytes(&padded, 2), 2 * (64 * 40 + 32 * 72) * 2);
+	cr_expect_eq(kgen_mma_shared_bytes(&rotated, 2), 2 * (64 * 32 + 32 * 64) * 2);
+	cr_expect_eq(kgen_mma_shared_bytes(&odd_b, 2), 2 * (32 * 24 + 16 * 24) * 2);
+	expect_refused(tensors, product, GOOD ", \"rotated\": 2", "'rotated'");
+	cr_assert_eq(load_graph(tensors, OPS(product), &g, &serr), SCHED_OK);
+	cr_assert_eq(kgen_plan_from_json(g, json, &plan, &err), KGEN_OK, "%s", err.message);
+	cr_expect_eq(plan->kernels[0].schedule.mma.rotated, 1);
+	back = kgen_plan_to_json(g, plan);
+	cr_expect_eq(json_integer_value(json_object_get(json_object_get(json_object_get(
+		json_array_get(json_object_get(back, "kernels"), 0), "schedule"), "mma"),
+		"rotated")), 1);
 	json_decref(back);
 	kgen_plan_free(plan);
 	json_decref(json);
