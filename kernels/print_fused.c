@@ -389,70 +389,17 @@ static void print_cuda_elements(fused_kernel *k, int s)
 				 var_name(k, d), s, d);
 }
 
-/* The threads that share each element of reduction stage "s": when the
- * stage has fewer elements than the block has threads, the spare ones
- * split the reductions, a power of two of them up to a warp per element,
- * combined with shuffles. 1 when each element is one thread's. */
-static int sharing_threads(const fused_kernel *k, int s)
-{
-	unsigned threads = block_threads(k);
-	int64_t elements = stage_elements(k, s), points = kgen_reduction_points(k->pr.op);
-	int n = 1;
-
-	if (k->pr.op->reducer == SCHED_RED_NONE || threads % 32)
-		return 1;
-	while (n < 32 && elements * n * 2 <= threads && n * 2 <= points)
-		n *= 2;
-	return n;
-}
-
-/* Element e of the region runs on the "n" threads n * (e mod (blockDim.x /
- * n)) onwards: each folds every n-th reduction point, then they combine
- * by shuffles (a butterfly, so all end with the result) and the first
- * keeps it. Every thread runs every round of the loop, as the shuffles
- * need all of a warp. */
-static void print_cuda_shared_reduction(fused_kernel *k, int s, int n)
-{
-	const sched_stage *st = &group_of(k)->stages[s];
-	const sched_op *op = k->pr.op;
-	int64_t stride = stage_elements(k, s);
-	char first[32], step[16];
-
-	sched_buf_printf(k->buf, "\t\tfor (idx_t base = 0; base < %lld; base += %u) {\n"
-			 "\t\t\tconst idx_t e = base + threadIdx.x / %d;\n"
-			 "\t\t\tbool live = e < %lld;\n", (long long)stride,
-			 block_threads(k) / n, n, (long long)stride);
-	for (int d = 0; d < st->rank; d++) {
-		stride /= st->extent[d];
-		sched_buf_printf(k->buf, "\t\t\tconst idx_t v_%s = lo_%d_%d + e / %lld %% %lld;\n"
-				 "\t\t\tlive = live && v_%s < hi_%d_%d;\n", var_name(k, d),
-				 s, d, (long long)stride, (long long)st->extent[d],
-				 var_name(k, d), s, d);
-	}
-	snprintf(first, sizeof(first), "threadIdx.x %% %d", n);
-	snprintf(step, sizeof(step), "%d", n);
-	kgen_print_strided_reduction(k->buf, &k->pr, k->kernel->schedule.unroll, "x", "live",
-				     first, step, "\t\t\t");
-	sched_buf_printf(k->buf, "\t\t\tfor (int o = %d; o > 0; o >>= 1) {\n"
-			 "\t\t\t\tconst float y = __shfl_xor_sync(0xffffffffu, x, o);\n"
-			 "\t\t\t\t", n / 2);
-	kgen_print_combine(k->buf, op->reducer, "x", "y");
-	sched_buf_printf(k->buf, "\n\t\t\t}\n\t\t\tif (live && threadIdx.x %% %d == 0) {\n", n);
-	print_keep(k, s, "\t\t\t\t", "x");
-	sched_buf_printf(k->buf, "\t\t\t}\n\t\t}\n");
-}
-
 /* ---- cuda: consecutive elements per thread ---- */
 
-/* An elementwise stage whose threads run "width" consecutive elements of
- * its last dim each (the schedule's vector), with the reads and keeps
- * that move "width" elements at once (16 bytes at most per move): reads
- * whose last index is the last target variable alone, and keeps, where
- * the place of an element of the last dim on "width" elements is on as
- * many. */
+/* A stage whose threads run "width" consecutive values of the op's
+ * variable "var" each (the schedule's vector): an elementwise stage's
+ * last target variable, or a shared reduction's one reduction variable.
+ * Its reads whose last index is "var" alone, and an elementwise stage's
+ * keeps, move "width" elements at once (16 bytes at most per move) where
+ * the place of an element of "var" on "width" elements is on as many. */
 typedef struct vector_stage {
 	fused_kernel *k;
-	int stage, width;
+	int stage, width, var;
 	kgen_vector_reads reads;
 	bool moves_local, moves_global; /* the stage's keeps */
 } vector_stage;
@@ -472,17 +419,16 @@ static bool recomputed(const fused_kernel *k, int t)
 	return s >= 0 && group_of(k)->stages[s].store == SCHED_STORE_INLINE;
 }
 
-/* Whether "access" walks its tensor's last dim by the op's last target
- * variable, which no other index mentions. */
-static bool along_last(const sched_op *op, const sched_node *access)
+/* Whether "access" walks its tensor's last dim by the op's variable
+ * "var", which no other index mentions. */
+static bool walks_last(const sched_node *access, int var)
 {
-	int last = op->ntarget_vars - 1;
 	const sched_node *index = access->nargs ? access->args[access->nargs - 1] : NULL;
 
-	if (!index || index->kind != SCHED_NODE_VAR || index->var != last)
+	if (!index || index->kind != SCHED_NODE_VAR || index->var != var)
 		return false;
 	for (int d = 0; d < access->nargs - 1; d++)
-		if (sched_node_mentions(access->args[d], last))
+		if (sched_node_mentions(access->args[d], var))
 			return false;
 	return true;
 }
@@ -497,7 +443,7 @@ static void look_at_read(const sched_node *access, void *user)
 			     st->extent[st->rank - 1] % v->width == 0 :
 			     t->shape[t->rank - 1] % v->width == 0;
 
-	if (v->reads.n < KGEN_MAX_VECTOR_READS && along_last(v->k->pr.op, access) &&
+	if (v->reads.n < KGEN_MAX_VECTOR_READS && walks_last(access, v->var) &&
 	    !recomputed(v->k, access->tensor) && on_width)
 		v->reads.access[v->reads.n++] = access;
 }
@@ -512,7 +458,7 @@ static bool plan_vectors(fused_kernel *k, int s, vector_stage *v)
 	int w = k->kernel->schedule.vector;
 	bool global_reads = false;
 
-	*v = (vector_stage){k, s, w, {0}, false, false};
+	*v = (vector_stage){k, s, w, st->rank - 1, {0}, false, false};
 	if (w < 2 || k->pr.op->reducer != SCHED_RED_NONE || st->rank == 0 ||
 	    st->extent[st->rank - 1] % w)
 		return false;
@@ -524,13 +470,30 @@ static bool plan_vectors(fused_kernel *k, int s, vector_stage *v)
 	return global_reads || v->moves_global;
 }
 
+/* The vectors of shared reduction stage "s": its one reduction variable,
+ * whose range "width" divides, and its reads along it; false when it has
+ * none or the vector is 1. */
+static bool plan_reduction_vectors(fused_kernel *k, int s, vector_stage *v)
+{
+	const sched_op *op = k->pr.op;
+	int w = k->kernel->schedule.vector, var = op->ntarget_vars;
+
+	*v = (vector_stage){k, s, w, var, {0}, false, false};
+	if (w < 2 || op->nvars != var + 1 || op->vars[var].lo % w ||
+	    (op->vars[var].hi - op->vars[var].lo) % w)
+		return false;
+	sched_node_each_access(op->body, look_at_read, v);
+	return v->reads.n > 0;
+}
+
 /* Opens the vectors' path: where, for the whole block, every move is on
- * its width (the tensors moved on 16 bytes, the region's last dim and
- * the first columns of the stages read on "width" elements). */
+ * its width (the tensors moved on 16 bytes; an elementwise stage's
+ * region's last dim and the first columns of the stages read on "width"
+ * elements). */
 static void print_vector_condition(const vector_stage *v)
 {
 	fused_kernel *k = v->k;
-	int w = v->width, last = group_of(k)->stages[v->stage].rank - 1;
+	int w = v->width;
 
 	sched_buf_printf(k->buf, "\t\tif (((0ull");
 	if (v->moves_global)
@@ -539,8 +502,10 @@ static void print_vector_condition(const vector_stage *v)
 		if (local_stage(k, v->reads.access[i]->tensor) < 0)
 			sched_buf_printf(k->buf, " | (unsigned long long)t_%s",
 					 k->pr.graph->tensors[v->reads.access[i]->tensor].name);
-	sched_buf_printf(k->buf, ") & 15) == 0 && lo_%d_%d %% %d == 0 && hi_%d_%d %% %d == 0",
-			 v->stage, last, w, v->stage, last, w);
+	sched_buf_printf(k->buf, ") & 15) == 0");
+	if (v->var < k->pr.op->ntarget_vars)
+		sched_buf_printf(k->buf, " && lo_%d_%d %% %d == 0 && hi_%d_%d %% %d == 0",
+				 v->stage, v->var, w, v->stage, v->var, w);
 	for (int i = 0; i < v->reads.n; i++) {
 		int s = local_stage(k, v->reads.access[i]->tensor);
 
@@ -556,7 +521,7 @@ static void print_vector_condition(const vector_stage *v)
 static void print_vector_loads(const vector_stage *v)
 {
 	fused_kernel *k = v->k;
-	const char *last = var_name(k, group_of(k)->stages[v->stage].rank - 1);
+	const char *last = var_name(k, v->var);
 
 	for (int i = 0; i < v->reads.n; i++) {
 		int t = v->reads.access[i]->tensor;
@@ -614,7 +579,7 @@ static void print_vector_stores(const vector_stage *v)
 {
 	fused_kernel *k = v->k;
 	const sched_tensor *t = stage_target(k, v->stage);
-	const char *last = var_name(k, group_of(k)->stages[v->stage].rank - 1);
+	const char *last = var_name(k, v->var);
 
 	if (!v->moves_local && !v->moves_global)
 		return;
@@ -666,6 +631,97 @@ static void print_vector_elements(const vector_stage *v)
 	sched_buf_printf(k->buf, "\t\t\t}\n");
 	print_vector_stores(v);
 	sched_buf_printf(k->buf, "\t\t}\n");
+}
+
+/* The threads that share each element of reduction stage "s": when the
+ * stage has fewer elements than the block has threads, the spare ones
+ * split the reductions, a power of two of them up to a warp per element,
+ * combined with shuffles. 1 when each element is one thread's. */
+static int sharing_threads(const fused_kernel *k, int s)
+{
+	unsigned threads = block_threads(k);
+	int64_t elements = stage_elements(k, s), points = kgen_reduction_points(k->pr.op);
+	int n = 1;
+
+	if (k->pr.op->reducer == SCHED_RED_NONE || threads % 32)
+		return 1;
+	while (n < 32 && elements * n * 2 <= threads && n * 2 <= points)
+		n *= 2;
+	return n;
+}
+
+/* Thread t of the n sharing an element folds its reduction points w (t +
+ * i n) to w (t + i n) + w - 1, loading its reads along the reduction
+ * variable w at a time. */
+static void print_vector_fold(const vector_stage *v, int n)
+{
+	fused_kernel *k = v->k;
+	const sched_op *op = k->pr.op;
+	const char *name = var_name(k, v->var);
+
+	sched_buf_printf(k->buf, "\t\t\tif (live)\n"
+			 "\t\t\tfor (idx_t r = threadIdx.x %% %d * %d; r < %lld; r += %d) {\n"
+			 "\t\t\tconst idx_t first_%s = %lld + r;\n", n, v->width,
+			 (long long)kgen_reduction_points(op), n * v->width, name,
+			 (long long)op->vars[v->var].lo);
+	print_vector_loads(v);
+	sched_buf_printf(k->buf, "#pragma unroll\n\t\t\tfor (int u = 0; u < %d; u++) {\n"
+			 "\t\t\t\tconst idx_t v_%s = first_%s + u;\n\t\t\t\tconst float term = ",
+			 v->width, name, name);
+	k->pr.vectors = &v->reads;
+	kgen_print_value(k->buf, &k->pr, op->body);
+	k->pr.vectors = NULL;
+	sched_buf_printf(k->buf, ";\n\t\t\t\t");
+	kgen_print_combine(k->buf, op->reducer, "x", "term");
+	sched_buf_printf(k->buf, "\n\t\t\t}\n\t\t\t}\n");
+}
+
+/* Element e of the region runs on the "n" threads n * (e mod (blockDim.x /
+ * n)) onwards: each folds every n-th reduction point (or, with vectors,
+ * every n-th run of w), then they combine by shuffles (a butterfly, so
+ * all end with the result) and the first keeps it. Every thread runs
+ * every round of the loop, as the shuffles need all of a warp. */
+static void print_cuda_shared_reduction(fused_kernel *k, int s, int n)
+{
+	const sched_stage *st = &group_of(k)->stages[s];
+	const sched_op *op = k->pr.op;
+	int64_t stride = stage_elements(k, s);
+	char first[32], step[16];
+	vector_stage v;
+
+	sched_buf_printf(k->buf, "\t\tfor (idx_t base = 0; base < %lld; base += %u) {\n"
+			 "\t\t\tconst idx_t e = base + threadIdx.x / %d;\n"
+			 "\t\t\tbool live = e < %lld;\n", (long long)stride,
+			 block_threads(k) / n, n, (long long)stride);
+	for (int d = 0; d < st->rank; d++) {
+		stride /= st->extent[d];
+		sched_buf_printf(k->buf, "\t\t\tconst idx_t v_%s = lo_%d_%d + e / %lld %% %lld;\n"
+				 "\t\t\tlive = live && v_%s < hi_%d_%d;\n", var_name(k, d),
+				 s, d, (long long)stride, (long long)st->extent[d],
+				 var_name(k, d), s, d);
+	}
+	snprintf(first, sizeof(first), "threadIdx.x %% %d", n);
+	snprintf(step, sizeof(step), "%d", n);
+	if (plan_reduction_vectors(k, s, &v)) {
+		sched_buf_printf(k->buf, "\t\t\tfloat x = %s;\n",
+				 kgen_reducer_identity(op->reducer));
+		print_vector_condition(&v);
+		print_vector_fold(&v, n);
+		sched_buf_printf(k->buf, "\t\t} else {\n");
+		kgen_print_strided_reduction(k->buf, &k->pr, k->kernel->schedule.unroll, "xs",
+					     "live", first, step, "\t\t\t");
+		sched_buf_printf(k->buf, "\t\t\tx = xs;\n\t\t}\n");
+	} else {
+		kgen_print_strided_reduction(k->buf, &k->pr, k->kernel->schedule.unroll, "x",
+					     "live", first, step, "\t\t\t");
+	}
+	sched_buf_printf(k->buf, "\t\t\tfor (int o = %d; o > 0; o >>= 1) {\n"
+			 "\t\t\t\tconst float y = __shfl_xor_sync(0xffffffffu, x, o);\n"
+			 "\t\t\t\t", n / 2);
+	kgen_print_combine(k->buf, op->reducer, "x", "y");
+	sched_buf_printf(k->buf, "\n\t\t\t}\n\t\t\tif (live && threadIdx.x %% %d == 0) {\n", n);
+	print_keep(k, s, "\t\t\t\t", "x");
+	sched_buf_printf(k->buf, "\t\t\t}\n\t\t}\n");
 }
 
 /* An elementwise or reduction stage: with the vectors' path first where

@@ -407,22 +407,25 @@ static void expect_bugs_caught(kgen_backend *backend, sched_graph *g,
 	sched_graph_free(g);
 }
 
-/* Fused elementwise stages whose threads run "vector" consecutive
- * elements and move them at once (print_fused.c): f16, bf16 and f32
- * tensors (moves of 4 to 32 bytes), local and global reads and keeps, a
- * reversed read that stays an element at a time, tiles whose columns
- * the vector divides and one it does not (no moves then). */
+/* Fused stages whose threads run "vector" consecutive elements and move
+ * them at once (print_fused.c): f16, bf16 and f32 tensors (moves of 4 to
+ * 32 bytes), local and global reads and keeps, a reversed read that
+ * stays an element at a time, tiles whose columns the vector divides and
+ * one it does not (no moves then); and ln_residual's reductions, shared
+ * by threads, folding runs of "vector" points of their rows. */
+static const char *const ln_vectors[] = {
+	"{\"kernels\": [{\"ops\": [0, 1, 2, 3], \"schedule\": {\"tile\": [2, 16], "
+	"\"threads\": [2, 16], \"vector\": 2}}]}",
+	"{\"kernels\": [{\"ops\": [0, 1, 2, 3], \"schedule\": {\"tile\": [2, 16], "
+	"\"threads\": [2, 16], \"vector\": 4}}]}",
+	"{\"kernels\": [{\"ops\": [0, 1, 2, 3], \"schedule\": {\"tile\": [4, 16], "
+	"\"threads\": [2, 16], \"vector\": 8}}]}",
+};
+
 static const struct {
 	const char *plan;
 	bool moves;
-} ln_vectors[] = {
-	{"{\"kernels\": [{\"ops\": [0, 1, 2, 3], \"schedule\": {\"tile\": [2, 16], "
-	 "\"threads\": [2, 16], \"vector\": 2}}]}", true},
-	{"{\"kernels\": [{\"ops\": [0, 1, 2, 3], \"schedule\": {\"tile\": [2, 16], "
-	 "\"threads\": [2, 16], \"vector\": 4}}]}", true},
-	{"{\"kernels\": [{\"ops\": [0, 1, 2, 3], \"schedule\": {\"tile\": [4, 16], "
-	 "\"threads\": [1, 16], \"vector\": 8}}]}", true},
-}, mixed_vectors[] = {
+} mixed_vectors[] = {
 	{"{\"kernels\": [{\"ops\": [0, 1], \"schedule\": {\"tile\": [3, 40], "
 	 "\"threads\": [1, 32], \"vector\": 4}}]}", true},
 	{"{\"kernels\": [{\"ops\": [0, 1], \"schedule\": {\"tile\": [3, 40], "
@@ -435,12 +438,13 @@ static const struct {
 
 /* Each plan verified, printed with moves where it should be. */
 static void expect_vector_plans_verified(kgen_backend *backend, const sched_graph *g,
-					 const char *plan_text, bool moves)
+					 const char *plan_text, bool moves, bool folds)
 {
 	kgen_plan *plan = plan_of_text(g, plan_text);
 	char *source = kgen_print_cuda(g, plan, 0);
 
 	cr_expect_eq(strstr(source, "for (int u = 0; u <") != NULL, moves, "%s\n%s", plan_text, source);
+	cr_expect_eq(strstr(source, "float xs = ") != NULL, folds, "%s\n%s", plan_text, source);
 	expect_verified(backend, g, plan, plan_text);
 	free(source);
 	kgen_plan_free(plan);
@@ -458,11 +462,11 @@ static sched_graph *mixed_dtypes(void)
 	return g;
 }
 
-/* The moves' path of "plan_text" runs: a bug planted in it (every
- * element reading the first of its vector) is caught. And the path of an
- * element per thread, which runs where a move would be off its width
- * (planted: the condition that opens the moves' path made false),
- * matches. */
+/* The moves' path of "plan_text" runs: bugs planted in it (every element
+ * reading the first of its vector; a reduction's runs subtracted) are
+ * caught. And the path of an element per thread, which runs where a
+ * move would be off its width (planted: the conditions that open the
+ * moves' paths made false), matches. */
 static void expect_vector_path_checked(kgen_backend *backend, const sched_graph *g,
 				       const char *plan_text)
 {
@@ -472,9 +476,10 @@ static void expect_vector_path_checked(kgen_backend *backend, const sched_graph 
 	kgen_error err = {0};
 
 	expect_planted_bug_caught(backend, g, plan, source, "vec_0[u]", "vec_0[0]");
+	expect_planted_bug_caught(backend, g, plan, source, "x += term;", "x -= term;");
 	for (at = fallback; (at = strstr(at, ") & 15) == 0")); conditions++)
 		at[strlen(") & 15) == ")] = '9';
-	cr_expect_geq(conditions, 2, "%s", source);
+	cr_expect_geq(conditions, 4, "%s", source);
 	cr_expect_eq(build_and_verify(backend, g, plan, (const char *const[]){fallback}, &err),
 		     KGEN_OK, "%s\n%s", err.message, fallback);
 	kgen_error_release(&err);
@@ -491,13 +496,13 @@ Test(emulated, fused_stages_moving_vectors_match)
 
 	cr_assert_eq(load_example("ln_residual_small", &g, &serr), SCHED_OK, "%s", serr.message);
 	for (size_t i = 0; i < sizeof(ln_vectors) / sizeof(*ln_vectors); i++)
-		expect_vector_plans_verified(backend, g, ln_vectors[i].plan, ln_vectors[i].moves);
-	expect_vector_path_checked(backend, g, ln_vectors[2].plan);
+		expect_vector_plans_verified(backend, g, ln_vectors[i], true, true);
+	expect_vector_path_checked(backend, g, ln_vectors[2]);
 	sched_graph_free(g);
 	g = mixed_dtypes();
 	for (size_t i = 0; i < sizeof(mixed_vectors) / sizeof(*mixed_vectors); i++)
 		expect_vector_plans_verified(backend, g, mixed_vectors[i].plan,
-					     mixed_vectors[i].moves);
+					     mixed_vectors[i].moves, false);
 	sched_graph_free(g);
 	kgen_backend_close(backend);
 }
