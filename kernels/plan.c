@@ -440,11 +440,10 @@ void kgen_mma_pads(const kgen_mma *m, int factor_bytes, int *a_pad, int *b_pad)
 
 int kgen_mma_shared_bytes(const kgen_mma *m, int factor_bytes)
 {
-	int a_pad, b_pad, stages;
+	int a_pad, b_pad, stages, c_tile = m->bm * (m->bn + 8) * 2;
 
 	kgen_mma_pads(m, factor_bytes, &a_pad, &b_pad);
 	stages = m->stages * (m->bm * (m->bk + a_pad) + m->bk * (m->bn + b_pad)) * factor_bytes;
-	int c_tile = m->bm * (m->bn + 8) * 2;
 
 	return stages > c_tile ? stages : c_tile;
 }

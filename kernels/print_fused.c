@@ -503,7 +503,7 @@ static void print_vector_condition(const vector_stage *v)
 			sched_buf_printf(k->buf, " | (unsigned long long)t_%s",
 					 k->pr.graph->tensors[v->reads.access[i]->tensor].name);
 	sched_buf_printf(k->buf, ") & 15) == 0");
-	if (v->var < k->pr.op->ntarget_vars)
+	if (v->var < k->pr.op->ntarget_vars) /* an elementwise stage's region */
 		sched_buf_printf(k->buf, " && lo_%d_%d %% %d == 0 && hi_%d_%d %% %d == 0",
 				 v->stage, v->var, w, v->stage, v->var, w);
 	for (int i = 0; i < v->reads.n; i++) {
@@ -598,6 +598,22 @@ static void print_vector_stores(const vector_stage *v)
 	sched_buf_printf(k->buf, "\t\t\t}\n");
 }
 
+/* Opens the loop over the thread's "width" values of the variable, with
+ * "const float NAME" the body at each, its reads from the arrays. */
+static void print_vector_body(const vector_stage *v, const char *name)
+{
+	fused_kernel *k = v->k;
+	const char *var = var_name(k, v->var);
+
+	sched_buf_printf(k->buf, "#pragma unroll\n\t\t\tfor (int u = 0; u < %d; u++) {\n"
+			 "\t\t\t\tconst idx_t v_%s = first_%s + u;\n\t\t\t\tconst float %s = ",
+			 v->width, var, var, name);
+	k->pr.vectors = &v->reads;
+	kgen_print_value(k->buf, &k->pr, k->pr.op->body);
+	k->pr.vectors = NULL;
+	sched_buf_printf(k->buf, ";\n");
+}
+
 /* Thread t runs the "width" elements from e = width (t + i blockDim.x),
  * which lie in one row, as "width" divides the last dim. */
 static void print_vector_elements(const vector_stage *v)
@@ -620,13 +636,7 @@ static void print_vector_elements(const vector_stage *v)
 				 kind, var_name(k, d), s, d);
 	}
 	print_vector_loads(v);
-	sched_buf_printf(k->buf, "#pragma unroll\n\t\t\tfor (int u = 0; u < %d; u++) {\n"
-			 "\t\t\t\tconst idx_t v_%s = first_%s + u;\n\t\t\t\tconst float x = ",
-			 v->width, var_name(k, last), var_name(k, last));
-	k->pr.vectors = &v->reads;
-	kgen_print_value(k->buf, &k->pr, k->pr.op->body);
-	k->pr.vectors = NULL;
-	sched_buf_printf(k->buf, ";\n");
+	print_vector_body(v, "x");
 	print_vector_keeps(v);
 	sched_buf_printf(k->buf, "\t\t\t}\n");
 	print_vector_stores(v);
@@ -665,13 +675,8 @@ static void print_vector_fold(const vector_stage *v, int n)
 			 (long long)kgen_reduction_points(op), n * v->width, name,
 			 (long long)op->vars[v->var].lo);
 	print_vector_loads(v);
-	sched_buf_printf(k->buf, "#pragma unroll\n\t\t\tfor (int u = 0; u < %d; u++) {\n"
-			 "\t\t\t\tconst idx_t v_%s = first_%s + u;\n\t\t\t\tconst float term = ",
-			 v->width, name, name);
-	k->pr.vectors = &v->reads;
-	kgen_print_value(k->buf, &k->pr, op->body);
-	k->pr.vectors = NULL;
-	sched_buf_printf(k->buf, ";\n\t\t\t\t");
+	print_vector_body(v, "term");
+	sched_buf_printf(k->buf, "\t\t\t\t");
 	kgen_print_combine(k->buf, op->reducer, "x", "term");
 	sched_buf_printf(k->buf, "\n\t\t\t}\n\t\t\t}\n");
 }

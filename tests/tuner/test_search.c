@@ -1152,7 +1152,7 @@ Test(search, a_known_fused_plan_on_tensor_cores_is_a_genome)
 
 /* A product the library makes takes the ops after it that its epilogue
  * can apply: gpt3_mlp_small's first product with its gelu_tanh, on the
- * cpu and on cuda; and a plan with such a step is a genome. */
+ * cpu and on cuda. */
 Test(search, library_steps_take_their_epilogues)
 {
 	sched_graph *g = example("gpt3_mlp_small");
@@ -1171,5 +1171,31 @@ Test(search, library_steps_take_their_epilogues)
 		json_decref(g1);
 		tuner_search_free(s);
 	}
+	sched_graph_free(g);
+}
+
+/* A known plan with a library step and its epilogue is a genome (encoded
+ * as its product's library gene and a fusion gene): the first population
+ * holds mutants of it, most keeping the step. */
+Test(search, a_known_library_step_with_its_epilogue_is_a_genome)
+{
+	static const char known[] = "{\"kernels\": [{\"ops\": [0, 1], \"schedule\": "
+		"{\"library\": true}}, {\"ops\": [2]}]}";
+	sched_graph *g = example("gpt3_mlp_small");
+	tuner_search *s = tuner_search_new(g, &(tuner_search_options){.seed = 10, .library = 1});
+	json_t *plan = json_loads(known, 0, NULL), *g0, *g1;
+	int epilogues = 0;
+
+	kgen_plan_free(legal(g, plan));
+	tuner_search_know(s, plan, 0.001);
+	g0 = tuner_search_generation(s);
+	tuner_search_record(s, json_array_get(g0, 0), 1);
+	g1 = tuner_search_generation(s);
+	count_library_steps(g, g1, false, &epilogues);
+	cr_expect_geq(epilogues, 6, "%d library steps with an epilogue", epilogues);
+	json_decref(g0);
+	json_decref(g1);
+	json_decref(plan);
+	tuner_search_free(s);
 	sched_graph_free(g);
 }
