@@ -188,22 +188,34 @@ Test(library, misuses_are_refused_and_a_step_reads_back)
 	sched_graph_free(g);
 }
 
-/* The cuda step is the call's parameters (no GPU needed to print it):
- * here A is read transposed and B from element 4 of each row. */
-Test(library, the_cuda_step_records_the_cublaslt_call)
+/* The cuBLASLt call that plan "text"'s first kernel, a library step,
+ * records (no GPU needed to print it). */
+static json_t *cuda_call(const sched_graph *g, const char *text)
 {
-	sched_graph *g = graph("a f16 40,33 in; b f16 21,44 in; y f32 33,21 out",
-			       OPS("y[i, j] = sum(k < 40) a[k, i] * b[j, k + 4]"));
 	kgen_error err = {0};
-	kgen_plan *plan = plan_of(g, LIBRARY_STEP, &err);
-	json_t *call, *a, *b, *c;
+	kgen_plan *plan = plan_of(g, text, &err);
+	json_t *call;
 	char *source;
 
 	cr_assert_not_null(plan, "%s", err.message);
 	source = kgen_print_cuda(g, plan, 0);
 	cr_assert_not_null(source);
+	cr_expect(kgen_cublaslt_source(source));
 	call = json_loads(source, 0, NULL);
 	cr_assert_not_null(call, "not JSON: %s", source);
+	free(source);
+	kgen_plan_free(plan);
+	return call;
+}
+
+/* The cuda step is the call's parameters: here A is read transposed and
+ * B from element 4 of each row. */
+Test(library, the_cuda_step_records_the_cublaslt_call)
+{
+	sched_graph *g = graph("a f16 40,33 in; b f16 21,44 in; y f32 33,21 out",
+			       OPS("y[i, j] = sum(k < 40) a[k, i] * b[j, k + 4]"));
+	json_t *call = cuda_call(g, LIBRARY_STEP), *a, *b, *c;
+
 	a = json_object_get(call, "a");
 	b = json_object_get(call, "b");
 	c = json_object_get(call, "c");
@@ -219,10 +231,7 @@ Test(library, the_cuda_step_records_the_cublaslt_call)
 	cr_expect(json_is_false(json_object_get(c, "trans")) || !json_object_get(c, "trans"));
 	cr_expect_eq(json_integer_value(json_object_get(c, "ld")), 21);
 	cr_expect_str_eq(json_string_value(json_object_get(c, "dtype")), "f32");
-	cr_expect(kgen_cublaslt_source(source));
 	json_decref(call);
-	free(source);
-	kgen_plan_free(plan);
 	sched_graph_free(g);
 }
 
@@ -377,21 +386,13 @@ Test(library, the_cuda_step_names_its_epilogue)
 			       "g f16 17,48; y f16 17,48 out",
 			       OPS("h[i, j] = sum(k) a[i, k] * b[k, j]",
 				   "g[i, j] = bias[j] + h[i, j]", "y[i, j] = gelu_tanh(g[i, j])"));
+	json_t *call = cuda_call(g, EPILOGUE_STEP("[0, 1, 2]"));
 	kgen_error err = {0};
-	kgen_plan *plan = plan_of(g, EPILOGUE_STEP("[0, 1, 2]"), &err);
-	json_t *call;
-	char *source;
 
-	cr_assert_not_null(plan, "%s", err.message);
-	source = kgen_print_cuda(g, plan, 0);
-	cr_assert_not_null(source);
-	call = json_loads(source, 0, NULL);
-	cr_assert_not_null(call, "not JSON: %s", source);
 	cr_expect_str_eq(json_string_value(json_object_get(call, "epilogue")), "gelu_bias");
 	cr_expect_eq(json_integer_value(json_object_get(call, "bias")), 2);
 	cr_expect_eq(json_integer_value(json_object_get(json_object_get(call, "c"), "tensor")), 5);
 	json_decref(call);
-	free(source);
 	for (size_t i = 0; i < sizeof(garbled) / sizeof(*garbled); i++) {
 		kgen_cublaslt_call *lt_call = NULL;
 
@@ -401,6 +402,5 @@ Test(library, the_cuda_step_names_its_epilogue)
 		kgen_cublaslt_free(lt_call);
 	}
 	kgen_error_release(&err);
-	kgen_plan_free(plan);
 	sched_graph_free(g);
 }

@@ -279,6 +279,18 @@ Test(mma, tf32_where_the_graph_allows_it)
 	sched_graph_free(g);
 }
 
+/* Field "key" of the first kernel's "mma" as kgen_plan_to_json writes it
+ * back (0 when absent). */
+static json_int_t written_back(const sched_graph *g, const kgen_plan *plan, const char *key)
+{
+	json_t *back = kgen_plan_to_json(g, plan);
+	json_int_t value = json_integer_value(json_object_get(json_object_get(json_object_get(
+		json_array_get(json_object_get(back, "kernels"), 0), "schedule"), "mma"), key));
+
+	json_decref(back);
+	return value;
+}
+
 /* "raster" walks a product's tiles in groups of tile rows: written back
  * when above 1 (1 is row by row, as absent), refused in a fused kernel,
  * and a rastered kernel has no row-major tiling to sync on. */
@@ -289,7 +301,7 @@ Test(mma, raster_is_for_one_product_and_does_not_sync)
 	sched_graph *g = NULL;
 	sched_error serr = {0};
 	json_t *json = json_loads("{\"kernels\": [{\"ops\": [0], \"schedule\": {\"mma\": "
-				  "{" GOOD ", \"raster\": 4}}}]}", 0, NULL), *back;
+				  "{" GOOD ", \"raster\": 4}}}]}", 0, NULL);
 	kgen_plan *plan = NULL;
 	kgen_error err = {0};
 	sched_tiling tiling;
@@ -303,13 +315,9 @@ Test(mma, raster_is_for_one_product_and_does_not_sync)
 	cr_assert_eq(load_graph(tensors, OPS(product), &g, &serr), SCHED_OK);
 	cr_assert_eq(kgen_plan_from_json(g, json, &plan, &err), KGEN_OK, "%s", err.message);
 	cr_expect_eq(plan->kernels[0].schedule.mma.raster, 4);
-	back = kgen_plan_to_json(g, plan);
-	cr_expect_eq(json_integer_value(json_object_get(json_object_get(json_object_get(
-		json_array_get(json_object_get(back, "kernels"), 0), "schedule"), "mma"),
-		"raster")), 4);
+	cr_expect_eq(written_back(g, plan, "raster"), 4);
 	cr_expect_eq(kgen_kernel_tiling(g, &plan->kernels[0], &tiling, &err), KGEN_EPLAN);
 	cr_expect_not_null(strstr(err.message, "not row by row"), "%s", err.message);
-	json_decref(back);
 	kgen_plan_free(plan);
 	json_decref(json);
 	sched_graph_free(g);
@@ -329,7 +337,7 @@ Test(mma, rotated_rows_save_the_padding)
 	sched_graph *g = NULL;
 	sched_error serr = {0};
 	json_t *json = json_loads("{\"kernels\": [{\"ops\": [0], \"schedule\": {\"mma\": "
-				  "{" GOOD ", \"rotated\": 1}}}]}", 0, NULL), *back;
+				  "{" GOOD ", \"rotated\": 1}}}]}", 0, NULL);
 	kgen_plan *plan = NULL;
 	kgen_error err = {0};
 
@@ -340,11 +348,7 @@ Test(mma, rotated_rows_save_the_padding)
 	cr_assert_eq(load_graph(tensors, OPS(product), &g, &serr), SCHED_OK);
 	cr_assert_eq(kgen_plan_from_json(g, json, &plan, &err), KGEN_OK, "%s", err.message);
 	cr_expect_eq(plan->kernels[0].schedule.mma.rotated, 1);
-	back = kgen_plan_to_json(g, plan);
-	cr_expect_eq(json_integer_value(json_object_get(json_object_get(json_object_get(
-		json_array_get(json_object_get(back, "kernels"), 0), "schedule"), "mma"),
-		"rotated")), 1);
-	json_decref(back);
+	cr_expect_eq(written_back(g, plan, "rotated"), 1);
 	kgen_plan_free(plan);
 	json_decref(json);
 	sched_graph_free(g);

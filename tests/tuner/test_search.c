@@ -1150,6 +1150,21 @@ Test(search, a_known_fused_plan_on_tensor_cores_is_a_genome)
 	sched_graph_free(g);
 }
 
+/* The library steps with an epilogue in the second generation of "s"
+ * (the first holds the first version alone) of gpt3_mlp_small "g". */
+static int epilogues_in_second_generation(tuner_search *s, const sched_graph *g, bool cuda)
+{
+	json_t *g0 = tuner_search_generation(s), *g1;
+	int epilogues = 0;
+
+	tuner_search_record(s, json_array_get(g0, 0), 1);
+	g1 = tuner_search_generation(s);
+	count_library_steps(g, g1, cuda, &epilogues);
+	json_decref(g0);
+	json_decref(g1);
+	return epilogues;
+}
+
 /* A product the library makes takes the ops after it that its epilogue
  * can apply: gpt3_mlp_small's first product with its gelu_tanh, on the
  * cpu and on cuda. */
@@ -1160,15 +1175,9 @@ Test(search, library_steps_take_their_epilogues)
 	for (int cuda = 0; cuda < 2; cuda++) {
 		tuner_search *s = tuner_search_new(g, &(tuner_search_options){
 			.seed = 9, .cuda = cuda, .library = 1});
-		json_t *g0 = tuner_search_generation(s), *g1;
-		int epilogues = 0;
 
-		tuner_search_record(s, json_array_get(g0, 0), 1);
-		g1 = tuner_search_generation(s);
-		count_library_steps(g, g1, cuda, &epilogues);
-		cr_expect_geq(epilogues, 1, "cuda %d: no library step with an epilogue", cuda);
-		json_decref(g0);
-		json_decref(g1);
+		cr_expect_geq(epilogues_in_second_generation(s, g, cuda), 1,
+			      "cuda %d: no library step with an epilogue", cuda);
 		tuner_search_free(s);
 	}
 	sched_graph_free(g);
@@ -1183,18 +1192,13 @@ Test(search, a_known_library_step_with_its_epilogue_is_a_genome)
 		"{\"library\": true}}, {\"ops\": [2]}]}";
 	sched_graph *g = example("gpt3_mlp_small");
 	tuner_search *s = tuner_search_new(g, &(tuner_search_options){.seed = 10, .library = 1});
-	json_t *plan = json_loads(known, 0, NULL), *g0, *g1;
-	int epilogues = 0;
+	json_t *plan = json_loads(known, 0, NULL);
+	int epilogues;
 
 	kgen_plan_free(legal(g, plan));
 	tuner_search_know(s, plan, 0.001);
-	g0 = tuner_search_generation(s);
-	tuner_search_record(s, json_array_get(g0, 0), 1);
-	g1 = tuner_search_generation(s);
-	count_library_steps(g, g1, false, &epilogues);
+	epilogues = epilogues_in_second_generation(s, g, false);
 	cr_expect_geq(epilogues, 6, "%d library steps with an epilogue", epilogues);
-	json_decref(g0);
-	json_decref(g1);
 	json_decref(plan);
 	tuner_search_free(s);
 	sched_graph_free(g);
