@@ -280,8 +280,9 @@ static int cuda_download(kgen_backend *backend, void *host, const void *buffer,
 }
 
 /* The kernel's arguments: the address of each tensor's device pointer,
- * then for an entry wrapped for sync its four sync arguments. A library
- * step makes its call instead. */
+ * then that of its scratch memory if it has any, then for an entry
+ * wrapped for sync its four sync arguments. A library step makes its
+ * call instead. */
 static int launch_one(const kgen_launch *launch, void *stream, kgen_error *err)
 {
 	void **params;
@@ -290,10 +291,12 @@ static int launch_one(const kgen_launch *launch, void *stream, kgen_error *err)
 
 	if (launch->library)
 		return kgen_cublaslt_run(launch->function, launch->tensors, stream, err);
-	if (!(params = calloc(launch->ntensors + 4, sizeof(void *))))
+	if (!(params = calloc(launch->ntensors + 5, sizeof(void *))))
 		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
 	for (int t = 0; t < n; t++)
 		params[t] = &launch->tensors[t];
+	if (launch->scratch)
+		params[n++] = (void *)&launch->scratch;
 	if (launch->sync.wrapped) {
 		params[n] = (void *)&launch->sync.in;
 		params[n + 1] = (void *)&launch->sync.out;

@@ -10,8 +10,9 @@
  * bytes, and 16-, 8- and 4-byte moves trapping on addresses not on their
  * width; ldmatrix, and mma.sync m16n8k16 (f16,
  * bf16) and m16n8k8 (tf32), computed from the fragments of the whole
- * warp; shuffles. An entry point the backend appends calls the kernel
- * with cuLaunchKernel's arguments.
+ * warp; shuffles; atomicAdd, __threadfence and __ldcg as plain memory
+ * operations (a block's threads run one at a time). An entry point the
+ * backend appends calls the kernel with cuLaunchKernel's arguments.
  *
  * A launch runs its blocks one after another on the calling thread (so
  * __shared__ arrays are static ones); a block's threads are fibers
@@ -73,6 +74,11 @@ static const char prelude[] =
 	"#define blockDim (kemu_index{kemu->threads, 1, 1})\n"
 	"#define gridDim (kemu_index{kemu->blocks, 1, 1})\n"
 	"static inline void __syncthreads(void) { kemu->sync_block(); }\n"
+	"/* Blocks run one after another and a block's threads one at a time:\n"
+	" * memory is ordered and an atomic is a plain update. */\n"
+	"static inline void __threadfence(void) {}\n"
+	"static inline unsigned atomicAdd(unsigned *at, unsigned v) { unsigned o = *at; *at = o + v; return o; }\n"
+	"static inline float __ldcg(const float *at) { return *at; }\n"
 	"static inline void __trap(void) { kemu->trap(\"__trap()\"); }\n"
 	"static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }\n"
 	"static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }\n"
@@ -403,7 +409,7 @@ static int make_block_run(const kgen_launch *launch, block_run *b, kgen_error *e
 	*b = (block_run){.nthreads = launch->threads,
 			 .entry = (void (*)(void **))launch->function};
 	b->fibers = calloc(b->nthreads, sizeof(fiber));
-	b->params = calloc(launch->ntensors, sizeof(void *));
+	b->params = calloc(launch->ntensors + 1, sizeof(void *));
 	b->slots[0] = calloc(warps, WARP * SLOT_BYTES);
 	b->slots[1] = calloc(warps, WARP * SLOT_BYTES);
 	b->stacks = mmap(NULL, b->nthreads * FIBER_STACK, PROT_READ | PROT_WRITE,
@@ -418,6 +424,8 @@ static int make_block_run(const kgen_launch *launch, block_run *b, kgen_error *e
 		mprotect(b->stacks + t * FIBER_STACK, page, PROT_NONE);
 	for (int t = 0; t < launch->ntensors; t++)
 		b->params[t] = &launch->tensors[t];
+	if (launch->scratch)
+		b->params[launch->ntensors] = (void *)&launch->scratch;
 	return KGEN_OK;
 }
 

@@ -68,6 +68,26 @@ static int check_library(const kgen_backend *backend, const sched_graph *graph,
 	return KGEN_OK;
 }
 
+/* The kernel's scratch memory, zeroed once (its counters reset
+ * themselves at each run). */
+static int alloc_scratch(kgen_program *prog, int k, kgen_error *err)
+{
+	size_t bytes = kgen_kernel_scratch_bytes(prog->graph, &prog->plan->kernels[k]);
+	void *zeros;
+	int rc;
+
+	if (!bytes)
+		return KGEN_OK;
+	if (!(zeros = calloc(1, bytes)))
+		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
+	rc = prog->backend->ops->alloc(prog->backend, bytes, &prog->launches[k].scratch, err);
+	if (rc == KGEN_OK)
+		rc = prog->backend->ops->upload(prog->backend, prog->launches[k].scratch, zeros,
+						bytes, err);
+	free(zeros);
+	return rc;
+}
+
 static int build_kernel(kgen_program *prog, int k, const char *const *sources,
 			kgen_error *err)
 {
@@ -91,7 +111,7 @@ static int build_kernel(kgen_program *prog, int k, const char *const *sources,
 	launch->ntensors = prog->graph->ntensors;
 	kgen_cuda_launch_shape(prog->graph, kernel, &launch->blocks,
 			       &launch->threads);
-	return rc;
+	return rc < 0 ? rc : alloc_scratch(prog, k, err);
 }
 
 static int alloc_buffers(kgen_program *prog, kgen_error *err)
@@ -272,6 +292,9 @@ void kgen_program_free(kgen_program *prog)
 	for (int k = 0; prog->modules && k < prog->plan->nkernels; k++)
 		if (prog->modules[k])
 			prog->backend->ops->unload(prog->backend, prog->modules[k]);
+	for (int k = 0; prog->launches && k < prog->plan->nkernels; k++)
+		if (prog->launches[k].scratch)
+			prog->backend->ops->release(prog->backend, prog->launches[k].scratch);
 	for (int t = 0; prog->buffers && t < prog->graph->ntensors; t++)
 		if (prog->buffers[t])
 			prog->backend->ops->release(prog->backend, prog->buffers[t]);

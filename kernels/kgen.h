@@ -87,11 +87,15 @@ int kgen_micro_vector_floats(int nr);
  * 1: row by row, the hardware's order; a kernel of one product only, and
  * one that syncs keeps row order). rotated: A's and B's rows in shared
  * memory are rotated by 16-byte chunks rather than padded (0), both
- * layouts keeping an ldmatrix's rows in different banks (print_mma.c). */
+ * layouts keeping an ldmatrix's rows in different banks (print_mma.c).
+ * split_k: K is cut in that many parts, each a block of its own, whose
+ * partial tiles the last block of a tile to finish adds up (0 or 1: not
+ * cut; a kernel of one product that does not sync). */
 typedef struct kgen_mma {
 	int bm, bn, bk, wm, wn, stages;
 	int raster;
 	int rotated;
+	int split_k;
 } kgen_mma;
 
 /* The threads of a block of "mma": a warp per wm x wn; its shared
@@ -199,6 +203,11 @@ const char *kgen_library_unfit(__sched_keep const sched_graph *graph, int op, bo
  * whose result no other op reads and which is no output). */
 const char *kgen_library_kernel_unfit(__sched_keep const sched_graph *graph,
 				      __sched_keep const kgen_kernel *kernel, bool cuda);
+/* The device memory a kernel needs beside its tensors, zeroed once and
+ * kept across runs (0 for most): with split_k, each part's partial tile
+ * (f32) and a counter per tile. */
+size_t kgen_kernel_scratch_bytes(__sched_keep const sched_graph *graph,
+				 __sched_keep const kgen_kernel *kernel);
 /* Whether backend "name"'s library ("cpu": a CBLAS in libopenblas.so.0
  * or libblas.so.3; "cuda": libcublasLt) can be opened here. */
 bool kgen_library_available(const char *backend);

@@ -82,9 +82,11 @@ typedef struct kgen_launch_sync {
 	unsigned *iteration;
 } kgen_launch_sync;
 
-/* A kernel ready to launch: its function, shape and tensor arguments.
- * A library step's "function" is what its backend made of its call
- * (cuda: a kgen_cublaslt_call; cpu: the compiled C that makes it). */
+/* A kernel ready to launch: its function, shape and tensor arguments,
+ * then its scratch memory when it has any (kgen_kernel_scratch_bytes),
+ * then its sync arguments. A library step's "function" is what its
+ * backend made of its call (cuda: a kgen_cublaslt_call; cpu: the
+ * compiled C that makes it). */
 typedef struct kgen_launch {
 	const char *name;
 	bool library;
@@ -92,6 +94,7 @@ typedef struct kgen_launch {
 	unsigned blocks, threads;
 	int ntensors;
 	void **tensors;
+	void *scratch;
 	kgen_launch_sync sync;
 } kgen_launch;
 

@@ -355,10 +355,14 @@ static int read_blocking(const sched_graph *graph, json_t *sched, const char *na
 {
 	json_t *obj = json_object_get(sched, name);
 	size_t optional = 0;
+	char maybe[64] = "";
 	int rc;
 
-	for (int f = 6; keys[f]; f++)
+	for (int f = 6; keys[f]; f++) {
 		optional += json_object_get(obj, keys[f]) != NULL;
+		snprintf(maybe + strlen(maybe), sizeof(maybe) - strlen(maybe), "%s%s",
+			 f == 6 ? ", and maybe " : ", ", keys[f]);
+	}
 	if (!obj)
 		return 1;
 	if (of != BLOCKING_FUSED &&
@@ -370,11 +374,8 @@ static int read_blocking(const sched_graph *graph, json_t *sched, const char *na
 				 "one op that is a matrix product, or a fused kernel");
 	if (!json_is_object(obj) || json_object_size(obj) != 6 + optional)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': '%s' must be an object "
-				 "of %s, %s, %s, %s, %s and %s%s%s%s%s", kernel->name, name,
-				 keys[0], keys[1], keys[2], keys[3], keys[4], keys[5],
-				 keys[6] ? ", and maybe " : "", keys[6] ? keys[6] : "",
-				 keys[6] && keys[7] ? " and " : "",
-				 keys[6] && keys[7] ? keys[7] : "");
+				 "of %s, %s, %s, %s, %s and %s%s", kernel->name, name,
+				 keys[0], keys[1], keys[2], keys[3], keys[4], keys[5], maybe);
 	for (int f = 0; keys[f]; f++) {
 		int64_t v = -1;
 
@@ -436,6 +437,20 @@ void kgen_mma_pads(const kgen_mma *m, int factor_bytes, int *a_pad, int *b_pad)
 
 	*a_pad = m->rotated ? 0 : chunk;
 	*b_pad = m->rotated ? 0 : factor_bytes == 4 || m->bn / chunk % 2 == 0 ? 8 : 0;
+}
+
+size_t kgen_kernel_scratch_bytes(const sched_graph *graph, const kgen_kernel *kernel)
+{
+	const kgen_mma *m = &kernel->schedule.mma;
+	sched_contraction c;
+	size_t tiles;
+
+	if (m->split_k < 2 || kernel->nops > 1 ||
+	    !sched_op_contraction(graph, kernel->ops[0], &c))
+		return 0;
+	tiles = (size_t)((c.m + m->bm - 1) / m->bm) * (size_t)((c.n + m->bn - 1) / m->bn);
+	return tiles * (size_t)m->split_k * (size_t)m->bm * (size_t)m->bn * sizeof(float) +
+	       tiles * sizeof(unsigned);
 }
 
 int kgen_mma_shared_bytes(const kgen_mma *m, int factor_bytes)
@@ -529,6 +544,7 @@ static kgen_mma fitted_mma(const int64_t *extent, const kgen_mma *mma, int facto
 	kgen_mma m = *mma;
 
 	m.raster = 0;
+	m.split_k = 0;
 	m.wm = m.wm < round_up_to((int)extent[0], 16) ? m.wm : round_up_to((int)extent[0], 16);
 	m.wn = m.wn < round_up_to((int)extent[1], 8) ? m.wn : round_up_to((int)extent[1], 8);
 	m.bm = round_up_to((int)extent[0], m.wm);
@@ -592,21 +608,25 @@ static int check_mma(const sched_graph *graph, const sched_contraction *c,
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'raster' is for a kernel "
 				 "of one matrix product (a fused kernel's blocks follow its "
 				 "group)", kernel->name);
+	if (!c && m->split_k > 1)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'split_k' is for a kernel "
+				 "of one matrix product (a fused kernel's epilogue needs whole "
+				 "sums)", kernel->name);
 	return KGEN_OK;
 }
 
 /* Reads "mma": {"bm", "bn", "bk", "wm", "wn", "stages"} and maybe
- * "raster" and "rotated" (0 or 1). */
+ * "raster", "rotated" (0 or 1) and "split_k". */
 static int read_mma(const sched_graph *graph, json_t *sched, kgen_kernel *kernel,
 		    kgen_error *err)
 {
 	static const char *const keys[] = {"bm", "bn", "bk", "wm", "wn", "stages", "raster",
-					   "rotated", NULL};
-	static const int64_t lowest[] = {16, 8, 16, 16, 8, 2, 1, 0};
-	static const int64_t highest[] = {256, 256, 128, 256, 256, 8, 64, 1};
+					   "rotated", "split_k", NULL};
+	static const int64_t lowest[] = {16, 8, 16, 16, 8, 2, 1, 0, 1};
+	static const int64_t highest[] = {256, 256, 128, 256, 256, 8, 64, 1, 16};
 	kgen_mma *m = &kernel->schedule.mma;
 	int *const fields[] = {&m->bm, &m->bn, &m->bk, &m->wm, &m->wn, &m->stages,
-			       &m->raster, &m->rotated};
+			       &m->raster, &m->rotated, &m->split_k};
 	sched_contraction c;
 	bool fused = kernel->nops > 1;
 	int rc = read_blocking(graph, sched, "mma", keys, lowest, highest, fields, kernel,
@@ -615,6 +635,7 @@ static int read_mma(const sched_graph *graph, json_t *sched, kgen_kernel *kernel
 	if (rc)
 		return rc < 0 ? rc : KGEN_OK;
 	m->raster = m->raster == 1 ? 0 : m->raster; /* row by row either way */
+	m->split_k = m->split_k == 1 ? 0 : m->split_k; /* not cut either way */
 	return check_mma(graph, fused ? NULL : &c, kernel, err);
 }
 
@@ -1052,6 +1073,9 @@ static json_t *schedule_json(const sched_op *op, const sched_tensor *t,
 				    json_integer(s->mma.raster));
 	if (s->mma.bm && s->mma.rotated)
 		json_object_set_new(json_object_get(obj, "mma"), "rotated", json_integer(1));
+	if (s->mma.bm && s->mma.split_k > 1)
+		json_object_set_new(json_object_get(obj, "mma"), "split_k",
+				    json_integer(s->mma.split_k));
 	return obj;
 }
 

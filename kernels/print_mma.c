@@ -19,7 +19,11 @@
  * shared memory and costs index arithmetic. The epilogue rounds
  * the accumulators to C's dtype and stores them through C's strides; a
  * 16-bit C with rows on 16 bytes goes through shared memory first and is
- * stored 16 bytes at a time. Blocks take the tiles row by row, or in
+ * stored 16 bytes at a time. With split_k, the blocks of a tile each
+ * take a part of K's slices, write their accumulators to scratch memory,
+ * and the last of them to count itself done (an atomic counter per tile,
+ * reset by it) adds up every part in their order and stores the tile.
+ * Blocks take the tiles row by row, or in
  * groups of "raster" tile rows. Inline PTX only: NVRTC needs no header.
  */
 #include <stdlib.h>
@@ -100,6 +104,12 @@ static void print_mma_call(const mma_printer *p)
 		"#endif\n", mma_type(p), is_tf32(p) ? 8 : 16, mma_type(p), mma_type(p));
 }
 
+/* Whether K is cut in parts (split_k). */
+static bool split(const mma_printer *p)
+{
+	return p->s.split_k > 1;
+}
+
 static int gcd(int a, int b)
 {
 	return b ? gcd(b, a % b) : a;
@@ -150,12 +160,15 @@ static void print_constants(const mma_printer *p)
 		"#define STAGES %d\n#define THREADS %d\n"
 		"typedef %s elem_t;\n"
 		"#define VEC (16 / (int)sizeof(elem_t))\n"
-		"#define C_ROW (BN + 8)\n#define SHARED_ELEMS %d\n",
+		"#define C_ROW (BN + 8)\n#define SHARED_ELEMS %d\n"
+		"#define TILES %lldLL\n#define SPLIT %d\n#define ACCS (WM / 16 * (WN / 8) * 4)\n",
 		(long long)p->c.m, (long long)p->c.n, (long long)p->c.k,
 		(long long)p->c.a_m, (long long)p->c.b_k, p->s.bm, p->s.bn, p->s.bk,
 		p->s.wm, p->s.wn, p->s.stages, kgen_mma_threads(&p->s),
 		is_tf32(p) ? "unsigned" : "unsigned short",
-		kgen_mma_shared_bytes(&p->s, bytes) / bytes);
+		kgen_mma_shared_bytes(&p->s, bytes) / bytes,
+		(long long)((p->c.m + p->s.bm - 1) / p->s.bm * ((p->c.n + p->s.bn - 1) / p->s.bn)),
+		split(p) ? p->s.split_k : 1);
 	print_layout(p, bytes);
 }
 
@@ -249,6 +262,7 @@ static void print_compute_slice(const mma_printer *p)
 		"}\n", mma_type(p));
 }
 
+/* Every tensor, then with split_k the scratch memory. */
 static void print_params(const mma_printer *p, const char *name, bool wrapped)
 {
 	const sched_graph *g = p->graph;
@@ -258,6 +272,8 @@ static void print_params(const mma_printer *p, const char *name, bool wrapped)
 		sched_buf_printf(p->buf, "%s%s%s *__restrict__ t_%s", t ? ",\n\t" : "",
 				 &g->tensors[t] == p->target ? "" : "const ",
 				 kgen_ctype(g->tensors[t].dtype, true), g->tensors[t].name);
+	if (split(p))
+		sched_buf_printf(p->buf, ",\n\tfloat *__restrict__ scratch");
 	kgen_print_cuda_entry_end(p->buf, wrapped);
 }
 
@@ -268,9 +284,13 @@ static void print_tile(const mma_printer *p, bool wrapped)
 {
 	sched_buf_printf(p->buf,
 		"\t__shared__ __align__(16) elem_t as[SHARED_ELEMS];\n"
-		"\telem_t *const bs = as + STAGES * A_STAGE;\n"
-		"\tconst idx_t tiles_n = (N + BN - 1) / BN, tile = %s;\n",
-		kgen_cuda_tile(wrapped));
+		"\telem_t *const bs = as + STAGES * A_STAGE;\n");
+	if (split(p))
+		sched_buf_printf(p->buf, "\tconst idx_t part = blockIdx.x / TILES, "
+				 "tile = blockIdx.x %% TILES;\n\tconst idx_t tiles_n = (N + BN - 1) / BN;\n");
+	else
+		sched_buf_printf(p->buf, "\tconst idx_t tiles_n = (N + BN - 1) / BN, tile = %s;\n",
+				 kgen_cuda_tile(wrapped));
 	if (p->s.raster > 1)
 		sched_buf_printf(p->buf,
 			"\tconst idx_t tiles_m = (M + BM - 1) / BM, in_group = tile %% (%d * tiles_n);\n"
@@ -284,23 +304,32 @@ static void print_tile(const mma_printer *p, bool wrapped)
 }
 
 /* The pipeline, from the tile at m0, n0 into acc through the stages in
- * as and bs: stages - 1 slices in flight before the first compute; at
- * each step, wait for the oldest, compute it, refill the stage freed one
- * step before (the barrier at the top orders both). */
+ * as and bs, over K's slices from slice0 on (with split_k, the block's
+ * part of them): stages - 1 slices in flight before the first compute;
+ * at each step, wait for the oldest, compute it, refill the stage freed
+ * one step before (the barrier at the top orders both). */
 static void print_pipeline(const mma_printer *p)
 {
 	sched_buf_printf(p->buf,
 		"\tconst elem_t *A = (const elem_t *)t_%s + %lldLL;\n"
 		"\tconst elem_t *B = (const elem_t *)t_%s + %lldLL;\n"
 		"\tconst int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;\n"
-		"\tconst int wm0 = warp / (BN / WN) * WM, wn0 = warp %% (BN / WN) * WN;\n"
-		"\tconst int slices = (int)((K + BK - 1) / BK);\n"
+		"\tconst int wm0 = warp / (BN / WN) * WM, wn0 = warp %% (BN / WN) * WN;\n",
+		p->a->name, (long long)p->c.a0, p->b->name, (long long)p->c.b0);
+	if (split(p))
+		sched_buf_printf(p->buf,
+			"\tconst int all = (int)((K + BK - 1) / BK), slice0 = (int)(part * all / SPLIT);\n"
+			"\tconst int slices = (int)((part + 1) * all / SPLIT) - slice0;\n");
+	else
+		sched_buf_printf(p->buf,
+			"\tconst int slice0 = 0, slices = (int)((K + BK - 1) / BK);\n");
+	sched_buf_printf(p->buf,
 		"\tconst bool inside = m0 + BM <= M && n0 + BN <= N;\n"
 		"\tfloat acc[WM / 16][WN / 8][4] = {};\n"
 		"\tfor (int s = 0; s < STAGES - 1; s++) {\n"
 		"\t\tif (s < slices)\n"
-		"\t\t\tload_slice(as + s * A_STAGE, bs + s * B_STAGE, A, B, m0, n0, s,\n"
-		"\t\t\t\t   inside && (idx_t)(s + 1) * BK <= K);\n"
+		"\t\t\tload_slice(as + s * A_STAGE, bs + s * B_STAGE, A, B, m0, n0, slice0 + s,\n"
+		"\t\t\t\t   inside && (idx_t)(slice0 + s + 1) * BK <= K);\n"
 		"\t\telse\n"
 		"\t\t\tcopies_commit();\n"
 		"\t}\n"
@@ -310,13 +339,62 @@ static void print_pipeline(const mma_printer *p)
 		"\t\t__syncthreads();\n"
 		"\t\tif (next < slices)\n"
 		"\t\t\tload_slice(as + next %% STAGES * A_STAGE, bs + next %% STAGES * B_STAGE,\n"
-		"\t\t\t\t   A, B, m0, n0, next, inside && (idx_t)(next + 1) * BK <= K);\n"
+		"\t\t\t\t   A, B, m0, n0, slice0 + next,\n"
+		"\t\t\t\t   inside && (idx_t)(slice0 + next + 1) * BK <= K);\n"
 		"\t\telse\n"
 		"\t\t\tcopies_commit();\n"
 		"\t\tcompute_slice(acc, as + stage * A_STAGE, bs + stage * B_STAGE, wm0, wn0,\n"
 		"\t\t\t      lane);\n"
-		"\t}\n",
-		p->a->name, (long long)p->c.a0, p->b->name, (long long)p->c.b0);
+		"\t}\n");
+}
+
+/* The loops over the thread's accumulators, q counting them. */
+static void print_each_accumulator(const mma_printer *p, const char *indent)
+{
+	sched_buf_printf(p->buf,
+		"%sq = 0;\n"
+		"#pragma unroll\n"
+		"%sfor (int i = 0; i < WM / 16; i++)\n"
+		"#pragma unroll\n"
+		"%s\tfor (int j = 0; j < WN / 8; j++)\n"
+		"#pragma unroll\n"
+		"%s\t\tfor (int r = 0; r < 4; r++, q++)\n", indent, indent, indent, indent);
+}
+
+/* split_k: the block's part into scratch memory (thread t's accumulator
+ * q of part s of a tile at (s ACCS + q) THREADS + t); the last block of
+ * the tile to count itself done resets the count and sums the parts in
+ * their order into acc, the others leave. */
+static void print_split_sum(const mma_printer *p)
+{
+	sched_buf_printf(p->buf,
+		"\t{\n"
+		"\t\t__shared__ int last;\n"
+		"\t\tfloat *const parts = scratch + tile * SPLIT * (BM * BN) + threadIdx.x;\n"
+		"\t\tunsigned *const done = (unsigned *)(scratch + TILES * SPLIT * (BM * BN)) + tile;\n"
+		"\t\tint q;\n");
+	print_each_accumulator(p, "\t\t");
+	sched_buf_printf(p->buf,
+		"\t\t\t\t\tparts[(part * ACCS + q) * THREADS] = acc[i][j][r];\n"
+		"\t\t__threadfence();\n"
+		"\t\t__syncthreads();\n"
+		"\t\tif (threadIdx.x == 0) {\n"
+		"\t\t\tlast = atomicAdd(done, 1u) == SPLIT - 1;\n"
+		"\t\t\tif (last)\n"
+		"\t\t\t\t*done = 0;\n"
+		"\t\t}\n"
+		"\t\t__syncthreads();\n"
+		"\t\tif (!last)\n"
+		"\t\t\treturn;\n"
+		"\t\t__threadfence();\n");
+	print_each_accumulator(p, "\t\t");
+	sched_buf_printf(p->buf,
+		"\t\t\t\t{\n"
+		"\t\t\t\t\tacc[i][j][r] = 0.0f;\n"
+		"\t\t\t\t\tfor (int s = 0; s < SPLIT; s++)\n"
+		"\t\t\t\t\t\tacc[i][j][r] += __ldcg(parts + (s * ACCS + q) * THREADS);\n"
+		"\t\t\t\t}\n"
+		"\t}\n");
 }
 
 /* Accumulator r of fragment (i, j) sits at row lane / 4 (+ 8 for r >= 2)
@@ -437,6 +515,8 @@ char *kgen_print_mma(const sched_graph *graph, const kgen_kernel *kernel, bool w
 	print_params(&p, kernel->name, wrapped);
 	print_tile(&p, wrapped);
 	print_pipeline(&p);
+	if (split(&p))
+		print_split_sum(&p);
 	print_epilogue(&p);
 	return buf.str;
 }

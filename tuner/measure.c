@@ -199,8 +199,9 @@ static json_t *sources_json(kgen_backend *backend, const sched_graph *graph,
 	return list;
 }
 
-/* How to launch each kernel: {kernel, grid, block, shared_bytes, args},
- * args being every tensor in graph order (docs/protocol.md, fetch). */
+/* How to launch each kernel: {kernel, grid, block, shared_bytes, args,
+ * scratch_bytes}, args being every tensor in graph order, then scratch
+ * memory of scratch_bytes when not 0 (docs/protocol.md, fetch). */
 static json_t *launch_json(kgen_backend *backend, const sched_graph *graph,
 			   const kgen_plan *plan)
 {
@@ -214,9 +215,10 @@ static json_t *launch_json(kgen_backend *backend, const sched_graph *graph,
 
 		if (cuda)
 			kgen_cuda_launch_shape(graph, &plan->kernels[k], &blocks, &threads);
-		json_array_append_new(list, json_pack("{s:s, s:[i,i,i], s:[i,i,i], s:i, s:O}",
+		json_array_append_new(list, json_pack("{s:s, s:[i,i,i], s:[i,i,i], s:i, s:O, s:I}",
 			"kernel", plan->kernels[k].name, "grid", blocks, 1, 1,
-			"block", threads, 1, 1, "shared_bytes", 0, "args", args));
+			"block", threads, 1, 1, "shared_bytes", 0, "args", args, "scratch_bytes",
+			(json_int_t)kgen_kernel_scratch_bytes(graph, &plan->kernels[k])));
 	}
 	json_decref(args);
 	return list;

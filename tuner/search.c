@@ -40,14 +40,14 @@
 static const int64_t unrolls[] = {1, 2, 4, 8};
 static const int64_t vectors[] = {1, 2, 4, 8};
 
-/* The blocking genes of a contraction, eight after the kernel's others:
+/* The blocking genes of a contraction, nine after the kernel's others:
  * on the cpu its micro-kernels (kgen_micro): mr (0: none, the tiles
  * rule), nr, kc (0: all of K), mc and nc as multiples of mr and nr, pack
- * (and two genes of a single value); on cuda, where its factors fit, its
- * tensor-core tiles (kgen_mma): bm (0: none), bn, bk, wm, wn, stages,
- * raster (row by row, or groups of 8 tile rows), rotated (padded or
- * rotated rows in shared memory). */
-#define BLOCKING_GENES 8
+ * (and three genes of a single value); on cuda, where its factors fit,
+ * its tensor-core tiles (kgen_mma): bm (0: none), bn, bk, wm, wn,
+ * stages, raster (row by row, or groups of 8 tile rows), rotated (padded
+ * or rotated rows in shared memory), split_k (1, 2 or 4 parts of K). */
+#define BLOCKING_GENES 9
 enum blocking { BLOCKING_NONE, BLOCKING_MICRO, BLOCKING_MMA };
 static const int64_t micro_mrs[] = {0, 4, 6, 8, 12, 14};
 static const int64_t micro_nrs[] = {8, 16, 32, 48, 64};
@@ -55,16 +55,17 @@ static const int64_t micro_kcs[] = {64, 128, 256, 512, 0};
 static const int64_t micro_blocks[] = {1, 4, 8, 16, 32};
 static const int64_t mma_bms[] = {0, 64, 128};
 static const int64_t mma_sides[] = {32, 64, 128};
+static const int64_t mma_splits[] = {1, 2, 4};
 static const int blocking_domain[][BLOCKING_GENES] = {
-	[BLOCKING_MICRO] = {6, 5, 5, 5, 5, 2, 1, 1},
-	[BLOCKING_MMA] = {3, 3, 2, 2, 2, 3, 2, 2},
+	[BLOCKING_MICRO] = {6, 5, 5, 5, 5, 2, 1, 1, 1},
+	[BLOCKING_MMA] = {3, 3, 2, 2, 2, 3, 2, 2, 3},
 };
 /* A blocking that is seldom far off, for the first population: micro
  * 6 x 32, kc 256, mc 16 mr, nc 4 nr, packed; mma 128 x 128 tiles, bk 32,
- * 64 x 64 warps, 3 stages, row by row, padded. */
+ * 64 x 64 warps, 3 stages, row by row, padded, K whole. */
 static const int blocking_seed[][BLOCKING_GENES] = {
-	[BLOCKING_MICRO] = {2, 2, 2, 3, 1, 1, 0, 0},
-	[BLOCKING_MMA] = {2, 2, 0, 1, 1, 1, 0, 0},
+	[BLOCKING_MICRO] = {2, 2, 2, 3, 1, 1, 0, 0, 0},
+	[BLOCKING_MMA] = {2, 2, 0, 1, 1, 1, 0, 0, 0},
 };
 
 /* The sync genes of each base kernel, after all kernels' other genes:
@@ -319,7 +320,8 @@ static kgen_mma decode_mma(const int *at, int factor_bytes)
 	kgen_mma m = {.bm = (int)mma_bms[at[0]], .bn = (int)mma_sides[at[1]],
 		      .bk = (int)mma_sides[at[2]], .wm = (int)mma_sides[at[3]],
 		      .wn = (int)mma_sides[at[4]], .stages = 2 + at[5],
-		      .raster = at[6] ? 8 : 0, .rotated = at[7]};
+		      .raster = at[6] ? 8 : 0, .rotated = at[7],
+		      .split_k = at[8] ? (int)mma_splits[at[8]] : 0};
 
 	if (!m.bm)
 		return (kgen_mma){0};
@@ -557,7 +559,10 @@ static void decode_sync(tuner_search *s, int k, const int *genes)
 	int rc;
 
 	kernel->sync = (kgen_sync){0};
-	if (b < 0 || at[0] == 0 || kgen_sync_analyse(s->graph, s->plan, k, &sync, NULL) < 0)
+	if (b < 0 || at[0] == 0)
+		return;
+	kernel->schedule.mma.split_k = 0; /* a kernel that syncs keeps K whole */
+	if (kgen_sync_analyse(s->graph, s->plan, k, &sync, NULL) < 0)
 		return;
 	kind = sched_sync_policy_of(sync, at[0] - 1) ? (enum sched_sync_kind)(at[0] - 1)
 						      : sync->policies[sync->npolicies - 1].kind;

@@ -85,7 +85,9 @@ static kgen_plan *mma_plan(const sched_graph *g, kgen_mma m)
 
 /* The first rotated (the planted bugs use it), the others padded. */
 static const kgen_mma blockings[] = {
-	{64, 32, 32, 32, 16, 3, 0, 1}, {32, 64, 16, 16, 32, 2, 0, 0}, {64, 64, 32, 32, 32, 4, 0, 0},
+	{64, 32, 32, 32, 16, 3, 0, 1, 0},
+	{32, 64, 16, 16, 32, 2, 0, 0, 0},
+	{64, 64, 32, 32, 32, 4, 0, 0, 0},
 };
 #define NBLOCKINGS (sizeof(blockings) / sizeof(*blockings))
 
@@ -118,8 +120,8 @@ Test(emulated, tensor_core_products_match_the_reference)
  * every tile computed once. */
 Test(emulated, rastered_tiles_match)
 {
-	static const kgen_mma rastered[] = {{16, 32, 16, 16, 16, 2, 4, 0},
-					    {16, 32, 16, 16, 16, 2, 8, 1}};
+	static const kgen_mma rastered[] = {{16, 32, 16, 16, 16, 2, 4, 0, 0},
+					    {16, 32, 16, 16, 16, 2, 8, 1, 0}};
 	kgen_backend *backend = open_emulated();
 	sched_graph *g = NULL;
 	sched_error serr = {0};
@@ -389,15 +391,15 @@ static void expect_planted_bug_caught(kgen_backend *backend, const sched_graph *
 	free(planted);
 }
 
-/* The product of "g" printed in blocking 0: verified as printed, and
+/* The product of "g" printed in "blocking": verified as printed, and
  * each planted bug ("from" as "to") caught. Frees "g". */
-static void expect_bugs_caught(kgen_backend *backend, sched_graph *g,
-			       const char *const (*bugs)[2], int nbugs)
+static void expect_bugs_caught_in(kgen_backend *backend, sched_graph *g, kgen_mma blocking,
+				  const char *const (*bugs)[2], int nbugs)
 {
 	kgen_plan *plan;
 	char *source;
 
-	plan = mma_plan(g, blockings[0]);
+	plan = mma_plan(g, blocking);
 	source = kgen_print_cuda(g, plan, 0);
 	expect_verified(backend, g, plan, "the source as printed");
 	for (int b = 0; b < nbugs; b++)
@@ -405,6 +407,13 @@ static void expect_bugs_caught(kgen_backend *backend, sched_graph *g,
 	free(source);
 	kgen_plan_free(plan);
 	sched_graph_free(g);
+}
+
+/* The same in blocking 0. */
+static void expect_bugs_caught(kgen_backend *backend, sched_graph *g,
+			       const char *const (*bugs)[2], int nbugs)
+{
+	expect_bugs_caught_in(backend, g, blockings[0], bugs, nbugs);
 }
 
 /* Fused stages whose threads run "vector" consecutive elements and move
@@ -515,6 +524,45 @@ static sched_graph *odd_product(size_t i)
 	cr_assert_eq(load_graph(odd_products[i][0], OPS(odd_products[i][1]), &g, &serr),
 		     SCHED_OK);
 	return g;
+}
+
+/* K cut in 2 and 3 parts (split_k): every odd product matches the
+ * reference, twice on one program, so the last block of each tile resets
+ * its count for the next run (else no block would store the tile and the
+ * poisoned outputs would show); a part left out of the sum is caught. */
+Test(emulated, split_k_products_match)
+{
+	static const kgen_mma cut[] = {{32, 32, 16, 16, 16, 2, 0, 0, 2},
+				       {16, 32, 16, 16, 8, 3, 0, 1, 3}};
+	static const char *const bug[][2] = {{"for (int s = 0; s < SPLIT;",
+					      "for (int s = 1; s < SPLIT;"}};
+	kgen_backend *backend = open_emulated();
+	char what[160];
+
+	for (size_t i = 0; i < NODD_PRODUCTS; i++) {
+		sched_graph *g = odd_product(i);
+
+		for (size_t b = 0; b < sizeof(cut) / sizeof(*cut); b++) {
+			kgen_plan *plan = mma_plan(g, cut[b]);
+			kgen_program *prog = NULL;
+			kgen_check checks[4];
+			kgen_error err = {0};
+
+			snprintf(what, sizeof(what), "%s, split_k %d", odd_products[i][0],
+				 cut[b].split_k);
+			cr_assert_eq(kgen_program_build(backend, g, plan, NULL, &prog, &err),
+				     KGEN_OK, "%s: %s\n%s", what, err.message, err.log ? err.log : "");
+			for (unsigned seed = 1; seed <= 2; seed++)
+				cr_expect_eq(kgen_verify(prog, seed, checks, &err), KGEN_OK,
+					     "%s, seed %u: %s", what, seed, err.message);
+			kgen_error_release(&err);
+			kgen_program_free(prog);
+			kgen_plan_free(plan);
+		}
+		sched_graph_free(g);
+	}
+	expect_bugs_caught_in(backend, odd_product(0), cut[0], bug, 1);
+	kgen_backend_close(backend);
 }
 
 /* Planted bugs the emulator must not pass: interior tiles whose slices

@@ -15,9 +15,10 @@
 #include "mma_products.h"
 
 static const kgen_mma blockings[] = {
-	{64, 64, 32, 32, 32, 3, 0, 0}, {128, 128, 32, 64, 64, 2, 0, 1},
-	{128, 64, 32, 64, 32, 3, 0, 0}, {32, 128, 16, 32, 32, 4, 0, 1},
-	{64, 256, 32, 64, 64, 2, 0, 0},
+	{64, 64, 32, 32, 32, 3, 0, 0, 0}, {128, 128, 32, 64, 64, 2, 0, 1, 0},
+	{128, 64, 32, 64, 32, 3, 0, 0, 0}, {32, 128, 16, 32, 32, 4, 0, 1, 0},
+	{64, 256, 32, 64, 64, 2, 0, 0, 0}, {128, 128, 32, 64, 64, 2, 0, 0, 2},
+	{64, 64, 32, 32, 32, 3, 0, 1, 4},
 };
 
 static char *mma_plan_text(const sched_graph *g, kgen_mma m)
@@ -175,7 +176,7 @@ Test(mma, a_block_per_tile_a_warp_per_warp_tile)
 	cr_assert_eq(load_graph("a f16 200,32 in; b f16 32,100 in; y f16 200,100 out",
 				OPS("y[i, j] = sum(k) a[i, k] * b[k, j]"), &g, &serr), SCHED_OK);
 	plan = kgen_plan_default(g);
-	plan->kernels[0].schedule.mma = (kgen_mma){128, 64, 32, 64, 32, 2, 0, 0};
+	plan->kernels[0].schedule.mma = (kgen_mma){128, 64, 32, 64, 32, 2, 0, 0, 0};
 	kgen_cuda_launch_shape(g, &plan->kernels[0], &blocks, &threads);
 	cr_expect_eq(blocks, 2 * 2);
 	cr_expect_eq(threads, 2 * 2 * 32);
@@ -257,7 +258,7 @@ Test(mma, tf32_where_the_graph_allows_it)
 {
 	static const char tensors[] = "a f32 64,32 in; b f32 32,64 in; y f32 64,64 out";
 	static const char product[] = "y[i, j] = sum(k) a[i, k] * b[k, j]";
-	const kgen_mma m = {64, 64, 32, 32, 32, 2, 0, 0};
+	const kgen_mma m = {64, 64, 32, 32, 32, 2, 0, 0, 0};
 	sched_graph *g = NULL;
 	sched_error serr = {0};
 	kgen_plan *plan;
@@ -332,8 +333,8 @@ Test(mma, rotated_rows_save_the_padding)
 {
 	static const char tensors[] = "a f16 64,32 in; b f16 32,64 in; y f16 64,64 out";
 	static const char product[] = "y[i, j] = sum(k) a[i, k] * b[k, j]";
-	const kgen_mma padded = {64, 64, 32, 32, 32, 2, 0, 0}, rotated = {64, 64, 32, 32, 32, 2, 0, 1};
-	const kgen_mma odd_b = {32, 24, 16, 16, 8, 2, 0, 0};
+	const kgen_mma padded = {64, 64, 32, 32, 32, 2, 0, 0, 0}, rotated = {64, 64, 32, 32, 32, 2, 0, 1, 0};
+	const kgen_mma odd_b = {32, 24, 16, 16, 8, 2, 0, 0, 0};
 	sched_graph *g = NULL;
 	sched_error serr = {0};
 	json_t *json = json_loads("{\"kernels\": [{\"ops\": [0], \"schedule\": {\"mma\": "
@@ -349,6 +350,41 @@ Test(mma, rotated_rows_save_the_padding)
 	cr_assert_eq(kgen_plan_from_json(g, json, &plan, &err), KGEN_OK, "%s", err.message);
 	cr_expect_eq(plan->kernels[0].schedule.mma.rotated, 1);
 	cr_expect_eq(written_back(g, plan, "rotated"), 1);
+	kgen_plan_free(plan);
+	json_decref(json);
+	sched_graph_free(g);
+}
+
+/* "split_k" cuts K in parts: written back when above 1 (1 is not cut, as
+ * absent), refused in a fused kernel, no tiling to sync on, and scratch
+ * memory for each part's tile and a counter per tile. */
+Test(mma, split_k_is_for_one_product_and_does_not_sync)
+{
+	static const char tensors[] = "a f16 64,32 in; b f16 32,64 in; y f16 64,64 out";
+	static const char product[] = "y[i, j] = sum(k) a[i, k] * b[k, j]";
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+	json_t *json = json_loads("{\"kernels\": [{\"ops\": [0], \"schedule\": {\"mma\": "
+				  "{" GOOD ", \"split_k\": 2}}}]}", 0, NULL);
+	kgen_plan *plan = NULL;
+	kgen_error err = {0};
+	sched_tiling tiling;
+
+	expect_fused_refused("bert_qkv_small", "{\"kernels\": [{\"ops\": [0, 1, 2], "
+			     "\"schedule\": {\"tile\": [1, 8, 8], \"mma\": {\"bm\": 16, \"bn\": 8, "
+			     "\"bk\": 16, \"wm\": 16, \"wn\": 8, \"stages\": 2, \"split_k\": 2}}}, "
+			     "{\"ops\": [3, 4, 5]}, {\"ops\": [6, 7, 8]}]}",
+			     "'split_k' is for a kernel of one matrix product");
+	expect_refused(tensors, product, GOOD ", \"split_k\": 17", "'split_k'");
+	cr_assert_eq(load_graph(tensors, OPS(product), &g, &serr), SCHED_OK);
+	cr_assert_eq(kgen_plan_from_json(g, json, &plan, &err), KGEN_OK, "%s", err.message);
+	cr_expect_eq(written_back(g, plan, "split_k"), 2);
+	cr_expect_eq(kgen_kernel_scratch_bytes(g, &plan->kernels[0]),
+		     (size_t)(64 / plan->kernels[0].schedule.mma.bm) *
+		     (64 / plan->kernels[0].schedule.mma.bn) * (2 * 4 * plan->kernels[0].schedule.mma.bm *
+		     plan->kernels[0].schedule.mma.bn + 4));
+	cr_expect_eq(kgen_kernel_tiling(g, &plan->kernels[0], &tiling, &err), KGEN_EPLAN);
+	cr_expect_not_null(strstr(err.message, "split_k"), "%s", err.message);
 	kgen_plan_free(plan);
 	json_decref(json);
 	sched_graph_free(g);

@@ -17,7 +17,7 @@
 #include "graph_builder.h"
 #include "kgen.h"
 
-static const kgen_mma blocking = {64, 64, 32, 32, 32, 3, 0, 0};
+static const kgen_mma blocking = {64, 64, 32, 32, 32, 3, 0, 0, 0};
 
 /* Under AddressSanitizer the sources are printed but not compiled:
  * LeakSanitizer's tracer crashes on the thread-local storage NVRTC
