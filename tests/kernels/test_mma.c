@@ -292,35 +292,53 @@ static json_int_t written_back(const sched_graph *g, const kgen_plan *plan, cons
 	return value;
 }
 
+/* Key "key" of "mma" at "value" on a product of 64 x 64: refused in a
+ * fused kernel and at value "bad", written back, and no tiling to sync
+ * on (the reason saying "why"). Returns the plan read, of graph *g. */
+static kgen_plan *expect_one_product_key(sched_graph **g, const char *key, int value, int bad,
+					 const char *why)
+{
+	static const char tensors[] = "a f16 64,32 in; b f16 32,64 in; y f16 64,64 out";
+	static const char product[] = "y[i, j] = sum(k) a[i, k] * b[k, j]";
+	char text[512], reason[96];
+	sched_error serr = {0};
+	kgen_plan *plan = NULL;
+	kgen_error err = {0};
+	sched_tiling tiling;
+	json_t *json;
+
+	snprintf(text, sizeof(text), "{\"kernels\": [{\"ops\": [0, 1, 2], \"schedule\": "
+		 "{\"tile\": [1, 8, 8], \"mma\": {\"bm\": 16, \"bn\": 8, \"bk\": 16, "
+		 "\"wm\": 16, \"wn\": 8, \"stages\": 2, \"%s\": 2}}}, {\"ops\": [3, 4, 5]}, "
+		 "{\"ops\": [6, 7, 8]}]}", key);
+	snprintf(reason, sizeof(reason), "'%s' is for a kernel of one matrix product", key);
+	expect_fused_refused("bert_qkv_small", text, reason);
+	snprintf(text, sizeof(text), GOOD ", \"%s\": %d", key, bad);
+	snprintf(reason, sizeof(reason), "'%s'", key);
+	expect_refused(tensors, product, text, reason);
+	cr_assert_eq(load_graph(tensors, OPS(product), g, &serr), SCHED_OK);
+	snprintf(text, sizeof(text), "{\"kernels\": [{\"ops\": [0], \"schedule\": {\"mma\": "
+		 "{" GOOD ", \"%s\": %d}}}]}", key, value);
+	json = json_loads(text, 0, NULL);
+	cr_assert_eq(kgen_plan_from_json(*g, json, &plan, &err), KGEN_OK, "%s", err.message);
+	json_decref(json);
+	cr_expect_eq(written_back(*g, plan, key), value);
+	cr_expect_eq(kgen_kernel_tiling(*g, &plan->kernels[0], &tiling, &err), KGEN_EPLAN);
+	cr_expect_not_null(strstr(err.message, why), "%s", err.message);
+	kgen_error_release(&err);
+	return plan;
+}
+
 /* "raster" walks a product's tiles in groups of tile rows: written back
  * when above 1 (1 is row by row, as absent), refused in a fused kernel,
  * and a rastered kernel has no row-major tiling to sync on. */
 Test(mma, raster_is_for_one_product_and_does_not_sync)
 {
-	static const char tensors[] = "a f16 64,32 in; b f16 32,64 in; y f16 64,64 out";
-	static const char product[] = "y[i, j] = sum(k) a[i, k] * b[k, j]";
 	sched_graph *g = NULL;
-	sched_error serr = {0};
-	json_t *json = json_loads("{\"kernels\": [{\"ops\": [0], \"schedule\": {\"mma\": "
-				  "{" GOOD ", \"raster\": 4}}}]}", 0, NULL);
-	kgen_plan *plan = NULL;
-	kgen_error err = {0};
-	sched_tiling tiling;
+	kgen_plan *plan = expect_one_product_key(&g, "raster", 4, 0, "not row by row");
 
-	expect_fused_refused("bert_qkv_small", "{\"kernels\": [{\"ops\": [0, 1, 2], "
-			     "\"schedule\": {\"tile\": [1, 8, 8], \"mma\": {\"bm\": 16, \"bn\": 8, "
-			     "\"bk\": 16, \"wm\": 16, \"wn\": 8, \"stages\": 2, \"raster\": 2}}}, "
-			     "{\"ops\": [3, 4, 5]}, {\"ops\": [6, 7, 8]}]}",
-			     "'raster' is for a kernel of one matrix product");
-	expect_refused(tensors, product, GOOD ", \"raster\": 0", "'raster'");
-	cr_assert_eq(load_graph(tensors, OPS(product), &g, &serr), SCHED_OK);
-	cr_assert_eq(kgen_plan_from_json(g, json, &plan, &err), KGEN_OK, "%s", err.message);
 	cr_expect_eq(plan->kernels[0].schedule.mma.raster, 4);
-	cr_expect_eq(written_back(g, plan, "raster"), 4);
-	cr_expect_eq(kgen_kernel_tiling(g, &plan->kernels[0], &tiling, &err), KGEN_EPLAN);
-	cr_expect_not_null(strstr(err.message, "not row by row"), "%s", err.message);
 	kgen_plan_free(plan);
-	json_decref(json);
 	sched_graph_free(g);
 }
 
@@ -360,32 +378,12 @@ Test(mma, rotated_rows_save_the_padding)
  * memory for each part's tile and a counter per tile. */
 Test(mma, split_k_is_for_one_product_and_does_not_sync)
 {
-	static const char tensors[] = "a f16 64,32 in; b f16 32,64 in; y f16 64,64 out";
-	static const char product[] = "y[i, j] = sum(k) a[i, k] * b[k, j]";
 	sched_graph *g = NULL;
-	sched_error serr = {0};
-	json_t *json = json_loads("{\"kernels\": [{\"ops\": [0], \"schedule\": {\"mma\": "
-				  "{" GOOD ", \"split_k\": 2}}}]}", 0, NULL);
-	kgen_plan *plan = NULL;
-	kgen_error err = {0};
-	sched_tiling tiling;
+	kgen_plan *plan = expect_one_product_key(&g, "split_k", 2, 17, "split_k");
+	const kgen_mma *m = &plan->kernels[0].schedule.mma;
 
-	expect_fused_refused("bert_qkv_small", "{\"kernels\": [{\"ops\": [0, 1, 2], "
-			     "\"schedule\": {\"tile\": [1, 8, 8], \"mma\": {\"bm\": 16, \"bn\": 8, "
-			     "\"bk\": 16, \"wm\": 16, \"wn\": 8, \"stages\": 2, \"split_k\": 2}}}, "
-			     "{\"ops\": [3, 4, 5]}, {\"ops\": [6, 7, 8]}]}",
-			     "'split_k' is for a kernel of one matrix product");
-	expect_refused(tensors, product, GOOD ", \"split_k\": 17", "'split_k'");
-	cr_assert_eq(load_graph(tensors, OPS(product), &g, &serr), SCHED_OK);
-	cr_assert_eq(kgen_plan_from_json(g, json, &plan, &err), KGEN_OK, "%s", err.message);
-	cr_expect_eq(written_back(g, plan, "split_k"), 2);
 	cr_expect_eq(kgen_kernel_scratch_bytes(g, &plan->kernels[0]),
-		     (size_t)(64 / plan->kernels[0].schedule.mma.bm) *
-		     (64 / plan->kernels[0].schedule.mma.bn) * (2 * 4 * plan->kernels[0].schedule.mma.bm *
-		     plan->kernels[0].schedule.mma.bn + 4));
-	cr_expect_eq(kgen_kernel_tiling(g, &plan->kernels[0], &tiling, &err), KGEN_EPLAN);
-	cr_expect_not_null(strstr(err.message, "split_k"), "%s", err.message);
+		     (size_t)(64 / m->bm) * (64 / m->bn) * (2 * 4 * m->bm * m->bn + 4));
 	kgen_plan_free(plan);
-	json_decref(json);
 	sched_graph_free(g);
 }
