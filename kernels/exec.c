@@ -68,22 +68,23 @@ static int check_library(const kgen_backend *backend, const sched_graph *graph,
 	return KGEN_OK;
 }
 
-/* The kernel's scratch memory, zeroed once (its counters reset
- * themselves at each run). */
+/* The kernel's scratch memory, the part that must start at zero zeroed
+ * once (its counters reset themselves at each run). */
 static int alloc_scratch(kgen_program *prog, int k, kgen_error *err)
 {
-	size_t bytes = kgen_kernel_scratch_bytes(prog->graph, &prog->plan->kernels[k]);
+	size_t zeroed, bytes = kgen_kernel_scratch_bytes(prog->graph, &prog->plan->kernels[k],
+							 &zeroed);
 	void *zeros;
 	int rc;
 
 	if (!bytes)
 		return KGEN_OK;
-	if (!(zeros = calloc(1, bytes)))
+	if (!(zeros = calloc(1, zeroed)))
 		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
 	rc = prog->backend->ops->alloc(prog->backend, bytes, &prog->launches[k].scratch, err);
 	if (rc == KGEN_OK)
 		rc = prog->backend->ops->upload(prog->backend, prog->launches[k].scratch, zeros,
-						bytes, err);
+						zeroed, err);
 	free(zeros);
 	return rc;
 }

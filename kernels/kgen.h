@@ -24,7 +24,7 @@
 /* The version of the code generators: part of every cache key, so that a
  * change of generated code never serves a stale kernel. Bump it with any
  * change of the printers or of what a plan means. */
-#define KGEN_CODEGEN_VERSION "kgen-11"
+#define KGEN_CODEGEN_VERSION "kgen-12"
 
 enum kgen_code {
 	KGEN_OK = 0,
@@ -106,6 +106,8 @@ typedef struct kgen_mma {
  * repaired until that fits static shared memory: fewer stages, then
  * thinner slices. */
 int kgen_mma_threads(const kgen_mma *mma);
+/* The bm x bn tiles of contraction "c"'s output. */
+int64_t kgen_mma_tiles(const sched_contraction *c, const kgen_mma *mma);
 int kgen_mma_shared_bytes(const kgen_mma *mma, int factor_bytes);
 /* The elements a padded layout adds to each row of A's slices and of B's
  * (0 when rotated): a 16-byte chunk, so that a row holds an odd number
@@ -203,11 +205,12 @@ const char *kgen_library_unfit(__sched_keep const sched_graph *graph, int op, bo
  * whose result no other op reads and which is no output). */
 const char *kgen_library_kernel_unfit(__sched_keep const sched_graph *graph,
 				      __sched_keep const kgen_kernel *kernel, bool cuda);
-/* The device memory a kernel needs beside its tensors, zeroed once and
- * kept across runs (0 for most): with split_k, each part's partial tile
- * (f32) and a counter per tile. */
+/* The device memory a kernel needs beside its tensors, kept across runs
+ * (0 for most), of which the first *zeroed bytes must be zero before its
+ * first run: with split_k, a counter per tile, then each part's partial
+ * tile (f32). */
 size_t kgen_kernel_scratch_bytes(__sched_keep const sched_graph *graph,
-				 __sched_keep const kgen_kernel *kernel);
+				 __sched_keep const kgen_kernel *kernel, size_t *zeroed);
 /* Whether backend "name"'s library ("cpu": a CBLAS in libopenblas.so.0
  * or libblas.so.3; "cuda": libcublasLt) can be opened here. */
 bool kgen_library_available(const char *backend);

@@ -431,6 +431,11 @@ int kgen_mma_threads(const kgen_mma *m)
 	return m->bm / m->wm * (m->bn / m->wn) * 32;
 }
 
+int64_t kgen_mma_tiles(const sched_contraction *c, const kgen_mma *m)
+{
+	return (c->m + m->bm - 1) / m->bm * ((c->n + m->bn - 1) / m->bn);
+}
+
 void kgen_mma_pads(const kgen_mma *m, int factor_bytes, int *a_pad, int *b_pad)
 {
 	int chunk = 16 / factor_bytes;
@@ -439,18 +444,20 @@ void kgen_mma_pads(const kgen_mma *m, int factor_bytes, int *a_pad, int *b_pad)
 	*b_pad = m->rotated ? 0 : factor_bytes == 4 || m->bn / chunk % 2 == 0 ? 8 : 0;
 }
 
-size_t kgen_kernel_scratch_bytes(const sched_graph *graph, const kgen_kernel *kernel)
+size_t kgen_kernel_scratch_bytes(const sched_graph *graph, const kgen_kernel *kernel,
+				 size_t *zeroed)
 {
 	const kgen_mma *m = &kernel->schedule.mma;
 	sched_contraction c;
 	size_t tiles;
 
+	*zeroed = 0;
 	if (m->split_k < 2 || kernel->nops > 1 ||
 	    !sched_op_contraction(graph, kernel->ops[0], &c))
 		return 0;
-	tiles = (size_t)((c.m + m->bm - 1) / m->bm) * (size_t)((c.n + m->bn - 1) / m->bn);
-	return tiles * (size_t)m->split_k * (size_t)m->bm * (size_t)m->bn * sizeof(float) +
-	       tiles * sizeof(unsigned);
+	tiles = (size_t)kgen_mma_tiles(&c, m);
+	*zeroed = tiles * sizeof(unsigned);
+	return *zeroed + tiles * (size_t)m->split_k * (size_t)m->bm * (size_t)m->bn * sizeof(float);
 }
 
 int kgen_mma_shared_bytes(const kgen_mma *m, int factor_bytes)

@@ -46,8 +46,7 @@ static void mma_launch_shape(const sched_graph *graph, const kgen_kernel *kernel
 
 	if (!sched_op_contraction(graph, kgen_kernel_op(graph, kernel)->index, &c))
 		return;
-	*blocks = (c.m + mma->bm - 1) / mma->bm * ((c.n + mma->bn - 1) / mma->bn) *
-		  (mma->split_k > 1 ? mma->split_k : 1);
+	*blocks = kgen_mma_tiles(&c, mma) * (mma->split_k > 1 ? mma->split_k : 1);
 	*threads = kgen_mma_threads(mma);
 }
 

@@ -167,7 +167,7 @@ static void print_constants(const mma_printer *p)
 		p->s.wm, p->s.wn, p->s.stages, kgen_mma_threads(&p->s),
 		is_tf32(p) ? "unsigned" : "unsigned short",
 		kgen_mma_shared_bytes(&p->s, bytes) / bytes,
-		(long long)((p->c.m + p->s.bm - 1) / p->s.bm * ((p->c.n + p->s.bn - 1) / p->s.bn)),
+		(long long)kgen_mma_tiles(&p->c, &p->s),
 		split(p) ? p->s.split_k : 1);
 	print_layout(p, bytes);
 }
@@ -361,17 +361,18 @@ static void print_each_accumulator(const mma_printer *p, const char *indent)
 		"%s\t\tfor (int r = 0; r < 4; r++, q++)\n", indent, indent, indent, indent);
 }
 
-/* split_k: the block's part into scratch memory (thread t's accumulator
- * q of part s of a tile at (s ACCS + q) THREADS + t); the last block of
- * the tile to count itself done resets the count and sums the parts in
- * their order into acc, the others leave. */
+/* split_k: the block's part into scratch memory, after a counter per
+ * tile (thread t's accumulator q of part s of a tile at (s ACCS + q)
+ * THREADS + t); the last block of the tile to count itself done resets
+ * the count and sums the parts in their order into acc, the others
+ * leave. */
 static void print_split_sum(const mma_printer *p)
 {
 	sched_buf_printf(p->buf,
 		"\t{\n"
 		"\t\t__shared__ int last;\n"
-		"\t\tfloat *const parts = scratch + tile * SPLIT * (BM * BN) + threadIdx.x;\n"
-		"\t\tunsigned *const done = (unsigned *)(scratch + TILES * SPLIT * (BM * BN)) + tile;\n"
+		"\t\tunsigned *const done = (unsigned *)scratch + tile;\n"
+		"\t\tfloat *const parts = scratch + TILES + tile * SPLIT * (BM * BN) + threadIdx.x;\n"
 		"\t\tint q;\n");
 	print_each_accumulator(p, "\t\t");
 	sched_buf_printf(p->buf,

@@ -212,13 +212,14 @@ static json_t *launch_json(kgen_backend *backend, const sched_graph *graph,
 		json_array_append_new(args, json_string(sched_tensor_name(graph, t)));
 	for (int k = 0; k < plan->nkernels; k++) {
 		unsigned blocks = 1, threads = 1;
+		size_t zeroed;
 
 		if (cuda)
 			kgen_cuda_launch_shape(graph, &plan->kernels[k], &blocks, &threads);
 		json_array_append_new(list, json_pack("{s:s, s:[i,i,i], s:[i,i,i], s:i, s:O, s:I}",
 			"kernel", plan->kernels[k].name, "grid", blocks, 1, 1,
 			"block", threads, 1, 1, "shared_bytes", 0, "args", args, "scratch_bytes",
-			(json_int_t)kgen_kernel_scratch_bytes(graph, &plan->kernels[k])));
+			(json_int_t)kgen_kernel_scratch_bytes(graph, &plan->kernels[k], &zeroed)));
 	}
 	json_decref(args);
 	return list;

@@ -381,9 +381,11 @@ Test(mma, split_k_is_for_one_product_and_does_not_sync)
 	sched_graph *g = NULL;
 	kgen_plan *plan = expect_one_product_key(&g, "split_k", 2, 17, "split_k");
 	const kgen_mma *m = &plan->kernels[0].schedule.mma;
+	size_t zeroed;
 
-	cr_expect_eq(kgen_kernel_scratch_bytes(g, &plan->kernels[0]),
+	cr_expect_eq(kgen_kernel_scratch_bytes(g, &plan->kernels[0], &zeroed),
 		     (size_t)(64 / m->bm) * (64 / m->bn) * (2 * 4 * m->bm * m->bn + 4));
+	cr_expect_eq(zeroed, (size_t)(64 / m->bm) * (64 / m->bn) * 4, "the counters alone");
 	kgen_plan_free(plan);
 	sched_graph_free(g);
 }
