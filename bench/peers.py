@@ -78,9 +78,15 @@ def softmax_scores(t):
     return {"y": in_f32(torch.softmax, t["P"] * 0.125, dim=-1)}
 
 
+def ln_grad_params(t):
+    return {"dgamma": (t["dy"] * t["xhat"]).sum(0, dtype=torch.float32),
+            "dbeta": t["dy"].sum(0, dtype=torch.float32)}
+
+
 MODELS = {"bert_qkv": bert_qkv, "conv_pair": conv_pair, "gpt3_mlp": gpt3_mlp,
           "llama_mlp": llama_mlp, "lstm_cell": lstm_cell, "mi_lstm_cell": mi_lstm_cell,
-          "ln_residual": ln_residual, "softmax_scores": softmax_scores}
+          "ln_residual": ln_residual, "softmax_scores": softmax_scores,
+          "ln_grad_params": ln_grad_params}
 
 
 def model_of(example):

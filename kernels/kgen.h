@@ -53,9 +53,12 @@ enum kgen_split { KGEN_SPLIT_THREAD, KGEN_SPLIT_WARP, KGEN_SPLIT_BLOCK };
  * along that dim (cuda). parallel is the number of outer tile loops run in
  * parallel (cpu, OpenMP collapse); unroll unrolls the innermost reduction
  * loop; vector is the width of the innermost output loop (cpu: simd
- * length; cuda: consecutive elements per thread). A plan's "shared" (inputs
- * staged in shared memory) is refused until the shared-memory planner
- * exists. */
+ * length; cuda: consecutive elements per thread). parts (cuda, a kernel
+ * of one reducing op printed from its tiles): each element's reduction is
+ * cut into that many ranges of its points, a block each, whose partial
+ * results the last block of a tile to finish combines in their order (1:
+ * not cut; the C printer ignores it). A plan's "shared" (inputs staged in
+ * shared memory) is refused until the shared-memory planner exists. */
 /* A contraction (sched_op_contraction) as register-blocked micro-kernels
  * (cpu; kernels/print_micro.c): blocks of mr x nr elements of C held in
  * vector registers, nr a multiple of KGEN_MICRO_NR_STEP; K in slices kc
@@ -135,6 +138,7 @@ typedef struct kgen_schedule {
 	int unroll;
 	int vector;
 	enum kgen_split split;
+	int parts;
 	kgen_micro micro;
 	kgen_mma mma;
 } kgen_schedule;
@@ -208,7 +212,8 @@ const char *kgen_library_kernel_unfit(__sched_keep const sched_graph *graph,
 /* The device memory a kernel needs beside its tensors, kept across runs
  * (0 for most), of which the first *zeroed bytes must be zero before its
  * first run: with split_k, a counter per tile, then each part's partial
- * tile (f32). */
+ * tile (f32); with parts, a counter per tile, then each part's partial
+ * results of the tile's elements (f32). */
 size_t kgen_kernel_scratch_bytes(__sched_keep const sched_graph *graph,
 				 __sched_keep const kgen_kernel *kernel, size_t *zeroed);
 /* Whether backend "name"'s library ("cpu": a CBLAS in libopenblas.so.0

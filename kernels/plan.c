@@ -14,6 +14,7 @@
 #define MAX_THREADS 1024
 #define MAX_CPU_TILE 16384
 #define PARALLEL_MIN_POINTS (1 << 16)
+#define MAX_PARTS 1024
 
 static const char *const split_names[] = {
 	[KGEN_SPLIT_THREAD] = "thread", [KGEN_SPLIT_WARP] = "warp",
@@ -444,6 +445,23 @@ void kgen_mma_pads(const kgen_mma *m, int factor_bytes, int *a_pad, int *b_pad)
 	*b_pad = m->rotated ? 0 : factor_bytes == 4 || m->bn / chunk % 2 == 0 ? 8 : 0;
 }
 
+/* A counter per tile, then the partial results of the tile's elements,
+ * part after part. */
+static size_t parts_scratch_bytes(const sched_graph *graph, const kgen_kernel *kernel,
+				  size_t *zeroed)
+{
+	const sched_tensor *t = target_of(graph, kernel);
+	size_t tiles = 1, elements = 1;
+
+	for (int d = 0; d < t->rank; d++) {
+		tiles *= (size_t)((t->shape[d] + kernel->schedule.tile[d] - 1) /
+				  kernel->schedule.tile[d]);
+		elements *= (size_t)kernel->schedule.tile[d];
+	}
+	*zeroed = tiles * sizeof(unsigned);
+	return *zeroed + tiles * (size_t)kernel->schedule.parts * elements * sizeof(float);
+}
+
 size_t kgen_kernel_scratch_bytes(const sched_graph *graph, const kgen_kernel *kernel,
 				 size_t *zeroed)
 {
@@ -452,6 +470,8 @@ size_t kgen_kernel_scratch_bytes(const sched_graph *graph, const kgen_kernel *ke
 	size_t tiles;
 
 	*zeroed = 0;
+	if (kernel->schedule.parts > 1)
+		return parts_scratch_bytes(graph, kernel, zeroed);
 	if (m->split_k < 2 || kernel->nops > 1 ||
 	    !sched_op_contraction(graph, kernel->ops[0], &c))
 		return 0;
@@ -689,7 +709,8 @@ static void default_schedule(const sched_op *op, const sched_tensor *t,
 	bool worth_threads = domain_points(op) >= PARALLEL_MIN_POINTS;
 
 	*s = (kgen_schedule){.parallel = !worth_threads ? 0 : t->rank < 2 ? t->rank : 2,
-			     .unroll = 4, .vector = 1, .split = KGEN_SPLIT_THREAD};
+			     .unroll = 4, .vector = 1, .split = KGEN_SPLIT_THREAD,
+			     .parts = 1};
 	for (int d = 0; d < t->rank; d++) {
 		int64_t want = d == t->rank - 1 ? 32 : d == t->rank - 2 ? 8 : 1;
 
@@ -729,12 +750,40 @@ static int read_library(const sched_graph *graph, json_t *sched, kgen_kernel *ke
 	return 1;
 }
 
+/* "parts": the reduction of a kernel of one op, printed from its tiles,
+ * cut among blocks, a point at least per part. */
+static int read_parts(const sched_op *op, json_t *sched, kgen_kernel *kernel,
+		      kgen_error *err)
+{
+	int64_t parts = 1;
+	int rc;
+
+	if ((rc = read_int(sched, "parts", 1, MAX_PARTS, &parts, kernel->name, err)) < 0 ||
+	    parts == 1)
+		return rc;
+	if (kernel->nops > 1)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'parts' is for a kernel "
+				 "of one op, not a fused one", kernel->name);
+	if (op->reducer == SCHED_RED_NONE)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'parts' cuts a reduction, "
+				 "and op %d reduces nothing", kernel->name, op->index);
+	if (kernel->schedule.mma.bm)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'parts' does not go with "
+				 "'mma' (its 'split_k' cuts K)", kernel->name);
+	if (parts > sched_op_reduction_points(op))
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': %lld parts for the %lld "
+				 "points of its reduction", kernel->name, (long long)parts,
+				 (long long)sched_op_reduction_points(op));
+	kernel->schedule.parts = (int)parts;
+	return KGEN_OK;
+}
+
 static int read_schedule(const sched_graph *graph, json_t *sched,
 			 kgen_kernel *kernel, kgen_error *err)
 {
 	static const char *const keys[] = {"library", "tile", "threads", "parallel",
-					   "unroll", "vector", "split", "shared", "micro",
-					   "mma", NULL};
+					   "unroll", "vector", "split", "parts", "shared",
+					   "micro", "mma", NULL};
 	const sched_op *op = kgen_kernel_op(graph, kernel);
 	const sched_tensor *t = target_of(graph, kernel);
 	kgen_schedule *s = &kernel->schedule;
@@ -784,7 +833,8 @@ static int read_schedule(const sched_graph *graph, json_t *sched,
 				 "1, 2, 4 or 8", kernel->name);
 	s->vector = (int)v;
 	if ((rc = read_micro(graph, sched, kernel, err)) < 0 ||
-	    (rc = read_mma(graph, sched, kernel, err)) < 0)
+	    (rc = read_mma(graph, sched, kernel, err)) < 0 ||
+	    (rc = read_parts(op, sched, kernel, err)) < 0)
 		return rc;
 	return read_shared(sched, kernel, err);
 }
@@ -1067,6 +1117,8 @@ static json_t *schedule_json(const sched_op *op, const sched_tensor *t,
 		json_object_set_new(obj, "vector", json_integer(s->vector));
 	if (s->split != def.split)
 		json_object_set_new(obj, "split", json_string(split_names[s->split]));
+	if (s->parts != def.parts)
+		json_object_set_new(obj, "parts", json_integer(s->parts));
 	if (s->micro.mr)
 		json_object_set_new(obj, "micro", json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}",
 			"mr", s->micro.mr, "nr", s->micro.nr, "kc", s->micro.kc,

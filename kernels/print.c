@@ -512,15 +512,6 @@ const char *kgen_reducer_identity(enum sched_reducer reducer)
 	return identities[reducer];
 }
 
-int64_t kgen_reduction_points(const sched_op *op)
-{
-	int64_t n = 1;
-
-	for (int v = op->ntarget_vars; v < op->nvars; v++)
-		n *= op->vars[v].hi - op->vars[v].lo;
-	return n;
-}
-
 void kgen_print_reduction_decode(sched_buf *buf, const sched_op *op, const char *indent)
 {
 	int64_t stride = 1;
@@ -537,16 +528,18 @@ void kgen_print_reduction_decode(sched_buf *buf, const sched_op *op, const char 
 
 void kgen_print_strided_reduction(sched_buf *buf, const kgen_printer *pr, int unroll,
 				  const char *acc, const char *guard, const char *first,
-				  const char *step, const char *indent)
+				  const char *step, const char *end, const char *indent)
 {
 	const sched_op *op = pr->op;
+	char points[32];
 
+	snprintf(points, sizeof(points), "%lld", (long long)sched_op_reduction_points(op));
 	sched_buf_printf(buf, "%sfloat %s = %s;\n", indent, acc,
 			 kgen_reducer_identity(op->reducer));
 	if (guard)
 		sched_buf_printf(buf, "%sif (%s)\n", indent, guard);
-	sched_buf_printf(buf, "#pragma unroll %d\n%sfor (idx_t r = %s; r < %lld; r += %s) {\n",
-			 unroll, indent, first, (long long)kgen_reduction_points(op), step);
+	sched_buf_printf(buf, "#pragma unroll %d\n%sfor (idx_t r = %s; r < %s; r += %s) {\n",
+			 unroll, indent, first, end ? end : points, step);
 	kgen_print_reduction_decode(buf, op, "\t\t\t\t");
 	sched_buf_printf(buf, "\t\t\t\tconst float term = ");
 	kgen_print_value(buf, pr, op->body);

@@ -9,7 +9,12 @@
  * reduction is split: "thread", each thread reduces its elements alone;
  * "warp", a warp per element, lanes split the reduction and combine with
  * shuffles; "block", the whole block per element, combined through shared
- * memory.
+ * memory. With "parts" P, each element's reduction points are cut into P
+ * ranges, and P blocks per tile (block b: tile b / P, part b % P) each
+ * fold one range; their partial results go to the kernel's scratch
+ * memory, after a counter per tile, and the last block of the tile to
+ * count itself done resets the counter and combines the parts in their
+ * order (so results do not depend on which block came last).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,10 +74,34 @@ void kgen_cuda_launch_shape(const sched_graph *graph, const kgen_kernel *kernel,
 		n = kgen_mma_threads(&kernel->schedule.mma);
 	else if (kernel->schedule.mma.bm)
 		mma_launch_shape(graph, kernel, &b, &n);
+	b *= kernel->schedule.parts > 1 ? kernel->schedule.parts : 1;
 	*blocks = (unsigned)b;
 	*threads = (unsigned)n;
 }
 
+
+static bool in_parts(const cuda_kernel *k)
+{
+	return k->kernel->schedule.parts > 1;
+}
+
+static int64_t tiles(const cuda_kernel *k)
+{
+	int64_t n = 1;
+
+	for (int d = 0; d < k->target->rank; d++)
+		n *= tiles_along(k, d);
+	return n;
+}
+
+static int64_t tile_elements(const cuda_kernel *k)
+{
+	int64_t n = 1;
+
+	for (int d = 0; d < k->target->rank; d++)
+		n *= k->kernel->schedule.tile[d];
+	return n;
+}
 
 static void print_params(const cuda_kernel *k)
 {
@@ -85,7 +114,26 @@ static void print_params(const cuda_kernel *k)
 		sched_buf_printf(k->buf, "%s%s%s *__restrict__ t_%s", t ? ",\n\t" : "",
 				 t == k->pr.op->target ? "" : "const ",
 				 kgen_ctype(g->tensors[t].dtype, true), g->tensors[t].name);
+	if (in_parts(k))
+		sched_buf_printf(k->buf, ",\n\tfloat *__restrict__ scratch");
 	kgen_print_cuda_entry_end(k->buf, k->wrapped);
+}
+
+/* With parts: the block's part of its tile, "whole" the tile's index,
+ * r0 to r1 the part's reduction points, and where its partial results
+ * go. */
+static void print_part(const cuda_kernel *k)
+{
+	int parts = k->kernel->schedule.parts;
+	int64_t points = sched_op_reduction_points(k->pr.op);
+
+	sched_buf_printf(k->buf, "\tconst idx_t part = tile %% %d;\n\ttile /= %d;\n"
+			 "\tconst idx_t whole = tile;\n"
+			 "\tconst idx_t r0 = part * %lld, r1 = kmin(r0 + %lld, %lld);\n"
+			 "\tfloat *const partial = scratch + %lld + (whole * %d + part) * %lld;\n",
+			 parts, parts, (long long)((points + parts - 1) / parts),
+			 (long long)((points + parts - 1) / parts), (long long)points,
+			 (long long)tiles(k), parts, (long long)tile_elements(k));
 }
 
 /* o_d: the origin of this block's tile; h_d: this thread's place in it. */
@@ -95,6 +143,8 @@ static void print_coordinates(const cuda_kernel *k)
 
 	sched_buf_printf(k->buf, "\tidx_t tile = %s;\n\tint lane = threadIdx.x;\n",
 			 kgen_cuda_tile(k->wrapped));
+	if (in_parts(k))
+		print_part(k);
 	for (int d = k->target->rank - 1; d >= 0; d--)
 		sched_buf_printf(k->buf, "\tconst idx_t o_%d = (tile %% %lld) * %lld;\n"
 				 "\ttile /= %lld;\n\tconst int h_%d = lane %% %d;\n"
@@ -116,6 +166,36 @@ static void print_store(const cuda_kernel *k, const char *indent, const char *va
 	sched_buf_printf(k->buf, "%st_%s[", indent, k->target->name);
 	kgen_print_target_offset(k->buf, &k->pr);
 	sched_buf_printf(k->buf, "] = %s%s);\n", kgen_store_open(k->target), value);
+}
+
+/* An element's reduced value: stored, or with parts its part's partial
+ * result, at the element's row-major place in the tile. */
+static void print_result(const cuda_kernel *k, const char *indent, const char *value)
+{
+	if (!in_parts(k))
+		return print_store(k, indent, value);
+	sched_buf_printf(k->buf, "%spartial[%s", indent, k->target->rank ? "" : "0");
+	for (int d = 1; d < k->target->rank; d++)
+		sched_buf_printf(k->buf, "(");
+	for (int d = 0; d < k->target->rank; d++) {
+		if (d)
+			sched_buf_printf(k->buf, " * %lld + ",
+					 (long long)k->kernel->schedule.tile[d]);
+		sched_buf_printf(k->buf, "(v_%s - o_%d)%s", var_name(k, d), d, d ? ")" : "");
+	}
+	sched_buf_printf(k->buf, "] = %s;\n", value);
+}
+
+/* The element's reduction into "acc": over all its points, or with parts
+ * over its part's, from "lane" on in steps of "step". */
+static void print_reduction(const cuda_kernel *k, const char *lane, const char *step,
+			    const char *indent)
+{
+	char first[64];
+
+	snprintf(first, sizeof(first), in_parts(k) ? "r0 + %s" : "%s", lane);
+	kgen_print_strided_reduction(k->buf, &k->pr, k->kernel->schedule.unroll, "acc",
+				     NULL, first, step, in_parts(k) ? "r1" : NULL, indent);
 }
 
 /* Split "thread": each thread walks its elements of the tile, "vector"
@@ -150,10 +230,9 @@ static void print_thread_split(const cuda_kernel *k)
 		kgen_print_value(k->buf, &k->pr, k->pr.op->body);
 		sched_buf_printf(k->buf, ";\n");
 	} else {
-		kgen_print_strided_reduction(k->buf, &k->pr, k->kernel->schedule.unroll,
-						     "acc", NULL, "0", "1", "\t\t\t");
+		print_reduction(k, "0", "1", "\t\t\t");
 	}
-	print_store(k, "\t\t\t", "acc");
+	print_result(k, "\t\t\t", "acc");
 	sched_buf_printf(k->buf, "\t\t}\n\t}\n\t}\n");
 }
 
@@ -174,15 +253,6 @@ static void print_element_decode(const cuda_kernel *k)
 	}
 }
 
-static int64_t tile_elements(const cuda_kernel *k)
-{
-	int64_t n = 1;
-
-	for (int d = 0; d < k->target->rank; d++)
-		n *= k->kernel->schedule.tile[d];
-	return n;
-}
-
 /* Split "warp": warp w takes the tile's elements w, w + warps, ...; its
  * lanes split each reduction and combine by shuffles. */
 static void print_warp_split(const cuda_kernel *k)
@@ -191,13 +261,12 @@ static void print_warp_split(const cuda_kernel *k)
 			 "\tfor (idx_t e = warp; e < %lld; e += %u) {\n",
 			 (long long)tile_elements(k), k->threads / 32);
 	print_element_decode(k);
-	kgen_print_strided_reduction(k->buf, &k->pr, k->kernel->schedule.unroll,
-					     "acc", NULL, "wlane", "32", "\t\t");
+	print_reduction(k, "wlane", "32", "\t\t");
 	sched_buf_printf(k->buf, "\t\tfor (int offset = 16; offset > 0; offset /= 2) {\n"
 			 "\t\t\tconst float x = __shfl_down_sync(0xffffffffu, acc, offset);\n\t\t\t");
 	kgen_print_combine(k->buf, k->pr.op->reducer, "acc", "x");
 	sched_buf_printf(k->buf, "\n\t\t}\n\t\tif (wlane == 0)\n\t\t{\n");
-	print_store(k, "\t\t\t", "acc");
+	print_result(k, "\t\t\t", "acc");
 	sched_buf_printf(k->buf, "\t\t}\n\t}\n");
 }
 
@@ -216,30 +285,66 @@ static void print_block_split(const cuda_kernel *k)
 {
 	unsigned p = power_of_two_below(k->threads);
 
-	sched_buf_printf(k->buf, "\t__shared__ float partial[%u];\n"
+	sched_buf_printf(k->buf, "\t__shared__ float shared[%u];\n"
 			 "\tfor (idx_t e = 0; e < %lld; e++) {\n", k->threads,
 			 (long long)tile_elements(k));
 	print_element_decode(k);
-	kgen_print_strided_reduction(k->buf, &k->pr, k->kernel->schedule.unroll,
-					     "acc", NULL, "threadIdx.x", "blockDim.x", "\t\t");
-	sched_buf_printf(k->buf, "\t\tpartial[threadIdx.x] = acc;\n\t\t__syncthreads();\n");
+	print_reduction(k, "threadIdx.x", "blockDim.x", "\t\t");
+	sched_buf_printf(k->buf, "\t\tshared[threadIdx.x] = acc;\n\t\t__syncthreads();\n");
 	if (p < k->threads) {
 		char folded[64];
 
-		snprintf(folded, sizeof(folded), "partial[threadIdx.x - %u]", p);
+		snprintf(folded, sizeof(folded), "shared[threadIdx.x - %u]", p);
 		sched_buf_printf(k->buf, "\t\tif (threadIdx.x >= %u)\n\t\t{\n\t\t\t", p);
 		kgen_print_combine(k->buf, k->pr.op->reducer, folded,
-				   "partial[threadIdx.x]");
+				   "shared[threadIdx.x]");
 		sched_buf_printf(k->buf, "\n\t\t}\n\t\t__syncthreads();\n");
 	}
 	sched_buf_printf(k->buf, "\t\tfor (unsigned s = %u; s > 0; s /= 2) {\n"
 			 "\t\t\tif (threadIdx.x < s)\n\t\t\t{\n\t\t\t\t", p / 2);
-	kgen_print_combine(k->buf, k->pr.op->reducer, "partial[threadIdx.x]",
-			   "partial[threadIdx.x + s]");
+	kgen_print_combine(k->buf, k->pr.op->reducer, "shared[threadIdx.x]",
+			   "shared[threadIdx.x + s]");
 	sched_buf_printf(k->buf, "\n\t\t\t}\n\t\t\t__syncthreads();\n\t\t}\n"
 			 "\t\tif (threadIdx.x == 0)\n\t\t{\n");
-	print_store(k, "\t\t\t", "partial[0]");
+	print_result(k, "\t\t\t", "shared[0]");
 	sched_buf_printf(k->buf, "\t\t}\n\t\t__syncthreads();\n\t}\n");
+}
+
+/* With parts, after the block's partial results: the last block of the
+ * tile to count itself done resets the count and combines the tile's
+ * parts in their order, the others leave. */
+static void print_parts_combine(const cuda_kernel *k)
+{
+	int parts = k->kernel->schedule.parts;
+
+	sched_buf_printf(k->buf,
+		"\t__threadfence();\n"
+		"\t__syncthreads();\n"
+		"\t{\n"
+		"\t__shared__ int last;\n"
+		"\tunsigned *const done = (unsigned *)scratch + whole;\n"
+		"\tif (threadIdx.x == 0) {\n"
+		"\t\tlast = atomicAdd(done, 1u) == %du;\n"
+		"\t\tif (last)\n"
+		"\t\t\t*done = 0;\n"
+		"\t}\n"
+		"\t__syncthreads();\n"
+		"\tif (!last)\n"
+		"\t\treturn;\n"
+		"\t__threadfence();\n"
+		"\tconst float *const parts = partial - part * %lld;\n"
+		"\tfor (idx_t e = threadIdx.x; e < %lld; e += blockDim.x) {\n",
+		parts - 1, (long long)tile_elements(k), (long long)tile_elements(k));
+	print_element_decode(k);
+	sched_buf_printf(k->buf,
+		"\t\tfloat acc = __ldcg(parts + e);\n"
+		"\t\tfor (int s = 1; s < %d; s++) {\n"
+		"\t\t\tconst float x = __ldcg(parts + s * %lld + e);\n\t\t\t",
+		parts, (long long)tile_elements(k));
+	kgen_print_combine(k->buf, k->pr.op->reducer, "acc", "x");
+	sched_buf_printf(k->buf, "\n\t\t}\n");
+	print_store(k, "\t\t", "acc");
+	sched_buf_printf(k->buf, "\t}\n\t}\n");
 }
 
 /* A kernel of one op from its tiles. */
@@ -262,6 +367,8 @@ static char *print_tiled(const sched_graph *graph, const kgen_kernel *kernel, bo
 		print_block_split(&k);
 	else
 		print_thread_split(&k);
+	if (in_parts(&k))
+		print_parts_combine(&k);
 	sched_buf_printf(&buf, "}\n");
 	return buf.str;
 }

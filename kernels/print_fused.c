@@ -650,7 +650,7 @@ static void print_vector_elements(const vector_stage *v)
 static int sharing_threads(const fused_kernel *k, int s)
 {
 	unsigned threads = block_threads(k);
-	int64_t elements = stage_elements(k, s), points = kgen_reduction_points(k->pr.op);
+	int64_t elements = stage_elements(k, s), points = sched_op_reduction_points(k->pr.op);
 	int n = 1;
 
 	if (k->pr.op->reducer == SCHED_RED_NONE || threads % 32)
@@ -672,7 +672,7 @@ static void print_vector_fold(const vector_stage *v, int n)
 	sched_buf_printf(k->buf, "\t\t\tif (live)\n"
 			 "\t\t\tfor (idx_t r = threadIdx.x %% %d * %d; r < %lld; r += %d) {\n"
 			 "\t\t\tconst idx_t first_%s = %lld + r;\n", n, v->width,
-			 (long long)kgen_reduction_points(op), n * v->width, name,
+			 (long long)sched_op_reduction_points(op), n * v->width, name,
 			 (long long)op->vars[v->var].lo);
 	print_vector_loads(v);
 	print_vector_body(v, "term");
@@ -714,11 +714,11 @@ static void print_cuda_shared_reduction(fused_kernel *k, int s, int n)
 		print_vector_fold(&v, n);
 		sched_buf_printf(k->buf, "\t\t} else {\n");
 		kgen_print_strided_reduction(k->buf, &k->pr, k->kernel->schedule.unroll, "xs",
-					     "live", first, step, "\t\t\t");
+					     "live", first, step, NULL, "\t\t\t");
 		sched_buf_printf(k->buf, "\t\t\tx = xs;\n\t\t}\n");
 	} else {
 		kgen_print_strided_reduction(k->buf, &k->pr, k->kernel->schedule.unroll, "x",
-					     "live", first, step, "\t\t\t");
+					     "live", first, step, NULL, "\t\t\t");
 	}
 	sched_buf_printf(k->buf, "\t\t\tfor (int o = %d; o > 0; o >>= 1) {\n"
 			 "\t\t\t\tconst float y = __shfl_xor_sync(0xffffffffu, x, o);\n"

@@ -44,15 +44,15 @@ const char *kgen_reducer_identity(enum sched_reducer reducer);
 void kgen_print_combine(sched_buf *buf, enum sched_reducer reducer,
 			const char *acc, const char *x);
 bool kgen_has_division(const sched_node *node);
-/* The points of the op's reduction, and the statements that decode the
- * flat reduction index "r" into its variables v_NAME. */
-int64_t kgen_reduction_points(const sched_op *op);
+/* The statements that decode the flat reduction index "r" (of
+ * sched_op_reduction_points) into its variables v_NAME. */
 void kgen_print_reduction_decode(sched_buf *buf, const sched_op *op, const char *indent);
 /* cuda: "float ACC" folded over the op's reduction points r = first,
- * first + step, ... (under "if (GUARD)" unless NULL). */
+ * first + step, ... before "end" (NULL: all of them), under "if (GUARD)"
+ * unless NULL. */
 void kgen_print_strided_reduction(sched_buf *buf, const kgen_printer *pr, int unroll,
 				  const char *acc, const char *guard, const char *first,
-				  const char *step, const char *indent);
+				  const char *step, const char *end, const char *indent);
 void kgen_print_target_offset(sched_buf *buf, const kgen_printer *pr);
 
 /* The element of stage "stage"'s buffer at "access" (NULL: at the op's

@@ -29,6 +29,10 @@ int kgen_kernel_tiling(const sched_graph *graph, const kgen_kernel *kernel,
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': its K is cut in %d parts "
 				 "(split_k), whose tiles finish in no order", kernel->name,
 				 kernel->schedule.mma.split_k);
+	if (kernel->schedule.parts > 1)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': its reductions are cut in "
+				 "%d parts, whose tiles finish in no order", kernel->name,
+				 kernel->schedule.parts);
 	if (kernel->schedule.mma.raster > 1)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': its tiles run in groups "
 				 "of %d rows (raster), not row by row", kernel->name,

@@ -46,6 +46,15 @@ static int64_t domain_points(const sched_op *op)
 	return points;
 }
 
+int64_t sched_op_reduction_points(const sched_op *op)
+{
+	int64_t points = 1;
+
+	for (int v = op->ntarget_vars; v < op->nvars; v++)
+		points *= op->vars[v].hi - op->vars[v].lo;
+	return points;
+}
+
 int64_t sched_op_flops(const sched_op *op)
 {
 	int64_t per_point = node_flops(op->body) + (op->reducer != SCHED_RED_NONE);

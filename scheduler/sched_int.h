@@ -169,6 +169,8 @@ void sched_op_print(sched_buf *buf, const sched_op *op,
 /* explain.c: the arithmetic of "op" over its whole domain: every operator
  * and call on values per point, plus one per point for a reducer. */
 int64_t sched_op_flops(const sched_op *op);
+/* The points of the op's reduction (1 for an op without one). */
+int64_t sched_op_reduction_points(const sched_op *op);
 
 /* canon.c */
 int sched_graph_canonicalize(sched_graph *graph);

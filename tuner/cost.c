@@ -57,12 +57,14 @@ static double kernel_bytes(const sched_graph *graph, const kgen_kernel *kernel, 
 
 /* The share of the device the kernel's work items can keep busy: on the
  * cpu the tiles of its first "parallel" output dims (OpenMP's collapsed
- * loops), on cuda the blocks of all its output dims. */
+ * loops), on cuda the blocks of all its output dims, times the parts its
+ * reductions are cut in. */
 static double device_share(const sched_tensor *t, const kgen_schedule *s,
 			   const kgen_peaks *peaks, int cuda)
 {
 	int dims = cuda ? t->rank : s->parallel;
-	double items = 1, cores = peaks->cores > 0 ? peaks->cores : 1;
+	double items = cuda && s->parts > 1 ? s->parts : 1;
+	double cores = peaks->cores > 0 ? peaks->cores : 1;
 
 	for (int d = 0; d < dims; d++)
 		items *= ceil((double)t->shape[d] / (double)s->tile[d]);

@@ -3,8 +3,8 @@
  * time (docs/tuning.md).
  *
  * The genome has one gene per decision of each op's schedule: a tile and
- * a thread count per output dim, the parallel loops, unroll, vector width
- * and reduction split, each an index into a finite domain; for a matrix
+ * a thread count per output dim, the parallel loops, unroll, vector width,
+ * reduction split and parts, each an index into a finite domain; for a matrix
  * product, whether it is a library step (where offered) and its blocking
  * (micro-kernels on the cpu, tensor cores on cuda); on cuda, the
  * sync genes: how the kernel rooted at each op overlaps the kernel before
@@ -39,6 +39,7 @@
 
 static const int64_t unrolls[] = {1, 2, 4, 8};
 static const int64_t vectors[] = {1, 2, 4, 8};
+static const int64_t parts_of_reductions[] = {1, 4, 16, 64};
 
 /* The blocking genes of a contraction, nine after the kernel's others:
  * on the cpu its micro-kernels (kgen_micro): mr (0: none, the tiles
@@ -76,10 +77,12 @@ static const int blocking_seed[][BLOCKING_GENES] = {
 #define SYNC_GENES 4
 static const int sync_domain[SYNC_GENES] = {SCHED_SYNC_KINDS + 1, 2, 2, 2};
 
-/* Where a kernel's library gene sits among its genes, after those of its
- * tiles, threads, parallel, unroll, vector and split; its blocking genes
- * follow it (or sit there, without a library gene). */
-#define LIBRARY_GENE(rank) (2 * (rank) + 4)
+/* Where a kernel's parts gene sits among its genes, after those of its
+ * tiles, threads, parallel, unroll, vector and split; then its library
+ * gene; its blocking genes follow it (or sit there, without a library
+ * gene). */
+#define PARTS_GENE(rank) (2 * (rank) + 4)
+#define LIBRARY_GENE(rank) (2 * (rank) + 5)
 
 typedef struct kernel_space {
 	int rank;
@@ -192,6 +195,17 @@ static enum blocking blocking_of(const tuner_search *s, int k, sched_contraction
 	return kgen_mma_operands_unfit(s->graph, product) ? BLOCKING_NONE : BLOCKING_MMA;
 }
 
+/* How many of parts_of_reductions op's reduction can be cut in: at most
+ * one point per part. */
+static int parts_domain(const sched_op *op)
+{
+	int n = 1;
+
+	while (n < 4 && parts_of_reductions[n] <= sched_op_reduction_points(op))
+		n++;
+	return n;
+}
+
 /* The domains of kernel k's genes, from gene "first" on; the next free
  * gene. */
 static int kernel_genes(tuner_search *s, int k, int first)
@@ -213,8 +227,9 @@ static int kernel_genes(tuner_search *s, int k, int first)
 	s->domain[first + 2 * r] = r + 1;
 	s->domain[first + 2 * r + 1] = 4;
 	s->domain[first + 2 * r + 2] = 4;
-	/* the split of a reduction among threads: cuda only */
+	/* the split of a reduction among threads, and among blocks: cuda only */
 	s->domain[first + 2 * r + 3] = ks->reduces && s->o.cuda ? 3 : 1;
+	s->domain[first + PARTS_GENE(r)] = ks->reduces && s->o.cuda ? parts_domain(op) : 1;
 	ks->ngenes = LIBRARY_GENE(r);
 	if (ks->library)
 		s->domain[first + ks->ngenes++] = 2;
@@ -392,6 +407,7 @@ static bool encode_kernel(const tuner_search *s, int k, const kgen_schedule *sch
 	at[2 * r + 1] = index_of(unrolls, 4, sch->unroll);
 	at[2 * r + 2] = index_of(vectors, 4, sch->vector);
 	at[2 * r + 3] = (int)sch->split;
+	at[PARTS_GENE(r)] = index_of(parts_of_reductions, 4, sch->parts);
 	if (ks->library)
 		at[LIBRARY_GENE(r)] = sch->library;
 	else
@@ -401,7 +417,9 @@ static bool encode_kernel(const tuner_search *s, int k, const kgen_schedule *sch
 	else
 		ok = ok && !sch->micro.mr && !sch->mma.bm;
 	return ok && at[2 * r + 1] >= 0 && at[2 * r + 2] >= 0 &&
-	       at[2 * r + 3] < s->domain[ks->first_gene + 2 * r + 3];
+	       at[2 * r + 3] < s->domain[ks->first_gene + 2 * r + 3] &&
+	       at[PARTS_GENE(r)] >= 0 &&
+	       at[PARTS_GENE(r)] < s->domain[ks->first_gene + PARTS_GENE(r)];
 }
 
 /* The first tensor-core genes of base kernel "p", a product, into
@@ -542,39 +560,46 @@ static void decode_kernel(const tuner_search *s, int k, const int *genes,
 		sch->split = KGEN_SPLIT_THREAD;
 	sch->library = ks->library && at[LIBRARY_GENE(r)];
 	decode_blocking(ks, at + LIBRARY_GENE(r) + ks->library, sch);
+	sch->parts = sch->mma.bm ? 1 : (int)parts_of_reductions[at[PARTS_GENE(r)]];
 }
 
 /* Kernel k of s->plan waits on the kernel before it as the sync genes of
  * its root's base kernel say, repaired: the policy when its dependence
  * offers it, else the most grouped one offered (offers come in the order
  * of sched_sync_kind); early loads only where they are legal; stream
- * order where no sync is. The dependence is analysed once. */
+ * order where no sync is. The dependence is analysed once. A kernel
+ * that syncs keeps K and its reductions whole; one that cannot sync keeps
+ * them as its genes cut them. */
 static void decode_sync(tuner_search *s, int k, const int *genes)
 {
 	kgen_kernel *kernel = &s->plan->kernels[k];
 	int b = base_kernel(s, kgen_kernel_op(s->graph, kernel)->index);
 	const int *at = genes + s->first_sync_gene + SYNC_GENES * b;
+	const kgen_schedule cut = kernel->schedule;
 	sched_sync *sync;
 	enum sched_sync_kind kind;
-	int rc;
+	int rc = -1;
 
 	kernel->sync = (kgen_sync){0};
 	if (b < 0 || at[0] == 0)
 		return;
-	kernel->schedule.mma.split_k = 0; /* a kernel that syncs keeps K whole */
-	if (kgen_sync_analyse(s->graph, s->plan, k, &sync, NULL) < 0)
-		return;
-	kind = sched_sync_policy_of(sync, at[0] - 1) ? (enum sched_sync_kind)(at[0] - 1)
-						      : sync->policies[sync->npolicies - 1].kind;
-	kernel->sync = (kgen_sync){true, kind, !at[1], !at[2], at[3]};
-	rc = kgen_sync_prove(s->graph, s->plan, k, sync, NULL);
-	if (rc < 0 && kernel->sync.early_loads) {
-		kernel->sync.early_loads = false;
+	kernel->schedule.mma.split_k = 0;
+	kernel->schedule.parts = 1;
+	if (kgen_sync_analyse(s->graph, s->plan, k, &sync, NULL) == 0) {
+		kind = sched_sync_policy_of(sync, at[0] - 1) ? (enum sched_sync_kind)(at[0] - 1)
+							      : sync->policies[sync->npolicies - 1].kind;
+		kernel->sync = (kgen_sync){true, kind, !at[1], !at[2], at[3]};
 		rc = kgen_sync_prove(s->graph, s->plan, k, sync, NULL);
+		if (rc < 0 && kernel->sync.early_loads) {
+			kernel->sync.early_loads = false;
+			rc = kgen_sync_prove(s->graph, s->plan, k, sync, NULL);
+		}
+		sched_sync_free(sync);
 	}
-	if (rc < 0)
+	if (rc < 0) {
 		kernel->sync = (kgen_sync){0};
-	sched_sync_free(sync);
+		kernel->schedule = cut;
+	}
 }
 
 /* s->plan from "genes"; NULL when out of memory. */
@@ -586,10 +611,15 @@ static void decode(tuner_search *s, const int *genes)
 	}
 	kgen_plan_free(s->plan);
 	s->plan = tuner_fusion_plan(s->fusion, s->schedules, genes + s->first_fusion_gene);
-	for (int k = 0; s->plan && k < s->plan->nkernels; k++)
-		if (s->plan->kernels[k].nops > 1 && s->plan->kernels[k].schedule.library &&
-		    kgen_library_kernel_unfit(s->graph, &s->plan->kernels[k], s->o.cuda))
-			s->plan->kernels[k].schedule.library = false; /* its root's gene */
+	for (int k = 0; s->plan && k < s->plan->nkernels; k++) {
+		kgen_kernel *kernel = &s->plan->kernels[k];
+
+		if (kernel->nops > 1 && kernel->schedule.library &&
+		    kgen_library_kernel_unfit(s->graph, kernel, s->o.cuda))
+			kernel->schedule.library = false; /* its root's gene */
+		if (kernel->nops > 1)
+			kernel->schedule.parts = 1; /* a fused kernel's rows stay whole */
+	}
 	for (int k = 1; s->o.cuda && s->plan && k < s->plan->nkernels; k++)
 		decode_sync(s, k, genes);
 }
@@ -1329,6 +1359,8 @@ static void nearest_kernel(const tuner_search *s, int k, const json_t *sch, int 
 	for (int i = 0; split && i < s->domain[first + 2 * r + 3]; i++)
 		if (!strcmp(split, splits[i]))
 			genes[first + 2 * r + 3] = i;
+	set_nearest(genes, first + PARTS_GENE(r), parts_of_reductions,
+		    s->domain[first + PARTS_GENE(r)], json_object_get(sch, "parts"));
 }
 
 /* The kernels of a plan (JSON, possibly of a graph of the same form with

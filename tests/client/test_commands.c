@@ -233,7 +233,7 @@ Test(explain, every_example_plans_groups_that_read_back)
 {
 	static const char *const names[] = {"conv_pair_small", "gpt3_mlp_small",
 		"llama_mlp_small", "lstm_cell_small", "ln_residual_small",
-		"softmax_scores_small", "mi_lstm_cell_small", NULL};
+		"softmax_scores_small", "mi_lstm_cell_small", "ln_grad_params_small", NULL};
 
 	for (int n = 0; names[n]; n++) {
 		json_t *obj = explain_json(names[n]);

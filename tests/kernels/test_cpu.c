@@ -88,7 +88,7 @@ Test(cpu, every_example_small_variant_verifies, .timeout = 300)
 	static const char *const names[] = {
 		"bert_qkv_small", "conv_pair_small", "gpt3_mlp_small", "llama_mlp_small",
 		"lstm_cell_small", "mi_lstm_cell_small", "ln_residual_small",
-		"softmax_scores_small",
+		"softmax_scores_small", "ln_grad_params_small",
 	};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)

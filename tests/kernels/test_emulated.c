@@ -43,20 +43,28 @@ static kgen_plan *checked(const sched_graph *g, kgen_plan *plan)
 	return back;
 }
 
-/* Builds "plan" (with "sources" where not NULL) and verifies it; the
+/* Builds "plan" (with "sources" where not NULL) and verifies it "runs"
+ * times on other inputs (so that what a run leaves behind counts); the
  * code, the error in "err". */
-static int build_and_verify(kgen_backend *backend, const sched_graph *g,
-			    const kgen_plan *plan, const char *const *sources,
-			    kgen_error *err)
+static int build_and_verify_runs(kgen_backend *backend, const sched_graph *g,
+				 const kgen_plan *plan, const char *const *sources,
+				 unsigned runs, kgen_error *err)
 {
 	kgen_program *prog = NULL;
 	kgen_check checks[32];
 	int rc = kgen_program_build(backend, g, plan, sources, &prog, err);
 
-	if (rc == KGEN_OK)
-		rc = kgen_verify(prog, 7, checks, err);
+	for (unsigned seed = 7; rc == KGEN_OK && seed < 7 + runs; seed++)
+		rc = kgen_verify(prog, seed, checks, err);
 	kgen_program_free(prog);
 	return rc;
+}
+
+static int build_and_verify(kgen_backend *backend, const sched_graph *g,
+			    const kgen_plan *plan, const char *const *sources,
+			    kgen_error *err)
+{
+	return build_and_verify_runs(backend, g, plan, sources, 1, err);
 }
 
 static void expect_verified(kgen_backend *backend, const sched_graph *g,
@@ -373,22 +381,140 @@ Test(emulated, generic_kernels_match_with_every_split)
 	kgen_backend_close(backend);
 }
 
-/* "source" with "from" replaced by "to" (of the same length) fails
- * verification on "g" and "plan". */
-static void expect_planted_bug_caught(kgen_backend *backend, const sched_graph *g,
-				      const kgen_plan *plan, const char *source,
-				      const char *from, const char *to)
+/* Kernel k's "source" with "from" replaced by "to" (of the same length)
+ * fails verification on "g" and "plan", in one run or two. */
+static void expect_bug_caught_in_kernel(kgen_backend *backend, const sched_graph *g,
+					const kgen_plan *plan, int k, const char *source,
+					const char *from, const char *to)
 {
 	char *planted = strdup(source), *at = strstr(planted, from);
+	const char **sources = calloc(plan->nkernels, sizeof(*sources));
 	kgen_error err = {0};
 
 	cr_assert_not_null(at, "no '%s' in\n%s", from, source);
 	cr_assert_eq(strlen(from), strlen(to));
+	cr_assert_not_null(sources);
 	memcpy(at, to, strlen(to));
-	cr_expect_eq(build_and_verify(backend, g, plan, (const char *const[]){planted}, &err),
-		     KGEN_EWRONG, "'%s' as '%s': %s", from, to, err.message);
+	sources[k] = planted;
+	cr_expect_eq(build_and_verify_runs(backend, g, plan, sources, 2, &err),
+		     KGEN_EWRONG, "kernel %d, '%s' as '%s': %s", k, from, to, err.message);
 	kgen_error_release(&err);
+	free(sources);
 	free(planted);
+}
+
+static void expect_planted_bug_caught(kgen_backend *backend, const sched_graph *g,
+				      const kgen_plan *plan, const char *source,
+				      const char *from, const char *to)
+{
+	expect_bug_caught_in_kernel(backend, g, plan, 0, source, from, to);
+}
+
+/* The plan of "g" split "split" (split_plan; thread: the default plan)
+ * with each reduction of at least "parts" points cut in that many. */
+static kgen_plan *parts_plan(const sched_graph *g, enum kgen_split split, int parts)
+{
+	kgen_plan *plan = split == KGEN_SPLIT_THREAD ? kgen_plan_default(g) :
+			  split_plan(g, split);
+
+	for (int k = 0; k < plan->nkernels; k++) {
+		const sched_op *op = &g->ops[plan->kernels[k].ops[0]];
+
+		if (op->reducer != SCHED_RED_NONE && sched_op_reduction_points(op) >= parts)
+			plan->kernels[k].schedule.parts = parts;
+	}
+	return checked(g, plan);
+}
+
+/* Column reductions (a bias's and a scale's gradients) over 200 rows and
+ * a reduction to a scalar: few blocks unless their rows are cut. */
+static sched_graph *column_sums(void)
+{
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+
+	cr_assert_eq(load_graph("dy f16 200,40 in; x f16 200,40 in; db f32 40 out; "
+				"dg bf16 40 out; n f32 - out",
+				OPS("db[j] = sum(i) dy[i, j]",
+				    "dg[j] = max(i) dy[i, j] * x[i, j]",
+				    "n[] = sum(i, j) x[i, j] * x[i, j]"), &g, &serr),
+		     SCHED_OK, "%s", serr.message);
+	return g;
+}
+
+/* "g" in each split with reductions cut in parts[p] for each p of
+ * "which" (a bit each) match the reference, twice on one program, so the
+ * last block of each tile resets its count for the next run (else no
+ * block would store the tile and the poisoned outputs would show). */
+static void expect_parts_verified(kgen_backend *backend, const sched_graph *g,
+				  const char *name, unsigned which)
+{
+	static const int parts[] = {2, 3, 7};
+	char what[96];
+
+	for (int split = KGEN_SPLIT_THREAD; split <= KGEN_SPLIT_BLOCK; split++)
+		for (size_t p = 0; p < sizeof(parts) / sizeof(*parts); p++) {
+			kgen_plan *plan;
+			kgen_error err = {0};
+
+			if (!(which >> ((split + p) % 3) & 1))
+				continue;
+			plan = parts_plan(g, split, parts[p]);
+			snprintf(what, sizeof(what), "%s, split %d, %d parts", name, split,
+				 parts[p]);
+			cr_expect_eq(build_and_verify_runs(backend, g, plan, NULL, 2, &err),
+				     KGEN_OK, "%s: %s\n%s", what, err.message,
+				     err.log ? err.log : "");
+			kgen_error_release(&err);
+			kgen_plan_free(plan);
+		}
+}
+
+/* Reductions cut in 2, 3 and 7 parts, a block each: column_sums' (whose
+ * points the parts do not divide) in every split, and the examples' in
+ * each split with one of them, each example another. */
+Test(emulated, reductions_cut_in_parts_match)
+{
+	static const char *const names[] = {"ln_residual_small", "softmax_scores_small",
+					    "mi_lstm_cell_small", "conv_pair_small"};
+	kgen_backend *backend = open_emulated();
+	sched_graph *g = column_sums();
+
+	expect_parts_verified(backend, g, "column sums", 7);
+	sched_graph_free(g);
+	for (size_t e = 0; e < sizeof(names) / sizeof(*names); e++) {
+		sched_error serr = {0};
+
+		cr_assert_eq(load_example(names[e], &g, &serr), SCHED_OK, "%s", serr.message);
+		expect_parts_verified(backend, g, names[e], 1u << e % 3);
+		sched_graph_free(g);
+	}
+	kgen_backend_close(backend);
+}
+
+/* Planted in reductions cut in parts: a part left out of the combination,
+ * every part's results written to the first part's place, and a count
+ * not reset (caught on the second run). */
+Test(emulated, planted_bugs_in_parts_are_caught)
+{
+	static const char *const bugs[][2] = {{"int s = 1; s <", "int s = 2; s <"},
+					       {"+ part) *", "+ 0   ) *"},
+					       {"*done = 0;", "*done = 1;"}};
+	kgen_backend *backend = open_emulated();
+	sched_graph *g = column_sums();
+	kgen_plan *plan = parts_plan(g, KGEN_SPLIT_WARP, 3);
+
+	for (int k = 0; k < plan->nkernels; k++) {
+		char *source = kgen_print_cuda(g, plan, k);
+
+		for (size_t b = 0; b < sizeof(bugs) / sizeof(*bugs); b++)
+			expect_bug_caught_in_kernel(backend, g, plan, k, source, bugs[b][0],
+						    bugs[b][1]);
+		free(source);
+	}
+	kgen_plan_free(plan);
+	sched_graph_free(g);
+	kgen_backend_close(backend);
 }
 
 /* The product of "g" printed in "blocking": verified as printed, and

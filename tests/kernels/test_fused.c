@@ -326,7 +326,7 @@ static void expect_verified(kgen_backend *backend, const sched_graph *g,
 static const char *const small_examples[] = {
 	"bert_qkv_small", "conv_pair_small", "gpt3_mlp_small", "llama_mlp_small",
 	"lstm_cell_small", "mi_lstm_cell_small", "ln_residual_small",
-	"softmax_scores_small",
+	"softmax_scores_small", "ln_grad_params_small",
 };
 #define NSMALL (sizeof(small_examples) / sizeof(small_examples[0]))
 

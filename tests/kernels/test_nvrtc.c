@@ -1,6 +1,7 @@
 /*
  * test_nvrtc.c: the generated CUDA of every example, in every way of
- * splitting reductions, and the device probe's kernels compile with NVRTC
+ * splitting reductions (among threads, and in parts among blocks), and
+ * the device probe's kernels compile with NVRTC
  * for sm_90 (H100). No GPU is needed; where libnvrtc is absent the tests
  * are skipped, saying so.
  */
@@ -22,8 +23,9 @@ static void skip_without_nvrtc(void)
 }
 
 /* Compiles every kernel of the default plan, with reductions split as
- * "split" where the op has one. */
-static void expect_compiles(const sched_graph *g, enum kgen_split split,
+ * "split" where the op has one, and cut in "parts" where it has as many
+ * points. */
+static void expect_compiles(const sched_graph *g, enum kgen_split split, int parts,
 			    const char *what)
 {
 	kgen_plan *plan = kgen_plan_default(g);
@@ -37,6 +39,9 @@ static void expect_compiles(const sched_graph *g, enum kgen_split split,
 		kgen_cuda_launch_shape(g, kernel, &blocks, &threads);
 		if (split == KGEN_SPLIT_BLOCK || (split == KGEN_SPLIT_WARP && threads % 32 == 0))
 			kernel->schedule.split = split;
+		if (kgen_kernel_op(g, kernel)->reducer != SCHED_RED_NONE &&
+		    sched_op_reduction_points(kgen_kernel_op(g, kernel)) >= parts)
+			kernel->schedule.parts = parts;
 		source = kgen_print_cuda(g, plan, k);
 		cr_expect_eq(kgen_nvrtc_check(source, "sm_90", &err), KGEN_OK,
 			     "%s kernel %s: %s\n%s\n%s", what, kernel->name, err.message,
@@ -52,7 +57,7 @@ Test(nvrtc, every_example_compiles_for_sm_90, .timeout = 600)
 	static const char *const names[] = {
 		"bert_qkv", "conv_pair", "gpt3_mlp_m256", "gpt3_mlp_m2048",
 		"llama_mlp_m512", "lstm_cell", "mi_lstm_cell", "ln_residual",
-		"softmax_scores",
+		"softmax_scores", "ln_grad_params",
 	};
 
 	skip_without_nvrtc();
@@ -66,7 +71,7 @@ Test(nvrtc, every_example_compiles_for_sm_90, .timeout = 600)
 		cr_assert_eq(sched_graph_read_file(path, &g, &err), SCHED_OK, "%s",
 			     err.message);
 		for (int split = KGEN_SPLIT_THREAD; split <= KGEN_SPLIT_BLOCK; split++)
-			expect_compiles(g, split, names[i]);
+			expect_compiles(g, split, split == KGEN_SPLIT_THREAD ? 1 : 4, names[i]);
 		sched_graph_free(g);
 	}
 }
@@ -81,7 +86,7 @@ Test(nvrtc, random_graphs_compile, .timeout = 600)
 
 		cr_assert_eq(sched_graph_read_string(text, &g, &err), SCHED_OK, "%s",
 			     err.message);
-		expect_compiles(g, seed % 3, "random graph");
+		expect_compiles(g, seed % 3, seed % 2 ? 3 : 1, "random graph");
 		sched_graph_free(g);
 		free(text);
 	}

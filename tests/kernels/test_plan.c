@@ -21,9 +21,9 @@ static sched_graph *chain_graph(void)
 	return g;
 }
 
-static void expect_refused(const char *plan_text, const char *message)
+/* "plan_text" is refused on "g" with "message"; frees "g". */
+static void expect_refused_on(sched_graph *g, const char *plan_text, const char *message)
 {
-	sched_graph *g = chain_graph();
 	json_t *json = json_loads(plan_text, 0, NULL);
 	kgen_plan *plan = NULL;
 	kgen_error err = {0};
@@ -35,6 +35,11 @@ static void expect_refused(const char *plan_text, const char *message)
 	cr_expect_str_eq(err.message, message);
 	json_decref(json);
 	sched_graph_free(g);
+}
+
+static void expect_refused(const char *plan_text, const char *message)
+{
+	expect_refused_on(chain_graph(), plan_text, message);
 }
 
 Test(plan, default_plan_round_trips)
@@ -124,6 +129,33 @@ Test(plan, invalid_plans_are_refused_with_a_reason)
 		       "kernel 'k0_t': 'parallel' must be an integer from 0 to 2");
 }
 
+/* "parts" cuts the reduction of a kernel of one reducing op printed from
+ * its tiles, a point at least per part. */
+Test(plan, parts_are_for_a_reduction_of_one_op)
+{
+	expect_refused("{\"kernels\": [{\"ops\": [0], \"schedule\": {\"parts\": 0}}, "
+		       "{\"ops\": [1]}]}",
+		       "kernel 'k0_t': 'parts' must be an integer from 1 to 1024");
+	expect_refused("{\"kernels\": [{\"ops\": [0]}, {\"ops\": [1], \"schedule\": "
+		       "{\"parts\": 2}}]}",
+		       "kernel 'k1_y': 'parts' cuts a reduction, and op 1 reduces nothing");
+	expect_refused("{\"kernels\": [{\"ops\": [0], \"schedule\": {\"parts\": 49}}, "
+		       "{\"ops\": [1]}]}",
+		       "kernel 'k0_t': 49 parts for the 48 points of its reduction");
+	expect_refused("{\"kernels\": [{\"ops\": [0, 1], \"schedule\": {\"parts\": 2}}]}",
+		       "kernel 'k0_y': 'parts' is for a kernel of one op, not a fused one");
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+
+	cr_assert_eq(load_graph("x f16 64,48 in; w f16 48,32 in; t f16 64,32 out",
+				OPS("t[i, j] = sum(k) x[i, k] * w[k, j]"), &g, &serr),
+		     SCHED_OK, "%s", serr.message);
+	expect_refused_on(g, "{\"kernels\": [{\"ops\": [0], \"schedule\": {\"parts\": 2, "
+			  "\"mma\": {\"bm\": 64, \"bn\": 32, \"bk\": 16, \"wm\": 32, "
+			  "\"wn\": 32, \"stages\": 2}}}]}",
+			  "kernel 'k0_t': 'parts' does not go with 'mma' (its 'split_k' cuts K)");
+}
+
 Test(plan, cpu_tile_of_accumulators_is_bounded)
 {
 	sched_graph *g = NULL;
@@ -155,6 +187,7 @@ Test(plan, written_plans_read_back_the_same)
 	plan->kernels[0].schedule.tile[0] = 16;
 	plan->kernels[0].schedule.threads[1] = 4;
 	plan->kernels[0].schedule.split = KGEN_SPLIT_BLOCK;
+	plan->kernels[0].schedule.parts = 48;
 	plan->kernels[1].schedule.vector = 4;
 	plan->kernels[1].schedule.parallel = 1;
 	json = kgen_plan_to_json(g, plan);

@@ -142,6 +142,31 @@ Test(sync, early_loads_need_a_tensor_core_product)
 		       "kernel 'y': 'early_loads' needs a tensor-core product ('mma')");
 }
 
+/* A kernel whose reductions are cut in parts among blocks finishes its
+ * tiles in no order: it neither waits nor is waited on. */
+Test(sync, a_kernel_in_parts_does_not_sync)
+{
+	sched_graph *g = example("gpt3_mlp_small");
+	char why[512];
+	kgen_plan *plan = NULL;
+
+	cr_expect_eq(read_plan(g, "{\"kernels\": [{\"name\": \"h\", \"ops\": [0]}, "
+			       "{\"name\": \"g\", \"ops\": [1]}, {\"name\": \"y\", \"ops\": [2], "
+			       "\"schedule\": {\"parts\": 2}, \"sync\": {\"after\": \"g\", "
+			       "\"policy\": \"row\"}}]}", &plan, why, sizeof(why)), KGEN_EPLAN);
+	cr_expect_str_eq(why, "kernel 'y': its reductions are cut in 2 parts, whose tiles "
+			 "finish in no order");
+	cr_expect_eq(read_plan(g, "{\"kernels\": [{\"name\": \"h\", \"ops\": [0], "
+			       "\"schedule\": {\"parts\": 4}}, {\"name\": \"g\", \"ops\": [1], "
+			       "\"sync\": {\"after\": \"h\", \"policy\": \"tile\"}}, "
+			       "{\"name\": \"y\", \"ops\": [2]}]}", &plan, why, sizeof(why)),
+		     KGEN_EPLAN);
+	cr_expect_str_eq(why, "kernel 'h': its reductions are cut in 4 parts, whose tiles "
+			 "finish in no order");
+	kgen_plan_free(plan);
+	sched_graph_free(g);
+}
+
 /* A consumer that reads a member of the producer's group other than the
  * root: its elements are not where the producer's tiles say. */
 Test(sync, reading_a_producer_s_untiled_output_is_refused)
