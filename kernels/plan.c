@@ -15,6 +15,7 @@
 #define MAX_CPU_TILE 16384
 #define PARALLEL_MIN_POINTS (1 << 16)
 #define MAX_PARTS 1024
+#define MAX_PARTS_BYTES (256 << 20)
 
 static const char *const split_names[] = {
 	[KGEN_SPLIT_THREAD] = "thread", [KGEN_SPLIT_WARP] = "warp",
@@ -751,11 +752,14 @@ static int read_library(const sched_graph *graph, json_t *sched, kgen_kernel *ke
 }
 
 /* "parts": the reduction of a kernel of one op, printed from its tiles,
- * cut among blocks, a point at least per part. */
-static int read_parts(const sched_op *op, json_t *sched, kgen_kernel *kernel,
+ * cut among blocks, a point at least per part, its partial results in
+ * at most MAX_PARTS_BYTES. */
+static int read_parts(const sched_graph *graph, json_t *sched, kgen_kernel *kernel,
 		      kgen_error *err)
 {
+	const sched_op *op = kgen_kernel_op(graph, kernel);
 	int64_t parts = 1;
+	size_t zeroed;
 	int rc;
 
 	if ((rc = read_int(sched, "parts", 1, MAX_PARTS, &parts, kernel->name, err)) < 0 ||
@@ -775,6 +779,12 @@ static int read_parts(const sched_op *op, json_t *sched, kgen_kernel *kernel,
 				 "points of its reduction", kernel->name, (long long)parts,
 				 (long long)sched_op_reduction_points(op));
 	kernel->schedule.parts = (int)parts;
+	if (kgen_kernel_scratch_bytes(graph, kernel, &zeroed) > MAX_PARTS_BYTES)
+		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': its %lld parts' partial "
+				 "results take %zu MiB, more than %d", kernel->name,
+				 (long long)parts,
+				 kgen_kernel_scratch_bytes(graph, kernel, &zeroed) >> 20,
+				 MAX_PARTS_BYTES >> 20);
 	return KGEN_OK;
 }
 
@@ -834,7 +844,7 @@ static int read_schedule(const sched_graph *graph, json_t *sched,
 	s->vector = (int)v;
 	if ((rc = read_micro(graph, sched, kernel, err)) < 0 ||
 	    (rc = read_mma(graph, sched, kernel, err)) < 0 ||
-	    (rc = read_parts(op, sched, kernel, err)) < 0)
+	    (rc = read_parts(graph, sched, kernel, err)) < 0)
 		return rc;
 	return read_shared(sched, kernel, err);
 }

@@ -40,6 +40,7 @@
 static const int64_t unrolls[] = {1, 2, 4, 8};
 static const int64_t vectors[] = {1, 2, 4, 8};
 static const int64_t parts_of_reductions[] = {1, 4, 16, 64};
+#define PARTS_MAX_OUTPUT 65536
 
 /* The blocking genes of a contraction, nine after the kernel's others:
  * on the cpu its micro-kernels (kgen_micro): mr (0: none, the tiles
@@ -196,12 +197,15 @@ static enum blocking blocking_of(const tuner_search *s, int k, sched_contraction
 }
 
 /* How many of parts_of_reductions op's reduction can be cut in: at most
- * one point per part. */
-static int parts_domain(const sched_op *op)
+ * one point per part; none for an output of more than PARTS_MAX_OUTPUT
+ * elements, whose tiles are blocks enough (and whose partial results
+ * would take much memory). */
+static int parts_domain(const sched_graph *graph, const sched_op *op)
 {
 	int n = 1;
 
-	while (n < 4 && parts_of_reductions[n] <= sched_op_reduction_points(op))
+	while (n < 4 && parts_of_reductions[n] <= sched_op_reduction_points(op) &&
+	       graph->tensors[op->target].size <= PARTS_MAX_OUTPUT)
 		n++;
 	return n;
 }
@@ -229,7 +233,8 @@ static int kernel_genes(tuner_search *s, int k, int first)
 	s->domain[first + 2 * r + 2] = 4;
 	/* the split of a reduction among threads, and among blocks: cuda only */
 	s->domain[first + 2 * r + 3] = ks->reduces && s->o.cuda ? 3 : 1;
-	s->domain[first + PARTS_GENE(r)] = ks->reduces && s->o.cuda ? parts_domain(op) : 1;
+	s->domain[first + PARTS_GENE(r)] = ks->reduces && s->o.cuda ?
+					   parts_domain(s->graph, op) : 1;
 	ks->ngenes = LIBRARY_GENE(r);
 	if (ks->library)
 		s->domain[first + ks->ngenes++] = 2;

@@ -130,7 +130,8 @@ Test(plan, invalid_plans_are_refused_with_a_reason)
 }
 
 /* "parts" cuts the reduction of a kernel of one reducing op printed from
- * its tiles, a point at least per part. */
+ * its tiles, a point at least per part, into partial results of at most
+ * 256 MiB. */
 Test(plan, parts_are_for_a_reduction_of_one_op)
 {
 	expect_refused("{\"kernels\": [{\"ops\": [0], \"schedule\": {\"parts\": 0}}, "
@@ -154,6 +155,12 @@ Test(plan, parts_are_for_a_reduction_of_one_op)
 			  "\"mma\": {\"bm\": 64, \"bn\": 32, \"bk\": 16, \"wm\": 32, "
 			  "\"wn\": 32, \"stages\": 2}}}]}",
 			  "kernel 'k0_t': 'parts' does not go with 'mma' (its 'split_k' cuts K)");
+	cr_assert_eq(load_graph("x f32 4096,4096 in; y f32 4096,4096 out",
+				OPS("y[i, j] = sum(k) x[i, k] * x[k, j]"), &g, &serr),
+		     SCHED_OK, "%s", serr.message);
+	expect_refused_on(g, "{\"kernels\": [{\"ops\": [0], \"schedule\": {\"parts\": 1024}}]}",
+			  "kernel 'k0_y': its 1024 parts' partial results take 65536 MiB, "
+			  "more than 256");
 }
 
 Test(plan, cpu_tile_of_accumulators_is_bounded)
