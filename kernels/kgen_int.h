@@ -14,6 +14,10 @@ int kgen_fail(kgen_error *err, int code, const char *fmt, ...)
 /* The op whose output the kernel's schedule cuts: its only op, or the
  * root of a fused group's first branch. */
 const sched_op *kgen_kernel_op(const sched_graph *graph, const kgen_kernel *kernel);
+/* The tiles the schedule's tile cuts that op's output into, and the
+ * elements of one tile (those past the output's edge included). */
+int64_t kgen_kernel_tiles(const sched_graph *graph, const kgen_kernel *kernel);
+int64_t kgen_tile_elements(const sched_graph *graph, const kgen_kernel *kernel);
 
 /* library.c: op "op" as a row-major GEMM C = A B (cblas_sgemm's terms:
  * A and B maybe transposed, leading dimensions, element offsets); false

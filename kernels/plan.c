@@ -71,6 +71,25 @@ static const sched_tensor *target_of(const sched_graph *graph,
 	return &graph->tensors[kgen_kernel_op(graph, kernel)->target];
 }
 
+int64_t kgen_kernel_tiles(const sched_graph *graph, const kgen_kernel *kernel)
+{
+	const sched_tensor *t = target_of(graph, kernel);
+	int64_t n = 1;
+
+	for (int d = 0; d < t->rank; d++)
+		n *= (t->shape[d] + kernel->schedule.tile[d] - 1) / kernel->schedule.tile[d];
+	return n;
+}
+
+int64_t kgen_tile_elements(const sched_graph *graph, const kgen_kernel *kernel)
+{
+	int64_t n = 1;
+
+	for (int d = 0; d < target_of(graph, kernel)->rank; d++)
+		n *= kernel->schedule.tile[d];
+	return n;
+}
+
 /* Analyses are remembered (by graph, ops, tile, lanes and threads): a
  * kernel is checked when its plan is read, printed, estimated and
  * compiled, and the search meets the same groups again and again. */
@@ -451,16 +470,11 @@ void kgen_mma_pads(const kgen_mma *m, int factor_bytes, int *a_pad, int *b_pad)
 static size_t parts_scratch_bytes(const sched_graph *graph, const kgen_kernel *kernel,
 				  size_t *zeroed)
 {
-	const sched_tensor *t = target_of(graph, kernel);
-	size_t tiles = 1, elements = 1;
+	size_t tiles = (size_t)kgen_kernel_tiles(graph, kernel);
 
-	for (int d = 0; d < t->rank; d++) {
-		tiles *= (size_t)((t->shape[d] + kernel->schedule.tile[d] - 1) /
-				  kernel->schedule.tile[d]);
-		elements *= (size_t)kernel->schedule.tile[d];
-	}
 	*zeroed = tiles * sizeof(unsigned);
-	return *zeroed + tiles * (size_t)kernel->schedule.parts * elements * sizeof(float);
+	return *zeroed + tiles * (size_t)kernel->schedule.parts *
+			 (size_t)kgen_tile_elements(graph, kernel) * sizeof(float);
 }
 
 size_t kgen_kernel_scratch_bytes(const sched_graph *graph, const kgen_kernel *kernel,

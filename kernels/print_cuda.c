@@ -59,13 +59,11 @@ void kgen_cuda_launch_shape(const sched_graph *graph, const kgen_kernel *kernel,
 			    unsigned *blocks, unsigned *threads)
 {
 	const sched_tensor *t = &graph->tensors[kgen_kernel_op(graph, kernel)->target];
-	int64_t b = 1, n = 1;
+	int64_t b = kgen_kernel_tiles(graph, kernel), n = 1;
 	sched_group *group;
 
-	for (int d = 0; d < t->rank; d++) {
-		b *= (t->shape[d] + kernel->schedule.tile[d] - 1) / kernel->schedule.tile[d];
+	for (int d = 0; d < t->rank; d++)
 		n *= kernel->schedule.threads[d];
-	}
 	if (kernel->nops > 1 && kgen_kernel_group(graph, kernel, true, &group, NULL) == 0) {
 		b = group->blocks;
 		sched_group_free(group);
@@ -85,22 +83,9 @@ static bool in_parts(const cuda_kernel *k)
 	return k->kernel->schedule.parts > 1;
 }
 
-static int64_t tiles(const cuda_kernel *k)
-{
-	int64_t n = 1;
-
-	for (int d = 0; d < k->target->rank; d++)
-		n *= tiles_along(k, d);
-	return n;
-}
-
 static int64_t tile_elements(const cuda_kernel *k)
 {
-	int64_t n = 1;
-
-	for (int d = 0; d < k->target->rank; d++)
-		n *= k->kernel->schedule.tile[d];
-	return n;
+	return kgen_tile_elements(k->pr.graph, k->kernel);
 }
 
 static void print_params(const cuda_kernel *k)
@@ -133,7 +118,8 @@ static void print_part(const cuda_kernel *k)
 			 "\tfloat *const partial = scratch + %lld + (whole * %d + part) * %lld;\n",
 			 parts, parts, (long long)((points + parts - 1) / parts),
 			 (long long)((points + parts - 1) / parts), (long long)points,
-			 (long long)tiles(k), parts, (long long)tile_elements(k));
+			 (long long)kgen_kernel_tiles(k->pr.graph, k->kernel), parts,
+			 (long long)tile_elements(k));
 }
 
 /* o_d: the origin of this block's tile; h_d: this thread's place in it. */
