@@ -41,6 +41,7 @@ static const int64_t unrolls[] = {1, 2, 4, 8};
 static const int64_t vectors[] = {1, 2, 4, 8};
 static const int64_t parts_of_reductions[] = {1, 4, 16, 64};
 #define PARTS_MAX_OUTPUT 65536
+#define H100_SMS 132
 
 /* The blocking genes of a contraction, nine after the kernel's others:
  * on the cpu its micro-kernels (kgen_micro): mr (0: none, the tiles
@@ -912,6 +913,30 @@ static void propose_blocked(tuner_search *s, const int *genes, json_t *out, bool
 	join_population(s, s->genes, out);
 }
 
+/* Into the population, on cuda: the default schedules with each reducing
+ * kernel of fewer tiles than the device has multiprocessors (the peaks'
+ * cores; an H100's 132 without peaks) cut in the fewest parts that give
+ * it as many blocks, or in the most it can be cut in; nothing when no
+ * kernel is cut. */
+static void propose_parts(tuner_search *s, json_t *out)
+{
+	int cores = s->o.peaks && s->o.peaks->cores > 0 ? s->o.peaks->cores : H100_SMS;
+	bool cut = false;
+
+	memcpy(s->genes, s->defaults, s->ngenes * sizeof(int));
+	for (int k = 0; k < s->nkernels; k++) {
+		int gene = s->kernels[k].first_gene + PARTS_GENE(s->kernels[k].rank), p = 0;
+		int64_t tiles = kgen_kernel_tiles(s->graph, &s->base->kernels[k]);
+
+		while (p + 1 < s->domain[gene] && tiles * parts_of_reductions[p] < cores)
+			p++;
+		s->genes[gene] = p;
+		cut |= p > 0;
+	}
+	if (cut)
+		join_population(s, s->genes, out);
+}
+
 /* Into the population: "genes" with every product the library can make
  * as a library step. */
 static void propose_library(tuner_search *s, const int *genes, json_t *out)
@@ -1044,7 +1069,8 @@ static void propose_fused_mma(tuner_search *s, json_t *out)
  * the default
  * schedules with every fusion the planner allows and with one layer of
  * producers kept apart (propose_fused), and on cuda the default
- * so blocked with every kernel synced to the one before, mutants of the
+ * so blocked with every kernel synced to the one before, on cuda the
+ * default with reductions of few tiles cut in parts, mutants of the
  * best (the default plan, for a new key) in half the places left, then
  * random genomes: the search looks near what is known to be good and far
  * from it at once. The blocked and library seeds come first: where
@@ -1071,8 +1097,10 @@ static void first_population(tuner_search *s, json_t *out)
 	if (s->o.cuda)
 		propose_fused_mma(s, out);
 	propose_fused(s, out);
-	if (s->o.cuda)
+	if (s->o.cuda) {
 		propose_blocked(s, s->defaults, out, true);
+		propose_parts(s, out);
+	}
 	if (s->npop > 0)
 		s->npop = draw_mutants(s, s->cands[s->pop[0]].genes, out, s->pop, s->npop,
 				       s->npop + (s->o.population - s->npop) / 2);

@@ -1325,3 +1325,38 @@ Test(cost, parts_multiply_the_blocks_of_a_reduction)
 	kgen_plan_free(plan);
 	sched_graph_free(g);
 }
+
+/* On cuda the first population (the second generation) holds the default
+ * plan with reductions of few tiles cut in parts: ln_grad_params' column
+ * sums, 24 tiles of 32 columns each, in 16 parts for 132 multiprocessors
+ * (384 blocks). */
+Test(search, few_tiles_seed_a_plan_in_parts)
+{
+	static const kgen_peaks h100 = {.bandwidth_gbs = 3000, .gflops = 50000,
+					.launch_ms = 0.005, .cores = 132};
+	sched_graph *g = example("ln_grad_params");
+	tuner_search *s = tuner_search_new(g, &(tuner_search_options){
+					    .seed = 1, .cuda = 1, .peaks = &h100});
+	json_t *g0 = tuner_search_generation(s), *g1, *json;
+	size_t i;
+	bool seeded = false;
+
+	tuner_search_record(s, json_array_get(g0, 0), 1);
+	g1 = tuner_search_generation(s);
+	json_array_foreach(g1, i, json) {
+		kgen_plan *plan = legal(g, json);
+		int cut = 0;
+
+		for (int k = 0; k < plan->nkernels; k++)
+			cut += plan->kernels[k].schedule.parts == 16 &&
+			       !memcmp(plan->kernels[k].schedule.tile, (int64_t[]){32},
+				       sizeof(int64_t));
+		seeded |= plan->nkernels == 2 && cut == 2;
+		kgen_plan_free(plan);
+	}
+	cr_expect(seeded, "no plan with both column sums in 16 parts");
+	json_decref(g0);
+	json_decref(g1);
+	tuner_search_free(s);
+	sched_graph_free(g);
+}
