@@ -24,7 +24,7 @@
 /* The version of the code generators: part of every cache key, so that a
  * change of generated code never serves a stale kernel. Bump it with any
  * change of the printers or of what a plan means. */
-#define KGEN_CODEGEN_VERSION "kgen-12"
+#define KGEN_CODEGEN_VERSION "kgen-13"
 
 enum kgen_code {
 	KGEN_OK = 0,
@@ -109,7 +109,7 @@ typedef struct kgen_mma {
  * repaired until that fits static shared memory: fewer stages, then
  * thinner slices. */
 int kgen_mma_threads(const kgen_mma *mma);
-/* The bm x bn tiles of contraction "c"'s output. */
+/* The bm x bn tiles of contraction "c"'s output, in each of its batch. */
 int64_t kgen_mma_tiles(const sched_contraction *c, const kgen_mma *mma);
 int kgen_mma_shared_bytes(const kgen_mma *mma, int factor_bytes);
 /* The elements a padded layout adds to each row of A's slices and of B's

@@ -360,9 +360,12 @@ bool kgen_kernel_products(const sched_graph *graph, const kgen_kernel *kernel,
 	return true;
 }
 
-/* What kind of kernel a blocking is for: one matrix product, products of
- * one shape side by side, or a fused kernel (checked apart). */
-enum blocking_of { BLOCKING_ONE_PRODUCT, BLOCKING_SIDE_BY_SIDE, BLOCKING_FUSED };
+/* What kind of kernel a blocking is for: one matrix product (kgen_kernel_products:
+ * gathered ones too), one product or a batch of them
+ * (sched_op_batched_contraction), products of one shape side by side, or a
+ * fused kernel (checked apart). */
+enum blocking_of { BLOCKING_ONE_PRODUCT, BLOCKING_ONE_BATCH, BLOCKING_SIDE_BY_SIDE,
+		   BLOCKING_FUSED };
 
 /* The six integer fields of blocking "name" of the schedule (the first
  * six of "keys", each in [lowest, highest]; a seventh key, when not NULL,
@@ -387,8 +390,9 @@ static int read_blocking(const sched_graph *graph, json_t *sched, const char *na
 	if (!obj)
 		return 1;
 	if (of != BLOCKING_FUSED &&
-	    ((kernel->nops > 1 && of == BLOCKING_ONE_PRODUCT) ||
-	     !kgen_kernel_products(graph, kernel, c)))
+	    ((kernel->nops > 1 && of != BLOCKING_SIDE_BY_SIDE) ||
+	     !(of == BLOCKING_ONE_BATCH ? sched_op_batched_contraction(graph, kernel->ops[0], c)
+					: kgen_kernel_products(graph, kernel, c))))
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': '%s' is for a kernel "
 				 "of %s", kernel->name, name, of == BLOCKING_SIDE_BY_SIDE ?
 				 "matrix products of one shape, none reading another" :
@@ -441,9 +445,10 @@ const char *kgen_mma_operands_unfit(const sched_graph *graph, const sched_contra
 		       (a != SCHED_F32 || !graph->allow_tf32)))
 		return "factors both f16 or both bf16 (or both f32 where the graph allows tf32)";
 	if (c->a_k != 1 || c->b_n != 1 || c->a_m % per_16_bytes || c->b_k % per_16_bytes ||
-	    c->a0 % per_16_bytes || c->b0 % per_16_bytes)
+	    c->a0 % per_16_bytes || c->b0 % per_16_bytes ||
+	    (c->batch > 1 && (c->a_batch % per_16_bytes || c->b_batch % per_16_bytes)))
 		return "A with K contiguous and B with N contiguous, rows starting on "
-		       "8 elements (4 of f32: 16 bytes)";
+		       "8 elements (4 of f32: 16 bytes), and so each product of a batch";
 	return NULL;
 }
 
@@ -454,7 +459,8 @@ int kgen_mma_threads(const kgen_mma *m)
 
 int64_t kgen_mma_tiles(const sched_contraction *c, const kgen_mma *m)
 {
-	return (c->m + m->bm - 1) / m->bm * ((c->n + m->bn - 1) / m->bn);
+	return (c->m + m->bm - 1) / m->bm * ((c->n + m->bn - 1) / m->bn) *
+	       (c->batch > 1 ? c->batch : 1);
 }
 
 void kgen_mma_pads(const kgen_mma *m, int factor_bytes, int *a_pad, int *b_pad)
@@ -488,7 +494,7 @@ size_t kgen_kernel_scratch_bytes(const sched_graph *graph, const kgen_kernel *ke
 	if (kernel->schedule.parts > 1)
 		return parts_scratch_bytes(graph, kernel, zeroed);
 	if (m->split_k < 2 || kernel->nops > 1 ||
-	    !sched_op_contraction(graph, kernel->ops[0], &c))
+	    !sched_op_batched_contraction(graph, kernel->ops[0], &c))
 		return 0;
 	tiles = (size_t)kgen_mma_tiles(&c, m);
 	*zeroed = tiles * sizeof(unsigned);
@@ -672,7 +678,7 @@ static int read_mma(const sched_graph *graph, json_t *sched, kgen_kernel *kernel
 	sched_contraction c;
 	bool fused = kernel->nops > 1;
 	int rc = read_blocking(graph, sched, "mma", keys, lowest, highest, fields, kernel,
-			       fused ? BLOCKING_FUSED : BLOCKING_ONE_PRODUCT, &c, err);
+			       fused ? BLOCKING_FUSED : BLOCKING_ONE_BATCH, &c, err);
 
 	if (rc)
 		return rc < 0 ? rc : KGEN_OK;

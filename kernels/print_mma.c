@@ -110,6 +110,22 @@ static bool split(const mma_printer *p)
 	return p->s.split_k > 1;
 }
 
+/* Whether the kernel computes a batch of products, a block per tile of
+ * one of them. */
+static bool batched(const mma_printer *p)
+{
+	return p->c.batch > 1;
+}
+
+/* The offset of a factor's or C's first element, "base", in the block's
+ * product of the batch ("stride" apart). */
+static void print_base(const mma_printer *p, int64_t base, int64_t stride)
+{
+	sched_buf_printf(p->buf, "%lldLL", (long long)base);
+	if (batched(p))
+		sched_buf_printf(p->buf, " + batch * %lldLL", (long long)stride);
+}
+
 static int gcd(int a, int b)
 {
 	return b ? gcd(b, a % b) : a;
@@ -285,22 +301,28 @@ static void print_tile(const mma_printer *p, bool wrapped)
 	sched_buf_printf(p->buf,
 		"\t__shared__ __align__(16) elem_t as[SHARED_ELEMS];\n"
 		"\telem_t *const bs = as + STAGES * A_STAGE;\n");
+	const char *at = batched(p) ? "in_batch" : "tile";
+
 	if (split(p))
 		sched_buf_printf(p->buf, "\tconst idx_t part = blockIdx.x / TILES, "
 				 "tile = blockIdx.x %% TILES;\n\tconst idx_t tiles_n = (N + BN - 1) / BN;\n");
 	else
 		sched_buf_printf(p->buf, "\tconst idx_t tiles_n = (N + BN - 1) / BN, tile = %s;\n",
 				 kgen_cuda_tile(wrapped));
+	if (batched(p))
+		sched_buf_printf(p->buf, "\tconst idx_t batch = tile / %lldLL, in_batch = tile %% %lldLL;\n",
+				 (long long)(kgen_mma_tiles(&p->c, &p->s) / p->c.batch),
+				 (long long)(kgen_mma_tiles(&p->c, &p->s) / p->c.batch));
 	if (p->s.raster > 1)
 		sched_buf_printf(p->buf,
-			"\tconst idx_t tiles_m = (M + BM - 1) / BM, in_group = tile %% (%d * tiles_n);\n"
-			"\tconst idx_t first = tile / (%d * tiles_n) * %d;\n"
+			"\tconst idx_t tiles_m = (M + BM - 1) / BM, in_group = %s %% (%d * tiles_n);\n"
+			"\tconst idx_t first = %s / (%d * tiles_n) * %d;\n"
 			"\tconst idx_t rows = tiles_m - first < %d ? tiles_m - first : %d;\n"
 			"\tconst idx_t m0 = (first + in_group %% rows) * BM, n0 = in_group / rows * BN;\n",
-			p->s.raster, p->s.raster, p->s.raster, p->s.raster, p->s.raster);
+			at, p->s.raster, at, p->s.raster, p->s.raster, p->s.raster, p->s.raster);
 	else
 		sched_buf_printf(p->buf,
-			"\tconst idx_t m0 = tile / tiles_n * BM, n0 = tile %% tiles_n * BN;\n");
+			"\tconst idx_t m0 = %s / tiles_n * BM, n0 = %s %% tiles_n * BN;\n", at, at);
 }
 
 /* The pipeline, from the tile at m0, n0 into acc through the stages in
@@ -310,12 +332,13 @@ static void print_tile(const mma_printer *p, bool wrapped)
  * one step before (the barrier at the top orders both). */
 static void print_pipeline(const mma_printer *p)
 {
-	sched_buf_printf(p->buf,
-		"\tconst elem_t *A = (const elem_t *)t_%s + %lldLL;\n"
-		"\tconst elem_t *B = (const elem_t *)t_%s + %lldLL;\n"
+	sched_buf_printf(p->buf, "\tconst elem_t *A = (const elem_t *)t_%s + ", p->a->name);
+	print_base(p, p->c.a0, p->c.a_batch);
+	sched_buf_printf(p->buf, ";\n\tconst elem_t *B = (const elem_t *)t_%s + ", p->b->name);
+	print_base(p, p->c.b0, p->c.b_batch);
+	sched_buf_printf(p->buf, ";\n"
 		"\tconst int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;\n"
-		"\tconst int wm0 = warp / (BN / WN) * WM, wn0 = warp %% (BN / WN) * WN;\n",
-		p->a->name, (long long)p->c.a0, p->b->name, (long long)p->c.b0);
+		"\tconst int wm0 = warp / (BN / WN) * WM, wn0 = warp %% (BN / WN) * WN;\n");
 	if (split(p))
 		sched_buf_printf(p->buf,
 			"\tconst int all = (int)((K + BK - 1) / BK), slice0 = (int)(part * all / SPLIT);\n"
@@ -418,7 +441,7 @@ void kgen_print_mma_accumulators(sched_buf *buf)
 static bool stores_16_bytes(const mma_printer *p)
 {
 	return sched_dtype_bytes(p->target->dtype) == 2 && p->c.c_n == 1 &&
-	       p->c.c_m % 8 == 0 && p->c.c0 % 8 == 0;
+	       p->c.c_m % 8 == 0 && p->c.c0 % 8 == 0 && (!batched(p) || p->c.c_batch % 8 == 0);
 }
 
 /* The epilogue through shared memory: the warps' accumulators, rounded,
@@ -443,7 +466,7 @@ static void print_staged_epilogue(const mma_printer *p)
 		"\tfor (int c = threadIdx.x; c < BM * BN / 8; c += THREADS) {\n"
 		"\t\tint row = c / (BN / 8), col = c %% (BN / 8) * 8;\n"
 		"\t\tidx_t m = m0 + row, n = n0 + col;\n"
-		"\t\t%s *to = t_%s + %lldLL + m * %lldLL + n;\n"
+		"\t\t%s *to = t_%s + C0 + m * %lldLL + n;\n"
 		"\t\tif (inside || (m < M && n + 8 <= N))\n"
 		"\t\t\tmove16(to, ct + row * C_ROW + col);\n"
 		"\t\telse if (m < M)\n"
@@ -453,21 +476,24 @@ static void print_staged_epilogue(const mma_printer *p)
 		"}\n",
 		p->target->dtype == SCHED_F16 ? "f16_store" : "bf16_store",
 		p->target->dtype == SCHED_F16 ? "f16_store" : "bf16_store",
-		kgen_ctype(p->target->dtype, true), p->target->name, (long long)p->c.c0,
-		(long long)p->c.c_m);
+		kgen_ctype(p->target->dtype, true), p->target->name, (long long)p->c.c_m);
 }
 
+/* C's first element in the block's product: C0. */
 static void print_epilogue(const mma_printer *p)
 {
+	sched_buf_printf(p->buf, "\tconst idx_t C0 = ");
+	print_base(p, p->c.c0, p->c.c_batch);
+	sched_buf_printf(p->buf, ";\n");
 	if (stores_16_bytes(p))
 		return print_staged_epilogue(p);
 	kgen_print_mma_accumulators(p->buf);
 	sched_buf_printf(p->buf,
 		"\t\t\t\tif (inside || (m < M && n < N))\n"
-		"\t\t\t\t\tt_%s[%lldLL + m * %lldLL + n * %lldLL] = %sacc[i][j][r]);\n"
+		"\t\t\t\t\tt_%s[C0 + m * %lldLL + n * %lldLL] = %sacc[i][j][r]);\n"
 		"\t\t\t}\n"
 		"}\n",
-		p->target->name, (long long)p->c.c0, (long long)p->c.c_m, (long long)p->c.c_n,
+		p->target->name, (long long)p->c.c_m, (long long)p->c.c_n,
 		kgen_store_open(p->target));
 }
 
@@ -506,7 +532,7 @@ char *kgen_print_mma(const sched_graph *graph, const kgen_kernel *kernel, bool w
 	sched_contraction c;
 	mma_printer p;
 
-	if (!sched_op_contraction(graph, op->index, &c))
+	if (!sched_op_batched_contraction(graph, op->index, &c))
 		return NULL;
 	p = printer_of(&buf, graph, &c, &kernel->schedule.mma);
 	p.target = &graph->tensors[op->target];

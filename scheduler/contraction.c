@@ -10,6 +10,9 @@
  * stride(s) = stride(t) * extent(t) in both tensors it moves), so that
  * x[b, s, c] * w[c, j] is one product of (b s) x c by c x j.
  *
+ * A batched contraction also has batch vars: output vars that move A, B
+ * and C, merged alike.
+ *
  * A gathered contraction lets B be any expression of the n and k vars:
  * a convolution, sum(c, r, s) select(in bounds, x[c, p + r - 1, ..], 0)
  * * w[k, c, r, s], is the product of w as (k) x (c r s) by the padded
@@ -24,7 +27,7 @@
 
 #include "sched_int.h"
 
-enum { MOVES_A = 1, MOVES_B = 2, MOVES_C = 4 };
+enum { MOVES_A = 1, MOVES_B = 2, MOVES_C = 4, MOVES_ALL = 7 };
 
 /* The element offset of an access as coefficients per op var and a
  * constant (row-major strides over the tensor's shape). */
@@ -124,9 +127,10 @@ static void var_moves(const sched_op *op, const offset *offs, int *moves)
 	}
 }
 
-/* Whether every var is of a kind: m, n (output vars), k (reduction). A var
- * of extent 1 moves nothing that matters and is taken as it comes. */
-static bool kinds_are_valid(const sched_op *op, const int *moves)
+/* Whether every var is of a kind: m, n (output vars), k (reduction), and
+ * with "batched" the batch (output vars that move all three). A var of
+ * extent 1 moves nothing that matters and is taken as it comes. */
+static bool kinds_are_valid(const sched_op *op, const int *moves, bool batched)
 {
 	for (int v = 0; v < op->nvars; v++) {
 		bool reduces = v >= op->ntarget_vars;
@@ -135,7 +139,8 @@ static bool kinds_are_valid(const sched_op *op, const int *moves)
 		if (op->vars[v].hi - op->vars[v].lo == 1)
 			continue;
 		if (reduces ? m != (MOVES_A | MOVES_B)
-			    : m != (MOVES_A | MOVES_C) && m != (MOVES_B | MOVES_C))
+			    : m != (MOVES_A | MOVES_C) && m != (MOVES_B | MOVES_C) &&
+			      (!batched || m != MOVES_ALL))
 			return false;
 	}
 	return true;
@@ -175,6 +180,8 @@ static void transpose(sched_contraction *c)
 		.a = c->b, .b = c->a, .m = c->n, .n = c->m, .k = c->k,
 		.a_m = c->b_n, .a_k = c->b_k, .b_k = c->a_k, .b_n = c->a_m,
 		.c_m = c->c_n, .c_n = c->c_m, .a0 = c->b0, .b0 = c->a0, .c0 = c->c0,
+		.batch = c->batch, .a_batch = c->b_batch, .b_batch = c->a_batch,
+		.c_batch = c->c_batch,
 	};
 }
 
@@ -185,13 +192,15 @@ static bool is_product(const sched_op *op)
 	       op->body->op == SCHED_MUL;
 }
 
-bool sched_op_contraction(const sched_graph *graph, int index, sched_contraction *out)
+/* A contraction, batched or not as "batched" allows. */
+static bool contraction_of(const sched_graph *graph, int index, bool batched,
+			   sched_contraction *out)
 {
 	const sched_op *op = &graph->ops[index];
 	const sched_node *body = op->body;
 	offset offs[3];
 	int moves[2 * SCHED_MAX_RANK];
-	merged m, n, k;
+	merged m, n, k, b;
 
 	memset(offs, 0, sizeof(offs));
 	if (!is_product(op) || body->args[0]->kind != SCHED_NODE_ACCESS ||
@@ -200,10 +209,11 @@ bool sched_op_contraction(const sched_graph *graph, int index, sched_contraction
 		return false;
 	fold_lower_bounds(op, offs);
 	var_moves(op, offs, moves);
-	if (!kinds_are_valid(op, moves) ||
+	if (!kinds_are_valid(op, moves, batched) ||
 	    !merge_kind(op, moves, offs, MOVES_A | MOVES_C, &m) ||
 	    !merge_kind(op, moves, offs, MOVES_B | MOVES_C, &n) ||
-	    !merge_kind(op, moves, offs, MOVES_A | MOVES_B, &k))
+	    !merge_kind(op, moves, offs, MOVES_A | MOVES_B, &k) ||
+	    !merge_kind(op, moves, offs, MOVES_ALL, &b))
 		return false;
 	*out = (sched_contraction){
 		.a = body->args[0]->tensor, .b = body->args[1]->tensor,
@@ -211,10 +221,23 @@ bool sched_op_contraction(const sched_graph *graph, int index, sched_contraction
 		.a_m = m.stride[0], .a_k = k.stride[0], .b_k = k.stride[1],
 		.b_n = n.stride[1], .c_m = m.stride[2], .c_n = n.stride[2],
 		.a0 = offs[0].constant, .b0 = offs[1].constant, .c0 = offs[2].constant,
+		.batch = b.extent, .a_batch = b.stride[0], .b_batch = b.stride[1],
+		.c_batch = b.stride[2],
 	};
 	if (out->c_n != 1 && out->c_m == 1)
 		transpose(out);
 	return true;
+}
+
+bool sched_op_contraction(const sched_graph *graph, int index, sched_contraction *out)
+{
+	return contraction_of(graph, index, false, out);
+}
+
+bool sched_op_batched_contraction(const sched_graph *graph, int index,
+				  sched_contraction *out)
+{
+	return contraction_of(graph, index, true, out);
 }
 
 /* The kinds of a gathered contraction's vars, as the moves of a plain

@@ -121,10 +121,19 @@ typedef struct sched_contraction {
 	 * factor_b: which of the body's two factors it is */
 	bool gathered;
 	int factor_b;
+	/* sched_op_batched_contraction: the extent of the batch (output vars
+	 * that move A, B and C, merged; 0 or 1: none) and its strides */
+	int64_t batch, a_batch, b_batch, c_batch;
 } sched_contraction;
 
 bool sched_op_contraction(__sched_keep const sched_graph *graph, int op,
 			  sched_contraction *out);
+
+/* The same, or else a batch of such products: output vars that move A, B
+ * and C (attention's heads) merge into one batch var, whose strides
+ * chain as the other kinds' do. */
+bool sched_op_batched_contraction(__sched_keep const sched_graph *graph, int op,
+				  sched_contraction *out);
 
 /* The same, or else a product whose B factor is any expression of the
  * n and k vars alone (a convolution's padded window: an implicit matrix

@@ -3,8 +3,9 @@
  * (test_mma.c compiles them with NVRTC, test_emulated.c runs them on the
  * emulated backend): shapes no tile divides (several blocks, interior
  * and edge tiles, K in several slices and a zero-filled last one), bf16
- * factors, an f32 and a bf16 output, a shifted B; and shapes every tile
- * divides (interior tiles only). Tensors and op, graph_builder's way.
+ * factors, an f32 and a bf16 output, a shifted B; shapes every tile
+ * divides (interior tiles only); and a batch of products (attention's P V
+ * per head). Tensors and op, graph_builder's way.
  */
 #ifndef MMA_PRODUCTS_H
 #define MMA_PRODUCTS_H
@@ -18,6 +19,8 @@ static const char *const odd_products[][2] = {
 	 "y[i, j] = sum(k < 16) a[i, k] * b[k + 8, j]"},
 	{"a f16 128,64 in; b f16 64,128 in; y f16 128,128 out",
 	 "y[i, j] = sum(k) a[i, k] * b[k, j]"},
+	{"p f16 3,40,24 in; v f16 3,24,56 in; o f16 3,40,56 out",
+	 "o[h, i, d] = sum(j) p[h, i, j] * v[h, j, d]"},
 };
 #define NODD_PRODUCTS (sizeof(odd_products) / sizeof(*odd_products))
 

@@ -77,7 +77,8 @@ static void expect_verified(kgen_backend *backend, const sched_graph *g,
 	kgen_error_release(&err);
 }
 
-/* The default plan of "g" with "m" on every matrix product. */
+/* The default plan of "g" with "m" on every matrix product (or batch of
+ * them). */
 static kgen_plan *mma_plan(const sched_graph *g, kgen_mma m)
 {
 	kgen_plan *plan = kgen_plan_default(g);
@@ -85,7 +86,7 @@ static kgen_plan *mma_plan(const sched_graph *g, kgen_mma m)
 	for (int k = 0; k < plan->nkernels; k++) {
 		sched_contraction c;
 
-		if (sched_op_contraction(g, plan->kernels[k].ops[0], &c))
+		if (sched_op_batched_contraction(g, plan->kernels[k].ops[0], &c))
 			plan->kernels[k].schedule.mma = m;
 	}
 	return checked(g, plan);
@@ -688,6 +689,53 @@ Test(emulated, split_k_products_match)
 		sched_graph_free(g);
 	}
 	expect_bugs_caught_in(backend, odd_product(0), cut[0], bug, 1);
+	kgen_backend_close(backend);
+}
+
+/* Batches of products on tensor cores, a block per tile of one product:
+ * P V per head (f16, C stored 16 bytes at a time), heads in the middle
+ * of an f32 C (stored element by element), two batch vars as tf32; each
+ * in a plain blocking and one with raster, rotated rows and K in parts;
+ * and a planted bug, A's offset in the batch dropped, caught. */
+Test(emulated, batched_products_match)
+{
+	static const struct {
+		const char *tensors, *op;
+		bool tf32;
+	} cases[] = {
+		{"p f16 3,40,32 in; v f16 3,32,48 in; o f16 3,40,48 out",
+		 "o[h, i, d] = sum(j) p[h, i, j] * v[h, j, d]", false},
+		{"p bf16 3,24,40 in; v bf16 3,40,16 in; o f32 24,3,16 out",
+		 "o[i, h, d] = sum(j) p[h, i, j] * v[h, j, d]", false},
+		{"a f32 2,3,20,16 in; b f32 2,3,16,24 in; y f32 2,3,20,24 out",
+		 "y[s, t, i, j] = sum(k) a[s, t, i, k] * b[s, t, k, j]", true},
+	};
+	static const kgen_mma cut[] = {{32, 32, 16, 16, 16, 2, 0, 0, 0},
+				       {32, 16, 16, 16, 8, 3, 2, 1, 2}};
+	static const char *const bug[][2] = {{"+ batch * ", "+ 0     * "}};
+	kgen_backend *backend = open_emulated();
+	char what[160];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		sched_graph *g = NULL;
+		sched_error serr = {0};
+
+		cr_assert_eq((cases[i].tf32 ? load_graph_tf32 : load_graph)(
+				     cases[i].tensors, OPS(cases[i].op), &g, &serr),
+			     SCHED_OK, "%s", serr.message);
+		for (size_t b = 0; b < sizeof(cut) / sizeof(*cut); b++) {
+			kgen_plan *plan = mma_plan(g, cut[b]);
+
+			cr_assert_gt(plan->kernels[0].schedule.mma.bm, 0, "%s", cases[i].op);
+			snprintf(what, sizeof(what), "%s, blocking %zu", cases[i].op, b);
+			expect_verified(backend, g, plan, what);
+			kgen_plan_free(plan);
+		}
+		if (i == 0)
+			expect_bugs_caught_in(backend, g, cut[0], bug, 1);
+		else
+			sched_graph_free(g);
+	}
 	kgen_backend_close(backend);
 }
 

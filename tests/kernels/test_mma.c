@@ -31,7 +31,7 @@ static char *mma_plan_text(const sched_graph *g, kgen_mma m)
 		sched_contraction c;
 		const kgen_kernel *kernel = &plan->kernels[k];
 
-		if (sched_op_contraction(g, kernel->ops[0], &c))
+		if (sched_op_batched_contraction(g, kernel->ops[0], &c))
 			plan->kernels[k].schedule.mma = m;
 	}
 	json = kgen_plan_to_json(g, plan);

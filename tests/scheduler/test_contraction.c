@@ -176,3 +176,45 @@ Test(contraction, what_is_no_gathered_product)
 	sched_graph_free(shared);
 	sched_graph_free(unmoved);
 }
+
+/* Op 0 of the graph as a batched contraction; false if it is none. */
+static bool batched_contraction_of(const char *tensors, const char *op,
+				   sched_contraction *c)
+{
+	sched_graph *g = graph_of(tensors, OPS(op));
+	bool is = sched_op_batched_contraction(g, 0, c);
+
+	sched_graph_free(g);
+	return is;
+}
+
+/* Output vars that move A, B and C are a batch: attention's P V per head,
+ * its heads in the middle of the output, and two batch vars that chain;
+ * sched_op_contraction takes none of them, and a plain product is a
+ * batch of one. */
+Test(contraction, a_batch_of_products)
+{
+	static const char heads[] = "p f16 4,40,32 in; v f16 4,32,48 in; o f16 4,40,48 out";
+	sched_contraction c;
+
+	cr_assert(batched_contraction_of(heads, "o[h, i, d] = sum(j) p[h, i, j] * v[h, j, d]",
+					 &c));
+	cr_expect(c.m == 40 && c.n == 48 && c.k == 32 && c.batch == 4);
+	cr_expect(c.a_m == 32 && c.a_k == 1 && c.b_k == 48 && c.b_n == 1);
+	cr_expect(c.a_batch == 40 * 32 && c.b_batch == 32 * 48 && c.c_batch == 40 * 48);
+	cr_expect_not(contraction_of(heads, "o[h, i, d] = sum(j) p[h, i, j] * v[h, j, d]", &c));
+	cr_assert(batched_contraction_of("p f16 4,40,32 in; v f16 4,32,48 in; o f16 40,4,48 out",
+					 "o[i, h, d] = sum(j) p[h, i, j] * v[h, j, d]", &c));
+	cr_expect(c.batch == 4 && c.c_batch == 48 && c.c_m == 4 * 48 && c.c_n == 1);
+	cr_assert(batched_contraction_of("a f32 2,3,6,5 in; b f32 2,3,5,7 in; y f32 2,3,6,7 out",
+					 "y[s, t, i, j] = sum(k) a[s, t, i, k] * b[s, t, k, j]",
+					 &c));
+	cr_expect(c.batch == 6 && c.a_batch == 30 && c.b_batch == 35 && c.c_batch == 42);
+	cr_expect_not(batched_contraction_of("a f32 2,3,6,5 in; b f32 3,2,5,7 in; "
+					     "y f32 2,3,6,7 out",
+					     "y[s, t, i, j] = sum(k) a[s, t, i, k] * b[t, s, k, j]",
+					     &c), "batch vars whose strides do not chain");
+	cr_assert(batched_contraction_of("a f32 6,5 in; b f32 5,7 in; y f32 6,7 out",
+					 "y[i, j] = sum(k) a[i, k] * b[k, j]", &c));
+	cr_expect_eq(c.batch, 1);
+}

@@ -1353,3 +1353,42 @@ Test(search, few_tiles_seed_a_plan_in_parts)
 	tuner_search_free(s);
 	sched_graph_free(g);
 }
+
+/* A batch of products (attention's P V per head) gets tensor-core genes
+ * on cuda, whose seeds run it on tensor cores; the cpu's micro-kernels
+ * take no batch. */
+Test(search, batched_products_get_tensor_cores_on_cuda)
+{
+	sched_graph *g = graph_of(
+		"{\"version\": 1, \"tensors\": {"
+		"\"p\": {\"shape\": [12, 384, 384], \"dtype\": \"f16\", \"role\": \"input\"},"
+		"\"v\": {\"shape\": [12, 384, 64], \"dtype\": \"f16\", \"role\": \"input\"},"
+		"\"o\": {\"shape\": [12, 384, 64], \"dtype\": \"f16\", \"role\": \"output\"}},"
+		"\"ops\": [\"o[h, i, d] = sum(j) p[h, i, j] * v[h, j, d]\"]}");
+
+	for (int cuda = 0; cuda < 2; cuda++) {
+		tuner_search *s = tuner_search_new(g, &(tuner_search_options){
+						    .seed = 2, .cuda = cuda});
+		json_t *g0 = tuner_search_generation(s), *g1, *json;
+		size_t i;
+		int blocked = 0;
+
+		tuner_search_record(s, json_array_get(g0, 0), 1);
+		g1 = tuner_search_generation(s);
+		json_array_foreach(g1, i, json) {
+			kgen_plan *plan = legal(g, json);
+
+			blocked += plan->kernels[0].schedule.mma.bm > 0 ||
+				   plan->kernels[0].schedule.micro.mr > 0;
+			kgen_plan_free(plan);
+		}
+		if (cuda)
+			cr_expect_geq(blocked, 4, "cuda: %d plans on tensor cores", blocked);
+		else
+			cr_expect_eq(blocked, 0, "cpu: %d plans on micro-kernels", blocked);
+		json_decref(g0);
+		json_decref(g1);
+		tuner_search_free(s);
+	}
+	sched_graph_free(g);
+}
