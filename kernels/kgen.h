@@ -119,6 +119,14 @@ int kgen_mma_shared_bytes(const kgen_mma *mma, int factor_bytes);
 void kgen_mma_pads(const kgen_mma *mma, int factor_bytes, int *a_pad, int *b_pad);
 void kgen_mma_repair(kgen_mma *mma, int factor_bytes);
 
+/* The product a kernel of op "op" alone runs on tensor cores: a
+ * contraction or a batch of them (sched_op_batched_contraction), or a
+ * gathered one whose B reads one tensor, of its dtype (a convolution's
+ * padded windows: an implicit GEMM, B evaluated as it is loaded); false
+ * for none. */
+bool kgen_mma_product(__sched_keep const sched_graph *graph, int op,
+		      sched_contraction *c);
+
 /* Why the factors of contraction "c" cannot go through tensor cores (f16
  * or bf16 both, or f32 both where the graph allows tf32; what cp.async
  * needs: K contiguous in A and N in B, rows starting on 16 bytes), or

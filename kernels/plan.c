@@ -361,9 +361,9 @@ bool kgen_kernel_products(const sched_graph *graph, const kgen_kernel *kernel,
 }
 
 /* What kind of kernel a blocking is for: one matrix product (kgen_kernel_products:
- * gathered ones too), one product or a batch of them
- * (sched_op_batched_contraction), products of one shape side by side, or a
- * fused kernel (checked apart). */
+ * gathered ones too), one product or a batch of them, or a gathered one
+ * (kgen_mma_product), products of one shape side by side, or a fused
+ * kernel (checked apart). */
 enum blocking_of { BLOCKING_ONE_PRODUCT, BLOCKING_ONE_BATCH, BLOCKING_SIDE_BY_SIDE,
 		   BLOCKING_FUSED };
 
@@ -391,7 +391,7 @@ static int read_blocking(const sched_graph *graph, json_t *sched, const char *na
 		return 1;
 	if (of != BLOCKING_FUSED &&
 	    ((kernel->nops > 1 && of != BLOCKING_SIDE_BY_SIDE) ||
-	     !(of == BLOCKING_ONE_BATCH ? sched_op_batched_contraction(graph, kernel->ops[0], c)
+	     !(of == BLOCKING_ONE_BATCH ? kgen_mma_product(graph, kernel->ops[0], c)
 					: kgen_kernel_products(graph, kernel, c))))
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': '%s' is for a kernel "
 				 "of %s", kernel->name, name, of == BLOCKING_SIDE_BY_SIDE ?
@@ -436,16 +436,38 @@ static int read_micro(const sched_graph *graph, json_t *sched, kgen_kernel *kern
 	return check_micro(&c, kernel, err);
 }
 
+static void count_tensor(const sched_node *access, void *user)
+{
+	int *tensors = user;
+
+	tensors[1] += access->tensor != tensors[0];
+}
+
+bool kgen_mma_product(const sched_graph *graph, int op, sched_contraction *c)
+{
+	int others[2];
+
+	if (sched_op_batched_contraction(graph, op, c))
+		return true;
+	if (!sched_op_gathered_contraction(graph, op, c))
+		return false;
+	others[0] = c->b;
+	others[1] = 0;
+	sched_node_each_access(graph->ops[op].body->args[c->factor_b], count_tensor, others);
+	return others[1] == 0;
+}
+
 const char *kgen_mma_operands_unfit(const sched_graph *graph, const sched_contraction *c)
 {
 	enum sched_dtype a = graph->tensors[c->a].dtype, b = graph->tensors[c->b].dtype;
 	int per_16_bytes = 16 / sched_dtype_bytes(a);
+	bool b_fits = c->gathered || (c->b_n == 1 && c->b_k % per_16_bytes == 0 &&
+				      c->b0 % per_16_bytes == 0);
 
 	if (a != b || (a != SCHED_F16 && a != SCHED_BF16 &&
 		       (a != SCHED_F32 || !graph->allow_tf32)))
 		return "factors both f16 or both bf16 (or both f32 where the graph allows tf32)";
-	if (c->a_k != 1 || c->b_n != 1 || c->a_m % per_16_bytes || c->b_k % per_16_bytes ||
-	    c->a0 % per_16_bytes || c->b0 % per_16_bytes ||
+	if (c->a_k != 1 || !b_fits || c->a_m % per_16_bytes || c->a0 % per_16_bytes ||
 	    (c->batch > 1 && (c->a_batch % per_16_bytes || c->b_batch % per_16_bytes)))
 		return "A with K contiguous and B with N contiguous, rows starting on "
 		       "8 elements (4 of f32: 16 bytes), and so each product of a batch";
@@ -493,8 +515,7 @@ size_t kgen_kernel_scratch_bytes(const sched_graph *graph, const kgen_kernel *ke
 	*zeroed = 0;
 	if (kernel->schedule.parts > 1)
 		return parts_scratch_bytes(graph, kernel, zeroed);
-	if (m->split_k < 2 || kernel->nops > 1 ||
-	    !sched_op_batched_contraction(graph, kernel->ops[0], &c))
+	if (m->split_k < 2 || kernel->nops > 1 || !kgen_mma_product(graph, kernel->ops[0], &c))
 		return 0;
 	tiles = (size_t)kgen_mma_tiles(&c, m);
 	*zeroed = tiles * sizeof(unsigned);
@@ -524,7 +545,7 @@ int kgen_mma_factor_bytes(const sched_graph *graph, const kgen_kernel *kernel)
 	sched_contraction c;
 
 	for (int i = 0; i < kernel->nops; i++)
-		if (sched_op_contraction(graph, kernel->ops[i], &c))
+		if (kgen_mma_product(graph, kernel->ops[i], &c))
 			return sched_dtype_bytes(graph->tensors[c.a].dtype);
 	return 2;
 }

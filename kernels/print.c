@@ -512,6 +512,33 @@ const char *kgen_reducer_identity(enum sched_reducer reducer)
 	return identities[reducer];
 }
 
+/* Whether var v is one whose place a flat index of B's kind gives:
+ * "reducing", a k var; else an n var (a target var A does not move). */
+static bool decoded_var(const sched_op *op, const sched_contraction *c, bool reducing,
+			int v)
+{
+	return (v >= op->ntarget_vars) == reducing &&
+	       (reducing || op->vars[v].hi - op->vars[v].lo == 1 ||
+		!sched_node_mentions(op->body->args[1 - c->factor_b], v));
+}
+
+int kgen_decoded_vars(const sched_op *op, const sched_contraction *c, bool reducing,
+		      kgen_decoded *out)
+{
+	long long inner = 1;
+	int n = 0;
+
+	for (int v = op->nvars - 1; v >= 0; v--) {
+		long long extent = op->vars[v].hi - op->vars[v].lo;
+
+		if (!decoded_var(op, c, reducing, v))
+			continue;
+		out[n++] = (kgen_decoded){op->vars[v].name, op->vars[v].lo, inner, extent};
+		inner *= extent;
+	}
+	return n;
+}
+
 void kgen_print_reduction_decode(sched_buf *buf, const sched_op *op, const char *indent)
 {
 	int64_t stride = 1;

@@ -49,7 +49,7 @@ static void mma_launch_shape(const sched_graph *graph, const kgen_kernel *kernel
 	const kgen_mma *mma = &kernel->schedule.mma;
 	sched_contraction c;
 
-	if (!sched_op_batched_contraction(graph, kgen_kernel_op(graph, kernel)->index, &c))
+	if (!kgen_mma_product(graph, kgen_kernel_op(graph, kernel)->index, &c))
 		return;
 	*blocks = kgen_mma_tiles(&c, mma) * (mma->split_k > 1 ? mma->split_k : 1);
 	*threads = kgen_mma_threads(mma);

@@ -44,6 +44,19 @@ const char *kgen_reducer_identity(enum sched_reducer reducer);
 void kgen_print_combine(sched_buf *buf, enum sched_reducer reducer,
 			const char *acc, const char *x);
 bool kgen_has_division(const sched_node *node);
+/* A var of a gathered product's B that a flat index of K or N decodes
+ * into: lo + flat / inner % extent. */
+typedef struct kgen_decoded {
+	const char *name;
+	long long lo, inner, extent;
+} kgen_decoded;
+
+/* The vars that a flat index of gathered product "c"'s K ("reducing") or
+ * N decodes into, the last fastest (an n var: a target var A does not
+ * move); how many. */
+int kgen_decoded_vars(const sched_op *op, const sched_contraction *c, bool reducing,
+		      kgen_decoded *out);
+
 /* The statements that decode the flat reduction index "r" (of
  * sched_op_reduction_points) into its variables v_NAME. */
 void kgen_print_reduction_decode(sched_buf *buf, const sched_op *op, const char *indent);

@@ -93,41 +93,6 @@ static void print_pack_b(const micro_printer *p)
 		(long long)p->c.b0, (long long)p->c.b_k, (long long)p->c.b_n);
 }
 
-/* Whether var v is one whose place a flat index of B's kind gives:
- * "reducing", a k var; else an n var (a target var A does not move). */
-static bool decoded_var(const micro_printer *p, bool reducing, int v)
-{
-	const sched_op *op = p->op;
-
-	return (v >= op->ntarget_vars) == reducing &&
-	       (reducing || op->vars[v].hi - op->vars[v].lo == 1 ||
-		!sched_node_mentions(op->body->args[1 - p->c.factor_b], v));
-}
-
-/* A var that a flat index decodes into: lo + flat / inner % extent. */
-typedef struct decoded {
-	const char *name;
-	long long lo, inner, extent;
-} decoded;
-
-/* The vars of a kind (decoded_var), the last fastest; how many. */
-static int decoded_vars(const micro_printer *p, bool reducing, decoded *out)
-{
-	const sched_op *op = p->op;
-	long long inner = 1;
-	int n = 0;
-
-	for (int v = op->nvars - 1; v >= 0; v--) {
-		long long extent = op->vars[v].hi - op->vars[v].lo;
-
-		if (!decoded_var(p, reducing, v))
-			continue;
-		out[n++] = (decoded){op->vars[v].name, op->vars[v].lo, inner, extent};
-		inner *= extent;
-	}
-	return n;
-}
-
 static void declare_read(const sched_node *access, void *user)
 {
 	micro_printer *p = user;
@@ -145,8 +110,9 @@ static void print_pack_gathered_b(micro_printer *p)
 {
 	const sched_node *factor = p->op->body->args[p->c.factor_b];
 	const char *type = kgen_wide_indices(p->graph) ? "idx_t" : "int";
-	decoded n[2 * SCHED_MAX_RANK], k[2 * SCHED_MAX_RANK];
-	int nn = decoded_vars(p, false, n), nk = decoded_vars(p, true, k);
+	kgen_decoded n[2 * SCHED_MAX_RANK], k[2 * SCHED_MAX_RANK];
+	int nn = kgen_decoded_vars(p->op, &p->c, false, n);
+	int nk = kgen_decoded_vars(p->op, &p->c, true, k);
 
 	sched_buf_printf(p->buf,
 		"static void pack_b%s(void **tensors, float *restrict bp, idx_t pc,\n"

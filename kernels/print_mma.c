@@ -35,6 +35,7 @@ typedef struct mma_printer {
 	const sched_graph *graph;
 	sched_contraction c;
 	const sched_tensor *a, *b, *target;
+	const sched_op *op; /* a gathered product's, whose B it evaluates */
 	kgen_mma s;
 } mma_printer;
 
@@ -188,6 +189,47 @@ static void print_constants(const mma_printer *p)
 	print_layout(p, bytes);
 }
 
+/* The element of a gathered B (a convolution's padded window) at "k" and
+ * "n" of the slice: its k vars decoded from k, its n vars from n. */
+static void print_gathered_element(const mma_printer *p)
+{
+	const sched_op *op = p->op;
+	kgen_decoded vars[2 * SCHED_MAX_RANK];
+
+	for (int reducing = 1; reducing >= 0; reducing--) {
+		int n = kgen_decoded_vars(op, &p->c, reducing, vars);
+
+		for (int i = 0; i < n; i++)
+			sched_buf_printf(p->buf, "\t\t\tconst idx_t v_%s = %lld + %s / %lld %% %lld;\n"
+					 "\t\t\t(void)v_%s;\n", vars[i].name, vars[i].lo,
+					 reducing ? "k" : "n", vars[i].inner, vars[i].extent,
+					 vars[i].name);
+	}
+	sched_buf_printf(p->buf, "\t\t\tvalue = ");
+	kgen_print_value(p->buf, &(kgen_printer){p->graph, op, NULL, NULL},
+			 op->body->args[p->c.factor_b]);
+	sched_buf_printf(p->buf, ";\n");
+}
+
+/* A gathered B's slice into shared memory, element by element: each
+ * evaluated (its one tensor read through B), rounded to the factors'
+ * type; zero past K and N. An implicit GEMM: no im2row matrix exists. */
+static void print_gathered_b(const mma_printer *p)
+{
+	sched_buf_printf(p->buf,
+		"\tconst %s *__restrict__ t_%s = (const %s *)B;\n"
+		"\tfor (int c = threadIdx.x; c < BK * BN; c += THREADS) {\n"
+		"\t\tconst int row = c / BN, col = c %% BN;\n"
+		"\t\tconst idx_t k = (idx_t)kt * BK + row, n = n0 + col;\n"
+		"\t\tfloat value = 0.0f;\n"
+		"\t\tif (k < K && n < N) {\n",
+		kgen_ctype(p->b->dtype, true), p->b->name, kgen_ctype(p->b->dtype, true));
+	print_gathered_element(p);
+	sched_buf_printf(p->buf, "\t\t}\n\t\tbs[B_AT(row, col)] = %s(value);\n\t}\n",
+			 is_tf32(p) ? "__float_as_uint" :
+			 p->b->dtype == SCHED_F16 ? "f16_store" : "bf16_store");
+}
+
 /* The k-th bk slice of A's and B's tiles into shared stage "stage".
  * Exactly-sized code for a slice that lies wholly inside A and B ("whole":
  * an interior tile, not the last partial slice of K): loops of a fixed
@@ -197,20 +239,26 @@ static void print_load_slice(const mma_printer *p)
 	sched_buf_printf(p->buf,
 		"__device__ __forceinline__ void load_slice(elem_t *as, elem_t *bs,\n"
 		"\tconst elem_t *A, const elem_t *B, idx_t m0, idx_t n0, int kt, bool whole)\n"
-		"{\n"
+		"{\n");
+	if (p->c.gathered)
+		print_gathered_b(p);
+	sched_buf_printf(p->buf,
 		"\tif (whole) {\n"
 		"#pragma unroll\n"
 		"\t\tfor (int i = 0; i < (BM * BK / VEC + THREADS - 1) / THREADS; i++) {\n"
 		"\t\t\tint c = threadIdx.x + i * THREADS, row = c / (BK / VEC), col = c %% (BK / VEC) * VEC;\n"
 		"\t\t\tif ((BM * BK / VEC) %% THREADS == 0 || c < BM * BK / VEC)\n"
 		"\t\t\t\tcopy16(as + A_AT(row, col), A + (m0 + row) * LDA + (idx_t)kt * BK + col, 16);\n"
-		"\t\t}\n"
-		"#pragma unroll\n"
-		"\t\tfor (int i = 0; i < (BK * BN / VEC + THREADS - 1) / THREADS; i++) {\n"
-		"\t\t\tint c = threadIdx.x + i * THREADS, row = c / (BN / VEC), col = c %% (BN / VEC) * VEC;\n"
-		"\t\t\tif ((BK * BN / VEC) %% THREADS == 0 || c < BK * BN / VEC)\n"
-		"\t\t\t\tcopy16(bs + B_AT(row, col), B + ((idx_t)kt * BK + row) * LDB + n0 + col, 16);\n"
-		"\t\t}\n"
+		"\t\t}\n");
+	if (!p->c.gathered)
+		sched_buf_printf(p->buf,
+			"#pragma unroll\n"
+			"\t\tfor (int i = 0; i < (BK * BN / VEC + THREADS - 1) / THREADS; i++) {\n"
+			"\t\t\tint c = threadIdx.x + i * THREADS, row = c / (BN / VEC), col = c %% (BN / VEC) * VEC;\n"
+			"\t\t\tif ((BK * BN / VEC) %% THREADS == 0 || c < BK * BN / VEC)\n"
+			"\t\t\t\tcopy16(bs + B_AT(row, col), B + ((idx_t)kt * BK + row) * LDB + n0 + col, 16);\n"
+			"\t\t}\n");
+	sched_buf_printf(p->buf,
 		"\t\tcopies_commit();\n"
 		"\t\treturn;\n"
 		"\t}\n"
@@ -220,16 +268,17 @@ static void print_load_slice(const mma_printer *p)
 		"\t\tint valid = m < M ? (int)(K - k < VEC ? (K - k > 0 ? K - k : 0) : VEC) : 0;\n"
 		"\t\tcopy16(as + A_AT(row, col), valid ? A + m * LDA + k : A,\n"
 		"\t\t       (int)sizeof(elem_t) * valid);\n"
-		"\t}\n"
-		"\tfor (int c = threadIdx.x; c < BK * BN / VEC; c += THREADS) {\n"
-		"\t\tint row = c / (BN / VEC), col = c %% (BN / VEC) * VEC;\n"
-		"\t\tidx_t k = (idx_t)kt * BK + row, n = n0 + col;\n"
-		"\t\tint valid = k < K ? (int)(N - n < VEC ? (N - n > 0 ? N - n : 0) : VEC) : 0;\n"
-		"\t\tcopy16(bs + B_AT(row, col), valid ? B + k * LDB + n : B,\n"
-		"\t\t       (int)sizeof(elem_t) * valid);\n"
-		"\t}\n"
-		"\tcopies_commit();\n"
-		"}\n");
+		"\t}\n");
+	if (!p->c.gathered)
+		sched_buf_printf(p->buf,
+			"\tfor (int c = threadIdx.x; c < BK * BN / VEC; c += THREADS) {\n"
+			"\t\tint row = c / (BN / VEC), col = c %% (BN / VEC) * VEC;\n"
+			"\t\tidx_t k = (idx_t)kt * BK + row, n = n0 + col;\n"
+			"\t\tint valid = k < K ? (int)(N - n < VEC ? (N - n > 0 ? N - n : 0) : VEC) : 0;\n"
+			"\t\tcopy16(bs + B_AT(row, col), valid ? B + k * LDB + n : B,\n"
+			"\t\t       (int)sizeof(elem_t) * valid);\n"
+			"\t}\n");
+	sched_buf_printf(p->buf, "\tcopies_commit();\n}\n");
 }
 
 /* The warp's wm x wn from one shared stage: per 16 of depth, ldmatrix
@@ -505,16 +554,21 @@ static mma_printer printer_of(sched_buf *buf, const sched_graph *graph,
 			     .a = &graph->tensors[c->a], .b = &graph->tensors[c->b]};
 }
 
+static void print_definitions(const mma_printer *p)
+{
+	sched_buf_printf(p->buf, "%s", mma_helpers);
+	print_mma_call(p);
+	print_constants(p);
+	print_load_slice(p);
+	print_compute_slice(p);
+}
+
 void kgen_print_mma_definitions(sched_buf *buf, const sched_graph *graph,
 				const sched_contraction *c, const kgen_mma *mma)
 {
 	mma_printer p = printer_of(buf, graph, c, mma);
 
-	sched_buf_printf(buf, "%s", mma_helpers);
-	print_mma_call(&p);
-	print_constants(&p);
-	print_load_slice(&p);
-	print_compute_slice(&p);
+	print_definitions(&p);
 }
 
 void kgen_print_mma_pipeline(sched_buf *buf, const sched_graph *graph,
@@ -532,13 +586,14 @@ char *kgen_print_mma(const sched_graph *graph, const kgen_kernel *kernel, bool w
 	sched_contraction c;
 	mma_printer p;
 
-	if (!sched_op_batched_contraction(graph, op->index, &c))
+	if (!kgen_mma_product(graph, op->index, &c))
 		return NULL;
 	p = printer_of(&buf, graph, &c, &kernel->schedule.mma);
 	p.target = &graph->tensors[op->target];
+	p.op = op;
 	kgen_print_helpers(&buf, true, true);
 	kgen_print_header(&buf, &(kgen_printer){graph, op, NULL, NULL}, kernel->name);
-	kgen_print_mma_definitions(&buf, graph, &c, &kernel->schedule.mma);
+	print_definitions(&p);
 	print_params(&p, kernel->name, wrapped);
 	print_tile(&p, wrapped);
 	print_pipeline(&p);

@@ -192,7 +192,7 @@ static enum blocking blocking_of(const tuner_search *s, int k, sched_contraction
 	if (!s->o.cuda)
 		return sched_op_gathered_contraction(s->graph, op->index, product)
 		       ? BLOCKING_MICRO : BLOCKING_NONE;
-	if (!sched_op_batched_contraction(s->graph, op->index, product))
+	if (!kgen_mma_product(s->graph, op->index, product))
 		return BLOCKING_NONE;
 	return kgen_mma_operands_unfit(s->graph, product) ? BLOCKING_NONE : BLOCKING_MMA;
 }

@@ -4,8 +4,9 @@
  * emulated backend): shapes no tile divides (several blocks, interior
  * and edge tiles, K in several slices and a zero-filled last one), bf16
  * factors, an f32 and a bf16 output, a shifted B; shapes every tile
- * divides (interior tiles only); and a batch of products (attention's P V
- * per head). Tensors and op, graph_builder's way.
+ * divides (interior tiles only); a batch of products (attention's P V
+ * per head); and a convolution (an implicit GEMM: its padded windows
+ * evaluated as B is loaded). Tensors and op, graph_builder's way.
  */
 #ifndef MMA_PRODUCTS_H
 #define MMA_PRODUCTS_H
@@ -21,6 +22,9 @@ static const char *const odd_products[][2] = {
 	 "y[i, j] = sum(k) a[i, k] * b[k, j]"},
 	{"p f16 3,40,24 in; v f16 3,24,56 in; o f16 3,40,56 out",
 	 "o[h, i, d] = sum(j) p[h, i, j] * v[h, j, d]"},
+	{"x f16 1,8,10,10 in; w f16 16,8,3,3 in; y f16 1,16,10,10 out",
+	 "y[n, k, p, q] = sum(c, r < 3, s < 3) select(p + r >= 1 && p + r <= 10 && "
+	 "q + s >= 1 && q + s <= 10, x[n, c, p + r - 1, q + s - 1], 0) * w[k, c, r, s]"},
 };
 #define NODD_PRODUCTS (sizeof(odd_products) / sizeof(*odd_products))
 

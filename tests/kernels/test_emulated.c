@@ -77,8 +77,8 @@ static void expect_verified(kgen_backend *backend, const sched_graph *g,
 	kgen_error_release(&err);
 }
 
-/* The default plan of "g" with "m" on every matrix product (or batch of
- * them). */
+/* The default plan of "g" with "m" on every product tensor cores take
+ * (kgen_mma_product). */
 static kgen_plan *mma_plan(const sched_graph *g, kgen_mma m)
 {
 	kgen_plan *plan = kgen_plan_default(g);
@@ -86,7 +86,7 @@ static kgen_plan *mma_plan(const sched_graph *g, kgen_mma m)
 	for (int k = 0; k < plan->nkernels; k++) {
 		sched_contraction c;
 
-		if (sched_op_batched_contraction(g, plan->kernels[k].ops[0], &c))
+		if (kgen_mma_product(g, plan->kernels[k].ops[0], &c))
 			plan->kernels[k].schedule.mma = m;
 	}
 	return checked(g, plan);
@@ -728,6 +728,52 @@ Test(emulated, batched_products_match)
 
 			cr_assert_gt(plan->kernels[0].schedule.mma.bm, 0, "%s", cases[i].op);
 			snprintf(what, sizeof(what), "%s, blocking %zu", cases[i].op, b);
+			expect_verified(backend, g, plan, what);
+			kgen_plan_free(plan);
+		}
+		if (i == 0)
+			expect_bugs_caught_in(backend, g, cut[0], bug, 1);
+		else
+			sched_graph_free(g);
+	}
+	kgen_backend_close(backend);
+}
+
+/* Convolutions as implicit GEMMs on tensor cores: w as A, the padded
+ * windows of x as B, evaluated as each slice is loaded (bf16 into an f32
+ * output, f32 as tf32); in a plain blocking and one with rotated rows and
+ * K in parts; and a planted bug, a window's column read from the wrong
+ * tap, caught. */
+Test(emulated, convolutions_run_as_implicit_gemms)
+{
+	static const char conv[] = "y[n, k, p, q] = sum(c, r < 3, s < 3) select(p + r >= 1 && "
+		"p + r <= 6 && q + s >= 1 && q + s <= 6, x[n, c, p + r - 1, q + s - 1], 0) * "
+		"w[k, c, r, s]";
+	static const struct {
+		const char *tensors;
+		bool tf32;
+	} cases[] = {
+		{"x bf16 1,8,6,6 in; w bf16 24,8,3,3 in; y f32 1,24,6,6 out", false},
+		{"x f32 1,4,6,6 in; w f32 8,4,3,3 in; y f32 1,8,6,6 out", true},
+	};
+	static const kgen_mma cut[] = {{32, 32, 16, 16, 16, 2, 0, 0, 0},
+				       {16, 64, 16, 16, 32, 3, 0, 1, 2}};
+	static const char *const bug[][2] = {{"k / 1 % 3", "k / 3 % 3"}};
+	kgen_backend *backend = open_emulated();
+	char what[160];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		sched_graph *g = NULL;
+		sched_error serr = {0};
+
+		cr_assert_eq((cases[i].tf32 ? load_graph_tf32 : load_graph)(
+				     cases[i].tensors, OPS(conv), &g, &serr),
+			     SCHED_OK, "%s", serr.message);
+		for (size_t b = 0; b < sizeof(cut) / sizeof(*cut); b++) {
+			kgen_plan *plan = mma_plan(g, cut[b]);
+
+			cr_assert_gt(plan->kernels[0].schedule.mma.bm, 0, "%s", cases[i].tensors);
+			snprintf(what, sizeof(what), "%s, blocking %zu", cases[i].tensors, b);
 			expect_verified(backend, g, plan, what);
 			kgen_plan_free(plan);
 		}

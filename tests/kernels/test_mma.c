@@ -31,7 +31,7 @@ static char *mma_plan_text(const sched_graph *g, kgen_mma m)
 		sched_contraction c;
 		const kgen_kernel *kernel = &plan->kernels[k];
 
-		if (sched_op_batched_contraction(g, kernel->ops[0], &c))
+		if (kgen_mma_product(g, kernel->ops[0], &c))
 			plan->kernels[k].schedule.mma = m;
 	}
 	json = kgen_plan_to_json(g, plan);
@@ -162,6 +162,10 @@ Test(mma, misuses_are_refused_with_the_reason)
 	expect_refused(f16, product, "\"bm\": 64, \"bn\": 64", "object of bm, bn, bk, wm, "
 		       "wn and stages");
 	expect_refused("a f16 64,32 in; y f16 64 out", "y[i] = sum(k) a[i, k]", GOOD,
+		       "one op that is a matrix product");
+	expect_refused("x f16 8,10 in; m f16 8,10 in; w f16 16,8,3 in; y f16 16,8 out",
+		       "y[k, p] = sum(c, r < 3) select(p + r >= 1 && p + r <= 8, "
+		       "x[c, p + r - 1] * m[c, p + r - 1], 0) * w[k, c, r]", GOOD,
 		       "one op that is a matrix product");
 }
 
