@@ -692,42 +692,34 @@ Test(emulated, split_k_products_match)
 	kgen_backend_close(backend);
 }
 
-/* Batches of products on tensor cores, a block per tile of one product:
- * P V per head (f16, C stored 16 bytes at a time), heads in the middle
- * of an f32 C (stored element by element), two batch vars as tf32; each
- * in a plain blocking and one with raster, rotated rows and K in parts;
- * and a planted bug, A's offset in the batch dropped, caught. */
-Test(emulated, batched_products_match)
-{
-	static const struct {
-		const char *tensors, *op;
-		bool tf32;
-	} cases[] = {
-		{"p f16 3,40,32 in; v f16 3,32,48 in; o f16 3,40,48 out",
-		 "o[h, i, d] = sum(j) p[h, i, j] * v[h, j, d]", false},
-		{"p bf16 3,24,40 in; v bf16 3,40,16 in; o f32 24,3,16 out",
-		 "o[i, h, d] = sum(j) p[h, i, j] * v[h, j, d]", false},
-		{"a f32 2,3,20,16 in; b f32 2,3,16,24 in; y f32 2,3,20,24 out",
-		 "y[s, t, i, j] = sum(k) a[s, t, i, k] * b[s, t, k, j]", true},
-	};
-	static const kgen_mma cut[] = {{32, 32, 16, 16, 16, 2, 0, 0, 0},
-				       {32, 16, 16, 16, 8, 3, 2, 1, 2}};
-	static const char *const bug[][2] = {{"+ batch * ", "+ 0     * "}};
-	kgen_backend *backend = open_emulated();
-	char what[160];
+/* A product on tensor cores of graph_builder's kind, f32 factors as tf32
+ * where "tf32". */
+typedef struct mma_case {
+	const char *tensors, *op;
+	bool tf32;
+} mma_case;
 
-	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+/* Each case in blockings "cut" (two) verified, and "bug" planted in the
+ * first case's first blocking caught. */
+static void expect_cases_verified(const mma_case *cases, size_t ncases,
+				  const kgen_mma *cut, const char *const (*bug)[2])
+{
+	kgen_backend *backend = open_emulated();
+	char what[320];
+
+	for (size_t i = 0; i < ncases; i++) {
 		sched_graph *g = NULL;
 		sched_error serr = {0};
 
 		cr_assert_eq((cases[i].tf32 ? load_graph_tf32 : load_graph)(
 				     cases[i].tensors, OPS(cases[i].op), &g, &serr),
 			     SCHED_OK, "%s", serr.message);
-		for (size_t b = 0; b < sizeof(cut) / sizeof(*cut); b++) {
+		for (size_t b = 0; b < 2; b++) {
 			kgen_plan *plan = mma_plan(g, cut[b]);
 
-			cr_assert_gt(plan->kernels[0].schedule.mma.bm, 0, "%s", cases[i].op);
-			snprintf(what, sizeof(what), "%s, blocking %zu", cases[i].op, b);
+			cr_assert_gt(plan->kernels[0].schedule.mma.bm, 0, "%s", cases[i].tensors);
+			snprintf(what, sizeof(what), "%s: %s, blocking %zu", cases[i].tensors,
+				 cases[i].op, b);
 			expect_verified(backend, g, plan, what);
 			kgen_plan_free(plan);
 		}
@@ -739,6 +731,32 @@ Test(emulated, batched_products_match)
 	kgen_backend_close(backend);
 }
 
+/* Batches of products on tensor cores, a block per tile of one product:
+ * P V per head (f16, C stored 16 bytes at a time), heads in the middle
+ * of an f32 C (stored element by element), two batch vars as tf32; each
+ * in a plain blocking and one with raster, rotated rows and K in parts;
+ * and a planted bug, A's offset in the batch dropped, caught. */
+Test(emulated, batched_products_match)
+{
+	static const mma_case cases[] = {
+		{"p f16 3,40,32 in; v f16 3,32,48 in; o f16 3,40,48 out",
+		 "o[h, i, d] = sum(j) p[h, i, j] * v[h, j, d]", false},
+		{"p bf16 3,24,40 in; v bf16 3,40,16 in; o f32 24,3,16 out",
+		 "o[i, h, d] = sum(j) p[h, i, j] * v[h, j, d]", false},
+		{"a f32 2,3,20,16 in; b f32 2,3,16,24 in; y f32 2,3,20,24 out",
+		 "y[s, t, i, j] = sum(k) a[s, t, i, k] * b[s, t, k, j]", true},
+	};
+	static const kgen_mma cut[] = {{32, 32, 16, 16, 16, 2, 0, 0, 0},
+				       {32, 16, 16, 16, 8, 3, 2, 1, 2}};
+	static const char *const bug[][2] = {{"+ batch * ", "+ 0     * "}};
+
+	expect_cases_verified(cases, sizeof(cases) / sizeof(*cases), cut, bug);
+}
+
+#define CONV_6X6 "y[n, k, p, q] = sum(c, r < 3, s < 3) select(p + r >= 1 && " \
+	"p + r <= 6 && q + s >= 1 && q + s <= 6, x[n, c, p + r - 1, q + s - 1], 0) * " \
+	"w[k, c, r, s]"
+
 /* Convolutions as implicit GEMMs on tensor cores: w as A, the padded
  * windows of x as B, evaluated as each slice is loaded (bf16 into an f32
  * output, f32 as tf32); in a plain blocking and one with rotated rows and
@@ -746,43 +764,15 @@ Test(emulated, batched_products_match)
  * tap, caught. */
 Test(emulated, convolutions_run_as_implicit_gemms)
 {
-	static const char conv[] = "y[n, k, p, q] = sum(c, r < 3, s < 3) select(p + r >= 1 && "
-		"p + r <= 6 && q + s >= 1 && q + s <= 6, x[n, c, p + r - 1, q + s - 1], 0) * "
-		"w[k, c, r, s]";
-	static const struct {
-		const char *tensors;
-		bool tf32;
-	} cases[] = {
-		{"x bf16 1,8,6,6 in; w bf16 24,8,3,3 in; y f32 1,24,6,6 out", false},
-		{"x f32 1,4,6,6 in; w f32 8,4,3,3 in; y f32 1,8,6,6 out", true},
+	static const mma_case cases[] = {
+		{"x bf16 1,8,6,6 in; w bf16 24,8,3,3 in; y f32 1,24,6,6 out", CONV_6X6, false},
+		{"x f32 1,4,6,6 in; w f32 8,4,3,3 in; y f32 1,8,6,6 out", CONV_6X6, true},
 	};
 	static const kgen_mma cut[] = {{32, 32, 16, 16, 16, 2, 0, 0, 0},
 				       {16, 64, 16, 16, 32, 3, 0, 1, 2}};
 	static const char *const bug[][2] = {{"k / 1 % 3", "k / 3 % 3"}};
-	kgen_backend *backend = open_emulated();
-	char what[160];
 
-	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
-		sched_graph *g = NULL;
-		sched_error serr = {0};
-
-		cr_assert_eq((cases[i].tf32 ? load_graph_tf32 : load_graph)(
-				     cases[i].tensors, OPS(conv), &g, &serr),
-			     SCHED_OK, "%s", serr.message);
-		for (size_t b = 0; b < sizeof(cut) / sizeof(*cut); b++) {
-			kgen_plan *plan = mma_plan(g, cut[b]);
-
-			cr_assert_gt(plan->kernels[0].schedule.mma.bm, 0, "%s", cases[i].tensors);
-			snprintf(what, sizeof(what), "%s, blocking %zu", cases[i].tensors, b);
-			expect_verified(backend, g, plan, what);
-			kgen_plan_free(plan);
-		}
-		if (i == 0)
-			expect_bugs_caught_in(backend, g, cut[0], bug, 1);
-		else
-			sched_graph_free(g);
-	}
-	kgen_backend_close(backend);
+	expect_cases_verified(cases, sizeof(cases) / sizeof(*cases), cut, bug);
 }
 
 /* Planted bugs the emulator must not pass: interior tiles whose slices
