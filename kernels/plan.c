@@ -360,10 +360,10 @@ bool kgen_kernel_products(const sched_graph *graph, const kgen_kernel *kernel,
 	return true;
 }
 
-/* What kind of kernel a blocking is for: one matrix product (kgen_kernel_products:
- * gathered ones too), one product or a batch of them, or a gathered one
- * (kgen_mma_product), products of one shape side by side, or a fused
- * kernel (checked apart). */
+/* What kind of kernel a blocking is for: one matrix product
+ * (kgen_kernel_products: gathered ones too), one product for tensor
+ * cores (kgen_mma_product: batches and implicit GEMMs too), products of
+ * one shape side by side, or a fused kernel (checked apart). */
 enum blocking_of { BLOCKING_ONE_PRODUCT, BLOCKING_ONE_BATCH, BLOCKING_SIDE_BY_SIDE,
 		   BLOCKING_FUSED };
 
