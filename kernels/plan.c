@@ -800,7 +800,7 @@ static int read_parts(const sched_graph *graph, json_t *sched, kgen_kernel *kern
 {
 	const sched_op *op = kgen_kernel_op(graph, kernel);
 	int64_t parts = 1;
-	size_t zeroed;
+	size_t zeroed, bytes;
 	int rc;
 
 	if ((rc = read_int(sched, "parts", 1, MAX_PARTS, &parts, kernel->name, err)) < 0 ||
@@ -820,12 +820,10 @@ static int read_parts(const sched_graph *graph, json_t *sched, kgen_kernel *kern
 				 "points of its reduction", kernel->name, (long long)parts,
 				 (long long)sched_op_reduction_points(op));
 	kernel->schedule.parts = (int)parts;
-	if (kgen_kernel_scratch_bytes(graph, kernel, &zeroed) > MAX_PARTS_BYTES)
+	if ((bytes = kgen_kernel_scratch_bytes(graph, kernel, &zeroed)) > MAX_PARTS_BYTES)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': its %lld parts' partial "
 				 "results take %zu MiB, more than %d", kernel->name,
-				 (long long)parts,
-				 kgen_kernel_scratch_bytes(graph, kernel, &zeroed) >> 20,
-				 MAX_PARTS_BYTES >> 20);
+				 (long long)parts, bytes >> 20, MAX_PARTS_BYTES >> 20);
 	return KGEN_OK;
 }
 

@@ -539,6 +539,15 @@ int kgen_decoded_vars(const sched_op *op, const sched_contraction *c, bool reduc
 	return n;
 }
 
+void kgen_print_decoded(sched_buf *buf, const kgen_decoded *vars, int n, const char *type,
+			const char *flat, const char *indent)
+{
+	for (int i = 0; i < n; i++)
+		sched_buf_printf(buf, "%sconst %s v_%s = %lld + %s / %lld %% %lld;\n%s(void)v_%s;\n",
+				 indent, type, vars[i].name, vars[i].lo, flat, vars[i].inner,
+				 vars[i].extent, indent, vars[i].name);
+}
+
 void kgen_print_reduction_decode(sched_buf *buf, const sched_op *op, const char *indent)
 {
 	int64_t stride = 1;

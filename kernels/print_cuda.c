@@ -111,13 +111,13 @@ static void print_part(const cuda_kernel *k)
 {
 	int parts = k->kernel->schedule.parts;
 	int64_t points = sched_op_reduction_points(k->pr.op);
+	long long chunk = (long long)((points + parts - 1) / parts);
 
 	sched_buf_printf(k->buf, "\tconst idx_t part = tile %% %d;\n\ttile /= %d;\n"
 			 "\tconst idx_t whole = tile;\n"
 			 "\tconst idx_t r0 = part * %lld, r1 = kmin(r0 + %lld, %lld);\n"
 			 "\tfloat *const partial = scratch + %lld + (whole * %d + part) * %lld;\n",
-			 parts, parts, (long long)((points + parts - 1) / parts),
-			 (long long)((points + parts - 1) / parts), (long long)points,
+			 parts, parts, chunk, chunk, (long long)points,
 			 (long long)kgen_kernel_tiles(k->pr.graph, k->kernel), parts,
 			 (long long)tile_elements(k));
 }

@@ -56,6 +56,10 @@ typedef struct kgen_decoded {
  * move); how many. */
 int kgen_decoded_vars(const sched_op *op, const sched_contraction *c, bool reducing,
 		      kgen_decoded *out);
+/* "const TYPE v_NAME = LO + FLAT / INNER % EXTENT;" for each of the "n"
+ * vars, each line opening with "indent". */
+void kgen_print_decoded(sched_buf *buf, const kgen_decoded *vars, int n, const char *type,
+			const char *flat, const char *indent);
 
 /* The statements that decode the flat reduction index "r" (of
  * sched_op_reduction_points) into its variables v_NAME. */

@@ -130,10 +130,7 @@ static void print_pack_gathered_b(micro_printer *p)
 		sched_buf_printf(p->buf, "\t\t\tn_%s[j] = %lld + (jc + jr + j) / %lld %% %lld;\n",
 				 n[i].name, n[i].lo, n[i].inner, n[i].extent);
 	sched_buf_printf(p->buf, "\t\t}\n\t\tfor (idx_t p = 0; p < kc; p++) {\n");
-	for (int i = 0; i < nk; i++)
-		sched_buf_printf(p->buf, "\t\t\tconst %s v_%s = %lld + (pc + p) / %lld %% %lld;\n"
-				 "\t\t\t(void)v_%s;\n", type, k[i].name, k[i].lo, k[i].inner,
-				 k[i].extent, k[i].name);
+	kgen_print_decoded(p->buf, k, nk, type, "(pc + p)", "\t\t\t");
 	sched_buf_printf(p->buf, "\t\t\tfor (idx_t j = 0; j < w; j++) {\n");
 	for (int i = 0; i < nn; i++)
 		sched_buf_printf(p->buf, "\t\t\t\tconst %s v_%s = n_%s[j];\n\t\t\t\t(void)v_%s;\n",

@@ -196,15 +196,9 @@ static void print_gathered_element(const mma_printer *p)
 	const sched_op *op = p->op;
 	kgen_decoded vars[2 * SCHED_MAX_RANK];
 
-	for (int reducing = 1; reducing >= 0; reducing--) {
-		int n = kgen_decoded_vars(op, &p->c, reducing, vars);
-
-		for (int i = 0; i < n; i++)
-			sched_buf_printf(p->buf, "\t\t\tconst idx_t v_%s = %lld + %s / %lld %% %lld;\n"
-					 "\t\t\t(void)v_%s;\n", vars[i].name, vars[i].lo,
-					 reducing ? "k" : "n", vars[i].inner, vars[i].extent,
-					 vars[i].name);
-	}
+	for (int reducing = 1; reducing >= 0; reducing--)
+		kgen_print_decoded(p->buf, vars, kgen_decoded_vars(op, &p->c, reducing, vars),
+				   "idx_t", reducing ? "k" : "n", "\t\t\t");
 	sched_buf_printf(p->buf, "\t\t\tvalue = ");
 	kgen_print_value(p->buf, &(kgen_printer){p->graph, op, NULL, NULL},
 			 op->body->args[p->c.factor_b]);

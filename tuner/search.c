@@ -205,8 +205,9 @@ static int parts_domain(const sched_graph *graph, const sched_op *op)
 {
 	int n = 1;
 
-	while (n < 4 && parts_of_reductions[n] <= sched_op_reduction_points(op) &&
-	       graph->tensors[op->target].size <= PARTS_MAX_OUTPUT)
+	if (graph->tensors[op->target].size > PARTS_MAX_OUTPUT)
+		return 1;
+	while (n < 4 && parts_of_reductions[n] <= sched_op_reduction_points(op))
 		n++;
 	return n;
 }
