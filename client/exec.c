@@ -13,8 +13,13 @@
 #include "kgen.h"
 #include "tuned_exec.h"
 
+/* "graph" is the caller's; a fetched plan runs on "canonical", the
+ * canonical form of it (kgen_graph_for_plan), with the caller's tensors
+ * put in its order in "args". */
 struct tuned_exec {
 	sched_graph *graph;
+	sched_graph *canonical;
+	void **args;
 	kgen_backend *backend;
 	kgen_plan *plan;
 	kgen_program *prog;
@@ -83,17 +88,27 @@ static int build(tuned_exec *e, json_t *fetched, const char *backend, char *why,
 		 size_t size)
 {
 	json_t *plan = json_object_get(fetched, "plan") ?: fetched;
+	const sched_graph *graph;
 	kgen_error err = {0};
 	const char **sources = NULL;
 	int rc = -1;
 
-	if (kgen_plan_from_json(e->graph, plan, &e->plan, &err) < 0)
+	if (kgen_graph_for_plan(e->graph, plan, &e->canonical, &err) < 0) {
+		fail(why, size, "%s", err.message);
+		kgen_error_release(&err);
+		return -1;
+	}
+	graph = e->canonical ?: e->graph;
+	if (e->canonical &&
+	    !(e->args = calloc(sched_graph_tensor_count(graph), sizeof(void *))))
+		fail(why, size, "out of memory");
+	else if (kgen_plan_from_json(graph, plan, &e->plan, &err) < 0)
 		fail(why, size, "the plan does not fit the graph: %s", err.message);
 	else if (!(sources = calloc(e->plan->nkernels, sizeof(char *))))
 		fail(why, size, "out of memory");
 	else if (fetched_sources(fetched, e->plan, backend, sources, why, size) == 0) {
 		if (kgen_backend_open(backend, &e->backend, &err) < 0 ||
-		    kgen_program_build(e->backend, e->graph, e->plan, sources, &e->prog,
+		    kgen_program_build(e->backend, graph, e->plan, sources, &e->prog,
 				       &err) < 0)
 			fail(why, size, "%s", err.message);
 		else
@@ -138,6 +153,16 @@ int tuned_exec_tensor_count(const tuned_exec *e)
 	return sched_graph_tensor_count(e->graph);
 }
 
+/* The caller's tensors (in its graph's order) in the plan's numbering. */
+static void *const *in_plan_order(tuned_exec *e, void *const *tensors)
+{
+	if (!e->canonical)
+		return tensors;
+	for (int t = 0; t < sched_graph_tensor_count(e->graph); t++)
+		e->args[sched_tensor_canonical_number(e->graph, t)] = tensors[t];
+	return e->args;
+}
+
 int tuned_exec_run(tuned_exec *e, void *stream, void *const *tensors, char *why,
 		   size_t size)
 {
@@ -146,10 +171,11 @@ int tuned_exec_run(tuned_exec *e, void *stream, void *const *tensors, char *why,
 
 	for (int t = 0; t < sched_graph_tensor_count(e->graph); t++)
 		if (!tensors[t] && sched_tensor_role(e->graph, t) != SCHED_INTERMEDIATE)
-			return fail(why, size, "tensor %d, an %s, has no pointer", t,
+			return fail(why, size, "tensor %d ('%s'), an %s, has no pointer", t,
+				    sched_tensor_name(e->graph, t),
 				    sched_tensor_role(e->graph, t) == SCHED_INPUT ? "input"
 										: "output");
-	if (kgen_program_run_on(e->prog, stream, tensors, &err) < 0)
+	if (kgen_program_run_on(e->prog, stream, in_plan_order(e, tensors), &err) < 0)
 		rc = fail(why, size, "%s", err.message);
 	kgen_error_release(&err);
 	return rc;
@@ -162,6 +188,8 @@ void tuned_exec_free(tuned_exec *e)
 	kgen_program_free(e->prog);
 	kgen_plan_free(e->plan);
 	kgen_backend_close(e->backend);
+	sched_graph_free(e->canonical);
 	sched_graph_free(e->graph);
+	free(e->args);
 	free(e);
 }

@@ -62,20 +62,27 @@ static int parse_sources_options(int argc, char **argv, sources_options *o)
 	return 0;
 }
 
-/* The plan of --plan, or the default one; NULL after saying why. */
-static kgen_plan *load_plan(const sources_options *o, const sched_graph *graph)
+/* The plan of --plan, or the default one; NULL after saying why. A
+ * fetched plan (one with a key) replaces *graph by the canonical form
+ * its numbering refers to (kgen_graph_for_plan). */
+static kgen_plan *load_plan(const sources_options *o, sched_graph **graph)
 {
 	kgen_error err = {0};
 	json_error_t jerr;
 	kgen_plan *plan = NULL;
+	sched_graph *canonical = NULL;
 	json_t *json;
 
 	if (!o->plan)
-		return kgen_plan_default(graph);
+		return kgen_plan_default(*graph);
 	if (!(json = json_load_file(o->plan, 0, &jerr)))
 		return fprintf(stderr, "%s: line %d: %s\n", o->plan, jerr.line, jerr.text),
 		       NULL;
-	if (kgen_plan_from_json(graph, json, &plan, &err) < 0)
+	if (kgen_graph_for_plan(*graph, json, &canonical, &err) == KGEN_OK && canonical) {
+		sched_graph_free(*graph);
+		*graph = canonical;
+	}
+	if (err.code < 0 || kgen_plan_from_json(*graph, json, &plan, &err) < 0)
 		fprintf(stderr, "%s: %s\n", o->plan, err.message);
 	kgen_error_release(&err);
 	json_decref(json);
@@ -145,7 +152,7 @@ int tunectl_sources(int argc, char **argv)
 		fprintf(stderr, "%s: cannot make the folder (%s)\n", o.out, strerror(errno));
 	else if (sched_graph_read_file(o.file, &graph, &err) < 0)
 		fprintf(stderr, "%s: %s\n", o.file, err.message);
-	else if ((plan = load_plan(&o, graph))) {
+	else if ((plan = load_plan(&o, &graph))) {
 		status = EXIT_SUCCESS;
 		for (int k = 0; k < plan->nkernels; k++)
 			if (write_kernel(&o, graph, plan, k) < 0)

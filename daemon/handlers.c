@@ -284,6 +284,20 @@ static json_t *number_or_null(double x)
 	return isfinite(x) ? json_real(x) : json_null();
 }
 
+/* The stored plan "text" marked with the key in whose canonical
+ * numbering its ops are given (kgen_graph_for_plan reads the mark). */
+static json_t *plan_of_key(const char *text, const char *key)
+{
+	json_t *plan = json_loads(text, 0, NULL);
+
+	if (!json_is_object(plan)) {
+		json_decref(plan);
+		return json_null();
+	}
+	json_object_set_new(plan, "key", json_string(key));
+	return plan;
+}
+
 /* The fetch result: the newest plan of "key" on this daemon's device and
  * code generator, if it is at least "min_version". NULL when none. */
 static json_t *fetch_result(tuned_daemon *d, const char *key, int64_t min_version)
@@ -301,7 +315,7 @@ static json_t *fetch_result(tuned_daemon *d, const char *key, int64_t min_versio
 			   "median_ms", number_or_null(plan->median_ms),
 			   "spread_ms", number_or_null(plan->spread_ms),
 			   "found_by", plan->found_by ?: "",
-			   "plan", json_loads(plan->plan, 0, NULL) ?: json_null(),
+			   "plan", plan_of_key(plan->plan, key),
 			   "sources", json_loads(plan->sources ?: "[]", 0, NULL) ?: json_array(),
 			   "launch", plan->launch ? json_loads(plan->launch, 0, NULL) ?: json_array()
 						  : json_array());

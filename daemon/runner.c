@@ -389,6 +389,30 @@ static void know_trials(tuner_search *search, const json_t *known)
 	}
 }
 
+/* Reads the job's graph in its canonical form, whatever names and order
+ * it was submitted with: the plans, sources, launches and trials the job
+ * stores then mean the same ops and tensors for every client of its key
+ * (docs/cache.md, "Canonical numbering"). */
+static int read_canonical_graph(runner_job *job, sched_error *err)
+{
+	char *canonical;
+
+	if (sched_graph_read_string(job->graph_text, &job->graph, err) < 0)
+		return -1;
+	if (!(canonical = sched_graph_canonical_json(job->graph))) {
+		snprintf(err->message, sizeof(err->message), "out of memory");
+		return -1;
+	}
+	if (!strcmp(canonical, job->graph_text)) {
+		free(canonical);
+		return 0;
+	}
+	sched_graph_free(job->graph);
+	free(job->graph_text);
+	job->graph_text = canonical;
+	return sched_graph_read_string(job->graph_text, &job->graph, err);
+}
+
 static int activate(tuned_runner *r, runner_job *job)
 {
 	tuner_search_options options = {.kind = TUNER_GENETIC, .seed = (unsigned)job->id,
@@ -398,7 +422,7 @@ static int activate(tuned_runner *r, runner_job *job)
 
 	job->active = true;
 	push_result(r, result_new(job, TUNED_RESULT_STARTED));
-	if (sched_graph_read_string(job->graph_text, &job->graph, &err) < 0) {
+	if (read_canonical_graph(job, &err) < 0) {
 		end_job(r, job, err.message);
 		return -1;
 	}

@@ -24,7 +24,7 @@
 /* The version of the code generators: part of every cache key, so that a
  * change of generated code never serves a stale kernel. Bump it with any
  * change of the printers or of what a plan means. */
-#define KGEN_CODEGEN_VERSION "kgen-13"
+#define KGEN_CODEGEN_VERSION "kgen-14"
 
 enum kgen_code {
 	KGEN_OK = 0,
@@ -192,6 +192,16 @@ typedef struct kgen_plan {
 int kgen_plan_from_json(__sched_keep const sched_graph *graph,
 			__sched_keep json_t *json, __sched_give kgen_plan **out,
 			kgen_error *err);
+/* The graph whose numbering plan "plan" (JSON) uses. tuned stores plans
+ * in the canonical numbering of their graph (sched_graph_canonical_json)
+ * and a fetched plan says so with "key": then *canonical is the canonical
+ * form of "graph", which the plan is read, built and run on (a caller's
+ * tensor t is its tensor sched_tensor_canonical_number(graph, t)); a
+ * plan for another key is KGEN_EPLAN, with both keys. A plan without a
+ * key uses "graph"'s own numbering: *canonical is NULL. */
+int kgen_graph_for_plan(__sched_keep const sched_graph *graph,
+			__sched_keep json_t *plan,
+			__sched_give sched_graph **canonical, kgen_error *err);
 /* The plan as JSON, each schedule with only the fields that differ from
  * their defaults (which reading fills in again). */
 __sched_give json_t *kgen_plan_to_json(__sched_keep const sched_graph *graph,

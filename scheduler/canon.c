@@ -106,10 +106,11 @@ static void free_names(char **names, int n)
 	free(names);
 }
 
-/* Prints op "i" with its tensors named by "tensor_names" into *out. */
-static char *print_op(const canon *c, int i, char **tensor_names)
+/* Op "i" of "graph" as text, its tensors named by "tensor_names" and its
+ * variables canonically. */
+static char *print_op(const sched_graph *graph, int i, char **tensor_names)
 {
-	const sched_op *op = &c->graph->ops[i];
+	const sched_op *op = &graph->ops[i];
 	char **vars = canonical_var_names(op);
 	sched_names names = {(const char *const *)tensor_names,
 			     (const char *const *)vars};
@@ -132,7 +133,7 @@ static color template_color(const canon *c, int i)
 	for (int k = 0; slot_names && k < s->n; k++)
 		if ((slot_names[s->tensors[k]] = malloc(16)))
 			snprintf(slot_names[s->tensors[k]], 16, "@%d", k);
-	text = slot_names ? print_op(c, i, slot_names) : NULL;
+	text = slot_names ? print_op(c->graph, i, slot_names) : NULL;
 	h = hash_text(text);
 	free(text);
 	free_names(slot_names, c->graph->ntensors);
@@ -319,21 +320,33 @@ static void print_tensors(const canon *c, sched_buf *buf)
 		}
 }
 
+/* Each tensor's canonical name, "t" and its number; NULL on failure. */
+static char **canonical_tensor_names(const sched_graph *g)
+{
+	char **names = calloc((unsigned)g->ntensors, sizeof(char *));
+
+	for (int t = 0; names && t < g->ntensors; t++) {
+		if (!(names[t] = malloc(16))) {
+			free_names(names, g->ntensors);
+			return NULL;
+		}
+		snprintf(names[t], 16, "t%d", g->tensor_number[t]);
+	}
+	return names;
+}
+
 static int print_canonical(canon *c)
 {
 	sched_graph *g = c->graph;
-	char **names = calloc((unsigned)g->ntensors, sizeof(char *));
+	char **names = canonical_tensor_names(g);
 	sched_buf buf = {0};
 	int rc = SCHED_OK;
 
-	for (int t = 0; names && t < g->ntensors; t++)
-		if ((names[t] = malloc(16)))
-			snprintf(names[t], 16, "t%d", c->tensor_name[t]);
 	sched_buf_printf(&buf, "tuned graph v1\noption allow_tf32 %d\n",
 			 g->allow_tf32);
 	print_tensors(c, &buf);
 	for (int n = 0; names && n < g->nops; n++) {
-		char *text = print_op(c, g->order[n], names);
+		char *text = print_op(g, g->order[n], names);
 
 		sched_buf_printf(&buf, "op %s\n", text ? text : "");
 		rc = text ? rc : SCHED_ENOMEM;
@@ -386,7 +399,86 @@ int sched_graph_canonicalize(sched_graph *graph)
 		return rc;
 	order_canonically(&c);
 	name_unread(&c);
+	graph->tensor_number = c.tensor_name;
 	return print_canonical(&c);
+}
+
+/* The tensor numbered "number" in the canonical form. */
+static int numbered(const sched_graph *g, int number)
+{
+	for (int t = 0; t < g->ntensors; t++)
+		if (g->tensor_number[t] == number)
+			return t;
+	return -1;
+}
+
+static json_t *tensor_json(const sched_tensor *t)
+{
+	static const char *const roles[] = {NULL, "input", "output"};
+	json_t *shape = json_array(), *decl;
+
+	for (int d = 0; d < t->rank; d++)
+		json_array_append_new(shape, json_integer(t->shape[d]));
+	decl = json_pack("{s:o, s:s}", "shape", shape, "dtype", sched_dtype_name(t->dtype));
+	if (decl && roles[t->role])
+		json_object_set_new(decl, "role", json_string(roles[t->role]));
+	return decl;
+}
+
+/* The tensors in canonical order, by their canonical names. */
+static json_t *canonical_tensors(const sched_graph *g, char **names)
+{
+	json_t *tensors = json_object();
+
+	for (int n = 0; tensors && n < g->ntensors; n++) {
+		int t = numbered(g, n);
+
+		if (json_object_set_new(tensors, names[t], tensor_json(&g->tensors[t])) < 0) {
+			json_decref(tensors);
+			return NULL;
+		}
+	}
+	return tensors;
+}
+
+static json_t *canonical_ops(const sched_graph *g, char **names)
+{
+	json_t *ops = json_array();
+
+	for (int n = 0; ops && n < g->nops; n++) {
+		char *text = print_op(g, g->order[n], names);
+
+		if (!text || json_array_append_new(ops, json_string(text)) < 0) {
+			json_decref(ops);
+			ops = NULL;
+		}
+		free(text);
+	}
+	return ops;
+}
+
+char *sched_graph_canonical_json(const sched_graph *g)
+{
+	char **names = canonical_tensor_names(g);
+	json_t *root = names ? json_pack("{s:i, s:o*, s:o*}", "version", 1,
+					 "tensors", canonical_tensors(g, names),
+					 "ops", canonical_ops(g, names)) : NULL;
+	char *text = NULL;
+
+	if (root && g->name)
+		json_object_set_new(root, "name", json_string(g->name));
+	if (root && g->allow_tf32)
+		json_object_set_new(root, "options", json_pack("{s:b}", "allow_tf32", 1));
+	if (root && json_object_get(root, "tensors") && json_object_get(root, "ops"))
+		text = json_dumps(root, JSON_INDENT(1));
+	json_decref(root);
+	free_names(names, g->ntensors);
+	return text;
+}
+
+int sched_tensor_canonical_number(const sched_graph *g, int t)
+{
+	return g->tensor_number[t];
 }
 
 bool sched_canonical_distance(const char *a, const char *b, double *distance)

@@ -113,7 +113,8 @@ struct sched_graph {
 	sched_tensor *tensors;
 	int nops;
 	sched_op *ops;
-	int *order;
+	int *order;          /* the canonical order of the ops */
+	int *tensor_number;  /* each tensor's number in the canonical form */
 	char *canonical;
 	char key[SCHED_KEY_HEX + 1];
 };

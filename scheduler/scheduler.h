@@ -89,6 +89,16 @@ const char *sched_op_text(__sched_keep const sched_graph *graph, int op);
  * of independent ops; and the key, the SHA-256 of it in hex. */
 const char *sched_graph_canonical(__sched_keep const sched_graph *graph);
 const char *sched_graph_key(__sched_keep const sched_graph *graph);
+/* The canonical form as graph.json: the graph's name and options, its
+ * tensors named t0, t1, ... and listed in the order of the canonical
+ * text, its ops in that order with their variables named canonically.
+ * Read back, it has the same key, and each tensor and op the index its
+ * number; so plans, sources and launches of one key mean the same ops
+ * and tensors whoever submitted it. NULL when out of memory. */
+__sched_give char *sched_graph_canonical_json(__sched_keep const sched_graph *graph);
+/* The number of tensor "t" in the canonical form (its index there). The
+ * canonical index of an op is its position in sched_graph_order. */
+int sched_tensor_canonical_number(__sched_keep const sched_graph *graph, int t);
 /* Whether canonical texts "a" and "b" have the same form: the same ops on
  * the same tensors, equal once every number is taken out (shapes, ranges,
  * constants). Then "distance" is how far apart their numbers are: the sum

@@ -280,14 +280,36 @@ static json_t *read_graph(const json_t *request, sched_graph **graph)
 	return NULL;
 }
 
+/* "graph" replaced by the graph whose numbering the plan "given" uses
+ * (kgen_graph_for_plan: the canonical form for a fetched plan); or the
+ * answer that refuses the plan. */
+static json_t *renumber_for_plan(json_t *given, sched_graph **graph)
+{
+	sched_graph *canonical = NULL;
+	kgen_error err = {0};
+	json_t *obj = NULL;
+
+	if (kgen_graph_for_plan(*graph, given, &canonical, &err) < 0)
+		obj = outcome("invalid_plan", err.message, NULL);
+	else if (canonical) {
+		sched_graph_free(*graph);
+		*graph = canonical;
+	}
+	kgen_error_release(&err);
+	return obj;
+}
+
 json_t *tuner_measure(kgen_backend *backend, const json_t *request)
 {
+	json_t *given = json_object_get(request, "plan");
 	sched_graph *graph = NULL;
 	kgen_plan *plan = NULL;
 	json_t *obj = read_graph(request, &graph);
 
 	if (!obj)
-		obj = read_plan(graph, json_object_get(request, "plan"), &plan);
+		obj = renumber_for_plan(given, &graph);
+	if (!obj)
+		obj = read_plan(graph, given, &plan);
 	if (obj)
 		json_object_set_new(obj, "verified", json_false());
 	else
