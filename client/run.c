@@ -1,6 +1,6 @@
 /*
- * run.c: tunectl run FILE [--backend cpu|cuda|auto] [--plan PLAN.json]
- *                         [--seed N] [--timeout S] [--json]
+ * run.c: tunectl run FILE [--backend cpu|cuda|emulated|auto]
+ *                         [--plan PLAN.json] [--seed N] [--timeout S] [--json]
  *
  * Compiles, verifies and times a plan (the default plan unless --plan names
  * one) in a tuned-worker process, without a daemon. A kernel that crashes
@@ -27,40 +27,32 @@ typedef struct run_options {
 	bool as_json;
 } run_options;
 
-static const char run_usage[] =
-	"usage: tunectl run FILE [--backend cpu|cuda|auto] [--plan PLAN.json]\n"
-	"                        [--seed N] [--timeout SECONDS] [--json]\n";
-
-static int parse_run_options(int argc, char **argv, run_options *o)
+/* "o" from the command line; 0, or the exit status of a usage error. */
+static int parse_run_options(const tunectl_command *command,
+			     const tunectl_args *args, run_options *o)
 {
-	*o = (run_options){.backend = "auto", .seed = 1};
-	for (int i = 0; i < argc; i++) {
-		const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+	const char *backend = tunectl_option_value(args, "backend");
+	const char *seed = tunectl_option_value(args, "seed");
+	const char *timeout = tunectl_option_value(args, "timeout");
+	double x;
 
-		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
-			return fputs(run_usage, stdout), 1;
-		if (!strcmp(argv[i], "--json"))
-			o->as_json = true;
-		else if (!strcmp(argv[i], "--backend") && next)
-			o->backend = argv[++i];
-		else if (!strcmp(argv[i], "--plan") && next)
-			o->plan = argv[++i];
-		else if (!strcmp(argv[i], "--seed") && next)
-			o->seed = (unsigned)strtoul(argv[++i], NULL, 10);
-		else if (!strcmp(argv[i], "--timeout") && next)
-			o->timeout_s = atof(argv[++i]);
-		else if (argv[i][0] != '-' && !o->file)
-			o->file = argv[i];
-		else
-			return fprintf(stderr, "tunectl run: unexpected '%s'\n%s",
-				       argv[i], run_usage), -1;
-	}
-	if (!o->file)
-		return fprintf(stderr, "tunectl run: no FILE\n%s", run_usage), -1;
+	*o = (run_options){.file = args->arg, .backend = backend ? backend : "auto",
+			   .plan = tunectl_option_value(args, "plan"), .seed = 1,
+			   .as_json = tunectl_flag(args, "json")};
 	if (strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda") &&
 	    strcmp(o->backend, "emulated") && strcmp(o->backend, "auto"))
-		return fprintf(stderr, "tunectl run: unknown backend '%s'\n",
-			       o->backend), -1;
+		return tunectl_usage_error(command, "unknown backend '%s'", o->backend);
+	if (seed && tunectl_parse_int(seed, 0, UINT_MAX, &x) < 0)
+		return tunectl_usage_error(command, "bad value for '--seed': '%s' "
+					   "(an integer from 0 to %u)", seed, UINT_MAX);
+	if (seed)
+		o->seed = (unsigned)x;
+	if (timeout && (tunectl_parse_number(timeout, NULL, NULL, &x) < 0 ||
+			!(x > 0)))
+		return tunectl_usage_error(command, "bad value for '--timeout': '%s' "
+					   "(seconds, more than 0)", timeout);
+	if (timeout)
+		o->timeout_s = x;
 	return 0;
 }
 
@@ -193,7 +185,7 @@ static int ask_worker(const run_options *o, const sched_graph *graph,
 	return rc;
 }
 
-int tunectl_run(int argc, char **argv)
+int tunectl_run(const tunectl_command *command, const tunectl_args *args)
 {
 	run_options o;
 	sched_error err = {0};
@@ -202,8 +194,8 @@ int tunectl_run(int argc, char **argv)
 	char *text;
 	int status = EXIT_INVALID;
 
-	if ((status = parse_run_options(argc, argv, &o)) != 0)
-		return status < 0 ? EXIT_USAGE : EXIT_SUCCESS;
+	if ((status = parse_run_options(command, args, &o)) != 0)
+		return status;
 	status = EXIT_INVALID;
 	if (!(text = tunectl_read_text(o.file)))
 		return fprintf(stderr, "%s: cannot read the file\n", o.file), EXIT_INVALID;

@@ -50,23 +50,12 @@ typedef struct service_options {
 	int64_t max_age_s, max_bytes;
 } service_options;
 
+/* A command of the table below: what the command line sees of it, and
+ * what it does once connected. */
 typedef struct service_command {
-	const char *name;
-	const char *arg;     /* the name of its argument, or NULL */
-	const char *options; /* its own options, space-separated */
-	int (*run)(tuned_client *client, const service_options *o);
+	tunectl_command command; /* first: tunectl_service_command() gives it */
+	int (*talk)(tuned_client *client, const service_options *o);
 } service_command;
-
-static const char service_usage[] =
-	"usage: tunectl submit FILE [--wait] [--budget S] [--trials N] "
-	"[--priority N]\n"
-	"       tunectl status JOB | list | wait JOB | cancel JOB\n"
-	"       tunectl watch KEY|JOB [--until-done]\n"
-	"       tunectl fetch KEY|JOB [--out DIR] [--min-version N] "
-	"[--timeout MS]\n"
-	"       tunectl stats | cache ls | cache show KEY\n"
-	"       tunectl cache prune [--max-age S] [--max-bytes N]\n"
-	"each also takes --json and --socket PATH\n";
 
 /* Reporting. */
 
@@ -1165,61 +1154,34 @@ static int cmd_cache_prune(tuned_client *client, const service_options *o)
 	return show(o, rc, result, &err);
 }
 
-static const service_command commands[] = {
-	{"submit", "FILE", "wait budget trials priority", cmd_submit},
-	{"status", "JOB", "", cmd_status},
-	{"list", NULL, "", cmd_list},
-	{"wait", "JOB", "", cmd_wait},
-	{"cancel", "JOB", "", cmd_cancel},
-	{"watch", "KEY|JOB", "until-done", cmd_watch},
-	{"fetch", "KEY|JOB", "out min-version timeout", cmd_fetch},
-	{"stats", NULL, "", cmd_stats},
-	{"cache ls", NULL, "", cmd_cache_ls},
-	{"cache show", "KEY", "", cmd_cache_show},
-	{"cache prune", NULL, "max-age max-bytes", cmd_cache_prune},
-};
-
-#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
-
-bool tunectl_is_service(const char *name)
+/* Whether "text" is a cache key: 64 hex digits, in either case. */
+static bool is_key(const char *text)
 {
-	size_t len = strlen(name);
+	size_t n = 0;
 
-	for (size_t i = 0; i < NCOMMANDS; i++)
-		if (!strncmp(commands[i].name, name, len) &&
-		    (!commands[i].name[len] || commands[i].name[len] == ' '))
-			return true;
-	return false;
+	while (isxdigit((unsigned char)text[n]))
+		n++;
+	return n == PROTO_KEY_HEX && !text[n];
+}
+
+/* The argument of "cmd": a JOB a job id, a KEY|JOB a key or a job id;
+ * --until-done needs a JOB. 0, or the exit status of a usage error. */
+static int check_argument(const tunectl_command *cmd, const service_options *o)
+{
+	if (!cmd->arg)
+		return 0;
+	if (!strcmp(cmd->arg, "JOB") && !job_id(o->arg))
+		return tunectl_usage_error(cmd, "not a job id: '%s'", o->arg);
+	if (!strcmp(cmd->arg, "KEY|JOB") && !is_key(o->arg) && !job_id(o->arg))
+		return tunectl_usage_error(cmd, "neither a key (64 hex digits) "
+					   "nor a job id: '%s'", o->arg);
+	if (o->until_done && !job_id(o->arg))
+		return tunectl_usage_error(cmd, "--until-done follows a job: give "
+					   "its id, not the key '%s'", o->arg);
+	return 0;
 }
 
 /* Option values. */
-
-/* "text" as a number with an optional unit of "units" (letter, factor). */
-static int parse_number(const char *text, const char *units,
-			const double *factors, double *out)
-{
-	char *end;
-	double v;
-
-	errno = 0;
-	v = strtod(text, &end);
-	if (end == text || errno || !isfinite(v))
-		return -1;
-	if (*end && units && strchr(units, *end) && !end[1])
-		v *= factors[strchr(units, *end) - units];
-	else if (*end)
-		return -1;
-	*out = v;
-	return 0;
-}
-
-static int parse_int(const char *text, double lo, double hi, double *out)
-{
-	if (parse_number(text, NULL, NULL, out) < 0 || *out != floor(*out) ||
-	    *out < lo || *out > hi)
-		return -1;
-	return 0;
-}
 
 static const double age_factors[] = {1, 60, 3600, 86400};
 static const double byte_factors[] = {1024.0, 1048576.0, 1073741824.0,
@@ -1236,14 +1198,22 @@ static const struct int_option {
 	{"trials", 1, PROTO_TRIALS_MAX},
 };
 
+#define NINT_OPTIONS (sizeof(int_options) / sizeof(int_options[0]))
+
+static const struct int_option *find_int_option(const char *name)
+{
+	for (size_t i = 0; i < NINT_OPTIONS; i++)
+		if (!strcmp(int_options[i].name, name))
+			return &int_options[i];
+	return NULL;
+}
+
 static int int_value(service_options *o, const char *name, const char *v)
 {
-	size_t n = sizeof(int_options) / sizeof(int_options[0]), i;
+	const struct int_option *opt = find_int_option(name);
 	double x;
 
-	for (i = 0; i < n && strcmp(int_options[i].name, name); i++)
-		;
-	if (i == n || parse_int(v, int_options[i].lo, int_options[i].hi, &x) < 0)
+	if (!opt || tunectl_parse_int(v, opt->lo, opt->hi, &x) < 0)
 		return -1;
 	if (!strcmp(name, "priority"))
 		o->priority = (int)x;
@@ -1256,154 +1226,166 @@ static int int_value(service_options *o, const char *name, const char *v)
 	return 0;
 }
 
+/* Sets the option "name" of "o" from its value "v"; -1 when "v" is bad. */
 static int option_value(service_options *o, const char *name, const char *v)
 {
 	double x;
 
 	if (!strcmp(name, "budget"))
-		return parse_number(v, "smhd", age_factors, &o->budget_s) < 0 ||
+		return tunectl_parse_number(v, "smhd", age_factors, &o->budget_s) < 0 ||
 		       !(o->budget_s >= 0) ? -1 : 0;
 	if (!strcmp(name, "max-age"))
-		return parse_number(v, "smhd", age_factors, &x) < 0 || x < 0 ? -1 :
-		       (o->max_age_s = (int64_t)x, 0);
+		return tunectl_parse_number(v, "smhd", age_factors, &x) < 0 || x < 0 ?
+		       -1 : (o->max_age_s = (int64_t)x, 0);
 	if (!strcmp(name, "max-bytes"))
-		return parse_number(v, "KMGT", byte_factors, &x) < 0 || x < 0 ||
-		       x > 9e18 ? -1 : (o->max_bytes = (int64_t)x, 0);
+		return tunectl_parse_number(v, "KMGT", byte_factors, &x) < 0 ||
+		       x < 0 || x > 9e18 ? -1 : (o->max_bytes = (int64_t)x, 0);
 	if (!strcmp(name, "out"))
 		return (o->out_dir = v), 0;
 	return int_value(o, name, v);
 }
 
-/* Whether the option "--name" belongs to "cmd". */
-static bool takes(const service_command *cmd, const char *name)
+/* What a good value of the option "name" looks like. */
+static void expected(const char *name, char *out, size_t size)
 {
-	size_t len = strlen(name);
+	const struct int_option *opt = find_int_option(name);
 
-	for (const char *p = strstr(cmd->options, name); p; p = strstr(p + 1, name))
-		if ((p == cmd->options || p[-1] == ' ') && (!p[len] || p[len] == ' '))
-			return true;
-	return false;
+	if (opt)
+		snprintf(out, size, "an integer from %.0f to %.0f", opt->lo, opt->hi);
+	else if (!strcmp(name, "max-bytes"))
+		snprintf(out, size, "bytes, or a number with K, M, G or T");
+	else
+		snprintf(out, size, "seconds, or a number with s, m, h or d");
 }
 
-static int usage_error(const service_options *o, const char *what,
-		       const char *arg)
+/* "o" from the command line of "cmd"; 0, or the exit status of a usage
+ * error. */
+static int read_service_options(const tunectl_command *cmd,
+				const tunectl_args *args, service_options *o)
 {
-	fprintf(stderr, "tunectl %s: %s '%s'\n%s", o->command, what, arg,
-		service_usage);
-	return -1;
-}
+	char what[64];
 
-static int parse_option(const service_command *cmd, service_options *o,
-			int argc, char **argv, int *i)
-{
-	const char *name = argv[*i] + 2;
+	*o = (service_options){.command = cmd->name, .arg = args->arg,
+			       .max_age_s = -1, .max_bytes = -1};
+	for (int i = 0; i < TUNECTL_MAX_OPTIONS && cmd->options[i].name; i++) {
+		const char *name = cmd->options[i].name, *v = args->values[i];
 
-	if (!strcmp(name, "json"))
-		return (o->as_json = true), 0;
-	if (!strcmp(name, "wait") && takes(cmd, "wait"))
-		return (o->wait = true), 0;
-	if (!strcmp(name, "until-done") && takes(cmd, "until-done"))
-		return (o->until_done = true), 0;
-	if (strcmp(name, "socket") && !takes(cmd, name))
-		return usage_error(o, "unknown option", argv[*i]);
-	if (*i + 1 >= argc)
-		return usage_error(o, "a value is missing after", argv[*i]);
-	if (!strcmp(name, "socket"))
-		return (o->socket = argv[++*i]), 0;
-	if (option_value(o, name, argv[*i + 1]) < 0)
-		return usage_error(o, "bad value for", argv[*i]);
-	++*i;
-	return 0;
-}
-
-/* Whether "text" is a cache key: 64 hex digits, in either case. */
-static bool is_key(const char *text)
-{
-	size_t n = 0;
-
-	while (isxdigit((unsigned char)text[n]))
-		n++;
-	return n == PROTO_KEY_HEX && !text[n];
-}
-
-/* The argument of "cmd": a JOB a job id, a KEY|JOB a key or a job id;
- * --until-done needs a JOB. 0, or -1 after a usage message. */
-static int check_argument(const service_command *cmd, service_options *o)
-{
-	if (!strcmp(cmd->arg, "JOB") && !job_id(o->arg))
-		return usage_error(o, "not a job id:", o->arg);
-	if (!strcmp(cmd->arg, "KEY|JOB") && !is_key(o->arg) && !job_id(o->arg))
-		return usage_error(o, "neither a key (64 hex digits) nor a job "
-				   "id:", o->arg);
-	if (o->until_done && !job_id(o->arg))
-		return usage_error(o, "--until-done follows a job: give its id, "
-				   "not the key", o->arg);
-	return 0;
-}
-
-static const service_command *find_command(int argc, char **argv, int *used)
-{
-	char name[64];
-
-	*used = 1;
-	if (!strcmp(argv[0], "cache")) {
-		if (argc < 2 || argv[1][0] == '-')
-			return NULL;
-		snprintf(name, sizeof(name), "cache %s", argv[1]);
-		*used = 2;
-	} else {
-		snprintf(name, sizeof(name), "%s", argv[0]);
-	}
-	for (size_t i = 0; i < NCOMMANDS; i++)
-		if (!strcmp(commands[i].name, name))
-			return &commands[i];
-	return NULL;
-}
-
-/* Fills "o" for the command "cmd" from "argv" (after the command's
- * words): 0, 1 for --help, -1 for a usage error (printed). */
-static int parse_service_options(const service_command *cmd, int argc,
-				 char **argv, service_options *o)
-{
-	*o = (service_options){.command = cmd->name, .max_age_s = -1,
-			       .max_bytes = -1};
-	for (int i = 0; i < argc; i++) {
-		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
-			return fputs(service_usage, stdout), 1;
-		if (!strncmp(argv[i], "--", 2)) {
-			if (parse_option(cmd, o, argc, argv, &i) < 0)
-				return -1;
-		} else if (cmd->arg && !o->arg) {
-			o->arg = argv[i];
-		} else {
-			return usage_error(o, "unexpected argument", argv[i]);
+		if (!v)
+			continue;
+		if (!strcmp(name, "json"))
+			o->as_json = true;
+		else if (!strcmp(name, "wait"))
+			o->wait = true;
+		else if (!strcmp(name, "until-done"))
+			o->until_done = true;
+		else if (!strcmp(name, "socket"))
+			o->socket = v;
+		else if (option_value(o, name, v) < 0) {
+			expected(name, what, sizeof(what));
+			return tunectl_usage_error(cmd, "bad value for '--%s': '%s' "
+						   "(%s)", name, v, what);
 		}
 	}
-	if (cmd->arg && !o->arg)
-		return fprintf(stderr, "tunectl %s: needs %s\n%s", cmd->name,
-			       cmd->arg, service_usage), -1;
-	return cmd->arg ? check_argument(cmd, o) : 0;
+	return check_argument(cmd, o);
 }
 
-int tunectl_service(int argc, char **argv)
+/* Connects to the daemon and runs the command "command" of the table. */
+static int run_service(const tunectl_command *command, const tunectl_args *args)
 {
-	const service_command *cmd;
-	service_options o;
+	const service_command *cmd = (const service_command *)command;
 	tuned_client_options copts = {0};
 	tuned_client_error err;
 	tuned_client *client;
-	int used, status;
+	service_options o;
+	int status;
 
-	if (!(cmd = find_command(argc, argv, &used)))
-		return fprintf(stderr, "tunectl: unknown command '%s%s%s'\n%s",
-			       argv[0], argc > 1 && !strcmp(argv[0], "cache") ? " " : "",
-			       argc > 1 && !strcmp(argv[0], "cache") ? argv[1] : "",
-			       service_usage), EXIT_USAGE;
-	if ((status = parse_service_options(cmd, argc - used, argv + used, &o)))
-		return status < 0 ? EXIT_USAGE : EXIT_SUCCESS;
+	if ((status = read_service_options(command, args, &o)))
+		return status;
 	if (tuned_client_connect(o.socket, &copts, &client, &err) < 0)
 		return fail(&o, &err);
-	status = cmd->run(client, &o);
+	status = cmd->talk(client, &o);
 	tuned_client_close(client);
 	return status;
+}
+
+/* The commands: one entry each, with its options and their help, read
+ * by options.c for the command line and the usages. */
+
+#define JSON_OPTION \
+	TUNECTL_FLAG("json", "print one JSON object on stdout instead of text\n")
+#define SOCKET_OPTION \
+	TUNECTL_VALUE("socket", "PATH", \
+		      "the daemon's socket (default $TUNED_SOCKET,\n" \
+		      "else /run/tuned/gpu0.sock for root,\n" \
+		      "$XDG_RUNTIME_DIR/tuned/gpu0.sock otherwise)\n")
+
+static const service_command commands[] = {
+	{{"submit", "FILE",
+	  "queue FILE (graph.json) for tuning; print the job id and its key;\n"
+	  "with --wait, follow it and exit 1 unless it ends done\n",
+	  {TUNECTL_FLAG("wait",
+			"follow the job until it ends: its progress, then\n"
+			"its end (docs/operations.md)\n"),
+	   TUNECTL_VALUE("budget", "S",
+			 "tuning time: seconds, or with m, h, d (without\n"
+			 "it the default plan is measured once)\n"),
+	   TUNECTL_VALUE("trials", "N",
+			 "measure at most N candidates (1 to 1000000)\n"),
+	   TUNECTL_VALUE("priority", "N",
+			 "-1000 to 1000, higher first (default 0)\n"),
+	   TUNECTL_FLAG("json",
+			"print the job as one JSON object on stdout (with\n"
+			"--wait, at its end; the progress goes to stderr)\n"),
+	   SOCKET_OPTION},
+	  run_service}, cmd_submit},
+	{{"status", "JOB", "the job's state, progress, best time and version\n",
+	  {JSON_OPTION, SOCKET_OPTION}, run_service}, cmd_status},
+	{{"list", NULL, "every job the daemon knows\n",
+	  {JSON_OPTION, SOCKET_OPTION}, run_service}, cmd_list},
+	{{"wait", "JOB",
+	  "follow the job as submit --wait does; exit 1 unless it ends done\n",
+	  {JSON_OPTION, SOCKET_OPTION}, run_service}, cmd_wait},
+	{{"cancel", "JOB", "cancel the job\n",
+	  {JSON_OPTION, SOCKET_OPTION}, run_service}, cmd_cancel},
+	{{"watch", "KEY|JOB",
+	  "print the events of the key (of the job's key) as they come:\n"
+	  "generations, versions, job states; until interrupted, or with\n"
+	  "--until-done until the job ends\n",
+	  {TUNECTL_FLAG("until-done",
+			"JOB only: exit when the job ends (1 if it failed)\n"),
+	   TUNECTL_FLAG("json", "one JSON line per event (NDJSON)\n"),
+	   SOCKET_OPTION},
+	  run_service}, cmd_watch},
+	{{"fetch", "KEY|JOB",
+	  "the best result so far: key, version, median_ms and device\n",
+	  {TUNECTL_VALUE("out", "DIR",
+			 "write plan.json (for run --plan), kernel_<n>.c\n"
+			 "or .cu, launch.json and binaries into DIR\n"),
+	   TUNECTL_VALUE("min-version", "N", "only a version at least N\n"),
+	   TUNECTL_VALUE("timeout", "MS",
+			 "wait up to MS milliseconds for one (default:\n"
+			 "answer at once)\n"),
+	   JSON_OPTION, SOCKET_OPTION},
+	  run_service}, cmd_fetch},
+	{{"stats", NULL, "the daemon's counters\n",
+	  {JSON_OPTION, SOCKET_OPTION}, run_service}, cmd_stats},
+	{{"cache ls", NULL, "every cached key, its latest version and time\n",
+	  {JSON_OPTION, SOCKET_OPTION}, run_service}, cmd_cache_ls},
+	{{"cache show", "KEY", "one key's graph, versions and trials\n",
+	  {JSON_OPTION, SOCKET_OPTION}, run_service}, cmd_cache_show},
+	{{"cache prune", NULL,
+	  "remove old entries: those older than --max-age, then the oldest\n"
+	  "until the cache fits --max-bytes\n",
+	  {TUNECTL_VALUE("max-age", "S",
+			 "remove what is older: seconds, or with m, h, d\n"),
+	   TUNECTL_VALUE("max-bytes", "N",
+			 "shrink to N bytes (or with K, M, G, T)\n"),
+	   JSON_OPTION, SOCKET_OPTION},
+	  run_service}, cmd_cache_prune},
+};
+
+const tunectl_command *tunectl_service_command(size_t i)
+{
+	return i < sizeof(commands) / sizeof(commands[0]) ? &commands[i].command :
+	       NULL;
 }

@@ -27,38 +27,20 @@ typedef struct sources_options {
 	const char *file, *out, *plan, *backend, *arch;
 } sources_options;
 
-static const char sources_usage[] =
-	"usage: tunectl sources FILE --out DIR [--plan PLAN.json]\n"
-	"                       [--backend cpu|cuda] [--arch ARCH]\n";
-
-static int parse_sources_options(int argc, char **argv, sources_options *o)
+/* "o" from the command line; 0, or the exit status of a usage error. */
+static int parse_sources_options(const tunectl_command *command,
+				 const tunectl_args *args, sources_options *o)
 {
-	*o = (sources_options){.backend = "cuda", .arch = "sm_90"};
-	for (int i = 0; i < argc; i++) {
-		const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+	const char *backend = tunectl_option_value(args, "backend");
+	const char *arch = tunectl_option_value(args, "arch");
 
-		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
-			return fputs(sources_usage, stdout), 1;
-		if (!strcmp(argv[i], "--out") && next)
-			o->out = argv[++i];
-		else if (!strcmp(argv[i], "--plan") && next)
-			o->plan = argv[++i];
-		else if (!strcmp(argv[i], "--backend") && next)
-			o->backend = argv[++i];
-		else if (!strcmp(argv[i], "--arch") && next)
-			o->arch = argv[++i];
-		else if (argv[i][0] != '-' && !o->file)
-			o->file = argv[i];
-		else
-			return fprintf(stderr, "tunectl sources: unexpected '%s'\n%s",
-				       argv[i], sources_usage), -1;
-	}
-	if (!o->file || !o->out)
-		return fprintf(stderr, "tunectl sources: needs FILE and --out DIR\n%s",
-			       sources_usage), -1;
+	*o = (sources_options){.file = args->arg,
+			       .out = tunectl_option_value(args, "out"),
+			       .plan = tunectl_option_value(args, "plan"),
+			       .backend = backend ? backend : "cuda",
+			       .arch = arch ? arch : "sm_90"};
 	if (strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda"))
-		return fprintf(stderr, "tunectl sources: unknown backend '%s'\n",
-			       o->backend), -1;
+		return tunectl_usage_error(command, "unknown backend '%s'", o->backend);
 	return 0;
 }
 
@@ -137,16 +119,16 @@ static int write_kernel(const sources_options *o, const sched_graph *graph,
 	return rc;
 }
 
-int tunectl_sources(int argc, char **argv)
+int tunectl_sources(const tunectl_command *command, const tunectl_args *args)
 {
 	sources_options o;
 	sched_error err = {0};
 	sched_graph *graph = NULL;
 	kgen_plan *plan = NULL;
-	int status = parse_sources_options(argc, argv, &o);
+	int status = parse_sources_options(command, args, &o);
 
 	if (status != 0)
-		return status < 0 ? EXIT_USAGE : EXIT_SUCCESS;
+		return status;
 	status = EXIT_INVALID;
 	if (mkdir(o.out, 0777) < 0 && errno != EEXIST)
 		fprintf(stderr, "%s: cannot make the folder (%s)\n", o.out, strerror(errno));

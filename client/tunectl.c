@@ -11,6 +11,10 @@
  *                                    cuda, without a GPU (sources.c)
  *   tunectl submit|status|list|wait|cancel|watch|fetch|stats|cache ...
  *                                    talk to a daemon (service.c)
+ *   tunectl help [COMMAND], --help, --version
+ *
+ * The commands that need no daemon are described here, those that talk to
+ * one in service.c; options.c reads the command line against both.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,89 +24,6 @@
 
 #include "scheduler.h"
 #include "tunectl.h"
-
-static const char usage[] =
-	"usage: tunectl COMMAND [FILE|JOB|KEY] [options]\n"
-	"\n"
-	"commands:\n"
-	"  validate FILE   check FILE (graph.json v1); print its key, or the\n"
-	"                  first error (op index and column) and exit 1\n"
-	"  explain FILE    per op: iteration domain, write and read accesses as\n"
-	"                  isl maps, reduction ranges, FLOPs and bytes; the key;\n"
-	"                  then the fusion planner's view: every dependence (the\n"
-	"                  consumer reads the producer's target) as an isl map with\n"
-	"                  its width (thread, block, or global and why) for the\n"
-	"                  pair fused under the consumer's default tile and 256\n"
-	"                  threads; the groups a greedy walk over the dependences\n"
-	"                  fuses (each legal under its root's default tile or that\n"
-	"                  tile widened to the whole extent after the first dim),\n"
-	"                  with tiles, blocks and each stage's store, width and\n"
-	"                  barrier; and their plan, for run --plan\n"
-	"  run FILE        compile the plan (the default one unless --plan), check\n"
-	"                  every output against the reference interpreter on\n"
-	"                  random inputs, and time each kernel and the whole plan,\n"
-	"                  in a tuned-worker process; exit 1 unless all verified\n"
-	"  sources FILE    write the code of the plan's kernels (the default plan\n"
-	"                  unless --plan) into --out DIR without running them:\n"
-	"                  kernel_<n>.c (--backend cpu), or kernel_<n>.cu and\n"
-	"                  NVRTC's kernel_<n>.ptx and .cubin for --arch (cuda,\n"
-	"                  the default; no GPU needed: read them with\n"
-	"                  bench/sass_mix)\n"
-	"\n"
-	"commands that talk to a daemon (tuned):\n"
-	"  submit FILE     queue FILE for tuning; print the job id and its key;\n"
-	"                  with --wait, follow it and exit 1 unless it ends done\n"
-	"  status JOB      the job's state, progress, best time and version\n"
-	"  list            every job the daemon knows\n"
-	"  wait JOB        follow the job as submit --wait does\n"
-	"  cancel JOB      cancel the job\n"
-	"  watch KEY|JOB   print the events of the key (of the job's key) as\n"
-	"                  they come: generations, versions, job states; until\n"
-	"                  interrupted, or with --until-done until the job ends\n"
-	"  fetch KEY|JOB   the best result so far: key, version, median_ms and\n"
-	"                  device; with --out DIR, write plan.json (for run\n"
-	"                  --plan), kernel_<n>.c or .cu, launch.json and binaries\n"
-	"  stats           the daemon's counters\n"
-	"  cache ls        every cached key, its latest version and time\n"
-	"  cache show KEY  one key's graph, versions and trials\n"
-	"  cache prune     remove old entries (--max-age, --max-bytes)\n"
-	"\n"
-	"options:\n"
-	"  --json               print one JSON object on stdout instead of text\n"
-	"                       (watch: one JSON line per event; explain: adds the\n"
-	"                       keys dependences, merges, groups and plan)\n"
-	"  --dot OUT            explain: also write the ops, their dependences\n"
-	"                       (coloured by width: thread green, block orange,\n"
-	"                       global red) and the fused groups (clusters) as a\n"
-	"                       Graphviz file OUT\n"
-	"  --arch ARCH          sources: the GPU architecture (default sm_90)\n"
-	"  --backend B          run: cpu, cuda, emulated (the CUDA run on the cpu,\n"
-	"                       slowly: docs/kernels.md) or auto (default: auto,\n"
-	"                       cuda where a GPU is usable); sources: cpu or cuda\n"
-	"                       (default)\n"
-	"  --plan PLAN.json     run, sources: the plan (docs/kernels.md)\n"
-	"  --seed N             run: the seed of the random inputs (default 1)\n"
-	"  --timeout SECONDS    run: the worker's time limit (default: 10 s, or\n"
-	"                       20 times a pessimistic estimate of one run)\n"
-	"  --socket PATH        daemon commands: the daemon's socket (default\n"
-	"                       $TUNED_SOCKET, else /run/tuned/gpu0.sock for root,\n"
-	"                       $XDG_RUNTIME_DIR/tuned/gpu0.sock otherwise)\n"
-	"  --wait               submit: follow the job until it ends\n"
-	"  --budget S           submit: tuning time (s; or with m, h, d)\n"
-	"  --trials N           submit: at most N trials (1 to 1000000)\n"
-	"  --priority N         submit: -1000 to 1000, higher first (default 0)\n"
-	"  --until-done         watch JOB: exit when the job ends (1 if it failed)\n"
-	"  --out DIR            fetch: write the result's files into DIR;\n"
-	"                       sources: the folder of the kernels' files\n"
-	"  --min-version N      fetch: only a version at least N\n"
-	"  --timeout MS         fetch: wait up to MS for one (default: answer at\n"
-	"                       once)\n"
-	"  --max-age S          cache prune: remove what is older (s, m, h, d)\n"
-	"  --max-bytes N        cache prune: shrink to N bytes (or K, M, G, T)\n"
-	"  -h, --help           show this help\n"
-	"\n"
-	"exit status: 0 valid (and verified, or the daemon command succeeded),\n"
-	"1 invalid graph, failed run, failed command or no daemon, 2 usage error\n";
 
 static const char *code_name(int code)
 {
@@ -221,67 +142,102 @@ static int explain(const sched_graph *graph, bool as_json, const char *dot)
 	return EXIT_SUCCESS;
 }
 
-static int run_command(const char *command, const char *path, bool as_json,
-		       const char *dot)
+/* validate and explain: the graph FILE, read and checked. */
+static int run_graph_command(const tunectl_command *command,
+			     const tunectl_args *args)
 {
+	bool as_json = tunectl_flag(args, "json");
 	sched_error err = {0};
 	sched_graph *graph;
 	int status;
 
-	if (sched_graph_read_file(path, &graph, &err) < 0)
-		return report_error(path, &err, as_json);
-	if (!strcmp(command, "validate"))
-		status = validate(path, graph, as_json);
+	if (sched_graph_read_file(args->arg, &graph, &err) < 0)
+		return report_error(args->arg, &err, as_json);
+	if (!strcmp(command->name, "validate"))
+		status = validate(args->arg, graph, as_json);
 	else
-		status = explain(graph, as_json, dot);
+		status = explain(graph, as_json, tunectl_option_value(args, "dot"));
 	sched_graph_free(graph);
 	return status;
 }
 
+#define JSON_OPTION \
+	TUNECTL_FLAG("json", "print one JSON object on stdout instead of text\n")
+
+/* The commands that need no daemon: one entry each, with its options and
+ * their help, read by options.c for the command line and the usages. */
+static const tunectl_command offline_commands[] = {
+	{"validate", "FILE",
+	 "check FILE (graph.json v1); print its key, or the first error (op\n"
+	 "index and column) and exit 1\n",
+	 {JSON_OPTION},
+	 run_graph_command},
+	{"explain", "FILE",
+	 "per op: iteration domain, write and read accesses as isl maps,\n"
+	 "reduction ranges, FLOPs and bytes; the key; then the fusion\n"
+	 "planner's view: every dependence (the consumer reads the producer's\n"
+	 "target) as an isl map with its width (thread, block, or global and\n"
+	 "why) for the pair fused under the consumer's default tile and 256\n"
+	 "threads; the groups a greedy walk over the dependences fuses (each\n"
+	 "legal under its root's default tile or that tile widened to the\n"
+	 "whole extent after the first dim), with tiles, blocks and each\n"
+	 "stage's store, width and barrier; and their plan, for run --plan\n",
+	 {TUNECTL_FLAG("json",
+		       "print one JSON object on stdout instead of text,\n"
+		       "with the keys dependences, merges, groups and plan\n"),
+	  TUNECTL_VALUE("dot", "OUT",
+			"also write the ops, their dependences (coloured by\n"
+			"width: thread green, block orange, global red) and\n"
+			"the fused groups (clusters) as a Graphviz file OUT\n")},
+	 run_graph_command},
+	{"run", "FILE",
+	 "compile the plan (the default one unless --plan), check every output\n"
+	 "against the reference interpreter on random inputs, and time each\n"
+	 "kernel and the whole plan, in a tuned-worker process; exit 1 unless\n"
+	 "all verified\n",
+	 {TUNECTL_VALUE("backend", "cpu|cuda|emulated|auto",
+			"the backend: emulated runs the CUDA on the cpu,\n"
+			"slowly (docs/kernels.md); auto (the default) is\n"
+			"cuda where a GPU is usable, else cpu\n"),
+	  TUNECTL_VALUE("plan", "PLAN.json",
+			"the plan to run (docs/kernels.md)\n"),
+	  TUNECTL_VALUE("seed", "N",
+			"the seed of the random inputs (default 1)\n"),
+	  TUNECTL_VALUE("timeout", "SECONDS",
+			"the worker's time limit (default: 10 s, or 20\n"
+			"times a pessimistic estimate of one run)\n"),
+	  JSON_OPTION},
+	 tunectl_run},
+	{"sources", "FILE",
+	 "write the code of the plan's kernels (the default plan unless\n"
+	 "--plan) into the folder of --out without running them: kernel_<n>.c\n"
+	 "(--backend cpu), or kernel_<n>.cu and NVRTC's kernel_<n>.ptx and\n"
+	 ".cubin for --arch (cuda, the default; no GPU needed: read them with\n"
+	 "bench/sass_mix); a library step on cuda as its cuBLASLt call,\n"
+	 "kernel_<n>.library.json\n",
+	 {TUNECTL_REQUIRED("out", "DIR",
+			   "the folder of the kernels' files (made if missing)\n"),
+	  TUNECTL_VALUE("plan", "PLAN.json", "the plan (docs/kernels.md)\n"),
+	  TUNECTL_VALUE("backend", "cpu|cuda", "the backend (default cuda)\n"),
+	  TUNECTL_VALUE("arch", "ARCH",
+			"cuda: the GPU architecture (default sm_90)\n")},
+	 tunectl_sources},
+};
+
+static const tunectl_command *offline_command(size_t i)
+{
+	size_t n = sizeof(offline_commands) / sizeof(offline_commands[0]);
+
+	return i < n ? &offline_commands[i] : NULL;
+}
+
 int main(int argc, char **argv)
 {
-	const char *command = NULL, *path = NULL, *dot = NULL;
-	bool as_json = false;
+	static const tunectl_group groups[] = {
+		{"commands", offline_command},
+		{"commands that talk to a daemon (tuned)", tunectl_service_command},
+		{NULL, NULL},
+	};
 
-	if (argc > 1 && !strcmp(argv[1], "run"))
-		return tunectl_run(argc - 2, argv + 2);
-	if (argc > 1 && !strcmp(argv[1], "sources"))
-		return tunectl_sources(argc - 2, argv + 2);
-	if (argc > 1 && tunectl_is_service(argv[1]))
-		return tunectl_service(argc - 1, argv + 1);
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
-			return fputs(usage, stdout), EXIT_SUCCESS;
-		if (!strcmp(argv[i], "--dot")) {
-			if (++i == argc || !argv[i][0])
-				return fprintf(stderr, "tunectl: --dot needs a file\n"),
-				       EXIT_USAGE;
-			dot = argv[i];
-			continue;
-		}
-		if (!strcmp(argv[i], "--json"))
-			as_json = true;
-		else if (argv[i][0] == '-' && argv[i][1])
-			return fprintf(stderr, "tunectl: unknown option '%s'\n%s",
-				       argv[i], usage), EXIT_USAGE;
-		else if (!command)
-			command = argv[i];
-		else if (!path)
-			path = argv[i];
-		else
-			return fprintf(stderr, "tunectl: unexpected argument '%s'\n",
-				       argv[i]), EXIT_USAGE;
-	}
-	if (!command || (strcmp(command, "validate") && strcmp(command, "explain")))
-		return fprintf(stderr, "tunectl: %s%s%s\n%s",
-			       command ? "unknown command '" : "no command given",
-			       command ? command : "", command ? "'" : "", usage),
-		       EXIT_USAGE;
-	if (!path)
-		return fprintf(stderr, "tunectl: '%s' needs a FILE\n", command),
-		       EXIT_USAGE;
-	if (dot && strcmp(command, "explain"))
-		return fprintf(stderr, "tunectl: --dot is an option of explain\n"),
-		       EXIT_USAGE;
-	return run_command(command, path, as_json, dot);
+	return tunectl_main(argc, argv, groups);
 }

@@ -1287,6 +1287,26 @@ Test(tunectl, exit_codes)
 	fake_stop(f);
 }
 
+/* Options before the command, as getopt_long reads them: --socket and
+ * --json there reach the daemon and shape the answer. */
+Test(tunectl, options_before_the_command)
+{
+	fake *f = fake_start(NULL);
+	char stdout_path[192];
+
+	snprintf(stdout_path, sizeof(stdout_path), "%s/stdout", f->dir);
+	cr_assert_eq(tunectl(stdout_path, (const char *const[]){"--socket",
+			     f->path, "--json", "status", "7", NULL}), 0);
+	expect_contains(stdout_path, "\"id\": 7,\n");
+	expect_contains(stdout_path, "\"key\": \"" KEY "\"");
+	cr_expect_eq(tunectl(stdout_path, (const char *const[]){"--socket",
+			     f->path, "cache", "prune", "--max-age", "2h", "--json",
+			     NULL}), 0);
+	expect_contains(stdout_path, "\"max_age_s\": 7200");
+	unlink(stdout_path);
+	fake_stop(f);
+}
+
 /* Submit with a trial limit; watch and generation progress. */
 
 Test(calls, submit_with_sends_the_trial_limit)

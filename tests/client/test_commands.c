@@ -9,6 +9,9 @@
  * sources (client/sources.c): a plan's code written without running it,
  * and for cuda NVRTC's PTX and cubin, read with bench/sass_mix where
  * nvdisasm is found.
+ *
+ * usage (client/options.c): --help, help, --version, options before or
+ * after the command, and what each usage error says.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -42,6 +45,7 @@ static void remove_folder(void)
 
 TestSuite(explain, .init = make_folder, .fini = remove_folder);
 TestSuite(sources, .init = make_folder, .fini = remove_folder);
+TestSuite(usage, .init = make_folder, .fini = remove_folder);
 
 static void example(const char *name, char *out, size_t size)
 {
@@ -514,5 +518,298 @@ Test(sources, a_cuda_library_step_is_its_call)
 
 		cr_expect_not_null(cubin, "no kernel_%d.cubin", k);
 		free(cubin);
+	}
+}
+
+/* usage: what tunectl says of itself and of a command line it refuses. */
+
+/* Every command, as its usage names it. */
+static const char *const all_commands[] = {"validate", "explain", "run",
+	"sources", "submit", "status", "list", "wait", "cancel", "watch", "fetch",
+	"stats", "cache ls", "cache show", "cache prune", NULL};
+
+/* tunectl with the words of "line" (split at spaces) and then "more"
+ * (NULL-terminated, may be NULL); its exit status. */
+static int tunectl_line(const char *line, const char *const *more)
+{
+	const char *args[16];
+	char *copy = strdup(line), *word, *save = NULL;
+	int n = 0, status;
+
+	for (word = strtok_r(copy, " ", &save); word && n < 14;
+	     word = strtok_r(NULL, " ", &save))
+		args[n++] = word;
+	for (int i = 0; more && more[i] && n < 15; i++)
+		args[n++] = more[i];
+	args[n] = NULL;
+	status = tunectl(args);
+	free(copy);
+	return status;
+}
+
+/* The output of "line", which must exit 0 and say nothing on stderr. */
+static char *answer(const char *line)
+{
+	char *err;
+
+	cr_assert_eq(tunectl_line(line, NULL), 0, "tunectl %s: %s", line,
+		     slurp("err"));
+	err = slurp("err");
+	cr_expect_str_eq(err, "", "tunectl %s wrote on stderr", line);
+	free(err);
+	return slurp("out");
+}
+
+Test(usage, version_is_the_project_s)
+{
+	char *out = answer("--version");
+
+	cr_expect_str_eq(out, "tunectl (tuned) " TUNED_VERSION "\n");
+	free(out);
+	cr_expect_eq(tunectl_line("--version --json", NULL), 2);
+	cr_expect_eq(tunectl_line("status 3 --version", NULL), 2);
+	out = slurp("err");
+	cr_expect(strstr(out, "tunectl status: unknown option '--version'"), "%s", out);
+	free(out);
+}
+
+Test(usage, help_dash_help_and_h_print_the_whole_usage)
+{
+	char *help = answer("help"), *dash = answer("--help"), *h = answer("-h");
+
+	cr_expect_str_eq(dash, help);
+	cr_expect_str_eq(h, help);
+	cr_expect(!strncmp(help, "usage: tunectl COMMAND", 22), "%s", help);
+	for (int i = 0; all_commands[i]; i++) {
+		char line[64];
+
+		snprintf(line, sizeof(line), "\n  %s ", all_commands[i]);
+		cr_expect(strstr(help, line), "no '%s' in\n%s", line + 1, help);
+	}
+	cr_expect(strstr(help, "tunectl --version"), "%s", help);
+	cr_expect(strstr(help, "exit status:"), "%s", help);
+	free(help);
+	free(dash);
+	free(h);
+}
+
+/* The same usage, however asked for: CMD --help, --help CMD, CMD -h,
+ * help CMD; it begins with the command's synopsis. */
+Test(usage, every_command_answers_help_the_same_four_ways)
+{
+	for (int i = 0; all_commands[i]; i++) {
+		const char *c = all_commands[i];
+		char line[64], start[64], *first, *other;
+
+		snprintf(line, sizeof(line), "%s --help", c);
+		first = answer(line);
+		snprintf(start, sizeof(start), "usage: tunectl %s ", c);
+		cr_expect(!strncmp(first, start, strlen(start)), "%s:\n%s", line, first);
+		cr_expect(strstr(first, "\n  -h, --help"), "%s:\n%s", line, first);
+		snprintf(line, sizeof(line), "--help %s", c);
+		other = answer(line);
+		cr_expect_str_eq(other, first, "tunectl %s", line);
+		free(other);
+		snprintf(line, sizeof(line), "%s -h", c);
+		other = answer(line);
+		cr_expect_str_eq(other, first, "tunectl %s", line);
+		free(other);
+		snprintf(line, sizeof(line), "help %s", c);
+		other = answer(line);
+		cr_expect_str_eq(other, first, "tunectl %s", line);
+		free(other);
+		free(first);
+	}
+}
+
+Test(usage, cache_help_shows_each_cache_command)
+{
+	char *help = answer("cache --help"), *other = answer("help cache");
+
+	cr_expect_str_eq(other, help);
+	cr_expect(strstr(help, "usage: tunectl cache ls"), "%s", help);
+	cr_expect(strstr(help, "usage: tunectl cache show KEY"), "%s", help);
+	cr_expect(strstr(help, "usage: tunectl cache prune [--max-age S]"), "%s", help);
+	cr_expect_null(strstr(help, "usage: tunectl submit"), "%s", help);
+	free(help);
+	free(other);
+}
+
+Test(usage, every_usage_line_fits_80_columns)
+{
+	for (int i = -1; all_commands[i < 0 ? 0 : i]; i++) {
+		char line[64], *out, *p, *end;
+
+		snprintf(line, sizeof(line), "help %s", i < 0 ? "" : all_commands[i]);
+		out = answer(line);
+		for (p = out; *p; p = *end ? end + 1 : end) {
+			end = p + strcspn(p, "\n");
+			cr_expect_leq(end - p, 80, "tunectl %s: a line of %d columns: %.*s",
+				      line, (int)(end - p), (int)(end - p), p);
+		}
+		free(out);
+	}
+}
+
+/* The options a command's --help lists: "--name" and whether a value
+ * follows, from its lines "  --name VALUE   help". */
+typedef struct listed {
+	char name[32];
+	bool value;
+} listed;
+
+static int listed_options(const char *command, listed *out, int max)
+{
+	char line[64], *help, *p;
+	int n = 0;
+
+	snprintf(line, sizeof(line), "help %s", command);
+	help = answer(line);
+	p = strstr(help, "\noptions");
+	cr_assert_not_null(p, "tunectl %s: no options section:\n%s", line, help);
+	while ((p = strstr(p, "\n  --")) && n < max) {
+		size_t len = strcspn(p + 5, " \n");
+
+		snprintf(out[n].name, sizeof(out[n].name), "%.*s", (int)len, p + 5);
+		out[n].value = p[5 + len] == ' ' && p[6 + len] != ' ';
+		n++;
+		p += 5;
+	}
+	free(help);
+	return n;
+}
+
+static bool has_option(const listed *options, int n, const char *name)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(options[i].name, name))
+			return true;
+	return false;
+}
+
+/* Each option a command's --help lists is taken by it; each option any
+ * other command lists is refused by it as unknown. No daemon is reached:
+ * TUNED_SOCKET names none. */
+Test(usage, help_lists_exactly_the_options_each_command_takes)
+{
+	listed every[64], mine[32];
+	int nevery = 0;
+
+	setenv("TUNED_SOCKET", "/nonexistent/tuned.sock", 1);
+	for (int i = 0; all_commands[i]; i++) {
+		int n = listed_options(all_commands[i], mine, 32);
+
+		cr_expect_gt(n, 0, "%s lists no option", all_commands[i]);
+		for (int k = 0; k < n; k++)
+			if (!has_option(every, nevery, mine[k].name) && nevery < 64)
+				every[nevery++] = mine[k];
+	}
+	/* json, socket, out, ...: the 17 options tunectl had when this was
+	 * written, at least; fewer means the help lines were misread */
+	cr_expect_geq(nevery, 17, "only %d options in all", nevery);
+	for (int i = 0; all_commands[i]; i++) {
+		int n = listed_options(all_commands[i], mine, 32);
+
+		for (int k = 0; k < nevery; k++) {
+			char option[48], refused[128], *err;
+			int status;
+
+			snprintf(option, sizeof(option), "--%.31s", every[k].name);
+			status = tunectl_line(all_commands[i], (const char *const[]){
+					      option, every[k].value ? "1" : NULL, NULL});
+			err = slurp("err");
+			snprintf(refused, sizeof(refused), "tunectl %s: unknown option '%s'",
+				 all_commands[i], option);
+			if (has_option(mine, n, every[k].name))
+				cr_expect_null(strstr(err, "unknown option"),
+					       "%s refuses its own %s: %s",
+					       all_commands[i], option, err);
+			else
+				cr_expect(status == 2 && strstr(err, refused),
+					  "%s takes %s, which its help does not list "
+					  "(exit %d): %s", all_commands[i], option,
+					  status, err);
+			free(err);
+		}
+	}
+}
+
+Test(usage, options_may_come_before_the_command)
+{
+	char file[PATH_MAX], dot[128], *after, *before;
+
+	example("softmax_scores_small", file, sizeof(file));
+	cr_assert_eq(tunectl((const char *const[]){"validate", file, "--json",
+						   NULL}), 0);
+	after = slurp("out");
+	cr_assert_eq(tunectl((const char *const[]){"--json", "validate", file,
+						   NULL}), 0);
+	before = slurp("out");
+	cr_expect_str_eq(before, after);
+	cr_expect(strstr(before, "\"valid\": true"), "%s", before);
+	free(before);
+	/* as getopt_long allows: a unique prefix of an option */
+	cr_assert_eq(tunectl((const char *const[]){"--js", "validate", file,
+						   NULL}), 0);
+	before = slurp("out");
+	cr_expect_str_eq(before, after);
+	free(before);
+	free(after);
+	snprintf(dot, sizeof(dot), "%s/graph.dot", folder);
+	cr_assert_eq(tunectl((const char *const[]){"--dot", dot, "explain", file,
+						   NULL}), 0, "%s", slurp("err"));
+	after = slurp("graph.dot");
+	cr_expect(!strncmp(after, "digraph ", 8), "%s", after);
+	free(after);
+}
+
+/* Each bad command line: exit 2, nothing on stdout, and on stderr what
+ * was wrong. */
+Test(usage, usage_errors_say_what_was_wrong)
+{
+	static const char *const cases[][2] = {
+		{"", "tunectl: no command given"},
+		{"frobnicate x.json", "tunectl: unknown command 'frobnicate'"},
+		{"cache", "tunectl: 'cache' needs a subcommand: ls, show, prune"},
+		{"cache frob", "tunectl: unknown command 'cache frob'"},
+		{"help frob", "tunectl: unknown command 'frob'"},
+		{"help status 3", "tunectl: help: unexpected argument '3'"},
+		{"--frob list", "tunectl: unknown option '--frob'"},
+		{"-x list", "tunectl: unknown option '-x'"},
+		{"list --socket", "tunectl: a value is missing after '--socket'"},
+		{"--json=1 list", "tunectl: '--json' takes no value: '--json=1'"},
+		{"cache prune --max 3", "tunectl: ambiguous option '--max': "
+		 "--max-age, --max-bytes?"},
+		{"status 3 --wait", "tunectl status: unknown option '--wait'\n"
+		 "usage: tunectl status JOB"},
+		{"validate", "tunectl validate: needs FILE"},
+		{"validate a.json b.json", "tunectl validate: unexpected argument "
+		 "'b.json'"},
+		{"sources a.json", "tunectl sources: needs --out DIR"},
+		{"sources a.json --out d --backend tpu", "tunectl sources: unknown "
+		 "backend 'tpu'"},
+		{"run a.json --backend tpu", "tunectl run: unknown backend 'tpu'"},
+		{"run a.json --seed x", "tunectl run: bad value for '--seed': 'x'"},
+		{"run a.json --timeout 0", "tunectl run: bad value for '--timeout': "
+		 "'0' (seconds, more than 0)"},
+		{"status x", "tunectl status: not a job id: 'x'"},
+		{"submit g.json --budget 5x", "tunectl submit: bad value for "
+		 "'--budget': '5x' (seconds, or a number with s, m, h or d)"},
+		{"submit g.json --priority 5000", "tunectl submit: bad value for "
+		 "'--priority': '5000' (an integer from -1000 to 1000)"},
+		{"cache prune --max-bytes 3Q", "tunectl cache prune: bad value for "
+		 "'--max-bytes': '3Q' (bytes, or a number with K, M, G or T)"},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int status = tunectl_line(cases[i][0], NULL);
+		char *out = slurp("out"), *err = slurp("err");
+
+		cr_expect_eq(status, 2, "tunectl %s: exit %d", cases[i][0], status);
+		cr_expect(strstr(err, cases[i][1]), "tunectl %s: no '%s' in\n%s",
+			  cases[i][0], cases[i][1], err);
+		cr_expect_str_eq(out, "", "tunectl %s", cases[i][0]);
+		free(out);
+		free(err);
 	}
 }
