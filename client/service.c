@@ -284,10 +284,12 @@ static void generation_text(json_t *data, char *out, size_t size)
 		append(out, size, " (%.2fx over the first version)", gain);
 }
 
-/* "version 4: 1.201 ms ± 0.010", from a version event's data. */
+/* "version 4: 1.201 ms ± 0.010 (1.42x over the first version, 1.705 ms
+ * beside it)", from a version event's data. */
 static void version_text(json_t *data, char *out, size_t size)
 {
 	double median = num(data, "median_ms"), spread = num(data, "spread_ms");
+	double first = num(data, "first_ms"), speedup = num(data, "speedup");
 	int decimals = ms_decimals(median);
 
 	snprintf(out, size, "version %lld", integer(data, "version"));
@@ -295,6 +297,9 @@ static void version_text(json_t *data, char *out, size_t size)
 		append(out, size, ": %.*f ms", decimals, median);
 	if (!isnan(median) && !isnan(spread))
 		append(out, size, " \u00b1 %.*f", decimals, spread);
+	if (!isnan(speedup) && !isnan(first) && integer(data, "version") > 1)
+		append(out, size, " (%.2fx over the first version, %.*f ms beside "
+		       "it)", speedup, ms_decimals(first), first);
 }
 
 /* "job 7: failed: no candidate verified", from a job event's data. */
@@ -384,21 +389,21 @@ static double fraction(const progress *pg)
 	return fmin((now_s() - pg->running_since) / budget, 0.99);
 }
 
-/* "running, 120 trials, best 0.0123 ms, version 3" */
+/* "running, 120 trials, best 0.0123 ms, version 3, 4.31x over the first
+ * version" (the speedup as measured beside the first when the version
+ * was published). */
 static void describe(json_t *job, char *out, size_t size)
 {
 	json_t *p = json_object_get(job, "progress");
-	double best = num(p, "best_ms");
-	int n;
+	double best = num(p, "best_ms"), speedup = num(p, "speedup");
 
-	n = snprintf(out, size, "%s, %lld trials", str(job, "state"),
-		     (long long)json_integer_value(json_object_get(p, "trials")));
-	if (best > 0 && n > 0 && (size_t)n < size)
-		n += snprintf(out + n, size - n, ", best %.4f ms", best);
-	if (json_integer_value(json_object_get(p, "version")) > 0 && n > 0 &&
-	    (size_t)n < size)
-		snprintf(out + n, size - n, ", version %lld",
-			 (long long)json_integer_value(json_object_get(p, "version")));
+	snprintf(out, size, "%s, %lld trials", str(job, "state"), integer(p, "trials"));
+	if (best > 0)
+		append(out, size, ", best %.4f ms", best);
+	if (integer(p, "version") > 0)
+		append(out, size, ", version %lld", integer(p, "version"));
+	if (speedup > 0 && integer(p, "version") > 1)
+		append(out, size, ", %.2fx over the first version", speedup);
 }
 
 static long long job_number(json_t *job)
@@ -533,6 +538,9 @@ static void merge_event(progress *pg, int64_t id, const tuned_client_event *ev)
 		json_object_set(p, "best_ms", json_object_get(data, "best_ms"));
 	else if (json_is_number(json_object_get(data, "median_ms")))
 		json_object_set(p, "best_ms", json_object_get(data, "median_ms"));
+	if (!strcmp(ev->name, PROTO_EVENT_VERSION) &&
+	    json_is_number(json_object_get(data, "speedup")))
+		json_object_set(p, "speedup", json_object_get(data, "speedup"));
 }
 
 /* Events for up to POLL_MS; each one redraws. Connection errors end it. */

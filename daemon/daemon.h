@@ -81,7 +81,8 @@ typedef struct tuned_job {
 	int priority;
 	enum tuned_job_state state;
 	int trials;
-	double best_ms;
+	double best_ms;  /* the version's time when it was published */
+	double first_ms; /* the version the job started from, timed beside it */
 	int version;
 	char error[256];
 	double created_at, finished_at;

@@ -47,15 +47,26 @@ json_t *tuned_rfc3339(double seconds)
 	return json_string(text);
 }
 
-/* A job as the protocol shows it (docs/protocol.md, "A job"). */
+/* A time, or null when it is not known. */
+static json_t *ms_or_null(double ms)
+{
+	return ms > 0 ? json_real(ms) : json_null();
+}
+
+/* A job as the protocol shows it (docs/protocol.md, "A job"): its
+ * speedup is the first version's time over the version's, both as one
+ * re-timing measured them when the version was published. */
 json_t *tuned_job_json(const tuned_job *job)
 {
-	json_t *obj = json_pack("{s:I, s:s, s:s, s:s, s:{s:i, s:o, s:i}, s:o}",
+	json_t *obj = json_pack("{s:I, s:s, s:s, s:s, s:{s:i, s:o, s:i, s:o, s:o}, s:o}",
 				"id", (json_int_t)job->id, "key", job->key,
 				"name", job->name, "state", state_names[job->state],
 				"progress", "trials", job->trials,
-				"best_ms", job->best_ms > 0 ? json_real(job->best_ms) : json_null(),
+				"best_ms", ms_or_null(job->best_ms),
 				"version", job->version,
+				"first_ms", ms_or_null(job->first_ms),
+				"speedup", job->first_ms > 0 && job->best_ms > 0 ?
+					   json_real(job->first_ms / job->best_ms) : json_null(),
 				"created_at", tuned_rfc3339(job->created_at));
 
 	if (job->state == TUNED_JOB_FAILED && job->error[0])
@@ -66,13 +77,14 @@ json_t *tuned_job_json(const tuned_job *job)
 /* A job as the queue file keeps it: everything, times as numbers. */
 static json_t *job_storage_json(const tuned_job *job)
 {
-	return json_pack("{s:I, s:s, s:s, s:s, s:s, s:f, s:i, s:i, s:i, s:f, s:i, "
-			 "s:s, s:f, s:f}",
+	return json_pack("{s:I, s:s, s:s, s:s, s:s, s:f, s:i, s:i, s:i, s:f, s:f, "
+			 "s:i, s:s, s:f, s:f}",
 			 "id", (json_int_t)job->id, "key", job->key, "name", job->name,
 			 "graph", job->graph, "state", state_names[job->state],
 			 "budget_s", job->budget_s, "max_trials", job->max_trials,
 			 "priority", job->priority,
 			 "trials", job->trials, "best_ms", job->best_ms,
+			 "first_ms", job->first_ms,
 			 "version", job->version, "error", job->error,
 			 "created_at", job->created_at, "finished_at", job->finished_at);
 }
@@ -241,6 +253,7 @@ static tuned_job *job_from_json(json_t *obj)
 	job->priority = (int)json_integer_value(json_object_get(obj, "priority"));
 	job->trials = (int)json_integer_value(json_object_get(obj, "trials"));
 	job->best_ms = json_number_value(json_object_get(obj, "best_ms"));
+	job->first_ms = json_number_value(json_object_get(obj, "first_ms"));
 	job->version = (int)json_integer_value(json_object_get(obj, "version"));
 	job->created_at = json_number_value(json_object_get(obj, "created_at"));
 	job->finished_at = json_number_value(json_object_get(obj, "finished_at"));

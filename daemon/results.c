@@ -74,7 +74,8 @@ static char *launch_text(const json_t *answer)
 }
 
 /* A candidate the runner found faster than the key's version, by more
- * than the noise of timing them side by side, becomes the next version. */
+ * than the noise of timing them side by side, becomes the next version;
+ * its speedup is over the version the job started from, timed beside it. */
 static void on_version(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 {
 	char *plan = json_dumps(r->plan, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
@@ -92,13 +93,19 @@ static void on_version(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 			  plan && sources && launch ? err.message : "out of memory");
 	} else {
 		job->best_ms = r->median_ms;
+		job->first_ms = r->first_ms;
 		job->version = version;
 		tuned_log(TUNED_INFO, "job %lld: %s version %d, %.4f ms", (long long)job->id,
 			  job->key, version, r->median_ms);
 		tuned_broadcast(d, job->key, PROTO_EVENT_VERSION,
-				json_pack("{s:s, s:i, s:s, s:f, s:f, s:I}", "key", job->key,
-					  "version", version, "device", d->device,
+				json_pack("{s:s, s:i, s:s, s:f, s:f, s:o, s:o, s:I}", "key",
+					  job->key, "version", version, "device", d->device,
 					  "median_ms", r->median_ms, "spread_ms", r->spread_ms,
+					  "first_ms", r->first_ms > 0 ? json_real(r->first_ms) :
+								       json_null(),
+					  "speedup", r->first_ms > 0 && r->median_ms > 0 ?
+						     json_real(r->first_ms / r->median_ms) :
+						     json_null(),
 					  "job", (json_int_t)job->id));
 		tuned_wake_waiters(d, job->key, version);
 	}

@@ -16,7 +16,9 @@
  * compiles in flight. When a generation is done, its best candidates are
  * re-timed side by side with the key's version, round by round, and the
  * best becomes the next version only if it beats that version in nearly
- * every round; then the search proposes the next generation.
+ * every round; then the search proposes the next generation. The version
+ * the job started from is re-timed with them, so that the speedup over it
+ * is a ratio of two times measured together.
  *
  * Work is taken from the jobs in order: priority, then jobs a client waits
  * on, then the job with the fewest generations, then the oldest; so the
@@ -73,8 +75,11 @@ typedef struct runner_job {
 	double limit_s;
 	uint64_t deadline;
 	int trials, generation, compile_failures, filtered;
-	double first_ms, version_ms; /* the version the job started from, and now */
-	bool first_retimed;          /* first_ms is from a re-timing */
+	/* The plan of the version the job started from (NULL until there is
+	 * one), and the times of it and of the version now, measured side by
+	 * side in the same re-timing (its trial's time, alone, until then). */
+	json_t *first;
+	double first_ms, version_ms;
 	json_t *retimed;  /* what the last re-timing found, for the event */
 	candidate *cands;
 	int ncands, open;
@@ -185,6 +190,7 @@ static void job_free(runner_job *job)
 	json_decref(job->incumbent);
 	json_decref(job->neighbour);
 	json_decref(job->retimed);
+	json_decref(job->first);
 	free(job->graph_text);
 	free(job);
 }
@@ -253,7 +259,8 @@ static void set_candidates(runner_job *job, json_t *plans)
 }
 
 /* The counters of the generation just ended, for the generation event:
- * the best trial, and the gain of the version over the first. */
+ * the best trial, and the gain of the version over the first, both as
+ * the last re-timing measured them. */
 static json_t *generation_data(const runner_job *job)
 {
 	double best = tuner_search_best(job->search);
@@ -270,9 +277,11 @@ static json_t *generation_data(const runner_job *job)
 			 "retimed", job->retimed ? json_incref(job->retimed) : json_null());
 }
 
-/* A candidate becomes the key's version. */
+/* A candidate becomes the key's version, at "median_ms", when the
+ * version the job started from took "first_ms" beside it (the candidate's
+ * own time when it is the first). */
 static void publish(tuned_runner *r, runner_job *job, const candidate *c,
-		    double median_ms, double spread_ms)
+		    double median_ms, double spread_ms, double first_ms)
 {
 	tuned_result *version = result_new(job, TUNED_RESULT_VERSION);
 
@@ -282,13 +291,15 @@ static void publish(tuned_runner *r, runner_job *job, const candidate *c,
 	version->answer = json_incref(c->answer);
 	version->median_ms = median_ms;
 	version->spread_ms = spread_ms;
+	version->first_ms = first_ms;
 	version->generation = job->generation - 1;
 	push_result(r, version);
+	if (!job->first)
+		job->first = json_incref(job->incumbent ? job->incumbent : c->plan);
 	json_decref(job->incumbent);
 	job->incumbent = json_incref(c->plan);
 	job->version_ms = median_ms;
-	if (!(job->first_ms > 0))
-		job->first_ms = median_ms;
+	job->first_ms = first_ms;
 }
 
 static int kernels_of(const json_t *plan)
@@ -341,7 +352,8 @@ static void end_generation(tuned_runner *r, runner_job *job)
 	if (!job->incumbent && best >= 0) {
 		publish(r, job, &job->cands[best], job->cands[best].ms,
 			json_number_value(json_object_get(job->cands[best].answer,
-							  "total_spread_ms")));
+							  "total_spread_ms")),
+			job->cands[best].ms);
 	} else if (job->incumbent && !job->cancelled && !r->stopping &&
 		   best_candidate(job, than, INT_MAX, NULL, 0) >= 0) {
 		job->retiming = true;
@@ -645,9 +657,17 @@ static void measure_one(tuned_runner *r, tuner_worker *worker, runner_job *job,
 	json_decref(reply.answer);
 }
 
+/* Whether the version the job started from is no longer the version. */
+static bool first_replaced(const runner_job *job)
+{
+	return job->first && job->first != job->incumbent;
+}
+
 /* The version (entry 0) and the generation's challengers, to be timed in
  * turns: its best, then its best in fewer kernels than the version (else
- * its second best). */
+ * its second best); last, the version the job started from when it is
+ * not the version, so that the speedup over it is measured, not taken
+ * from its trial or from another re-timing. */
 static json_t *retime_plans(runner_job *job, int *picked, int *npicked)
 {
 	json_t *plans = json_array();
@@ -665,6 +685,8 @@ static json_t *retime_plans(runner_job *job, int *picked, int *npicked)
 		picked[(*npicked)++] = i;
 		json_array_append(plans, job->cands[i].plan);
 	}
+	if (first_replaced(job))
+		json_array_append(plans, job->first);
 	return plans;
 }
 
@@ -711,14 +733,26 @@ typedef struct verdict {
 			     * index in the re-timed plans past the version,
 			     * then (retime) in the job's candidates */
 	double version_ms, best_ms, best_spread;
+	double first_ms;    /* the version the job started from, in the same
+			     * re-timing (the version's time when it is it) */
 	int won, rounds;
 	bool fewer_kernels; /* published as no slower in fewer kernels */
 } verdict;
 
-static void judge(const json_t *times, int nchallengers, verdict *v)
+/* The time of the version the job started from in "times": the entry
+ * after the "nchallengers" challengers when it was re-timed apart,
+ * else the version's. */
+static double first_of(const runner_job *job, const json_t *times, int nchallengers)
+{
+	return entry_ms(times, first_replaced(job) ? nchallengers + 1 : 0, "median_ms");
+}
+
+static void judge(const runner_job *job, const json_t *times, int nchallengers,
+		  verdict *v)
 {
 	*v = (verdict){.best = -1, .best_ms = INFINITY, .rounds = RETIME_ROUNDS,
-		       .version_ms = entry_ms(times, 0, "median_ms")};
+		       .version_ms = entry_ms(times, 0, "median_ms"),
+		       .first_ms = first_of(job, times, nchallengers)};
 	for (int i = 0; i < nchallengers; i++)
 		if (entry_ms(times, i + 1, "median_ms") > 0 &&
 		    entry_ms(times, i + 1, "median_ms") < v->best_ms) {
@@ -731,19 +765,23 @@ static void judge(const json_t *times, int nchallengers, verdict *v)
 
 /* A close call (the challenger's median lower by the noise, but only
  * ROUNDS_TO_EXTEND to ROUNDS_TO_WIN - 1 rounds won) gets RETIME_ROUNDS more
- * rounds of the two; its verdict then counts the rounds of both. */
+ * rounds of the two (and of the version the job started from, for the
+ * speedup); its verdict then counts the rounds of both. */
 static void extend_if_close(tuned_runner *r, tuner_worker *worker, runner_job *job,
 			    const candidate *challenger, verdict *v)
 {
-	json_t *more;
+	json_t *plans, *more;
 	int won_before = v->won, which = v->best;
 
 	if (v->best < 0 || v->won >= ROUNDS_TO_WIN || v->won < ROUNDS_TO_EXTEND ||
-	    !(v->best_ms < v->version_ms * (1 - NOISE)) ||
-	    !(more = side_by_side(r, worker, job, json_pack("[O, O]", job->incumbent,
-							     challenger->plan))))
+	    !(v->best_ms < v->version_ms * (1 - NOISE)))
 		return;
-	judge(more, 1, v);
+	plans = json_pack("[O, O]", job->incumbent, challenger->plan);
+	if (plans && first_replaced(job))
+		json_array_append(plans, job->first);
+	if (!(more = side_by_side(r, worker, job, plans)))
+		return;
+	judge(job, more, 1, v);
 	v->best = v->best >= 0 ? which : -1;
 	v->won += won_before;
 	v->rounds = 2 * RETIME_ROUNDS;
@@ -775,7 +813,8 @@ static void prefer_fewer_kernels(const runner_job *job, const json_t *times,
 	    2 * rounds_won(times, fewest + 1) <= RETIME_ROUNDS)
 		return;
 	*v = (verdict){picked[fewest], version_ms, ms, entry_ms(times, fewest + 1, "spread_ms"),
-		       rounds_won(times, fewest + 1), RETIME_ROUNDS, true};
+		       first_of(job, times, npicked), rounds_won(times, fewest + 1),
+		       RETIME_ROUNDS, true};
 }
 
 /* Re-times the generation's challengers side by side with the version.
@@ -792,16 +831,11 @@ static void retime(tuned_runner *r, tuner_worker *worker, runner_job *job)
 	verdict v;
 	bool published;
 
-	judge(times, npicked, &v);
+	judge(job, times, npicked, &v);
 	if (v.best >= 0)
 		v.best = picked[v.best];
 	if (v.best >= 0)
 		extend_if_close(r, worker, job, &job->cands[v.best], &v);
-	if (!job->first_retimed && v.version_ms > 0) {
-		/* the version the job started from, side by side at last */
-		job->first_ms = v.version_ms;
-		job->first_retimed = true;
-	}
 	published = v.best >= 0 && v.version_ms > 0 &&
 		    v.won >= (v.rounds > RETIME_ROUNDS ? EXTENDED_TO_WIN : ROUNDS_TO_WIN) &&
 		    v.best_ms < v.version_ms * (1 - NOISE);
@@ -810,15 +844,18 @@ static void retime(tuned_runner *r, tuner_worker *worker, runner_job *job)
 		published = v.fewer_kernels;
 	}
 	json_decref(times);
-	job->retimed = json_pack("{s:o, s:o, s:i, s:i, s:b, s:b}",
+	job->retimed = json_pack("{s:o, s:o, s:o, s:i, s:i, s:b, s:b}",
 		"version_ms", v.version_ms > 0 ? json_real(v.version_ms) : json_null(),
 		"challenger_ms", v.best >= 0 ? json_real(v.best_ms) : json_null(),
+		"first_ms", v.first_ms > 0 ? json_real(v.first_ms) : json_null(),
 		"rounds_won", v.won, "rounds", v.rounds, "published", published,
 		"fewer_kernels", v.fewer_kernels);
-	if (published)
-		publish(r, job, &job->cands[v.best], v.best_ms, v.best_spread);
-	else if (v.version_ms > 0)
+	if (published) {
+		publish(r, job, &job->cands[v.best], v.best_ms, v.best_spread, v.first_ms);
+	} else if (v.version_ms > 0) {
 		job->version_ms = v.version_ms;
+		job->first_ms = v.first_ms;
+	}
 	job->retiming = false;
 	uv_cond_broadcast(&r->compile_wake);
 	next_generation(r, job);

@@ -38,6 +38,8 @@ typedef struct tuned_result {
 	json_t *plan;      /* TRIAL, VERSION: the plan */
 	double median_ms;  /* VERSION: retimed side by side with the version it beat */
 	double spread_ms;
+	double first_ms;   /* VERSION: the version the job started from, timed
+			    * beside it (0: failed), for the speedup over it */
 	int generation;    /* VERSION: the generation that found it */
 	json_t *data;      /* GENERATION: the event's counters */
 	bool cancelled;    /* END: the job was cancelled, or */

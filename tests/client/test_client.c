@@ -88,10 +88,11 @@ static json_t *job_object(fake *f)
 {
 	const char *state = f->polls <= 1 ? "queued" : f->polls == 2 ? "running" :
 			    f->job_fails ? "failed" : "done";
-	json_t *job = json_pack("{s:i, s:s, s:s, s:s, s:{s:i, s:f, s:i}, s:s}",
+	json_t *job = json_pack("{s:i, s:s, s:s, s:s, s:{s:i, s:f, s:i, s:f, s:f}, s:s}",
 				"id", 7, "key", KEY, "name", "mlp", "state", state,
 				"progress", "trials", f->polls * 10, "best_ms",
-				0.25, "version", f->polls, "created_at",
+				0.25, "version", f->polls, "first_ms", 1.0,
+				"speedup", 4.0, "created_at",
 				"2025-06-01T12:00:00Z");
 
 	if (f->job_fails && f->polls > 2)
@@ -200,9 +201,9 @@ static void send_script(fake *f, int fd, bool jobs)
 		"key", KEY, "generation", 1, "trials", 32, "compile_failures", 1,
 		"filtered", 0, "best_ms", "first_ms", "gain"));
 	send_event(f, fd, PROTO_EVENT_VERSION, json_pack(
-		"{s:s, s:i, s:s, s:f, s:f, s:i}", "key", KEY, "version", 3,
+		"{s:s, s:i, s:s, s:f, s:f, s:f, s:f, s:i}", "key", KEY, "version", 3,
 		"device", f->device, "median_ms", 1.201, "spread_ms", 0.01,
-		"job", 7));
+		"first_ms", 1.705, "speedup", 1.705 / 1.201, "job", 7));
 	send_event(f, fd, PROTO_EVENT_GENERATION, json_pack(
 		"{s:i, s:s, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f}", "job", 7,
 		"key", KEY, "generation", 2, "trials", 96, "compile_failures", 2,
@@ -1287,6 +1288,31 @@ Test(tunectl, exit_codes)
 	fake_stop(f);
 }
 
+/* The speedup over the first version, once there is a second version:
+ * in status and at the end of a wait. */
+Test(tunectl, status_and_wait_say_the_speedup_over_the_first_version)
+{
+	fake *f = fake_start(NULL);
+	char stdout_path[192], *text;
+
+	snprintf(stdout_path, sizeof(stdout_path), "%s/stdout", f->dir);
+	cr_assert_eq(tunectl(stdout_path, (const char *const[]){"status", "7",
+			     "--socket", f->path, NULL}), 0);
+	text = slurp(stdout_path);
+	cr_expect(strstr(text, "job 7: queued, 10 trials, best 0.2500 ms, version 1\n"),
+		  "version 1 has no speedup over itself: %s", text);
+	free(text);
+	cr_assert_eq(tunectl(stdout_path, (const char *const[]){"wait", "7",
+			     "--socket", f->path, NULL}), 0);
+	expect_contains(stdout_path, "version 3, 4.00x over the first version\n");
+	cr_assert_eq(tunectl(stdout_path, (const char *const[]){"status", "7",
+			     "--socket", f->path, NULL}), 0);
+	expect_contains(stdout_path, "job 7: done, 40 trials, best 0.2500 ms, "
+			"version 4, 4.00x over the first version\n");
+	unlink(stdout_path);
+	fake_stop(f);
+}
+
 /* Options before the command, as getopt_long reads them: --socket and
  * --json there reach the daemon and shape the answer. */
 Test(tunectl, options_before_the_command)
@@ -1377,7 +1403,8 @@ Test(tunectl, watch_a_job_until_done_prints_each_event)
 		"job 7: running\n",
 		"gen 1: 32 trials, 1 compile failure, 0 filtered, nothing timed "
 		"yet\n",
-		"version 3: 1.201 ms \u00b1 0.010\n",
+		"version 3: 1.201 ms \u00b1 0.010 (1.42x over the first version, "
+		"1.705 ms beside it)\n",
 		"gen 2: 96 trials, 2 compile failures, 5 filtered, best trial "
 		"1.198 ms, version 1.234 ms (1.42x over the first version)\n",
 		"job 7: done\n", NULL});

@@ -4,13 +4,16 @@
  *
  * It answers the worker protocol (describe, probe, compile, measure,
  * retime; docs/kernels.md) without compiling anything. A plan's time
- * depends on $SCRIPTED_TIMES:
- *   "flat"  every plan takes 1 ms: nothing is ever an improvement;
- *   "hash"  1 to 2 ms, from a hash of the plan's text;
- *   "kernels"  1 ms and 1 us per kernel: fewer kernels win, by little.
+ * depends on $SCRIPTED_TIMES: "flat", "hash" or "kernels"
+ * (scripted_times.h).
  * $SCRIPTED_DELAY_MS, when set, is slept before each measurement.
  * $SCRIPTED_CLOSE, when set, makes every other re-timing (the first, the
  * third...) a close call: the challengers lose its first two rounds.
+ * $SCRIPTED_FIRST_MS, when set, is the time of the first measurement (the
+ * default plan's trial): one noisy first trial.
+ * $SCRIPTED_DRIFT, when set, makes re-timing k (from 0) find every plan
+ * k + 1 times slower: load that drifts between re-timings, alike for every
+ * plan within one.
  * Arguments are accepted and ignored, as tuned passes them.
  */
 #include <jansson.h>
@@ -20,20 +23,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "scripted_times.h"
+
 static double plan_ms(const json_t *plan)
 {
-	const char *mode = getenv("SCRIPTED_TIMES");
-	char *text = json_dumps(plan, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
-	unsigned long hash = 2166136261u;
-
-	for (const char *p = text ? text : ""; *p; p++)
-		hash = (hash ^ (unsigned char)*p) * 16777619u;
-	free(text);
-	if (mode && !strcmp(mode, "hash"))
-		return 1.0 + (double)(hash % 1000) / 1000;
-	if (mode && !strcmp(mode, "kernels"))
-		return 1.0 + 0.001 * (double)json_array_size(json_object_get(plan, "kernels"));
-	return 1.0;
+	return scripted_ms(plan, getenv("SCRIPTED_TIMES"));
 }
 
 static void pause_a_little(void)
@@ -49,9 +43,13 @@ static void pause_a_little(void)
 
 static json_t *measure(const json_t *request)
 {
+	static bool measured;
 	const json_t *plan = json_object_get(request, "plan");
 	double ms = plan_ms(plan);
 
+	if (!measured && getenv("SCRIPTED_FIRST_MS"))
+		ms = atof(getenv("SCRIPTED_FIRST_MS"));
+	measured = true;
 	pause_a_little();
 	return json_pack("{s:s, s:b, s:f, s:f, s:i, s:O, s:[], s:[], s:[]}", "kind", "ok",
 			 "verified", 1, "total_ms", ms, "total_spread_ms", 0.001,
@@ -59,23 +57,27 @@ static json_t *measure(const json_t *request)
 			 "sources", "launch");
 }
 
-/* Every round of a plan takes its time exactly, but for a close call. */
+/* Every round of a plan takes its time exactly (times the drift), but
+ * for a close call. */
 static json_t *retime(const json_t *request)
 {
 	static int retimes;
-	bool close = getenv("SCRIPTED_CLOSE") && retimes++ % 2 == 0;
+	bool close = getenv("SCRIPTED_CLOSE") && retimes % 2 == 0;
+	double drift = getenv("SCRIPTED_DRIFT") ? retimes + 1 : 1;
 	int rounds = (int)json_integer_value(json_object_get(request, "rounds"));
 	json_t *times = json_array(), *plan;
 	size_t i;
 
+	retimes++;
 	json_array_foreach(json_object_get(request, "plans"), i, plan) {
+		double ms = plan_ms(plan) * drift;
 		json_t *each = json_array();
 
 		for (int r = 0; r < rounds; r++)
-			json_array_append_new(each, json_real(plan_ms(plan) *
-							      (close && i > 0 && r < 2 ? 3 : 1)));
+			json_array_append_new(each, json_real(ms * (close && i > 0 &&
+								    r < 2 ? 3 : 1)));
 		json_array_append_new(times, json_pack("{s:f, s:f, s:i, s:o}", "median_ms",
-						       plan_ms(plan), "spread_ms", 0.0,
+						       ms, "spread_ms", 0.0,
 						       "runs", rounds, "rounds_ms", each));
 	}
 	return json_pack("{s:s, s:o}", "kind", "ok", "times", times);
