@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proto.h"
 #include "tuned_client.h"
 
 #define READ_CHUNK 65536

@@ -3,7 +3,7 @@
  * training processes.
  *
  * A tuned_client is one connection to a daemon's Unix socket, speaking the
- * wire protocol of proto.h (version 1). Every call is synchronous: it sends
+ * wire protocol of docs/protocol.md (version 1). Every call is synchronous: it sends
  * one request and waits, with poll() and a time limit, for the reply that
  * carries the request's id. Events that arrive meanwhile (after a watch)
  * are queued for tuned_client_next_event; replies to earlier requests that
@@ -17,7 +17,7 @@
  * Errors: every function that acts returns 0 or a negative code and, when
  * its "err" argument is not NULL, fills it with the code and a message of
  * one lowercase line. The codes are those of the daemon (enum proto_code in
- * proto.h: PROTO_ENOT_FOUND for a job or key the daemon does not have,
+ * tuned_protocol.h: PROTO_ENOT_FOUND for a job or key the daemon does not have,
  * PROTO_ETIMEOUT for a wait that ran out, ...) and the client's own, below.
  *
  * Ownership follows isl and jansson: __tuned_client_give returns a new
@@ -31,7 +31,7 @@
 
 #include <jansson.h>
 
-#include "proto.h"
+#include "tuned_protocol.h"
 
 #define __tuned_client_give
 #define __tuned_client_take

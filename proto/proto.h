@@ -21,42 +21,11 @@
 
 #include <jansson.h>
 
+#include "tuned_protocol.h"
+
 #define __proto_give
 #define __proto_take
 #define __proto_keep
-
-#define PROTO_VERSION 1
-#define PROTO_ID_MAX 64         /* bytes of a string request id */
-#define PROTO_KEY_HEX 64        /* a cache key: SHA-256 in lowercase hex */
-#define PROTO_MESSAGE_MAX 1024  /* bytes of an error message, NUL included */
-#define PROTO_EVENT_NAME_MAX 64 /* bytes of an event name, NUL included */
-
-/* Ranges of params (docs/protocol.md, "Requests"). */
-#define PROTO_BUDGET_MAX_S 2592000.0 /* 30 days */
-#define PROTO_PRIORITY_MIN -1000
-#define PROTO_PRIORITY_MAX 1000
-#define PROTO_TRIALS_MAX 1000000
-#define PROTO_TIMEOUT_MAX_MS 3600000 /* fetch waits at most an hour */
-
-/* Error codes: 0 or negative, as functions return them; on the wire each
- * is its name, e.g. "bad_request" (proto_code_name). */
-enum proto_code {
-	PROTO_OK = 0,
-	PROTO_EBAD_REQUEST = -1,      /* malformed JSON; missing, extra, mistyped
-				       * or out-of-range fields */
-	PROTO_EUNKNOWN_OP = -2,       /* "op" names no operation */
-	PROTO_EVERSION_MISMATCH = -3, /* hello with another version; closes */
-	PROTO_ENOT_READY = -4,        /* an op before hello */
-	PROTO_ETOO_LARGE = -5,        /* a line over the frame limit; closes */
-	PROTO_ETOO_MANY = -6,         /* requests in flight, or clients */
-	PROTO_ENOT_FOUND = -7,        /* no such job or key */
-	PROTO_EUNAUTHORIZED = -8,     /* the peer may not do this */
-	PROTO_EBUSY = -9,             /* the daemon cannot take it now */
-	PROTO_ECANCELLED = -10,       /* the job was cancelled */
-	PROTO_ETIMEOUT = -11,         /* a wait ran out */
-	PROTO_EINTERNAL = -12,        /* a bug or an exhausted resource */
-};
-#define PROTO_NCODES 12
 
 /* What went wrong: "code" a negative proto_code, "message" one lowercase
  * line in valid UTF-8, "closes" true when the daemon closes the connection
@@ -84,15 +53,7 @@ int proto_error_setv(proto_error *err, int code, const char *fmt, va_list ap)
 
 /* Limits. All are the daemon's to configure; the frame limit is enforced
  * by proto_framer, the others by the daemon with proto_session and the
- * errors below. */
-#define PROTO_FRAME_DEFAULT (16u << 20)
-#define PROTO_FRAME_MIN 1024
-#define PROTO_FRAME_MAX (1u << 30)
-#define PROTO_IN_FLIGHT_DEFAULT 64
-#define PROTO_CLIENTS_DEFAULT 256
-#define PROTO_COUNT_MAX 65536 /* in flight, clients */
-#define PROTO_HELLO_TIMEOUT_DEFAULT_S 10.0
-
+ * errors below; their defaults and ranges are in tuned_protocol.h. */
 typedef struct proto_limits {
 	size_t frame_bytes;     /* the longest line, '\n' not counted */
 	int in_flight;          /* requests in flight per client */
@@ -151,24 +112,6 @@ int proto_framer_next(proto_framer *framer, const char **line, size_t *len,
  * the end of the stream, a last line without '\n' is dropped. */
 size_t proto_framer_pending(__proto_keep const proto_framer *framer);
 size_t proto_framer_limit(__proto_keep const proto_framer *framer);
-
-/* Operations, named on the wire as proto_op_name gives. */
-enum proto_op {
-	PROTO_OP_NONE = -1,
-	PROTO_OP_HELLO,
-	PROTO_OP_PING,
-	PROTO_OP_SUBMIT,
-	PROTO_OP_STATUS,
-	PROTO_OP_LIST,
-	PROTO_OP_CANCEL,
-	PROTO_OP_FETCH,
-	PROTO_OP_WATCH,
-	PROTO_OP_STATS,
-	PROTO_OP_CACHE_LIST,
-	PROTO_OP_CACHE_SHOW,
-	PROTO_OP_CACHE_PRUNE,
-};
-#define PROTO_NOPS 12
 
 /* "cache.list" for PROTO_OP_CACHE_LIST...; NULL for others. */
 const char *proto_op_name(enum proto_op op);
@@ -235,25 +178,13 @@ __proto_give char *proto_reply_error(__proto_keep json_t *id, int code,
 __proto_give char *proto_reply_from_error(__proto_keep json_t *id,
 					  __proto_keep const proto_error *err);
 
-#define PROTO_EVENT_VERSION "version"
-#define PROTO_EVENT_PROGRESS "progress"
-#define PROTO_EVENT_JOB "job"
-#define PROTO_EVENT_GENERATION "generation"
-
 /* {"event": "name", "data": "data"}; "data" must be an object. */
 __proto_give char *proto_event(const char *name, __proto_take json_t *data);
 
 /* The result of hello: {"version": 1, "server": "tuned <server_version>"}. */
 __proto_give json_t *proto_hello_result(const char *server_version);
 
-/* The states of a job, named on the wire as proto_job_state_name gives. */
-enum proto_job_state {
-	PROTO_JOB_QUEUED,
-	PROTO_JOB_RUNNING,
-	PROTO_JOB_DONE,
-	PROTO_JOB_FAILED,
-	PROTO_JOB_CANCELLED,
-};
+/* The name of "state" on the wire ("queued"...). */
 const char *proto_job_state_name(enum proto_job_state state);
 /* The state named "name", or -1. */
 int proto_job_state_from_name(const char *name);

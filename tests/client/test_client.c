@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proto.h"
 #include "tuned_client.h"
 
 #define KEY "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
