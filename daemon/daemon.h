@@ -61,7 +61,8 @@ int tuned_options_parse(int argc, char **argv, tuned_options *o);
  * removed; 0 or a negative errno (EEXIST: a non-socket is in the way). */
 int tuned_socket_prepare(const char *path);
 /* Reads the peer of "fd" with SO_PEERCRED into "peer"; true when it may
- * connect: root, the daemon's own uid, or an allowed uid or gid. */
+ * connect: root, the daemon's own uid, an allowed uid, or a peer whose
+ * primary or supplementary groups include an allowed gid. */
 struct ucred;
 bool tuned_peer_allowed(const tuned_options *o, int fd, struct ucred *peer);
 

@@ -4,8 +4,9 @@
  * The socket lives in a folder of mode 0750 that the daemon creates (or
  * tightens) first, and is bound under a umask that leaves it 0660: at no
  * moment can a user outside the daemon's user and group connect. Each
- * peer's uid, gid and pid are read with SO_PEERCRED and checked against
- * the allowed uids and gids; the daemon's own uid is always allowed.
+ * peer's uid, gid and pid are read with SO_PEERCRED, its supplementary
+ * groups with SO_PEERGROUPS, and checked against the allowed uids and
+ * gids; root and the daemon's own uid are always allowed.
  */
 #include <errno.h>
 #include <libgen.h>
@@ -51,6 +52,35 @@ int tuned_socket_prepare(const char *path)
 	return 0;
 }
 
+static bool gid_allowed(const tuned_options *o, gid_t gid)
+{
+	for (int i = 0; i < o->nallow_gids; i++)
+		if (o->allow_gids[i] == gid)
+			return true;
+	return false;
+}
+
+/* Whether one of the peer's supplementary groups (SO_PEERGROUPS) is
+ * allowed: a user added to the socket's group keeps a primary group of
+ * their own, and it is that membership which lets them through the
+ * folder's permissions. */
+static bool peer_groups_allowed(const tuned_options *o, int fd)
+{
+	gid_t fixed[64], *groups = fixed;
+	socklen_t len = sizeof(fixed);
+	bool allowed = false;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0 &&
+	    (errno != ERANGE || !(groups = malloc(len)) ||
+	     getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0))
+		len = 0;
+	for (size_t i = 0; i < len / sizeof(gid_t) && !allowed; i++)
+		allowed = gid_allowed(o, groups[i]);
+	if (groups != fixed)
+		free(groups);
+	return allowed;
+}
+
 bool tuned_peer_allowed(const tuned_options *o, int fd, struct ucred *peer)
 {
 	socklen_t len = sizeof(*peer);
@@ -62,8 +92,6 @@ bool tuned_peer_allowed(const tuned_options *o, int fd, struct ucred *peer)
 	for (int i = 0; i < o->nallow_uids; i++)
 		if (o->allow_uids[i] == peer->uid)
 			return true;
-	for (int i = 0; i < o->nallow_gids; i++)
-		if (o->allow_gids[i] == peer->gid)
-			return true;
-	return false;
+	return gid_allowed(o, peer->gid) ||
+	       (o->nallow_gids > 0 && peer_groups_allowed(o, fd));
 }

@@ -3,6 +3,7 @@
  * jobs from submit to fetch, events, limits, stopping and restarting.
  */
 #include <criterion/criterion.h>
+#include <grp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -312,6 +313,45 @@ Test(daemon, kill_9_during_writes_loses_nothing_acknowledged, .timeout = 900)
 	fixture_cleanup(&f);
 }
 
+/* Lets others through the fixture's folders, as the socket's group would
+ * let its members through: the daemon's own check is what is tested. */
+static void open_folders(const fixture *f)
+{
+	char run_dir[160];
+
+	snprintf(run_dir, sizeof(run_dir), "%s/run", f->dir);
+	chmod(f->dir, 0755);
+	chmod(run_dir, 0755);
+	chmod(f->socket, 0666);
+}
+
+/* A client of uid and primary gid 65534 that is a member of "group" (a
+ * supplementary group, as "usermod -aG" makes one): exits 0 when its hello
+ * is answered, 1 when it is refused, more when something else failed. */
+static int connect_as_member(const fixture *f, gid_t group)
+{
+	pid_t child;
+	int status;
+
+	if ((child = fork()) == 0) {
+		conn c;
+		json_t *reply;
+
+		if (setgroups(1, &group) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
+			_exit(3);
+		if (!conn_open(&c, f->socket))
+			_exit(4);
+		conn_send(&c, "{\"id\": 1, \"op\": \"hello\", \"params\": {\"version\": 1}}\n");
+		reply = conn_read(&c, 5000);
+		if (!reply)
+			_exit(5);
+		_exit(json_object_get(reply, "result") ? 0 :
+		      !strcmp(error_code(reply) ?: "", "unauthorized") ? 1 : 6);
+	}
+	waitpid(child, &status, 0);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
 Test(daemon, other_users_are_refused, .timeout = 120)
 {
 	const char *const extra[] = {NULL};
@@ -323,16 +363,9 @@ Test(daemon, other_users_are_refused, .timeout = 120)
 		cr_skip_test("needs root to switch to another uid; skipped");
 	fixture_init(&f);
 	fixture_start(&f, extra);
-	/* Let others through the folder, as a group member would be: the
-	 * daemon's own check must still refuse them. */
-	chmod(f.dir, 0755);
-	chmod(f.socket, 0666);
-	{
-		char run_dir[160];
-
-		snprintf(run_dir, sizeof(run_dir), "%s/run", f.dir);
-		chmod(run_dir, 0755);
-	}
+	/* The daemon's own check must refuse others even when the folders
+	 * let them through. */
+	open_folders(&f);
 	if ((child = fork()) == 0) {
 		conn c;
 		json_t *reply;
@@ -347,6 +380,25 @@ Test(daemon, other_users_are_refused, .timeout = 120)
 	waitpid(child, &status, 0);
 	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		  "uid 65534 was not refused (status %d)", WEXITSTATUS(status));
+	fixture_stop(&f, SIGTERM, NULL);
+	fixture_cleanup(&f);
+}
+
+Test(daemon, members_of_an_allowed_group_connect, .timeout = 120)
+{
+	const char *const allow[] = {"--allow-gid", "4242", NULL};
+	fixture f;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to make a client of another uid and "
+			     "groups; skipped");
+	fixture_init(&f);
+	fixture_start(&f, allow);
+	open_folders(&f);
+	cr_expect_eq(connect_as_member(&f, 4242), 0,
+		     "a member of the allowed group 4242 was not let in");
+	cr_expect_eq(connect_as_member(&f, 4343), 1,
+		     "a member of group 4343 only was not refused");
 	fixture_stop(&f, SIGTERM, NULL);
 	fixture_cleanup(&f);
 }
