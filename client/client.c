@@ -5,12 +5,15 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <grp.h>
+#include <libgen.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -75,18 +78,37 @@ const char *tuned_client_code_name(int code)
 	}
 }
 
-/* Where the daemon of GPU 0 listens when not told otherwise (its own
- * default, daemon/options.c). */
-static void daemon_path(char *out, size_t size)
+/* Where the system service of GPU 0 listens (deploy/tuned-gpu@.service),
+ * in a folder of mode 0750 that its group may enter. */
+#define SYSTEM_SOCKET_DIR "/run/tuned-gpu"
+#define SYSTEM_SOCKET SYSTEM_SOCKET_DIR "/gpu0.sock"
+
+/* Where a daemon of GPU 0 that this user started listens when not told
+ * otherwise (its own default, daemon/options.c). */
+static void own_daemon_path(char *out, size_t size)
 {
 	const char *xdg = getenv("XDG_RUNTIME_DIR");
 
-	if (geteuid() == 0)
-		snprintf(out, size, "/run/tuned/gpu0.sock");
-	else if (xdg && *xdg)
+	if (xdg && *xdg)
 		snprintf(out, size, "%s/tuned/gpu0.sock", xdg);
 	else
 		snprintf(out, size, "/tmp/tuned-%d/gpu0.sock", (int)getuid());
+}
+
+/* The daemon a client reaches without being told: root's is the system
+ * service; a user's is their own daemon when its socket is there, else
+ * the system service when it is installed (its folder is there; a user
+ * outside its group is then told to join it), else their own daemon's
+ * place, which the error then names. */
+static void daemon_path(char *out, size_t size)
+{
+	if (geteuid() == 0) {
+		snprintf(out, size, "%s", SYSTEM_SOCKET);
+		return;
+	}
+	own_daemon_path(out, size);
+	if (access(out, F_OK) != 0 && access(SYSTEM_SOCKET_DIR, F_OK) == 0)
+		snprintf(out, size, "%s", SYSTEM_SOCKET);
 }
 
 void tuned_client_default_path(char *out, size_t size)
@@ -132,6 +154,30 @@ static const char *reason(int errnum, char out[128])
 	return out;
 }
 
+/* A socket this user may not reach: the group that its folder admits,
+ * when there is one, is the way in. */
+static int refuse_permission(const char *path, const char *why,
+			     tuned_client_error *err)
+{
+	char dir[TUNED_CLIENT_PATH_MAX], names[4096];
+	struct group entry, *group = NULL;
+	struct stat st;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	if (stat(dirname(dir), &st) == 0 && (st.st_mode & S_IXGRP) &&
+	    st.st_gid != 0 &&
+	    getgrgid_r(st.st_gid, &entry, names, sizeof(names), &group) == 0 &&
+	    group)
+		return set_error(err, PROTO_EUNAUTHORIZED,
+				 "cannot connect to tuned at %s (%s): join the "
+				 "group '%s' (sudo usermod -aG %s $USER) and log "
+				 "in again", path, why, group->gr_name,
+				 group->gr_name);
+	return set_error(err, PROTO_EUNAUTHORIZED,
+			 "cannot connect to tuned at %s (%s): ask for its "
+			 "allow_uids or allow_gids to name you", path, why);
+}
+
 static int refuse_connect(const char *path, int errnum, tuned_client_error *err)
 {
 	char why[128], usual[TUNED_CLIENT_PATH_MAX + 64];
@@ -150,10 +196,7 @@ static int refuse_connect(const char *path, int errnum, tuned_client_error *err)
 				 "'tuned --backend auto --socket %s'", path, why,
 				 path);
 	if (errnum == EACCES || errnum == EPERM)
-		return set_error(err, PROTO_EUNAUTHORIZED,
-				 "cannot connect to tuned at %s (%s): ask for "
-				 "its allow_uids or allow_gids to name you",
-				 path, why);
+		return refuse_permission(path, why, err);
 	return set_error(err, TUNED_CLIENT_EIO,
 			 "cannot connect to tuned at %s (%s)", path, why);
 }

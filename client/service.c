@@ -1324,8 +1324,9 @@ static int run_service(const tunectl_command *command, const tunectl_args *args)
 #define SOCKET_OPTION \
 	TUNECTL_VALUE("socket", "PATH", \
 		      "the daemon's socket (default $TUNED_SOCKET,\n" \
-		      "else /run/tuned/gpu0.sock for root,\n" \
-		      "$XDG_RUNTIME_DIR/tuned/gpu0.sock otherwise)\n")
+		      "else /run/tuned-gpu/gpu0.sock for root;\n" \
+		      "$XDG_RUNTIME_DIR/tuned/gpu0.sock otherwise,\n" \
+		      "or the service's when that one is not there)\n")
 
 static const service_command commands[] = {
 	{{"submit", "FILE",

@@ -64,8 +64,11 @@ typedef struct tuned_client_error {
 const char *tuned_client_code_name(int code);
 
 /* Where the daemon of GPU 0 listens: $TUNED_SOCKET when set and not empty;
- * else /run/tuned/gpu0.sock for root, $XDG_RUNTIME_DIR/tuned/gpu0.sock
- * otherwise, /tmp/tuned-<uid>/gpu0.sock when XDG_RUNTIME_DIR is unset.
+ * else the system service's /run/tuned-gpu/gpu0.sock for root. For other
+ * users, the socket of a daemon of their own, $XDG_RUNTIME_DIR/tuned/
+ * gpu0.sock (/tmp/tuned-<uid>/gpu0.sock when XDG_RUNTIME_DIR is unset),
+ * when it is there; else the service's when the service is installed
+ * (/run/tuned-gpu is there; its group may connect); else their own.
  * Written to "out" ("size" bytes, cut to fit). */
 void tuned_client_default_path(char *out, size_t size);
 

@@ -19,10 +19,12 @@ static const char usage[] =
 	"  --gpu N              the GPU this daemon drives (default 0)\n"
 	"  --backend B          auto, cuda or cpu (default auto: cuda where a GPU\n"
 	"                       is usable)\n"
-	"  --socket PATH        where clients connect (default /run/tuned/gpuN.sock\n"
-	"                       for root, $XDG_RUNTIME_DIR/tuned/gpuN.sock otherwise)\n"
-	"  --cache PATH         the function cache (default /var/lib/tuned/cache.db\n"
-	"                       for root, $XDG_STATE_HOME/tuned/cache.db otherwise)\n"
+	"  --socket PATH        where clients connect (default\n"
+	"                       /run/tuned-gpu/gpuN.sock for root,\n"
+	"                       $XDG_RUNTIME_DIR/tuned/gpuN.sock otherwise)\n"
+	"  --cache PATH         the function cache (default\n"
+	"                       /var/lib/tuned-gpu/cache.db for root,\n"
+	"                       $XDG_STATE_HOME/tuned/cache.db otherwise)\n"
 	"  --config FILE        settings as 'name = value' lines, names as here\n"
 	"  --log FILE           log to FILE (reopened on SIGHUP) instead of stderr\n"
 	"  --log-level L        error, warning, info or debug (default info)\n"
@@ -315,10 +317,10 @@ static void fill_default_paths(tuned_options *o)
 
 	snprintf(file, sizeof(file), "gpu%d.sock", o->gpu);
 	if (!o->socket_path[0])
-		default_path(o->socket_path, sizeof(o->socket_path), "/run/tuned",
+		default_path(o->socket_path, sizeof(o->socket_path), "/run/tuned-gpu",
 			     "XDG_RUNTIME_DIR", NULL, file);
 	if (!o->cache_path[0])
-		default_path(o->cache_path, sizeof(o->cache_path), "/var/lib/tuned",
+		default_path(o->cache_path, sizeof(o->cache_path), "/var/lib/tuned-gpu",
 			     "XDG_STATE_HOME", ".local/state", "cache.db");
 }
 

@@ -10,6 +10,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <grp.h>
 #include <libgen.h>
 #include <limits.h>
 #include <poll.h>
@@ -619,6 +620,7 @@ Test(no_daemon, path_too_long_is_refused)
 Test(default_path, follows_the_daemon)
 {
 	char path[256], expected[256];
+	bool service = access("/run/tuned-gpu", F_OK) == 0;
 
 	setenv("TUNED_SOCKET", "/x/y.sock", 1);
 	tuned_client_default_path(path, sizeof(path));
@@ -626,13 +628,99 @@ Test(default_path, follows_the_daemon)
 	setenv("TUNED_SOCKET", "", 1);
 	setenv("XDG_RUNTIME_DIR", "/run/user/1000", 1);
 	tuned_client_default_path(path, sizeof(path));
-	cr_expect_str_eq(path, geteuid() == 0 ? "/run/tuned/gpu0.sock" :
+	cr_expect_str_eq(path, geteuid() == 0 || service ?
+			 "/run/tuned-gpu/gpu0.sock" :
 			 "/run/user/1000/tuned/gpu0.sock");
 	unsetenv("TUNED_SOCKET");
 	unsetenv("XDG_RUNTIME_DIR");
 	tuned_client_default_path(path, sizeof(path));
 	snprintf(expected, sizeof(expected), "/tmp/tuned-%d/gpu0.sock", (int)getuid());
-	cr_expect_str_eq(path, geteuid() == 0 ? "/run/tuned/gpu0.sock" : expected);
+	cr_expect_str_eq(path, geteuid() == 0 || service ?
+			 "/run/tuned-gpu/gpu0.sock" : expected);
+}
+
+/* In a child of uid 65534 with "runtime_dir" as XDG_RUNTIME_DIR: exits 0
+ * when the default path is "expected", 1 when it is another. */
+static int default_path_as_nobody(const char *runtime_dir, const char *expected)
+{
+	pid_t child;
+	int status;
+
+	if ((child = fork()) == 0) {
+		char path[256];
+
+		if (setgid(65534) < 0 || setuid(65534) < 0)
+			_exit(3);
+		unsetenv("TUNED_SOCKET");
+		setenv("XDG_RUNTIME_DIR", runtime_dir, 1);
+		tuned_client_default_path(path, sizeof(path));
+		if (strcmp(path, expected))
+			fprintf(stderr, "default path %s, not %s\n", path, expected);
+		_exit(strcmp(path, expected) ? 1 : 0);
+	}
+	waitpid(child, &status, 0);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+Test(default_path, a_user_without_a_daemon_of_their_own_reaches_the_service)
+{
+	char dir[] = "/tmp/tuned-client-XXXXXX", own[300];
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to make /run/tuned-gpu and a client of "
+			     "another uid; skipped");
+	if (access("/run/tuned-gpu", F_OK) == 0)
+		cr_skip_test("a tuned-gpu service is installed here (/run/tuned-gpu); "
+			     "skipped");
+	cr_assert(mkdtemp(dir));
+	snprintf(own, sizeof(own), "%s/tuned/gpu0.sock", dir);
+	cr_expect_eq(default_path_as_nobody(dir, own), 0,
+		     "without the service, a user's default is not their own");
+	cr_assert_eq(mkdir("/run/tuned-gpu", 0750), 0);
+	cr_expect_eq(default_path_as_nobody(dir, "/run/tuned-gpu/gpu0.sock"), 0,
+		     "a user without a daemon does not reach the service");
+	rmdir("/run/tuned-gpu");
+	rmdir(dir);
+}
+
+Test(connect, a_folder_of_a_group_says_to_join_it)
+{
+	char dir[] = "/tmp/tuned-client-XXXXXX", socket_dir[64], path[96];
+	struct group *group = getgrgid(1);
+	pid_t child;
+	int status;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to make a client of another uid; skipped");
+	cr_assert(group, "no group of gid 1 to give the folder");
+	cr_assert(mkdtemp(dir));
+	chmod(dir, 0755);
+	snprintf(socket_dir, sizeof(socket_dir), "%s/run", dir);
+	cr_assert_eq(mkdir(socket_dir, 0750), 0);
+	cr_assert_eq(chown(socket_dir, 0, 1), 0);
+	snprintf(path, sizeof(path), "%s/gpu0.sock", socket_dir);
+	if ((child = fork()) == 0) {
+		tuned_client *client;
+		tuned_client_error err;
+		char expected[128];
+
+		if (setgid(65534) < 0 || setuid(65534) < 0)
+			_exit(3);
+		snprintf(expected, sizeof(expected), "join the group '%s'",
+			 group->gr_name);
+		if (tuned_client_connect(path, NULL, &client, &err) !=
+		    PROTO_EUNAUTHORIZED || !strstr(err.message, expected)) {
+			fprintf(stderr, "%s\n", err.message);
+			_exit(1);
+		}
+		_exit(0);
+	}
+	waitpid(child, &status, 0);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "the refusal did not name the folder's group (status %d)",
+		  WEXITSTATUS(status));
+	rmdir(socket_dir);
+	rmdir(dir);
 }
 
 /* Calls. */
