@@ -84,8 +84,10 @@ int tuner_worker_ask(__tuner_keep tuner_worker *worker,
 /* How many times the worker process of "worker" has been started. */
 int tuner_worker_starts(__tuner_keep const tuner_worker *worker);
 
-/* Where tuned-worker is: $TUNED_WORKER, or beside the running program, or
- * in ../daemon from it (the build tree). */
+/* Where tuned-worker is: $TUNED_WORKER when set; else, from the running
+ * program's folder, where the install put it (libexecdir/tuned-gpu), or
+ * the build tree's daemon/; else its installed path, which is then the
+ * one a failure names. */
 void tuner_worker_default_path(char *path, size_t size);
 
 /* The worker process's pid while it runs, else 0. Another thread may read

@@ -579,10 +579,28 @@ int tuner_worker_ask(tuner_worker *worker, const json_t *request,
 	return rc;
 }
 
+/* Whether "dir"/"relative" is a program this user may run; "path" holds
+ * it. */
+static bool executable_at(char *path, size_t size, const char *dir,
+			  const char *relative)
+{
+	snprintf(path, size, "%s/%s", dir, relative);
+	return *relative && access(path, X_OK) == 0;
+}
+
 void tuner_worker_default_path(char *path, size_t size)
 {
+	/* From the folder of the running program. The installed places come
+	 * first, so that a tuned-worker left in bindir by an older install is
+	 * not run; the build tree's after them. */
+	static const char *const from_program[] = {
+		TUNED_WORKER_FROM_SBINDIR, /* installed; tuned is in sbindir */
+		TUNED_WORKER_FROM_BINDIR,  /* installed; tunectl is in bindir */
+		"tuned-worker",            /* the build tree's daemon/ */
+		"../daemon/tuned-worker",  /* the build tree's other folders */
+	};
 	char self[4096] = "";
-	const char *env = getenv("TUNED_WORKER");
+	const char *env = getenv("TUNED_WORKER"), *dir;
 	ssize_t n;
 
 	if (env && *env) {
@@ -591,7 +609,9 @@ void tuner_worker_default_path(char *path, size_t size)
 	}
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	self[n > 0 ? n : 0] = 0;
-	snprintf(path, size, "%s/tuned-worker", dirname(self));
-	if (access(path, X_OK) != 0)
-		snprintf(path, size, "%s/../daemon/tuned-worker", self);
+	dir = dirname(self);
+	for (size_t i = 0; i < sizeof(from_program) / sizeof(*from_program); i++)
+		if (executable_at(path, size, dir, from_program[i]))
+			return;
+	snprintf(path, size, "%s", TUNED_WORKER_INSTALLED);
 }
