@@ -18,11 +18,19 @@ import os
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
+# The installed library, relative to this file when not absolute: set in
+# the copy that meson installs (client/python/meson.build); empty here.
+_INSTALLED_LIB = ""
+
 
 def library_path():
-    """$TUNED_EXEC_LIB, else the build folder of this checkout."""
-    return os.environ.get("TUNED_EXEC_LIB") or os.path.join(
-        _HERE, "..", "..", "build", "client", "libtuned_exec.so")
+    """$TUNED_EXEC_LIB; else the library installed with this file; else
+    the build folder of this checkout."""
+    if os.environ.get("TUNED_EXEC_LIB"):
+        return os.environ["TUNED_EXEC_LIB"]
+    if _INSTALLED_LIB:
+        return os.path.normpath(os.path.join(_HERE, _INSTALLED_LIB))
+    return os.path.join(_HERE, "..", "..", "build", "client", "libtuned_exec.so.0")
 
 
 def _load_library(path):
