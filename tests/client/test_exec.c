@@ -174,7 +174,7 @@ Test(exec, misuses_are_refused_with_the_reason)
 			    "no source for kernel 'k0_h'");
 	e = load(fetched);
 	cr_expect_eq(tuned_exec_run(e, NULL, no_w, why, sizeof(why)), -1);
-	cr_expect_not_null(strstr(why, "tensor 1, an input, has no pointer"), "%s", why);
+	cr_expect_not_null(strstr(why, "tensor 1 ('w'), an input, has no pointer"), "%s", why);
 	tuned_exec_free(e);
 	free(cuda);
 	free(fetched);

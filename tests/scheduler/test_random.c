@@ -197,8 +197,49 @@ static void check_renamed(unsigned seed, const char *text, sched_graph *graph)
 	free(other);
 }
 
+/* The canonical form of "graph" (sched_graph_canonical_json): read back,
+ * it has the same key, lists its tensors and ops in canonical order (so
+ * it is its own canonical form), and computes the same values as
+ * "graph", whose tensors hold "values" evaluated. */
+static void check_canonical_form(unsigned seed, const sched_graph *graph, double **values)
+{
+	char *text = sched_graph_canonical_json(graph), *again;
+	sched_graph *canonical = read_or_fail(seed, "canonical", text);
+	double **mine = sched_values_new(canonical);
+	int n = sched_graph_tensor_count(graph);
+
+	cr_assert_str_eq(sched_graph_key(canonical), sched_graph_key(graph), "seed %u", seed);
+	again = sched_graph_canonical_json(canonical);
+	cr_assert_str_eq(again, text, "seed %u: the canonical form is not a fixpoint", seed);
+	for (int i = 0; i < sched_graph_op_count(canonical); i++)
+		cr_assert_eq(sched_graph_order(canonical)[i], i, "seed %u", seed);
+	for (int t = 0; t < n; t++) {
+		int k = sched_tensor_canonical_number(graph, t);
+
+		cr_assert_eq(sched_tensor_canonical_number(canonical, k), k, "seed %u", seed);
+		if (sched_tensor_role(graph, t) == SCHED_INPUT)
+			memcpy(mine[k], values[t], sizeof(double) * sched_tensor_size(graph, t));
+	}
+	cr_assert_eq(sched_interp_run(canonical, mine), SCHED_OK, "seed %u", seed);
+	for (int t = 0; t < n; t++) {
+		int k = sched_tensor_canonical_number(graph, t);
+
+		for (int64_t i = 0; i < sched_tensor_size(graph, t); i++)
+			cr_assert(mine[k][i] == values[t][i] ||
+				  (isnan(mine[k][i]) && isnan(values[t][i])),
+				  "seed %u: %s[%lld] is %g in the canonical form, %g as given",
+				  seed, sched_tensor_name(graph, t), (long long)i, mine[k][i],
+				  values[t][i]);
+	}
+	sched_values_free(canonical, mine);
+	sched_graph_free(canonical);
+	free(again);
+	free(text);
+}
+
 /* For seeds first..last: the graph is accepted; read twice, it has the same
- * key; renamed and reordered, too; it evaluates to finite values. */
+ * key; renamed and reordered, too; it evaluates to finite values, and its
+ * canonical form to the same ones. */
 static void check_seeds(unsigned first, unsigned last)
 {
 	for (unsigned seed = first; seed <= last; seed++) {
@@ -247,6 +288,7 @@ static void check_seeds(unsigned first, unsigned last)
 						       (long long)i, values[t][i]);
 				}
 		}
+		check_canonical_form(seed, graph, values);
 		sched_values_free(graph, values);
 		sched_graph_free(graph);
 		free(text);
