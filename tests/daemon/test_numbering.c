@@ -135,10 +135,11 @@ static double store(void *buffer, enum sched_dtype dtype, int64_t i, double x)
 }
 
 /* Runs "exec" for graph "g" on random inputs from "seed" and checks every
- * output element against the reference interpreter. */
-static void run_and_check(tuned_exec *exec, const sched_graph *g, unsigned seed,
-			  const char *what)
+ * output element against the reference interpreter; their number. */
+static int64_t run_and_check(tuned_exec *exec, const sched_graph *g, unsigned seed,
+			     const char *what)
 {
+	int64_t checked = 0;
 	int n = sched_graph_tensor_count(g);
 	double **values = sched_values_new(g);
 	void **tensors = calloc((size_t)n, sizeof(void *));
@@ -170,10 +171,12 @@ static void run_and_check(tuned_exec *exec, const sched_graph *g, unsigned seed,
 				      tol * (1 + fabs(values[t][i])), "%s: %s[%lld] is %g, "
 				      "the reference %g", what, sched_tensor_name(g, t),
 				      (long long)i, load(tensors[t], dtype, i), values[t][i]);
+		checked += sched_tensor_role(g, t) == SCHED_OUTPUT ? sched_tensor_size(g, t) : 0;
 		free(tensors[t]);
 	}
 	free(tensors);
 	sched_values_free(g, values);
+	return checked;
 }
 
 /* Tunes "submitted" on the daemon for a few seconds; its best plan. */
@@ -201,18 +204,26 @@ static void check_example(conn *c, const char *example)
 	sched_graph *ga = read_graph(a), *gb = read_graph(b);
 	json_t *reply = tune_and_fetch(c, a);
 	char *fetched = json_dumps(json_object_get(reply, "result"), 0), why[512] = "";
+	json_t *result = json_object_get(reply, "result");
 	tuned_exec *exec = NULL;
+	int64_t checked = 0;
 
 	cr_assert_str_eq(sched_graph_key(ga), sched_graph_key(gb));
 	cr_assert_eq(tuned_exec_load(b, fetched, "cpu", &exec, why, sizeof(why)), 0,
 		     "%s: %s", example, why);
 	for (unsigned seed = 1; seed <= 2; seed++)
-		run_and_check(exec, gb, seed, example);
+		checked += run_and_check(exec, gb, seed, example);
 	tuned_exec_free(exec);
 	cr_assert_eq(tuned_exec_load(a, fetched, "cpu", &exec, why, sizeof(why)), 0,
 		     "%s: %s", example, why);
-	run_and_check(exec, ga, 3, example);
+	checked += run_and_check(exec, ga, 3, example);
 	tuned_exec_free(exec);
+	cr_log_info("%s: version %lld of key %.12s (%zu kernels), tuned for variant a, "
+		    "ran for variants b and a: %lld output elements match the reference",
+		    example, (long long)json_integer_value(json_object_get(result, "version")),
+		    sched_graph_key(ga),
+		    json_array_size(json_object_get(json_object_get(result, "plan"), "kernels")),
+		    (long long)checked);
 	json_decref(reply);
 	free(fetched);
 	sched_graph_free(ga);
