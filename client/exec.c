@@ -14,12 +14,11 @@
 #include "tuned_exec.h"
 
 /* "graph" is the caller's; a fetched plan runs on "canonical", the
- * canonical form of it (kgen_graph_for_plan), with the caller's tensors
- * put in its order in "args". */
+ * canonical form of it (kgen_graph_for_plan), each call's tensors put in
+ * its order. */
 struct tuned_exec {
 	sched_graph *graph;
 	sched_graph *canonical;
-	void **args;
 	kgen_backend *backend;
 	kgen_plan *plan;
 	kgen_program *prog;
@@ -88,21 +87,22 @@ static int build(tuned_exec *e, json_t *fetched, const char *backend, char *why,
 		 size_t size)
 {
 	json_t *plan = json_object_get(fetched, "plan") ?: fetched;
+	json_t *key = json_object_get(fetched, "key");
 	const sched_graph *graph;
 	kgen_error err = {0};
 	const char **sources = NULL;
 	int rc = -1;
 
+	/* a fetch reply's plan whose key was dropped is still canonical */
+	if (plan != fetched && key && !json_object_get(plan, "key"))
+		json_object_set(plan, "key", key);
 	if (kgen_graph_for_plan(e->graph, plan, &e->canonical, &err) < 0) {
 		fail(why, size, "%s", err.message);
 		kgen_error_release(&err);
 		return -1;
 	}
 	graph = e->canonical ?: e->graph;
-	if (e->canonical &&
-	    !(e->args = calloc(sched_graph_tensor_count(graph), sizeof(void *))))
-		fail(why, size, "out of memory");
-	else if (kgen_plan_from_json(graph, plan, &e->plan, &err) < 0)
+	if (kgen_plan_from_json(graph, plan, &e->plan, &err) < 0)
 		fail(why, size, "the plan does not fit the graph: %s", err.message);
 	else if (!(sources = calloc(e->plan->nkernels, sizeof(char *))))
 		fail(why, size, "out of memory");
@@ -153,20 +153,22 @@ int tuned_exec_tensor_count(const tuned_exec *e)
 	return sched_graph_tensor_count(e->graph);
 }
 
-/* The caller's tensors (in its graph's order) in the plan's numbering. */
-static void *const *in_plan_order(tuned_exec *e, void *const *tensors)
+/* The caller's tensors (in its graph's order) in the plan's numbering,
+ * into "args" (a call's own, so that calls on two streams do not mix). */
+static void *const *in_plan_order(const tuned_exec *e, void *const *tensors, void **args)
 {
 	if (!e->canonical)
 		return tensors;
 	for (int t = 0; t < sched_graph_tensor_count(e->graph); t++)
-		e->args[sched_tensor_canonical_number(e->graph, t)] = tensors[t];
-	return e->args;
+		args[sched_tensor_canonical_number(e->graph, t)] = tensors[t];
+	return args;
 }
 
 int tuned_exec_run(tuned_exec *e, void *stream, void *const *tensors, char *why,
 		   size_t size)
 {
 	kgen_error err = {0};
+	void **args;
 	int rc = 0;
 
 	for (int t = 0; t < sched_graph_tensor_count(e->graph); t++)
@@ -175,9 +177,12 @@ int tuned_exec_run(tuned_exec *e, void *stream, void *const *tensors, char *why,
 				    sched_tensor_name(e->graph, t),
 				    sched_tensor_role(e->graph, t) == SCHED_INPUT ? "input"
 										: "output");
-	if (kgen_program_run_on(e->prog, stream, in_plan_order(e, tensors), &err) < 0)
+	if (!(args = calloc(sched_graph_tensor_count(e->graph), sizeof(void *))))
+		return fail(why, size, "out of memory");
+	if (kgen_program_run_on(e->prog, stream, in_plan_order(e, tensors, args), &err) < 0)
 		rc = fail(why, size, "%s", err.message);
 	kgen_error_release(&err);
+	free(args);
 	return rc;
 }
 
@@ -190,6 +195,5 @@ void tuned_exec_free(tuned_exec *e)
 	kgen_backend_close(e->backend);
 	sched_graph_free(e->canonical);
 	sched_graph_free(e->graph);
-	free(e->args);
 	free(e);
 }

@@ -968,10 +968,10 @@ static json_t *launch_from_plan(const out_files *f, json_t *result)
 			"{s:s, s:s, s:O*, s:O*, s:s}", "kernel", str(k, "name"),
 			"source", source, "ops", json_object_get(k, "ops"),
 			"schedule", json_object_get(k, "schedule"), "signature",
-			f->cuda ? "extern \"C\" __global__: one pointer per tensor, "
-				  "in graph order" :
-				  "void NAME(void **tensors): one pointer per "
-				  "tensor, in graph order"));
+			f->cuda ? "extern \"C\" __global__: one pointer per tensor, in "
+				  "the order of the key's canonical form (t0, t1, ...)" :
+				  "void NAME(void **tensors): one pointer per tensor, in "
+				  "the order of the key's canonical form (t0, t1, ...)"));
 	}
 	return launch;
 }

@@ -407,19 +407,17 @@ static void know_trials(tuner_search *search, const json_t *known)
  * (docs/cache.md, "Canonical numbering"). */
 static int read_canonical_graph(runner_job *job, sched_error *err)
 {
+	sched_graph *submitted = NULL;
 	char *canonical;
 
-	if (sched_graph_read_string(job->graph_text, &job->graph, err) < 0)
+	if (sched_graph_read_string(job->graph_text, &submitted, err) < 0)
 		return -1;
-	if (!(canonical = sched_graph_canonical_json(job->graph))) {
+	canonical = sched_graph_canonical_json(submitted);
+	sched_graph_free(submitted);
+	if (!canonical) {
 		snprintf(err->message, sizeof(err->message), "out of memory");
 		return -1;
 	}
-	if (!strcmp(canonical, job->graph_text)) {
-		free(canonical);
-		return 0;
-	}
-	sched_graph_free(job->graph);
 	free(job->graph_text);
 	job->graph_text = canonical;
 	return sched_graph_read_string(job->graph_text, &job->graph, err);

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include <jansson.h>
 
@@ -196,8 +197,41 @@ static json_t *tune_and_fetch(conn *c, const char *submitted)
 	return reply;
 }
 
-/* The plan fetched for variant "a" of "example" runs for variant "b". */
-static void check_example(conn *c, const char *example)
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	cr_assert_not_null(f, "cannot write %s", path);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* "tunectl run GRAPH --plan PLAN" (in a worker, verified against the
+ * reference); its exit status, and its output in "out". */
+static int tunectl_run(const fixture *f, const char *graph, json_t *plan, char *out,
+		       size_t size)
+{
+	char graph_path[256], plan_path[256], command[1024];
+	char *plan_text = json_dumps(plan, 0);
+	size_t n;
+	FILE *p;
+
+	snprintf(graph_path, sizeof(graph_path), "%s/graph.json", f->dir);
+	snprintf(plan_path, sizeof(plan_path), "%s/plan.json", f->dir);
+	write_file(graph_path, graph);
+	write_file(plan_path, plan_text);
+	free(plan_text);
+	snprintf(command, sizeof(command), "%s run %s --plan %s --backend cpu 2>&1",
+		 getenv("TUNECTL"), graph_path, plan_path);
+	cr_assert_not_null(p = popen(command, "r"));
+	n = fread(out, 1, size - 1, p);
+	out[n] = '\0';
+	return WEXITSTATUS(pclose(p));
+}
+
+/* The plan fetched for variant "a" of "example" runs for variant "b",
+ * through the executor and through tunectl run --plan. */
+static void check_example(const fixture *f, conn *c, const char *example)
 {
 	char *text = example_text(example);
 	char *a = variant(text, "a_", 7), *b = variant(text, "b_", 11);
@@ -217,6 +251,16 @@ static void check_example(conn *c, const char *example)
 	cr_assert_eq(tuned_exec_load(a, fetched, "cpu", &exec, why, sizeof(why)), 0,
 		     "%s: %s", example, why);
 	checked += run_and_check(exec, ga, 3, example);
+	tuned_exec_free(exec);
+	cr_assert_eq(tunectl_run(f, b, json_object_get(result, "plan"), why, sizeof(why)), 0,
+		     "tunectl run of variant b: %s", why);
+	/* a fetch whose plan lost its key is still read by the fetch's key */
+	json_object_del(json_object_get(result, "plan"), "key");
+	free(fetched);
+	fetched = json_dumps(result, 0);
+	cr_assert_eq(tuned_exec_load(b, fetched, "cpu", &exec, why, sizeof(why)), 0,
+		     "%s: %s", example, why);
+	checked += run_and_check(exec, gb, 4, example);
 	tuned_exec_free(exec);
 	cr_log_info("%s: version %lld of key %.12s (%zu kernels), tuned for variant a, "
 		    "ran for variants b and a: %lld output elements match the reference",
@@ -245,7 +289,7 @@ Test(numbering, a_plan_tuned_for_one_variant_runs_for_another, .timeout = 600)
 	cr_assert(conn_open(&c, f.socket));
 	conn_hello(&c);
 	for (int i = 0; i < 3; i++)
-		check_example(&c, examples[i]);
+		check_example(&f, &c, examples[i]);
 	conn_close(&c);
 	cr_expect_eq(fixture_stop(&f, SIGTERM, NULL), 0);
 	fixture_cleanup(&f);
@@ -268,6 +312,7 @@ static void expect_refused(const char *graph, json_t *result, const char *reason
 Test(numbering, a_plan_that_does_not_fit_is_refused, .timeout = 300)
 {
 	char *text = example_text("lstm_cell_small"), *other = example_text("ln_residual_small");
+	char why[2048];
 	json_t *reply, *result, *plan;
 	fixture f;
 	conn c;
@@ -282,6 +327,8 @@ Test(numbering, a_plan_that_does_not_fit_is_refused, .timeout = 300)
 	cr_assert_str_eq(json_string_value(json_object_get(plan, "key")),
 			 json_string_value(json_object_get(result, "key")));
 	expect_refused(other, result, "not for this graph");
+	cr_expect_eq(tunectl_run(&f, other, plan, why, sizeof(why)), 1);
+	cr_expect(strstr(why, "not for this graph") != NULL, "tunectl run says: %s", why);
 	json_array_append_new(json_object_get(json_array_get(json_object_get(plan, "kernels"), 0),
 					      "ops"), json_integer(99));
 	expect_refused(text, result, "does not fit");
