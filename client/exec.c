@@ -87,15 +87,11 @@ static int build(tuned_exec *e, json_t *fetched, const char *backend, char *why,
 		 size_t size)
 {
 	json_t *plan = json_object_get(fetched, "plan") ?: fetched;
-	json_t *key = json_object_get(fetched, "key");
 	const sched_graph *graph;
 	kgen_error err = {0};
 	const char **sources = NULL;
 	int rc = -1;
 
-	/* a fetch reply's plan whose key was dropped is still canonical */
-	if (plan != fetched && key && !json_object_get(plan, "key"))
-		json_object_set(plan, "key", key);
 	if (kgen_graph_for_plan(e->graph, plan, &e->canonical, &err) < 0) {
 		fail(why, size, "%s", err.message);
 		kgen_error_release(&err);
