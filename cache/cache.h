@@ -41,7 +41,7 @@
 #define __cache_keep
 
 /* The schema version this build writes (PRAGMA user_version). */
-#define CACHE_SCHEMA_VERSION 1
+#define CACHE_SCHEMA_VERSION 3
 
 /* Trial details are cut to this many bytes (on a UTF-8 boundary). */
 #define CACHE_DETAIL_MAX 200
@@ -246,6 +246,9 @@ typedef struct cache_entry {
 	int version;
 	double median_ms;   /* NaN: unknown */
 	int64_t updated_at; /* when that version was published */
+	int64_t bytes;      /* what its rows hold: every version's plan,
+			     * sources, binaries and launch, its trials'
+			     * plans and details, and its graph's texts */
 } cache_entry;
 
 /* Calls "fn" for the latest version of every (graph, device, codegen), in
@@ -284,5 +287,71 @@ typedef struct cache_stats {
 } cache_stats;
 
 int cache_stat(__cache_keep cache *c, cache_stats *out, cache_error *err);
+
+/* The daemon's job queue (jobs.c): one row per job, as the daemon keeps
+ * it. Texts are borrowed; in cache_jobs' callback they live for the call. */
+typedef struct cache_job {
+	int64_t id;          /* >= 1 */
+	const char *key;
+	const char *name;
+	const char *graph;   /* the graph.json text */
+	const char *state;   /* "queued", "running", "done", "failed",
+			      * "cancelled" */
+	double budget_s;
+	int max_trials;
+	int priority;
+	int trials;
+	double best_ms;      /* <= 0: none */
+	double first_ms;     /* the version the job started from, timed
+			      * beside its best; <= 0: none */
+	int version;
+	const char *error;   /* may be NULL: none */
+	double created_at;   /* unix seconds */
+	double finished_at;  /* <= 0: not finished */
+} cache_job;
+
+/* Writes the "n" jobs (each inserted, or replacing the row of its id) and
+ * forgets the oldest finished jobs beyond "keep_finished", in one write
+ * transaction. */
+int cache_put_jobs(__cache_keep cache *c, __cache_keep const cache_job *jobs,
+		   int n, int keep_finished, cache_error *err);
+
+/* Calls "fn" for every job in order of id until it returns nonzero;
+ * returns the number of calls. A read: "fn" must not read through "c". */
+int cache_jobs(__cache_keep cache *c,
+	       int (*fn)(void *user, const cache_job *job), void *user,
+	       cache_error *err);
+
+/* Moving entries between caches (transfer.c; docs/cache.md, "Export and
+ * import"). */
+
+/* Keeps "graph_json", the graph.json whose op numbers the plans of graph
+ * "key" use, for a put graph that has none yet (the first one stays).
+ * CACHE_NOT_FOUND for a graph not put. */
+int cache_keep_graph_json(__cache_keep cache *c, const char *key,
+			  const char *graph_json, cache_error *err);
+
+/* Graph "key" as an entry of an export file: {"key", "name", "graph"
+ * (the kept graph.json, parsed), "versions": [every version: "device",
+ * "codegen", "version", "plan", "sources", "launch", "binaries" (base64
+ * or null), "median_ms", "spread_ms", "found_by", "created_at"]}.
+ * CACHE_NOT_FOUND for a key not cached; CACHE_EINVAL, saying so, for one
+ * with no graph.json kept (put before the cache kept them). */
+int cache_export_graph(__cache_keep cache *c, const char *key,
+		       __cache_give json_t **out, cache_error *err);
+
+/* Writes "entry" (as cache_export_graph gives it, checked by the caller
+ * against its graph) with "canonical", its graph's canonical text, in one
+ * write transaction: the graph is put when new, and each (device,
+ * codegen) of the entry gets its versions, with their numbers and times,
+ * when the cache has none of it; one the cache has gets the entry's
+ * newest version as its next version ("found_by" "imported: ...") when
+ * that is faster than the cache's newest, and is left as it is
+ * otherwise. *out is {"versions": imported, "kept": [{"device",
+ * "codegen", "reason"}]}. A malformed entry is CACHE_EINVAL, naming the
+ * field. */
+int cache_import_graph(__cache_keep cache *c, __cache_keep json_t *entry,
+		       const char *canonical, __cache_give json_t **out,
+		       cache_error *err);
 
 #endif

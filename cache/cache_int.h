@@ -3,7 +3,8 @@
  *
  * open.c opens, checks and recovers the file; schema.c holds the
  * migrations; write.c the writes; read.c the reads; prune.c pruning and
- * checkpoints; util.c errors, statements, transactions and JSON.
+ * checkpoints; jobs.c the daemon's job queue; transfer.c export and
+ * import; util.c errors, statements, transactions and JSON.
  *
  * Memory of our own comes from sqlite3_malloc64 and goes back with
  * sqlite3_free, so that tests that fail SQLite's allocations fail ours too.
@@ -85,6 +86,10 @@ int cache_json_canonical(const char *text, const char *what, bool sources,
 			 __cache_give char **out, cache_error *err);
 void cache_json_free(__cache_take char *text);
 size_t cache_utf8_cut(const char *text, size_t max);
+
+/* write.c */
+int cache_device_id(cache *c, const char *signature, int64_t now,
+		    int64_t *id, cache_error *err);
 
 /* schema.c */
 int cache_migrate(cache *c, cache_error *err);

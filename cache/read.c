@@ -197,9 +197,24 @@ bool cache_is_quarantined(__cache_keep cache *c, const char *graph,
 	return rc > 0;
 }
 
+/* The bytes of an entry's rows: lengths of texts as bytes (a CAST to
+ * BLOB), not characters. */
+#define ENTRY_BYTES_SQL                                                        \
+	"(SELECT coalesce(sum(length(CAST(q.plan AS BLOB)) + "                \
+	"length(CAST(q.sources AS BLOB)) + coalesce(length(q.binaries), 0) + " \
+	"coalesce(length(CAST(q.launch AS BLOB)), 0) + "                      \
+	"length(CAST(q.found_by AS BLOB))), 0) FROM plans q "                 \
+	"WHERE q.graph = p.graph AND q.device = p.device AND "                \
+	"q.codegen = p.codegen) + "                                           \
+	"(SELECT coalesce(sum(length(CAST(t.plan AS BLOB)) + "                \
+	"coalesce(length(CAST(t.detail AS BLOB)), 0)), 0) FROM trials t "     \
+	"WHERE t.graph = p.graph AND t.device = p.device AND "                \
+	"t.codegen = p.codegen) + length(CAST(g.canonical AS BLOB)) + "       \
+	"coalesce(length(CAST(g.graph AS BLOB)), 0)"
+
 static const char list_sql[] =
 	"SELECT p.graph, g.name, d.signature, p.codegen, p.version, "
-	"p.median_ms, p.created_at "
+	"p.median_ms, p.created_at, " ENTRY_BYTES_SQL " "
 	"FROM plans p JOIN graphs g ON g.key = p.graph "
 	"JOIN devices d ON d.id = p.device "
 	"WHERE p.version = (SELECT max(q.version) FROM plans q "
@@ -232,6 +247,7 @@ int cache_list(__cache_keep cache *c,
 		entry.version = sqlite3_column_int(stmt, 4);
 		entry.median_ms = cache_column_real(stmt, 5);
 		entry.updated_at = sqlite3_column_int64(stmt, 6);
+		entry.bytes = sqlite3_column_int64(stmt, 7);
 		if (!entry.graph || !entry.device || !entry.codegen) {
 			rc = SQLITE_NOMEM;
 			break;

@@ -63,6 +63,30 @@ static const char *const migrations[] = {
 	" source TEXT,"
 	" created_at INTEGER NOT NULL,"
 	" UNIQUE (graph, device, codegen, plan));",
+	/* 2: the daemon's job queue (it was a JSON file beside the cache), so
+	 * that a job and the versions it published commit to one file. Times
+	 * are fractional unix seconds, as the protocol shows them. */
+	"CREATE TABLE jobs ("
+	" id INTEGER PRIMARY KEY CHECK (id >= 1),"
+	" key TEXT NOT NULL,"
+	" name TEXT NOT NULL,"
+	" graph TEXT NOT NULL,"
+	" state TEXT NOT NULL CHECK (state IN"
+	"  ('queued', 'running', 'done', 'failed', 'cancelled')),"
+	" budget_s REAL NOT NULL,"
+	" max_trials INTEGER NOT NULL,"
+	" priority INTEGER NOT NULL,"
+	" trials INTEGER NOT NULL,"
+	" best_ms REAL,"
+	" first_ms REAL,"
+	" version INTEGER NOT NULL,"
+	" error TEXT NOT NULL,"
+	" created_at REAL NOT NULL,"
+	" finished_at REAL);",
+	/* 3: the graph.json a key's plans number their ops by, so that an
+	 * export carries what an importer needs to check them. NULL for
+	 * graphs put before. */
+	"ALTER TABLE graphs ADD COLUMN graph TEXT;",
 };
 
 #define MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))

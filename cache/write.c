@@ -34,8 +34,8 @@ static int touch_graph(cache *c, const char *key, int64_t now,
 
 /* Sets *id to the row of device "signature", adding it when new (a
  * lookup first, so that a known device costs no write). */
-static int device_id(cache *c, const char *signature, int64_t now,
-		     int64_t *id, cache_error *err)
+int cache_device_id(cache *c, const char *signature, int64_t now,
+		    int64_t *id, cache_error *err)
 {
 	sqlite3_stmt *stmt = NULL;
 	int rc;
@@ -124,7 +124,7 @@ static int insert_trial(cache *c, const cache_trial *trial, const char *plan,
 	rc = touch_graph(c, trial->graph, now, err);
 	if (rc)
 		return rc;
-	rc = device_id(c, trial->device, now, &device, err);
+	rc = cache_device_id(c, trial->device, now, &device, err);
 	if (rc)
 		return rc;
 	rc = cache_prepare(c->writer, "INSERT INTO trials (graph, device, "
@@ -244,7 +244,7 @@ static int insert_plan(cache *c, const cache_plan *p, const plan_texts *t,
 
 	rc = touch_graph(c, p->graph, now, err);
 	if (rc == 0)
-		rc = device_id(c, p->device, now, &device, err);
+		rc = cache_device_id(c, p->device, now, &device, err);
 	if (rc == 0)
 		rc = next_version(c, p, device, version, err);
 	if (rc == 0)
@@ -310,7 +310,7 @@ static int insert_quarantine(cache *c, const cache_quarantine_entry *q,
 
 	rc = touch_graph(c, q->graph, now, err);
 	if (rc == 0)
-		rc = device_id(c, q->device, now, &device, err);
+		rc = cache_device_id(c, q->device, now, &device, err);
 	if (rc == 0)
 		rc = cache_prepare(c->writer, "INSERT INTO quarantine (graph, "
 				   "device, codegen, plan, reason, source, "

@@ -813,3 +813,33 @@ int tuned_client_cache_prune(tuned_client *client, int64_t max_age_s,
 	return tuned_client_call(client, PROTO_OP_CACHE_PRUNE, params, 0, out,
 				 err);
 }
+
+int tuned_client_cache_export(tuned_client *client, const char *const *keys,
+			      int nkeys, json_t **out, tuned_client_error *err)
+{
+	json_t *params = json_object(), *list = json_array();
+
+	*out = NULL;
+	for (int i = 0; list && i < nkeys; i++)
+		if (json_array_append_new(list, json_string(keys[i])) < 0) {
+			json_decref(list);
+			list = NULL;
+		}
+	if (!params || !list || (nkeys > 0 && json_object_set(params, "keys", list) < 0)) {
+		json_decref(params);
+		json_decref(list);
+		return no_memory(err);
+	}
+	json_decref(list);
+	return tuned_client_call(client, PROTO_OP_CACHE_EXPORT, params, 0, out, err);
+}
+
+int tuned_client_cache_import(tuned_client *client, json_t *bundle, json_t **out,
+			      tuned_client_error *err)
+{
+	*out = NULL;
+	if (!json_is_object(bundle))
+		return set_error(err, TUNED_CLIENT_EINVAL, "no export to import");
+	return tuned_client_call(client, PROTO_OP_CACHE_IMPORT,
+				 json_pack("{s:O}", "export", bundle), 0, out, err);
+}

@@ -406,7 +406,8 @@ static int read_options(command_line *cl, int argc, char **argv)
 /* Running a command. */
 
 /* "c"'s arguments from "cl": its options, each its own, and its one
- * argument when it takes one. 0, or the exit status of a usage error. */
+ * argument when it takes one (or every word, for an argument named with
+ * "..."). 0, or the exit status of a usage error. */
 static int bind_args(const command_line *cl, const tunectl_command *c,
 		     int used, tunectl_args *args)
 {
@@ -423,6 +424,12 @@ static int bind_args(const command_line *cl, const tunectl_command *c,
 		if (c->options[i].required && !args->values[i])
 			return tunectl_usage_error(c, "needs --%s %s", c->options[i].name,
 						   c->options[i].value);
+	if (c->arg && strstr(c->arg, "...")) {
+		args->words = cl->words + used;
+		args->nwords = cl->nwords - used;
+		args->arg = args->nwords ? args->words[0] : NULL;
+		return 0;
+	}
 	if (c->arg && used < cl->nwords)
 		args->arg = cl->words[used++];
 	else if (c->arg)

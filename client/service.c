@@ -8,9 +8,12 @@
  *   tunectl fetch KEY|JOB [--out DIR] [--min-version N] [--timeout MS]
  *   tunectl stats | cache ls | cache show KEY | cache prune [--max-age S]
  *                                                          [--max-bytes N]
+ *   tunectl cache export [KEY...] [--all] --out FILE [--cache DB]
+ *   tunectl cache import FILE [--cache DB]
  *
  * Each takes --json (one JSON object on stdout; for watch, one JSON line
- * per event) and --socket PATH. Exit 0 on success, 1 on failure (no
+ * per event) and --socket PATH. cache export and import with --cache
+ * work on that cache file instead of a daemon's (one no daemon holds). Exit 0 on success, 1 on failure (no
  * daemon included), 2 for a usage error.
  */
 #include <ctype.h>
@@ -28,6 +31,8 @@
 
 #include <jansson.h>
 
+#include "cache.h"
+#include "transfer.h"
 #include "tunectl.h"
 #include "tuned_client.h"
 
@@ -36,15 +41,19 @@
 
 typedef struct service_options {
 	const char *command; /* "submit", ..., "cache ls" */
-	const char *arg;     /* FILE, JOB, KEY */
+	const char *arg;     /* FILE, JOB, KEY; the first KEY of [KEY...] */
+	char *const *keys;   /* [KEY...]: every one, "nkeys" of them */
+	int nkeys;
 	const char *socket;
 	bool as_json;
 	bool wait;
 	bool until_done;
+	bool all;            /* cache export: every key */
+	const char *cache_path; /* cache export, import: this file, offline */
 	double budget_s;
 	int priority;
 	int64_t trials;
-	const char *out_dir;
+	const char *out_dir; /* fetch: the folder; cache export: the file */
 	int64_t min_version;
 	int timeout_ms;
 	int64_t max_age_s, max_bytes;
@@ -1162,6 +1171,147 @@ static int cmd_cache_prune(tuned_client *client, const service_options *o)
 	return show(o, rc, result, &err);
 }
 
+/* Writes the export "result" (taken) to --out. */
+static int write_export(const service_options *o, json_t *result)
+{
+	size_t n = json_array_size(json_object_get(result, "entries"));
+
+	if (write_json(o->out_dir, result) < 0) {
+		json_decref(result);
+		return fail_with(o, "%s: cannot write the file (%s)", o->out_dir,
+				 strerror(errno));
+	}
+	json_decref(result);
+	if (o->as_json)
+		tunectl_print_json(json_pack("{s:s, s:I}", "file", o->out_dir, "keys",
+					     (json_int_t)n));
+	else
+		printf("exported %zu key%s to %s\n", n, n == 1 ? "" : "s", o->out_dir);
+	return EXIT_SUCCESS;
+}
+
+static int cmd_cache_export(tuned_client *client, const service_options *o)
+{
+	tuned_client_error err;
+	json_t *result = NULL;
+
+	if (tuned_client_cache_export(client, (const char *const *)o->keys, o->nkeys,
+				      &result, &err) < 0)
+		return fail(o, &err);
+	return write_export(o, result);
+}
+
+/* "imported KEY: 2 versions", then what was kept as it was; "refused
+ * KEY: why". */
+static void print_imported(json_t *result)
+{
+	json_t *entry, *kept;
+	size_t i, j;
+
+	json_array_foreach(json_object_get(result, "imported"), i, entry) {
+		long long n = integer(entry, "versions");
+
+		printf("imported %s: %lld version%s\n", str(entry, "key"), n, plural(n));
+		json_array_foreach(json_object_get(entry, "kept"), j, kept)
+			printf("  kept %s, %s: %s\n", str(kept, "device"),
+			       str(kept, "codegen"), str(kept, "reason"));
+	}
+	json_array_foreach(json_object_get(result, "refused"), i, entry)
+		printf("refused %s: %s\n", str(entry, "key"), str(entry, "reason"));
+}
+
+/* Shows the import "result" (taken): exit 1 when a key was refused. */
+static int show_imported(const service_options *o, json_t *result)
+{
+	int status = json_array_size(json_object_get(result, "refused")) ?
+		     EXIT_INVALID : EXIT_SUCCESS;
+
+	if (o->as_json)
+		tunectl_print_json(result);
+	else {
+		print_imported(result);
+		json_decref(result);
+	}
+	return status;
+}
+
+/* The export file --arg, or NULL after saying why. */
+static json_t *read_export(const service_options *o)
+{
+	json_error_t jerr;
+	json_t *bundle = json_load_file(o->arg, 0, &jerr);
+
+	if (!bundle)
+		fail_with(o, "%s: %s (line %d)", o->arg, jerr.text, jerr.line);
+	return bundle;
+}
+
+static int cmd_cache_import(tuned_client *client, const service_options *o)
+{
+	json_t *bundle = read_export(o), *result = NULL;
+	tuned_client_error err;
+	int rc;
+
+	if (!bundle)
+		return EXIT_INVALID;
+	rc = tuned_client_cache_import(client, bundle, &result, &err);
+	json_decref(bundle);
+	if (rc < 0)
+		return fail(o, &err);
+	return show_imported(o, result);
+}
+
+/* --cache: the cache file itself, which no daemon may hold. */
+static cache *open_offline(const service_options *o)
+{
+	cache_error err = {0};
+	cache *c = NULL;
+
+	if (cache_open(o->cache_path, NULL, &c, &err) < 0) {
+		fail_with(o, "%s%s", err.message, err.code == CACHE_EBUSY ?
+			  "; a daemon holds it: leave out --cache to go through "
+			  "the daemon" : "");
+		return NULL;
+	}
+	return c;
+}
+
+static int offline_export(const service_options *o)
+{
+	json_t *keys = o->nkeys ? json_array() : NULL, *result = NULL;
+	char why[PROTO_MESSAGE_MAX];
+	cache *c = open_offline(o);
+	int rc;
+
+	for (int i = 0; i < o->nkeys; i++)
+		json_array_append_new(keys, json_string(o->keys[i]));
+	rc = c ? tuned_export(c, "tunectl (offline)", NULL, keys, &result, why,
+			      sizeof(why)) : 0;
+	cache_close(c);
+	json_decref(keys);
+	if (!c)
+		return EXIT_INVALID;
+	if (rc < 0)
+		return fail_with(o, "%s", why);
+	return write_export(o, result);
+}
+
+static int offline_import(const service_options *o)
+{
+	json_t *bundle = read_export(o), *result = NULL;
+	char why[PROTO_MESSAGE_MAX];
+	cache *c = bundle ? open_offline(o) : NULL;
+	int rc = c ? tuned_import(c, bundle, &result, why, sizeof(why)) : 0;
+
+	cache_close(c);
+	json_decref(bundle);
+	if (!c)
+		return EXIT_INVALID;
+	if (rc < 0)
+		return fail_with(o, "%s: %s", o->arg, why);
+	return show_imported(o, result);
+}
+
 /* Whether "text" is a cache key: 64 hex digits, in either case. */
 static bool is_key(const char *text)
 {
@@ -1176,7 +1326,14 @@ static bool is_key(const char *text)
  * --until-done needs a JOB. 0, or the exit status of a usage error. */
 static int check_argument(const tunectl_command *cmd, const service_options *o)
 {
-	if (!cmd->arg)
+	for (int i = 0; i < o->nkeys; i++) {
+		if (!is_key(o->keys[i]))
+			return tunectl_usage_error(cmd, "not a key (64 hex digits): "
+						   "'%s'", o->keys[i]);
+		for (char *c = o->keys[i]; *c; c++)
+			*c = (char)tolower((unsigned char)*c);
+	}
+	if (!cmd->arg || o->nkeys)
 		return 0;
 	if (!strcmp(cmd->arg, "JOB") && !job_id(o->arg))
 		return tunectl_usage_error(cmd, "not a job id: '%s'", o->arg);
@@ -1243,13 +1400,15 @@ static int option_value(service_options *o, const char *name, const char *v)
 		return tunectl_parse_number(v, "smhd", age_factors, &o->budget_s) < 0 ||
 		       !(o->budget_s >= 0) ? -1 : 0;
 	if (!strcmp(name, "max-age"))
-		return tunectl_parse_number(v, "smhd", age_factors, &x) < 0 || x < 0 ?
-		       -1 : (o->max_age_s = (int64_t)x, 0);
+		return tunectl_parse_number(v, "smhd", age_factors, &x) < 0 ||
+		       !(x >= 1) ? -1 : (o->max_age_s = (int64_t)x, 0);
 	if (!strcmp(name, "max-bytes"))
 		return tunectl_parse_number(v, "KMGT", byte_factors, &x) < 0 ||
-		       x < 0 || x > 9e18 ? -1 : (o->max_bytes = (int64_t)x, 0);
+		       !(x >= 1) || x > 9e18 ? -1 : (o->max_bytes = (int64_t)x, 0);
 	if (!strcmp(name, "out"))
 		return (o->out_dir = v), 0;
+	if (!strcmp(name, "cache"))
+		return (o->cache_path = v), 0;
 	return int_value(o, name, v);
 }
 
@@ -1261,9 +1420,25 @@ static void expected(const char *name, char *out, size_t size)
 	if (opt)
 		snprintf(out, size, "an integer from %.0f to %.0f", opt->lo, opt->hi);
 	else if (!strcmp(name, "max-bytes"))
-		snprintf(out, size, "bytes, or a number with K, M, G or T");
+		snprintf(out, size, "at least 1 byte, or a number with K, M, G or T");
+	else if (!strcmp(name, "max-age"))
+		snprintf(out, size, "at least 1 s, or a number with s, m, h or d");
 	else
 		snprintf(out, size, "seconds, or a number with s, m, h or d");
+}
+
+/* What a command needs besides its argument: prune a limit, export its
+ * keys or --all. 0, or the exit status of a usage error. */
+static int check_needs(const tunectl_command *cmd, const service_options *o)
+{
+	if (!strcmp(cmd->name, "cache prune") && o->max_age_s < 0 && o->max_bytes < 0)
+		return tunectl_usage_error(cmd, "give what to keep: --max-age S "
+					   "(remove what is older), --max-bytes N "
+					   "(shrink to N bytes), or both");
+	if (!strcmp(cmd->name, "cache export") && !o->nkeys == !o->all)
+		return tunectl_usage_error(cmd, "give the keys to export or --all, "
+					   "not both");
+	return 0;
 }
 
 /* "o" from the command line of "cmd"; 0, or the exit status of a usage
@@ -1274,6 +1449,7 @@ static int read_service_options(const tunectl_command *cmd,
 	char what[64];
 
 	*o = (service_options){.command = cmd->name, .arg = args->arg,
+			       .keys = args->words, .nkeys = args->nwords,
 			       .max_age_s = -1, .max_bytes = -1};
 	for (int i = 0; i < TUNECTL_MAX_OPTIONS && cmd->options[i].name; i++) {
 		const char *name = cmd->options[i].name, *v = args->values[i];
@@ -1286,6 +1462,8 @@ static int read_service_options(const tunectl_command *cmd,
 			o->wait = true;
 		else if (!strcmp(name, "until-done"))
 			o->until_done = true;
+		else if (!strcmp(name, "all"))
+			o->all = true;
 		else if (!strcmp(name, "socket"))
 			o->socket = v;
 		else if (option_value(o, name, v) < 0) {
@@ -1294,7 +1472,7 @@ static int read_service_options(const tunectl_command *cmd,
 						   "(%s)", name, v, what);
 		}
 	}
-	return check_argument(cmd, o);
+	return check_needs(cmd, o) ?: check_argument(cmd, o);
 }
 
 /* Connects to the daemon and runs the command "command" of the table. */
@@ -1314,6 +1492,21 @@ static int run_service(const tunectl_command *command, const tunectl_args *args)
 	status = cmd->talk(client, &o);
 	tuned_client_close(client);
 	return status;
+}
+
+/* cache export and import: on the --cache file when one is given, else
+ * through the daemon. */
+static int run_transfer(const tunectl_command *command, const tunectl_args *args)
+{
+	service_options o;
+	int status;
+
+	if ((status = read_service_options(command, args, &o)))
+		return status;
+	if (!o.cache_path)
+		return run_service(command, args);
+	return !strcmp(command->name, "cache export") ? offline_export(&o) :
+	       offline_import(&o);
 }
 
 /* The commands: one entry each, with its options and their help, read
@@ -1378,19 +1571,40 @@ static const service_command commands[] = {
 	  run_service}, cmd_fetch},
 	{{"stats", NULL, "the daemon's counters\n",
 	  {JSON_OPTION, SOCKET_OPTION}, run_service}, cmd_stats},
-	{{"cache ls", NULL, "every cached key, its latest version and time\n",
+	{{"cache ls", NULL,
+	  "every cached key (per device and codegen): its latest version,\n"
+	  "time and the bytes it holds\n",
 	  {JSON_OPTION, SOCKET_OPTION}, run_service}, cmd_cache_ls},
 	{{"cache show", "KEY", "one key's graph, versions and trials\n",
 	  {JSON_OPTION, SOCKET_OPTION}, run_service}, cmd_cache_show},
 	{{"cache prune", NULL,
 	  "remove old entries: those older than --max-age, then the oldest\n"
-	  "until the cache fits --max-bytes\n",
+	  "until the cache fits --max-bytes (give one or both)\n",
 	  {TUNECTL_VALUE("max-age", "S",
 			 "remove what is older: seconds, or with m, h, d\n"),
 	   TUNECTL_VALUE("max-bytes", "N",
 			 "shrink to N bytes (or with K, M, G, T)\n"),
 	   JSON_OPTION, SOCKET_OPTION},
 	  run_service}, cmd_cache_prune},
+	{{"cache export", "[KEY...]",
+	  "write the keys' graphs and every version of their plans (every\n"
+	  "device's) to --out FILE, a file another host imports\n",
+	  {TUNECTL_REQUIRED("out", "FILE", "the file to write\n"),
+	   TUNECTL_FLAG("all", "every key, instead of the keys given\n"),
+	   TUNECTL_VALUE("cache", "DB",
+			 "read the cache file DB itself, which no daemon\n"
+			 "may hold (offline)\n"),
+	   JSON_OPTION, SOCKET_OPTION},
+	  run_transfer}, cmd_cache_export},
+	{{"cache import", "FILE",
+	  "load an export: each key computed again from its graph and each\n"
+	  "plan checked against it; a refused key is named with why (exit\n"
+	  "1); other devices' versions are stored, never served here\n",
+	  {TUNECTL_VALUE("cache", "DB",
+			 "write the cache file DB itself, which no daemon\n"
+			 "may hold (offline)\n"),
+	   JSON_OPTION, SOCKET_OPTION},
+	  run_transfer}, cmd_cache_import},
 };
 
 const tunectl_command *tunectl_service_command(size_t i)

@@ -56,6 +56,10 @@ struct tunectl_command;
 typedef struct tunectl_args {
 	const struct tunectl_command *command;
 	const char *arg; /* its FILE, JOB or KEY; NULL when it takes none */
+	/* for an argument named with "..." ("[KEY...]"): every word given,
+	 * none or more (arg is the first) */
+	char *const *words;
+	int nwords;
 	/* the value of each of its options, by index: NULL when not given,
 	 * "" for a flag given */
 	const char *values[TUNECTL_MAX_OPTIONS];
@@ -63,7 +67,8 @@ typedef struct tunectl_args {
 
 typedef struct tunectl_command {
 	const char *name; /* "submit", or "cache ls" for a subcommand */
-	const char *arg;  /* the name of its one argument ("FILE"), or NULL */
+	const char *arg;  /* the name of its one argument ("FILE"), or NULL;
+			   * with "..." ("[KEY...]") it takes any number */
 	const char *help; /* what it does; lines end in \n */
 	tunectl_option options[TUNECTL_MAX_OPTIONS]; /* up to a NULL name */
 	/* Runs it; returns the exit status. */
@@ -108,8 +113,8 @@ int tunectl_run(const tunectl_command *command, const tunectl_args *args);
 int tunectl_sources(const tunectl_command *command, const tunectl_args *args);
 
 /* service.c: the commands that talk to a daemon (submit, status, list,
- * wait, cancel, watch, fetch, stats, cache ls|show|prune): the i-th, NULL
- * past the last. */
+ * wait, cancel, watch, fetch, stats, cache ls|show|prune|export|import):
+ * the i-th, NULL past the last. */
 const tunectl_command *tunectl_service_command(size_t i);
 
 #endif

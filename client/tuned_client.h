@@ -207,8 +207,8 @@ int tuned_client_stats(tuned_client *client, __tuned_client_give json_t **out,
  * median_ms, updated_at, bytes}...]}); one key's entry with its
  * "versions" (PROTO_ENOT_FOUND for an unknown key); removing the entries
  * not used for "max_age_s" seconds, then the least recently used until at
- * most "max_bytes" remain (-1 for either: no such limit; with neither the
- * daemon's retention applies), *out being {removed, freed_bytes, entries,
+ * most "max_bytes" remain (-1 for either: no such limit; with neither
+ * nothing is removed), *out being {removed, freed_bytes, entries,
  * bytes}. */
 int tuned_client_cache_list(tuned_client *client,
 			    __tuned_client_give json_t **out,
@@ -220,5 +220,16 @@ int tuned_client_cache_prune(tuned_client *client, int64_t max_age_s,
 			     int64_t max_bytes,
 			     __tuned_client_give json_t **out,
 			     tuned_client_error *err);
+/* An export of the "nkeys" "keys" (nkeys 0: every key): *out is the
+ * portable file's content (docs/cache.md, "Export and import"). An
+ * import of "bundle" (such an export): *out is {imported: [{key,
+ * versions, kept}], refused: [{key, reason}]}. */
+int tuned_client_cache_export(tuned_client *client, const char *const *keys,
+			      int nkeys, __tuned_client_give json_t **out,
+			      tuned_client_error *err);
+int tuned_client_cache_import(tuned_client *client,
+			      __tuned_client_keep json_t *bundle,
+			      __tuned_client_give json_t **out,
+			      tuned_client_error *err);
 
 #endif

@@ -66,7 +66,7 @@ int tuned_socket_prepare(const char *path);
 struct ucred;
 bool tuned_peer_allowed(const tuned_options *o, int fd, struct ucred *peer);
 
-/* jobs.c: the job queue, persisted beside the cache. */
+/* jobs.c: the job queue, kept in the cache (its jobs table). */
 enum tuned_job_state {
 	TUNED_JOB_QUEUED, TUNED_JOB_RUNNING, TUNED_JOB_DONE, TUNED_JOB_FAILED,
 	TUNED_JOB_CANCELLED,
@@ -87,16 +87,28 @@ typedef struct tuned_job {
 	int version;
 	char error[256];
 	double created_at, finished_at;
+	bool dirty; /* changed since it was last written */
 	struct tuned_job *next;
 } tuned_job;
+
+struct cache;
 
 typedef struct tuned_jobs {
 	tuned_job *head;
 	int64_t next_id;
-	char path[300];
+	struct cache *cache;
+	int moved;       /* jobs moved from an older tuned's queue file */
+	char error[600]; /* why the last load or save failed */
 } tuned_jobs;
 
-int tuned_jobs_load(tuned_jobs *jobs, const char *path);
+/* Loads the queue from "cache", after moving the jobs of "queue_file"
+ * (an older tuned's queue, if it is there) into it and removing the file.
+ * Jobs that were running are queued again. Returns the number of queued
+ * jobs, or a negative code with jobs->error saying why. */
+int tuned_jobs_load(tuned_jobs *jobs, struct cache *cache, const char *queue_file);
+/* Writes the jobs marked dirty, in one transaction (the versions they
+ * name must be published before), and forgets the oldest finished jobs
+ * beyond 1000. 0, or a negative code with jobs->error saying why. */
 int tuned_jobs_save(tuned_jobs *jobs);
 void tuned_jobs_release(tuned_jobs *jobs);
 tuned_job *tuned_jobs_add(tuned_jobs *jobs, const char *key, const char *name,

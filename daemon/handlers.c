@@ -12,6 +12,7 @@
 #include "tuner.h"
 #include "scheduler.h"
 #include "server.h"
+#include "transfer.h"
 
 /* Trials read back for a job from the cache, newest first, at most. */
 #define MAX_KNOWN_TRIALS 20000
@@ -77,17 +78,38 @@ static void subscribe(tuned_client *client, const char *key)
 		snprintf(client->watches[client->nwatches++], PROTO_KEY_HEX + 1, "%s", key);
 }
 
+/* The graph.json the key's plans number their ops by, its canonical
+ * form, for an export; the key is tuned without it, so a failure is only
+ * logged. */
+static void keep_graph(tuned_daemon *d, const sched_graph *graph)
+{
+	char *canonical = sched_graph_canonical_json(graph);
+	cache_error err = {0};
+
+	if (!canonical || cache_keep_graph_json(d->cache, sched_graph_key(graph),
+						canonical, &err) < 0)
+		tuned_log(TUNED_WARN, "%s: cannot keep its graph.json: %s",
+			  sched_graph_key(graph), canonical ? err.message : "out of memory");
+	free(canonical);
+}
+
 /* A new job, or the one already queued or running for the same key. */
 static tuned_job *queue_job(tuned_daemon *d, const sched_graph *graph,
 			    const char *text, proto_request *req)
 {
 	tuned_job *job = tuned_jobs_find_active(&d->jobs, sched_graph_key(graph));
 
+	keep_graph(d, graph);
 	if (job)
 		return job;
 	job = tuned_jobs_add(&d->jobs, sched_graph_key(graph), sched_graph_name(graph),
 			     text, req->budget_s, (int)req->trials, (int)req->priority);
-	if (!job || tuned_jobs_save(&d->jobs) < 0 || tuned_run_job(d, job) < 0)
+	if (job && tuned_jobs_save(&d->jobs) < 0) {
+		tuned_log(TUNED_ERROR, "job %lld: cannot queue it: %s", (long long)job->id,
+			  d->jobs.error);
+		return NULL;
+	}
+	if (!job || tuned_run_job(d, job) < 0)
 		return NULL;
 	return job;
 }
@@ -272,7 +294,9 @@ static void on_cancel(tuned_client *client, proto_request *req)
 			tuned_fail_waiters(d, job->key, PROTO_ECANCELLED,
 					   "the job was cancelled");
 		}
-		tuned_jobs_save(&d->jobs);
+		if (tuned_jobs_save(&d->jobs) < 0)
+			tuned_log(TUNED_ERROR, "job %lld: cannot save its cancel: %s",
+				  (long long)job->id, d->jobs.error);
 		tuned_log(TUNED_INFO, "job %lld cancelled", (long long)job->id);
 	}
 	reply(client, req, tuned_job_json(job));
@@ -540,19 +564,55 @@ static void on_stats(tuned_client *client, proto_request *req)
 
 static int add_entry(void *user, const cache_entry *e)
 {
-	json_array_append_new(user, json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:o}",
+	json_array_append_new(user, json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:o, s:I}",
 		"key", e->graph, "name", e->name ? e->name : "", "device", e->device,
 		"codegen", e->codegen, "version", e->version,
 		"median_ms", number_or_null(e->median_ms),
-		"updated_at", tuned_rfc3339((double)e->updated_at)));
+		"updated_at", tuned_rfc3339((double)e->updated_at),
+		"bytes", (json_int_t)e->bytes));
 	return 0;
+}
+
+/* A limit the request left out is no limit of that kind: the cache's 0. */
+static int64_t prune_limit(int64_t given)
+{
+	return given > 0 ? given : 0;
+}
+
+static json_t *prune_result(tuned_daemon *d, const cache_prune_stats *ps)
+{
+	cache_stats cs = {0};
+
+	cache_stat(d->cache, &cs, NULL);
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}",
+			 "removed", (json_int_t)ps->graphs,
+			 "freed_bytes", (json_int_t)(ps->bytes_before - ps->bytes_after),
+			 "entries", (json_int_t)cs.graphs, "bytes", (json_int_t)ps->bytes_after,
+			 "trials_removed", (json_int_t)ps->trials,
+			 "versions_removed", (json_int_t)ps->plans);
+}
+
+static int cache_prune_request(tuned_daemon *d, proto_request *req, json_t **out,
+			       cache_error *err)
+{
+	int64_t max_age_s = prune_limit(req->max_age_s), max_bytes = prune_limit(req->max_bytes);
+	cache_prune_stats ps = {0};
+	int rc = cache_prune(d->cache, max_age_s, max_bytes, &ps, err);
+
+	if (rc == 0) {
+		*out = prune_result(d, &ps);
+		tuned_log(TUNED_INFO, "cache pruned (max age %lld s, max %lld bytes; 0: no "
+			  "limit): %lld keys, %lld versions, %lld trials removed",
+			  (long long)max_age_s, (long long)max_bytes, (long long)ps.graphs,
+			  (long long)ps.plans, (long long)ps.trials);
+	}
+	return rc;
 }
 
 static void on_cache(tuned_client *client, proto_request *req)
 {
 	tuned_daemon *d = client->daemon;
 	cache_error err = {0};
-	cache_prune_stats ps = {0};
 	json_t *out = NULL;
 	int rc;
 
@@ -563,22 +623,65 @@ static void on_cache(tuned_client *client, proto_request *req)
 	} else if (req->op == PROTO_OP_CACHE_SHOW) {
 		rc = cache_show(d->cache, req->key, &out, &err);
 	} else {
-		cache_stats cs = {0};
-
-		rc = cache_prune(d->cache, req->max_age_s, req->max_bytes, &ps, &err);
-		cache_stat(d->cache, &cs, NULL);
-		out = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}",
-				"removed", (json_int_t)ps.graphs,
-				"freed_bytes", (json_int_t)(ps.bytes_before - ps.bytes_after),
-				"entries", (json_int_t)cs.graphs, "bytes", (json_int_t)ps.bytes_after,
-				"trials_removed", (json_int_t)ps.trials,
-				"versions_removed", (json_int_t)ps.plans);
+		rc = cache_prune_request(d, req, &out, &err);
 	}
 	if (rc < 0) {
 		json_decref(out);
 		return reply_error(client, req, rc == CACHE_NOT_FOUND ? PROTO_ENOT_FOUND :
 				   PROTO_EINTERNAL, err.message);
 	}
+	reply(client, req, out);
+}
+
+/* Logs what an import did, and answers the fetches waiting on the keys
+ * it brought. */
+static void imported(tuned_daemon *d, json_t *result)
+{
+	json_t *entry;
+	size_t i;
+
+	json_array_foreach(json_object_get(result, "imported"), i, entry) {
+		const char *key = json_string_value(json_object_get(entry, "key"));
+
+		tuned_log(TUNED_INFO, "cache import: %s: %lld version(s) imported, %zu "
+			  "device/codegen pair(s) kept as they were", key,
+			  (long long)json_integer_value(json_object_get(entry, "versions")),
+			  json_array_size(json_object_get(entry, "kept")));
+		tuned_wake_waiters(d, key, tuned_cached_version(d, key));
+	}
+	json_array_foreach(json_object_get(result, "refused"), i, entry)
+		tuned_log(TUNED_WARN, "cache import: %s refused: %s",
+			  json_string_value(json_object_get(entry, "key")),
+			  json_string_value(json_object_get(entry, "reason")));
+}
+
+static void on_cache_transfer(tuned_client *client, proto_request *req)
+{
+	tuned_daemon *d = client->daemon;
+	char why[PROTO_MESSAGE_MAX] = "";
+	json_t *out = NULL;
+	int rc;
+
+	if (req->op == PROTO_OP_CACHE_EXPORT)
+		rc = tuned_export(d->cache, "tuned " TUNED_VERSION, d->device, req->keys,
+				  &out, why, sizeof(why));
+	else
+		rc = tuned_import(d->cache, req->bundle, &out, why, sizeof(why));
+	if (rc < 0 && req->op == PROTO_OP_CACHE_IMPORT) {
+		char message[sizeof(why)];
+
+		snprintf(message, sizeof(message), "params.export: %s", why);
+		memcpy(why, message, sizeof(why));
+	}
+	if (rc < 0) {
+		tuned_log(TUNED_WARN, "%s refused: %s", proto_op_name(req->op), why);
+		return reply_error(client, req, rc, why);
+	}
+	if (req->op == PROTO_OP_CACHE_EXPORT)
+		tuned_log(TUNED_INFO, "cache export: %zu key(s)",
+			  json_array_size(json_object_get(out, "entries")));
+	else
+		imported(d, out);
 	reply(client, req, out);
 }
 
@@ -594,6 +697,8 @@ void tuned_handle(tuned_client *client, proto_request *req)
 	case PROTO_OP_FETCH: return on_fetch(client, req);
 	case PROTO_OP_WATCH: return on_watch(client, req);
 	case PROTO_OP_STATS: return on_stats(client, req);
+	case PROTO_OP_CACHE_EXPORT:
+	case PROTO_OP_CACHE_IMPORT: return on_cache_transfer(client, req);
 	default: return on_cache(client, req);
 	}
 }

@@ -1,11 +1,12 @@
 /*
- * jobs.c: the job queue, kept in a JSON file beside the cache so that it
- * survives a restart: each change is written to a temporary file, synced
- * and renamed over the old one. On load, jobs that were running go back to
- * the queue.
+ * jobs.c: the job queue, kept in the cache's jobs table (cache/jobs.c) so
+ * that it survives a restart and stays consistent with the versions it
+ * names: a changed job is written in one transaction, after the versions
+ * it names were published. On load, jobs that were running go back to the
+ * queue. A queue file of an older tuned ("<cache>.jobs.json") is moved
+ * into the table once, then removed.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 
 #include <jansson.h>
 
+#include "cache.h"
 #include "daemon.h"
 
 #define KEEP_FINISHED 1000
@@ -74,21 +76,6 @@ json_t *tuned_job_json(const tuned_job *job)
 	return obj;
 }
 
-/* A job as the queue file keeps it: everything, times as numbers. */
-static json_t *job_storage_json(const tuned_job *job)
-{
-	return json_pack("{s:I, s:s, s:s, s:s, s:s, s:f, s:i, s:i, s:i, s:f, s:f, "
-			 "s:i, s:s, s:f, s:f}",
-			 "id", (json_int_t)job->id, "key", job->key, "name", job->name,
-			 "graph", job->graph, "state", state_names[job->state],
-			 "budget_s", job->budget_s, "max_trials", job->max_trials,
-			 "priority", job->priority,
-			 "trials", job->trials, "best_ms", job->best_ms,
-			 "first_ms", job->first_ms,
-			 "version", job->version, "error", job->error,
-			 "created_at", job->created_at, "finished_at", job->finished_at);
-}
-
 static bool is_finished(const tuned_job *job)
 {
 	return job->state >= TUNED_JOB_DONE;
@@ -134,6 +121,7 @@ tuned_job *tuned_jobs_add(tuned_jobs *jobs, const char *key, const char *name,
 	job->max_trials = max_trials;
 	job->priority = priority;
 	job->created_at = now_s();
+	job->dirty = true;
 	append(jobs, job);
 	return job;
 }
@@ -158,6 +146,7 @@ void tuned_job_finish(tuned_job *job, enum tuned_job_state state, const char *er
 {
 	job->state = state;
 	job->finished_at = now_s();
+	job->dirty = true;
 	snprintf(job->error, sizeof(job->error), "%s", error ? error : "");
 }
 
@@ -181,49 +170,55 @@ static void forget_old(tuned_jobs *jobs)
 	}
 }
 
-static int write_synced(const char *path, const char *text)
+/* "job" as the cache stores it (texts borrowed). */
+static cache_job job_row(const tuned_job *job)
 {
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	size_t len = strlen(text), done = 0;
+	return (cache_job){
+		.id = job->id, .key = job->key, .name = job->name,
+		.graph = job->graph, .state = state_names[job->state],
+		.budget_s = job->budget_s, .max_trials = job->max_trials,
+		.priority = job->priority, .trials = job->trials,
+		.best_ms = job->best_ms, .first_ms = job->first_ms,
+		.version = job->version,
+		.error = job->error, .created_at = job->created_at,
+		.finished_at = job->finished_at,
+	};
+}
 
-	if (fd < 0)
-		return -errno;
-	while (done < len) {
-		ssize_t n = write(fd, text + done, len - done);
+static int count_dirty(const tuned_jobs *jobs)
+{
+	int n = 0;
 
-		if (n < 0 && errno != EINTR) {
-			close(fd);
-			return -errno;
-		}
-		done += n > 0 ? (size_t)n : 0;
-	}
-	if (fsync(fd) < 0) {
-		close(fd);
-		return -errno;
-	}
-	return close(fd) < 0 ? -errno : 0;
+	for (const tuned_job *job = jobs->head; job; job = job->next)
+		n += job->dirty;
+	return n;
 }
 
 int tuned_jobs_save(tuned_jobs *jobs)
 {
-	json_t *list = json_array();
-	char temp[320];
-	char *text;
-	int rc;
+	cache_error err = {0};
+	cache_job *rows;
+	int n, i = 0, rc;
 
 	forget_old(jobs);
-	for (tuned_job *job = jobs->head; job; job = job->next)
-		json_array_append_new(list, job_storage_json(job));
-	text = json_dumps(list, JSON_COMPACT);
-	json_decref(list);
-	if (!text)
+	if ((n = count_dirty(jobs)) == 0)
+		return 0;
+	if (!(rows = calloc((size_t)n, sizeof(*rows)))) {
+		snprintf(jobs->error, sizeof(jobs->error), "out of memory");
 		return -ENOMEM;
-	snprintf(temp, sizeof(temp), "%s.tmp", jobs->path);
-	rc = write_synced(temp, text);
-	free(text);
-	if (rc == 0 && rename(temp, jobs->path) < 0)
-		rc = -errno;
-	return rc;
+	}
+	for (tuned_job *job = jobs->head; job; job = job->next)
+		if (job->dirty)
+			rows[i++] = job_row(job);
+	rc = cache_put_jobs(jobs->cache, rows, i, KEEP_FINISHED, &err);
+	free(rows);
+	if (rc < 0) {
+		snprintf(jobs->error, sizeof(jobs->error), "%s", err.message);
+		return rc;
+	}
+	for (tuned_job *job = jobs->head; job; job = job->next)
+		job->dirty = false;
+	return 0;
 }
 
 static enum tuned_job_state state_of(const char *name)
@@ -239,10 +234,12 @@ static tuned_job *job_from_json(json_t *obj)
 	tuned_job *job = job_new();
 	const char *graph = json_string_value(json_object_get(obj, "graph"));
 
-	if (!job || !graph || !(job->graph = strdup(graph))) {
+	if (!job || !graph || json_integer_value(json_object_get(obj, "id")) < 1 ||
+	    !(job->graph = strdup(graph))) {
 		free(job);
 		return NULL;
 	}
+	job->dirty = true;
 	job->id = json_integer_value(json_object_get(obj, "id"));
 	snprintf(job->key, sizeof(job->key), "%s", json_string_value(json_object_get(obj, "key")) ?: "");
 	snprintf(job->name, sizeof(job->name), "%s", json_string_value(json_object_get(obj, "name")) ?: "");
@@ -262,33 +259,105 @@ static tuned_job *job_from_json(json_t *obj)
 	return job;
 }
 
-/* Loads the jobs of "path"; a missing file is an empty queue. Returns the
- * number of jobs put back in the queue, or a negative errno. */
-int tuned_jobs_load(tuned_jobs *jobs, const char *path)
+/* Moves the jobs of an older tuned's queue file "path" into the cache
+ * in one transaction, then removes the file: the number of jobs moved,
+ * or a negative code with jobs->error saying why (the file is then left
+ * alone). */
+static int move_queue_file(tuned_jobs *jobs, const char *path)
 {
 	json_error_t jerr;
 	json_t *list, *obj;
+	char temp[320];
 	size_t i;
-	int resumed = 0;
+	int moved, rc;
 
-	*jobs = (tuned_jobs){.next_id = 1};
-	snprintf(jobs->path, sizeof(jobs->path), "%s", path);
 	if (access(path, F_OK) != 0)
 		return 0;
 	if (!(list = json_load_file(path, 0, &jerr)) || !json_is_array(list)) {
+		snprintf(jobs->error, sizeof(jobs->error), "'%s' is not a job "
+			 "queue: %s", path, list ? "not a JSON array" : jerr.text);
 		json_decref(list);
 		return -EINVAL;
 	}
 	json_array_foreach(list, i, obj) {
 		tuned_job *job = job_from_json(obj);
 
-		if (!job)
-			continue;
-		resumed += job->state == TUNED_JOB_QUEUED;
-		append(jobs, job);
+		if (job)
+			append(jobs, job);
 	}
 	json_decref(list);
-	return resumed;
+	moved = count_dirty(jobs);
+	rc = tuned_jobs_save(jobs);
+	tuned_jobs_release(jobs);
+	if (rc < 0)
+		return rc;
+	snprintf(temp, sizeof(temp), "%s.tmp", path);
+	unlink(temp);
+	if (unlink(path) < 0) {
+		rc = -errno;
+		snprintf(jobs->error, sizeof(jobs->error), "cannot remove '%s' "
+			 "once moved into the cache: %s", path, strerror(-rc));
+		return rc;
+	}
+	return moved;
+}
+
+static int add_row(void *user, const cache_job *row)
+{
+	tuned_jobs *jobs = user;
+	tuned_job *job = job_new();
+
+	if (!job || !(job->graph = strdup(row->graph))) {
+		free(job);
+		snprintf(jobs->error, sizeof(jobs->error), "out of memory");
+		return 1;
+	}
+	job->id = row->id;
+	snprintf(job->key, sizeof(job->key), "%s", row->key);
+	snprintf(job->name, sizeof(job->name), "%s", row->name);
+	snprintf(job->error, sizeof(job->error), "%s", row->error);
+	job->state = state_of(row->state);
+	job->budget_s = row->budget_s;
+	job->max_trials = row->max_trials;
+	job->priority = row->priority;
+	job->trials = row->trials;
+	job->best_ms = row->best_ms;
+	job->first_ms = row->first_ms;
+	job->version = row->version;
+	job->created_at = row->created_at;
+	job->finished_at = row->finished_at;
+	if (job->state == TUNED_JOB_RUNNING)
+		job->state = TUNED_JOB_QUEUED;
+	append(jobs, job);
+	return 0;
+}
+
+static int count_queued(const tuned_jobs *jobs)
+{
+	int n = 0;
+
+	for (const tuned_job *job = jobs->head; job; job = job->next)
+		n += job->state == TUNED_JOB_QUEUED;
+	return n;
+}
+
+int tuned_jobs_load(tuned_jobs *jobs, cache *c, const char *queue_file)
+{
+	cache_error err = {0};
+	int rc;
+
+	*jobs = (tuned_jobs){.next_id = 1, .cache = c};
+	rc = move_queue_file(jobs, queue_file);
+	if (rc < 0)
+		return rc;
+	jobs->moved = rc;
+	if (cache_jobs(c, add_row, jobs, &err) < 0) {
+		snprintf(jobs->error, sizeof(jobs->error), "%s", err.message);
+		return err.code < 0 ? err.code : -EIO;
+	}
+	if (jobs->error[0])
+		return -ENOMEM;
+	return count_queued(jobs);
 }
 
 void tuned_jobs_release(tuned_jobs *jobs)

@@ -200,10 +200,12 @@ void tuned_on_results(uv_async_t *async)
 		tuned_job *job = tuned_jobs_find(&d->jobs, r->job);
 
 		next = r->next;
-		if (job)
+		if (job) {
 			on_result(d, job, r);
+			job->dirty = true;
+		}
 		tuned_result_free(r);
 	}
 	if (tuned_jobs_save(&d->jobs) < 0)
-		tuned_log(TUNED_ERROR, "cannot save the job queue to '%s'", d->jobs.path);
+		tuned_log(TUNED_ERROR, "cannot save the job queue: %s", d->jobs.error);
 }

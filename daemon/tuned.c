@@ -83,13 +83,15 @@ static int open_cache(tuned_daemon *d)
 		return -1;
 	}
 	snprintf(jobs_path, sizeof(jobs_path), "%s.jobs.json", d->options.cache_path);
-	if ((rc = tuned_jobs_load(&d->jobs, jobs_path)) < 0) {
-		tuned_log(TUNED_ERROR, "cannot read the job queue '%s': %s", jobs_path,
-			  strerror(-rc));
+	if ((rc = tuned_jobs_load(&d->jobs, d->cache, jobs_path)) < 0) {
+		tuned_log(TUNED_ERROR, "cannot load the job queue: %s", d->jobs.error);
 		return -1;
 	}
+	if (d->jobs.moved > 0)
+		tuned_log(TUNED_INFO, "%d job(s) moved from '%s' into the cache; "
+			  "the file is removed", d->jobs.moved, jobs_path);
 	if (rc > 0)
-		tuned_log(TUNED_INFO, "%d queued job(s) resumed from '%s'", rc, jobs_path);
+		tuned_log(TUNED_INFO, "%d queued job(s) resumed", rc);
 	return 0;
 }
 
@@ -195,8 +197,8 @@ static void finish(tuned_daemon *d)
 {
 	cache_error err = {0};
 
-	if (tuned_jobs_save(&d->jobs) < 0)
-		tuned_log(TUNED_ERROR, "cannot save the job queue '%s'", d->jobs.path);
+	if (d->cache && tuned_jobs_save(&d->jobs) < 0)
+		tuned_log(TUNED_ERROR, "cannot save the job queue: %s", d->jobs.error);
 	if (d->cache && cache_checkpoint(d->cache, &err) < 0)
 		tuned_log(TUNED_WARN, "checkpoint: %s", err.message);
 	cache_close(d->cache);

@@ -22,6 +22,8 @@ static const char *const op_names[PROTO_NOPS] = {
 	[PROTO_OP_CACHE_LIST] = "cache.list",
 	[PROTO_OP_CACHE_SHOW] = "cache.show",
 	[PROTO_OP_CACHE_PRUNE] = "cache.prune",
+	[PROTO_OP_CACHE_EXPORT] = "cache.export",
+	[PROTO_OP_CACHE_IMPORT] = "cache.import",
 };
 
 const char *proto_op_name(enum proto_op op)
@@ -48,7 +50,7 @@ bool proto_id_is_valid(const json_t *id)
 
 /* The schema of params: per op, its fields. An F_INT field is an integer
  * in [min, max] stored at "offset" in proto_request. */
-enum field_kind { F_INT, F_BUDGET, F_GRAPH, F_KEY };
+enum field_kind { F_INT, F_BUDGET, F_GRAPH, F_KEY, F_KEYS, F_BUNDLE };
 
 typedef struct field_spec {
 	const char *name;
@@ -93,6 +95,11 @@ static const field_spec op_fields[PROTO_NOPS][MAX_FIELDS] = {
 	[PROTO_OP_WATCH] = {KEY_FIELD(true)},
 	[PROTO_OP_CACHE_SHOW] = {KEY_FIELD(true)},
 	[PROTO_OP_CACHE_PRUNE] = {COUNT_FIELD(max_age_s), COUNT_FIELD(max_bytes)},
+	[PROTO_OP_CACHE_EXPORT] = {{"keys", F_KEYS, false, 0, 0, 0,
+				    "a non-empty array of keys (64 lowercase "
+				    "hex digits)"}},
+	[PROTO_OP_CACHE_IMPORT] = {{"export", F_BUNDLE, true, 0, 0, 0,
+				    "an object (what cache.export gave)"}},
 };
 
 /* "s" for a message: at most 32 bytes of it, cut between UTF-8 sequences,
@@ -127,6 +134,19 @@ static bool is_key(const json_t *value)
 		return false;
 	for (int i = 0; i < PROTO_KEY_HEX; i++)
 		if (!(s[i] >= '0' && s[i] <= '9') && !(s[i] >= 'a' && s[i] <= 'f'))
+			return false;
+	return true;
+}
+
+static bool is_keys(const json_t *value)
+{
+	json_t *key;
+	size_t i;
+
+	if (!json_is_array(value) || json_array_size(value) == 0)
+		return false;
+	json_array_foreach(value, i, key)
+		if (!is_key(key))
 			return false;
 	return true;
 }
@@ -177,6 +197,16 @@ static int check_field(const field_spec *f, json_t *value, proto_request *req,
 		if (!is_key(value))
 			return refuse(f, err);
 		memcpy(req->key, json_string_value(value), PROTO_KEY_HEX + 1);
+		return 0;
+	case F_KEYS:
+		if (!is_keys(value))
+			return refuse(f, err);
+		req->keys = value;
+		return 0;
+	case F_BUNDLE:
+		if (!json_is_object(value))
+			return refuse(f, err);
+		req->bundle = value;
 		return 0;
 	}
 	return proto_error_set(err, PROTO_EINTERNAL, "unknown field kind");

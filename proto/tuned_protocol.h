@@ -66,8 +66,10 @@ enum proto_op {
 	PROTO_OP_CACHE_LIST,
 	PROTO_OP_CACHE_SHOW,
 	PROTO_OP_CACHE_PRUNE,
+	PROTO_OP_CACHE_EXPORT,
+	PROTO_OP_CACHE_IMPORT,
 };
-#define PROTO_NOPS 12
+#define PROTO_NOPS 14
 
 /* The events a client receives (docs/protocol.md, "Events"). */
 #define PROTO_EVENT_VERSION "version"

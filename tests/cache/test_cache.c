@@ -22,7 +22,7 @@ Test(cache, migrates_a_new_file_and_reopens_idempotently)
 
 	cr_expect_eq(fx.logs, 1);
 	cr_expect_eq(fx.last_level, CACHE_LOG_INFO);
-	cr_expect(strstr(fx.last_log, "from version 0 to 1"), "%s", fx.last_log);
+	cr_expect(strstr(fx.last_log, "from version 0 to 3"), "%s", fx.last_log);
 	put_graph(c, 1, "bert_qkv");
 	cache_close(c);
 
@@ -33,7 +33,9 @@ Test(cache, migrates_a_new_file_and_reopens_idempotently)
 	cr_expect_str_eq(text, "wal");
 	cr_expect_eq(raw_int(db, "SELECT count(*) FROM sqlite_schema WHERE "
 			     "type = 'table' AND name IN ('graphs', 'devices', "
-			     "'plans', 'trials', 'quarantine')"), 5);
+			     "'plans', 'trials', 'quarantine', 'jobs')"), 6);
+	cr_expect_eq(raw_int(db, "SELECT count(*) FROM pragma_table_info('graphs') "
+			     "WHERE name = 'graph'"), 1);
 	sqlite3_close(db);
 
 	c = fx_open();

@@ -906,6 +906,38 @@ Test(calls, cache_ops_send_only_the_limits_given)
 	fake_stop(f);
 }
 
+Test(calls, cache_export_and_import_send_their_params)
+{
+	fake *f = fake_start(NULL);
+	tuned_client *client = connect_to(f, 5000);
+	tuned_client_error err = {0};
+	const char *keys[] = {KEY, OTHER_KEY};
+	json_t *out = NULL, *bundle = json_pack("{s:s, s:[]}", "format",
+						"tuned-cache-export", "entries");
+
+	cr_assert_eq(tuned_client_cache_export(client, keys, 2, &out, &err), 0, "%s",
+		     err.message);
+	cr_expect_str_eq(json_string_value(json_array_get(json_object_get(
+		json_object_get(out, "params"), "keys"), 1)), OTHER_KEY);
+	json_decref(out);
+	cr_assert_eq(tuned_client_cache_export(client, NULL, 0, &out, &err), 0);
+	cr_expect_eq(json_object_size(json_object_get(out, "params")), 0,
+		     "no keys: every key");
+	json_decref(out);
+	keys[1] = "not a key";
+	cr_expect_lt(tuned_client_cache_export(client, keys, 2, &out, &err), 0);
+	cr_expect(strstr(err.message, "params.keys"), "%s", err.message);
+	cr_assert_eq(tuned_client_cache_import(client, bundle, &out, &err), 0);
+	cr_expect(json_equal(json_object_get(json_object_get(out, "params"), "export"),
+			     bundle));
+	json_decref(out);
+	cr_expect_eq(tuned_client_cache_import(client, NULL, &out, &err),
+		     TUNED_CLIENT_EINVAL);
+	json_decref(bundle);
+	tuned_client_close(client);
+	fake_stop(f);
+}
+
 static void one_byte_at_a_time(fake *f) { f->byte_by_byte = true; }
 
 Test(calls, replies_cut_into_single_bytes)

@@ -770,7 +770,8 @@ Test(usage, usage_errors_say_what_was_wrong)
 	static const char *const cases[][2] = {
 		{"", "tunectl: no command given"},
 		{"frobnicate x.json", "tunectl: unknown command 'frobnicate'"},
-		{"cache", "tunectl: 'cache' needs a subcommand: ls, show, prune"},
+		{"cache", "tunectl: 'cache' needs a subcommand: ls, show, prune, export, "
+		 "import"},
 		{"cache frob", "tunectl: unknown command 'cache frob'"},
 		{"help frob", "tunectl: unknown command 'frob'"},
 		{"help status 3", "tunectl: help: unexpected argument '3'"},
@@ -798,7 +799,16 @@ Test(usage, usage_errors_say_what_was_wrong)
 		{"submit g.json --priority 5000", "tunectl submit: bad value for "
 		 "'--priority': '5000' (an integer from -1000 to 1000)"},
 		{"cache prune --max-bytes 3Q", "tunectl cache prune: bad value for "
-		 "'--max-bytes': '3Q' (bytes, or a number with K, M, G or T)"},
+		 "'--max-bytes': '3Q' (at least 1 byte, or a number with K, M, G or T)"},
+		{"cache prune --max-age 0", "tunectl cache prune: bad value for "
+		 "'--max-age': '0' (at least 1 s, or a number with s, m, h or d)"},
+		{"cache prune", "tunectl cache prune: give what to keep: --max-age S "
+		 "(remove what is older), --max-bytes N (shrink to N bytes), or both"},
+		{"cache export --out f.json", "tunectl cache export: give the keys "
+		 "to export or --all, not both"},
+		{"cache export 12ab --out f.json", "tunectl cache export: not a key "
+		 "(64 hex digits): '12ab'"},
+		{"cache export --all", "tunectl cache export: needs --out FILE"},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

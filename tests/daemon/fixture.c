@@ -194,6 +194,85 @@ void conn_hello(conn *c)
 	json_decref(reply);
 }
 
+/* Runs tunectl with "args" and the socket, its stdout into "out" and its
+ * stderr into "err" (open files); the exit status. */
+static int run_tunectl(const fixture *f, const char *const *args, int out, int err)
+{
+	const char *argv[40] = {getenv("TUNECTL")};
+	posix_spawn_file_actions_t actions;
+	int n = 1, status = -1;
+	pid_t pid;
+
+	cr_assert_not_null(argv[0], "TUNECTL is not set");
+	for (int i = 0; args[i] && n < 37; i++)
+		argv[n++] = args[i];
+	if (f) {
+		argv[n++] = "--socket";
+		argv[n++] = f->socket;
+	}
+	argv[n] = NULL;
+	posix_spawn_file_actions_init(&actions);
+	posix_spawn_file_actions_adddup2(&actions, out, 1);
+	posix_spawn_file_actions_adddup2(&actions, err, 2);
+	cr_assert_eq(posix_spawn(&pid, argv[0], &actions, NULL, (char **)argv, environ), 0);
+	posix_spawn_file_actions_destroy(&actions);
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status), "tunectl did not exit (status %d)", status);
+	return WEXITSTATUS(status);
+}
+
+static char *read_all(FILE *file)
+{
+	char *text = NULL;
+	size_t len = 0;
+
+	rewind(file);
+	if (getdelim(&text, &len, '\0', file) < 0) {
+		free(text);
+		text = strdup("");
+	}
+	fclose(file);
+	return text;
+}
+
+int fixture_tunectl(const fixture *f, char **output, const char *const *args)
+{
+	FILE *out = tmpfile();
+	int status;
+
+	cr_assert_not_null(out);
+	status = run_tunectl(f, args, fileno(out), fileno(out));
+	if (output)
+		*output = read_all(out);
+	else
+		fclose(out);
+	return status;
+}
+
+json_t *fixture_tunectl_json(const fixture *f, int *status, const char *const *args)
+{
+	const char *argv[40];
+	FILE *out = tmpfile(), *err = tmpfile();
+	char *text, *errors;
+	json_t *json;
+	int n = 0;
+
+	cr_assert(out && err);
+	for (int i = 0; args[i] && n < 37; i++)
+		argv[n++] = args[i];
+	argv[n++] = "--json";
+	argv[n] = NULL;
+	*status = run_tunectl(f, argv, fileno(out), fileno(err));
+	text = read_all(out);
+	errors = read_all(err);
+	if (*errors)
+		fprintf(stderr, "tunectl %s: %s", args[0], errors);
+	json = json_loads(text, 0, NULL);
+	free(text);
+	free(errors);
+	return json;
+}
+
 char *example_text(const char *name)
 {
 	char path[512];

@@ -50,6 +50,13 @@ json_t *conn_call(conn *c, const char *op, json_t *params);
 /* hello, asserted to succeed. */
 void conn_hello(conn *c);
 
+/* Runs tunectl ($TUNECTL) with "args" (NULL-terminated) and "--socket"
+ * the daemon's socket ("f" NULL: no socket); *output (may be NULL) gets
+ * its stdout and stderr (free it). Returns its exit status. */
+int fixture_tunectl(const fixture *f, char **output, const char *const *args);
+/* The same with --json: stdout parsed (NULL when it is not JSON). */
+json_t *fixture_tunectl_json(const fixture *f, int *status, const char *const *args);
+
 /* The text of examples/NAME.json. */
 char *example_text(const char *name);
 /* Polls status until the job is no longer queued or running. */

@@ -232,6 +232,56 @@ Test(daemon, fifty_clients_a_thousand_requests_each, .timeout = 300)
 	fixture_cleanup(&f);
 }
 
+static int64_t count_of(sqlite3 *db, const char *sql)
+{
+	sqlite3_stmt *st;
+	int64_t n;
+
+	cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+		     sqlite3_errmsg(db));
+	cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+	n = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	return n;
+}
+
+static void expect_integrity(const char *path)
+{
+	sqlite3 *db;
+	sqlite3_stmt *st;
+
+	cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+	cr_assert_eq(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, NULL), SQLITE_OK);
+	cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+	cr_expect_str_eq((const char *)sqlite3_column_text(st, 0), "ok");
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+}
+
+/* The job queue lives in the cache: no queue file beside it, and after a
+ * crash no job names a version its key lacks, nor is done without one. */
+static void expect_queue_consistent(const fixture *f, json_int_t acknowledged_job)
+{
+	char queue_file[200], sql[100];
+	sqlite3 *db;
+
+	snprintf(queue_file, sizeof(queue_file), "%s.jobs.json", f->cache);
+	cr_expect_neq(access(queue_file, F_OK), 0, "%s is back", queue_file);
+	cr_assert_eq(sqlite3_open_v2(f->cache, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM jobs WHERE id = %lld",
+		 (long long)acknowledged_job);
+	cr_expect_eq(count_of(db, sql), 1, "job %lld, acknowledged, is not in the cache",
+		     (long long)acknowledged_job);
+	cr_expect_eq(count_of(db, "SELECT count(*) FROM jobs j WHERE j.version > "
+			      "coalesce((SELECT max(p.version) FROM plans p WHERE "
+			      "p.graph = j.key), 0)"), 0, "a job names a version "
+		     "its key lacks");
+	cr_expect_eq(count_of(db, "SELECT count(*) FROM jobs j WHERE j.state = 'done' "
+			      "AND NOT EXISTS (SELECT 1 FROM plans p WHERE p.graph = "
+			      "j.key)"), 0, "a job is done without a version");
+	sqlite3_close(db);
+}
+
 Test(daemon, sigterm_during_a_job_then_it_resumes, .timeout = 300)
 {
 	fixture f;
@@ -260,24 +310,27 @@ Test(daemon, sigterm_during_a_job_then_it_resumes, .timeout = 300)
 	json_decref(reply);
 	conn_close(&c);
 	fixture_stop(&f, SIGTERM, NULL);
+	expect_queue_consistent(&f, job);
 	fixture_cleanup(&f);
 }
 
-static void expect_integrity(const char *path)
+/* A job status said was done is done in the cache. */
+static void expect_job_done(const fixture *f, json_int_t job)
 {
+	char sql[100];
 	sqlite3 *db;
-	sqlite3_stmt *st;
 
-	cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-	cr_assert_eq(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, NULL), SQLITE_OK);
-	cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
-	cr_expect_str_eq((const char *)sqlite3_column_text(st, 0), "ok");
-	sqlite3_finalize(st);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM jobs WHERE id = %lld AND "
+		 "state = 'done'", (long long)job);
+	cr_assert_eq(sqlite3_open_v2(f->cache, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+	cr_expect_eq(count_of(db, sql), 1, "job %lld was done, not in the cache",
+		     (long long)job);
 	sqlite3_close(db);
 }
 
 /* kill -9 at moments spread over a job's writes: on restart the cache is
- * whole and every version acknowledged before the kill is still there. */
+ * whole and every version acknowledged before the kill is still there;
+ * the queue agrees with the versions. */
 Test(daemon, kill_9_during_writes_loses_nothing_acknowledged, .timeout = 900)
 {
 	fixture f;
@@ -309,6 +362,9 @@ Test(daemon, kill_9_during_writes_loses_nothing_acknowledged, .timeout = 900)
 		conn_close(&c);
 		fixture_stop(&f, SIGKILL, NULL);
 		expect_integrity(f.cache);
+		expect_queue_consistent(&f, job);
+		if (round % 2 == 0)
+			expect_job_done(&f, job);
 	}
 	fixture_cleanup(&f);
 }
@@ -467,5 +523,53 @@ Test(daemon, a_budget_runs_the_genetic_search, .timeout = 300)
 	free(text);
 	conn_close(&c);
 	fixture_stop(&f, SIGTERM, NULL);
+	fixture_cleanup(&f);
+}
+
+/* A queue file of an older tuned is moved into the cache at start and
+ * removed: its job that was running runs again, its finished job is
+ * listed, ids go on after theirs. (The older tuned had put the graph in
+ * the cache: a first start here does.) */
+Test(daemon, an_old_queue_file_moves_into_the_cache, .timeout = 300)
+{
+	fixture f;
+	conn c;
+	json_t *queue, *reply;
+	char path[200], *graph = example_text("softmax_scores_small");
+
+	fixture_init(&f);
+	fixture_start(&f, NULL);
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	json_decref(wait_job(&c, submit(&c, "softmax_scores_small"), 120));
+	conn_close(&c);
+	cr_assert_eq(fixture_stop(&f, SIGTERM, NULL), 0);
+	snprintf(path, sizeof(path), "%s.jobs.json", f.cache);
+	queue = json_pack("[{s:i, s:s, s:s, s:s, s:s, s:f, s:i, s:i, s:i, s:f, s:i, s:s, "
+			  "s:f, s:f}, {s:i, s:s, s:s, s:s, s:s, s:f}]",
+			  "id", 4, "key", "17e2c25a8a2ad708689d897eb8fcb7f988b952e1087524c32d83be98aa4cd0d6",
+			  "name", "softmax_scores_small", "graph", graph, "state", "running",
+			  "budget_s", 0.0, "max_trials", 0, "priority", 0, "trials", 0,
+			  "best_ms", 0.0, "version", 0, "error", "", "created_at", 1.7e9,
+			  "finished_at", 0.0,
+			  "id", 2, "key", "00", "name", "old", "graph", "{}", "state",
+			  "cancelled", "created_at", 1.6e9);
+	cr_assert_eq(json_dump_file(queue, path, 0), 0);
+	json_decref(queue);
+	free(graph);
+	fixture_start(&f, NULL);
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	cr_expect_neq(access(path, F_OK), 0, "the queue file is still there");
+	reply = wait_job(&c, 4, 120);
+	cr_expect_str_eq(state_of(reply), "done", "%s", json_dumps(reply, 0));
+	json_decref(reply);
+	reply = conn_call(&c, "status", json_pack("{s:i}", "job", 2));
+	cr_expect_str_eq(state_of(reply), "cancelled", "%s", json_dumps(reply, 0));
+	json_decref(reply);
+	cr_expect_eq(submit(&c, "ln_residual_small"), 5, "ids go on after the moved jobs");
+	conn_close(&c);
+	fixture_stop(&f, SIGTERM, NULL);
+	expect_queue_consistent(&f, 4);
 	fixture_cleanup(&f);
 }

@@ -51,6 +51,10 @@ Test(request, every_op_has_a_valid_example)
 		 "\"}}", PROTO_OP_CACHE_SHOW},
 		{"{\"id\":12,\"op\":\"cache.prune\",\"params\":{\"max_age_s\":"
 		 "86400}}", PROTO_OP_CACHE_PRUNE},
+		{"{\"id\":13,\"op\":\"cache.export\",\"params\":{\"keys\":[\""
+		 KEY "\"]}}", PROTO_OP_CACHE_EXPORT},
+		{"{\"id\":14,\"op\":\"cache.import\",\"params\":{\"export\":"
+		 "{\"entries\":[]}}}", PROTO_OP_CACHE_IMPORT},
 	};
 
 	cr_assert_eq(sizeof(cases) / sizeof(cases[0]), PROTO_NOPS);
@@ -379,6 +383,13 @@ static const bad_case bad_cases[] = {
 	 "unknown key 'all' in params of 'cache.prune'"},
 	{REQ("cache.prune", "{\"\xc3\xa9t\xc3\xa9\":1}"), BAD, "1",
 	 "unknown key '\xc3\xa9t\xc3\xa9' in params of 'cache.prune'"},
+	{REQ("cache.export", "{\"keys\":[]}"), BAD, "1",
+	 "params.keys must be a non-empty array of keys (64 lowercase hex digits)"},
+	{REQ("cache.export", "{\"keys\":[\"" KEY "\", \"abc\"]}"), BAD, "1",
+	 "params.keys must be a non-empty array of keys (64 lowercase hex digits)"},
+	{REQ("cache.import", "{}"), BAD, "1", "params.export is missing"},
+	{REQ("cache.import", "{\"export\":\"file.json\"}"), BAD, "1",
+	 "params.export must be an object (what cache.export gave)"},
 };
 
 #define NBAD (sizeof(bad_cases) / sizeof(bad_cases[0]))
