@@ -27,8 +27,9 @@
 
 #define MAX_LONG_OPTIONS 64
 #define FIRST_LONG 256 /* getopt_long's value of long option 0 */
-#define HELP 'h'
-#define VERSION 'V'
+#define HELP 'h' /* -h; --help and --version follow the commands' long
+		 * options, so that no short option reads as one of them */
+#define WORD 1 /* getopt_long's value of a word, for optstring "-" */
 #define HELP_COLUMN 24 /* where an option's help starts */
 #define WIDTH 78
 
@@ -332,9 +333,10 @@ static int collect_options(command_line *cl)
 		for (size_t i = 0; (c = command_at(g, i)); i++)
 			if (add_options(cl, c) < 0)
 				return -1;
-	cl->longs[cl->nlongs] = (struct option){"help", no_argument, NULL, HELP};
+	cl->longs[cl->nlongs] = (struct option){"help", no_argument, NULL,
+						 FIRST_LONG + cl->nlongs};
 	cl->longs[cl->nlongs + 1] = (struct option){"version", no_argument, NULL,
-						    VERSION};
+						    FIRST_LONG + cl->nlongs + 1};
 	return 0;
 }
 
@@ -363,9 +365,7 @@ static bool ambiguous(const command_line *cl, const char *text)
 static int bad_option(const command_line *cl, int code, const char *text)
 {
 	int k = optopt - FIRST_LONG;
-	const char *name = k >= 0 && k < cl->nlongs ? cl->longs[k].name :
-			   optopt == HELP ? "help" : optopt == VERSION ? "version" :
-			   NULL;
+	const char *name = k >= 0 && k < cl->nlongs + 2 ? cl->longs[k].name : NULL;
 
 	if (code == ':')
 		return usage_error("a value is missing after '--%s'", name ? name : text);
@@ -377,29 +377,33 @@ static int bad_option(const command_line *cl, int code, const char *text)
 	       usage_error("unknown option '%s'", text);
 }
 
-/* Reads argv's options into "cl", its other words into cl->words.
- * 0, or the exit status of a usage error. */
+/* Reads argv's options into "cl", its other words into cl->words, in
+ * turn: optstring "-" returns each word as WORD, so that options may
+ * follow the command even where POSIXLY_CORRECT would stop getopt_long
+ * at it; the words after "--" are words too. 0, or the exit status of a
+ * usage error. */
 static int read_options(command_line *cl, int argc, char **argv)
 {
-	int code;
+	int code, k;
 
 	opterr = 0;
-	while ((code = getopt_long(argc, argv, ":h", cl->longs, NULL)) != -1) {
-		if (code == HELP)
+	while ((code = getopt_long(argc, argv, "-:h", cl->longs, NULL)) != -1) {
+		k = code - FIRST_LONG;
+		if (code == WORD)
+			cl->words[cl->nwords++] = optarg;
+		else if (code == HELP || k == cl->nlongs)
 			cl->help = true;
-		else if (code == VERSION)
+		else if (k == cl->nlongs + 1)
 			cl->version = true;
-		else if (code >= FIRST_LONG) {
-			int k = code - FIRST_LONG;
-
+		else if (k >= 0 && k < cl->nlongs) {
 			if (!cl->values[k])
 				cl->order[cl->ngiven++] = k;
 			cl->values[k] = optarg ? optarg : "";
 		} else
 			return bad_option(cl, code, argv[optind - 1]);
 	}
-	cl->words = argv + optind;
-	cl->nwords = argc - optind;
+	while (optind < argc)
+		cl->words[cl->nwords++] = argv[optind++];
 	return 0;
 }
 
@@ -542,7 +546,13 @@ int tunectl_main(int argc, char **argv, const tunectl_group *groups)
 
 	if (collect_options(&cl) < 0)
 		return EXIT_INVALID;
-	if ((status = read_options(&cl, argc, argv)))
-		return status;
-	return dispatch(&cl);
+	if (!(cl.words = calloc(argc, sizeof(*cl.words)))) {
+		fprintf(stderr, "tunectl: out of memory\n");
+		return EXIT_INVALID;
+	}
+	status = read_options(&cl, argc, argv);
+	if (!status)
+		status = dispatch(&cl);
+	free(cl.words);
+	return status;
 }

@@ -687,9 +687,125 @@ static bool has_option(const listed *options, int n, const char *name)
 	return false;
 }
 
-/* Each option a command's --help lists is taken by it; each option any
- * other command lists is refused by it as unknown. No daemon is reached:
- * TUNED_SOCKET names none. */
+/* A value of option "name" that its commands accept, written into the
+ * test's folder where it names a file; "1" for a number or a flag's
+ * unused value. */
+static const char *sample_value(const char *name, char *buf, size_t size)
+{
+	static const char *const values[][2] = {
+		{"backend", "cpu"}, {"arch", "sm_90"},
+		{"socket", "/nonexistent/tuned.sock"},
+		{"plan", "/nonexistent/plan.json"},
+	};
+
+	for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++)
+		if (!strcmp(name, values[i][0]))
+			return values[i][1];
+	if (!strcmp(name, "out"))
+		return folder;
+	if (!strcmp(name, "dot"))
+		return snprintf(buf, size, "%s/graph.dot", folder), buf;
+	return "1";
+}
+
+/* An argument of the kind "word" names in a usage (FILE, JOB, ...). */
+static const char *sample_argument(const char *word, char *file, size_t size)
+{
+	static const char key[] = "00000000000000000000000000000000"
+				  "00000000000000000000000000000000";
+
+	if (!strcmp(word, "FILE"))
+		return example("softmax_scores_small", file, size), file;
+	if (!strcmp(word, "JOB") || !strcmp(word, "KEY|JOB"))
+		return "3";
+	if (!strcmp(word, "KEY"))
+		return key;
+	cr_assert_fail("no sample argument for %s", word);
+	return NULL;
+}
+
+/* A command line that "command" takes, from its synopsis up to the first
+ * optional part: the command, its argument and its required options with
+ * sample values. Into "words", NULL-terminated; they may point into
+ * "usage", "file" and "value", which hold the strings they need. */
+typedef struct sample_line {
+	const char *words[16];
+	char *usage, file[PATH_MAX], value[128];
+} sample_line;
+
+static void read_synopsis(const char *command, sample_line *line)
+{
+	char help[64], *cut, *word, *save = NULL;
+	int n = 0, command_words = 1 + (strchr(command, ' ') != NULL);
+
+	snprintf(help, sizeof(help), "help %s", command);
+	line->usage = answer(help);
+	if ((cut = strstr(line->usage, "\n\n")))
+		*cut = 0;
+	line->usage[strcspn(line->usage, "[")] = 0;
+	word = strtok_r(line->usage + strlen("usage: tunectl "), " \n", &save);
+	for (; word && n < 14; word = strtok_r(NULL, " \n", &save)) {
+		if (n < command_words)
+			line->words[n++] = word;
+		else if (!strncmp(word, "--", 2)) {
+			line->words[n++] = word;
+			line->words[n++] = sample_value(word + 2, line->value,
+							sizeof(line->value));
+			strtok_r(NULL, " \n", &save); /* its VALUE */
+		} else
+			line->words[n++] = sample_argument(word, line->file,
+							   sizeof(line->file));
+	}
+	line->words[n] = NULL;
+}
+
+/* "command" with its own option "option" (and a sample value when it
+ * takes one) is no usage error: it goes past the command line. */
+static void expect_taken(const char *command, const listed *option)
+{
+	sample_line line;
+	char name[48], buf[128], *err;
+	int n = 0, status;
+
+	read_synopsis(command, &line);
+	while (line.words[n])
+		n++;
+	snprintf(name, sizeof(name), "--%.31s", option->name);
+	line.words[n] = name;
+	line.words[n + 1] = option->value ? sample_value(option->name, buf,
+							 sizeof(buf)) : NULL;
+	line.words[n + 2] = NULL;
+	status = tunectl(line.words);
+	err = slurp("err");
+	cr_expect_neq(status, 2, "tunectl %s %s: a usage error: %s", command, name,
+		      err);
+	free(err);
+	free(line.usage);
+}
+
+/* "command" with the option "option" of another command is refused as
+ * unknown, before anything else is looked at. */
+static void expect_refused(const char *command, const listed *option)
+{
+	char name[48], refused[128], *err;
+	int status;
+
+	snprintf(name, sizeof(name), "--%.31s", option->name);
+	status = tunectl_line(command, (const char *const[]){name,
+			      option->value ? "1" : NULL, NULL});
+	err = slurp("err");
+	snprintf(refused, sizeof(refused), "tunectl %s: unknown option '%s'",
+		 command, name);
+	cr_expect(status == 2 && strstr(err, refused),
+		  "%s takes %s, which its help does not list (exit %d): %s",
+		  command, name, status, err);
+	free(err);
+}
+
+/* Each option a command's --help lists is taken by it, given its
+ * argument and required options: no usage error; each option any other
+ * command lists is refused by it as unknown. No daemon is reached:
+ * --socket names none, nor does TUNED_SOCKET. */
 Test(usage, help_lists_exactly_the_options_each_command_takes)
 {
 	listed every[64], mine[32];
@@ -710,27 +826,11 @@ Test(usage, help_lists_exactly_the_options_each_command_takes)
 	for (int i = 0; all_commands[i]; i++) {
 		int n = listed_options(all_commands[i], mine, 32);
 
-		for (int k = 0; k < nevery; k++) {
-			char option[48], refused[128], *err;
-			int status;
-
-			snprintf(option, sizeof(option), "--%.31s", every[k].name);
-			status = tunectl_line(all_commands[i], (const char *const[]){
-					      option, every[k].value ? "1" : NULL, NULL});
-			err = slurp("err");
-			snprintf(refused, sizeof(refused), "tunectl %s: unknown option '%s'",
-				 all_commands[i], option);
+		for (int k = 0; k < nevery; k++)
 			if (has_option(mine, n, every[k].name))
-				cr_expect_null(strstr(err, "unknown option"),
-					       "%s refuses its own %s: %s",
-					       all_commands[i], option, err);
+				expect_taken(all_commands[i], &every[k]);
 			else
-				cr_expect(status == 2 && strstr(err, refused),
-					  "%s takes %s, which its help does not list "
-					  "(exit %d): %s", all_commands[i], option,
-					  status, err);
-			free(err);
-		}
+				expect_refused(all_commands[i], &every[k]);
 	}
 }
 
@@ -763,6 +863,28 @@ Test(usage, options_may_come_before_the_command)
 	free(after);
 }
 
+/* With POSIXLY_CORRECT set, getopt stops at the first word that is not
+ * an option; tunectl takes options after the command all the same, and
+ * the words after "--" as words. */
+Test(usage, options_may_follow_the_command_under_posixly_correct)
+{
+	char file[PATH_MAX], *out;
+
+	example("softmax_scores_small", file, sizeof(file));
+	setenv("POSIXLY_CORRECT", "1", 1);
+	cr_expect_eq(tunectl((const char *const[]){"validate", file, "--json",
+						   NULL}), 0, "%s", slurp("err"));
+	out = slurp("out");
+	cr_expect(strstr(out, "\"valid\": true"), "%s", out);
+	free(out);
+	cr_expect_eq(tunectl((const char *const[]){"validate", "--json", "--",
+						   file, NULL}), 0, "%s", slurp("err"));
+	out = slurp("out");
+	cr_expect(strstr(out, "\"valid\": true"), "%s", out);
+	free(out);
+	unsetenv("POSIXLY_CORRECT");
+}
+
 /* Each bad command line: exit 2, nothing on stdout, and on stderr what
  * was wrong. */
 Test(usage, usage_errors_say_what_was_wrong)
@@ -777,6 +899,10 @@ Test(usage, usage_errors_say_what_was_wrong)
 		{"help status 3", "tunectl: help: unexpected argument '3'"},
 		{"--frob list", "tunectl: unknown option '--frob'"},
 		{"-x list", "tunectl: unknown option '-x'"},
+		{"-V", "tunectl: unknown option '-V'"},
+		{"list --json -Vh", "tunectl: unknown option '-V'"},
+		{"--version=1", "tunectl: '--version' takes no value: '--version=1'"},
+		{"--help=1", "tunectl: '--help' takes no value: '--help=1'"},
 		{"list --socket", "tunectl: a value is missing after '--socket'"},
 		{"--json=1 list", "tunectl: '--json' takes no value: '--json=1'"},
 		{"cache prune --max 3", "tunectl: ambiguous option '--max': "
