@@ -16,7 +16,10 @@
 static const char usage[] =
 	"usage: tuned [options]\n"
 	"\n"
-	"  --gpu N              the GPU this daemon drives (default 0)\n"
+	"  --gpu N              names the default socket gpuN.sock (default 0); the\n"
+	"                       GPU driven is CUDA's device 0 of those it sees:\n"
+	"                       choose it with CUDA_VISIBLE_DEVICES (as the unit\n"
+	"                       does)\n"
 	"  --backend B          auto, cuda or cpu (default auto: cuda where a GPU\n"
 	"                       is usable)\n"
 	"  --socket PATH        where clients connect (default\n"
