@@ -270,8 +270,8 @@ static const char *plural(long long n)
 }
 
 /* "gen 3: 96 trials, 2 compile failures, 5 filtered, best trial 1.198 ms,
- * version 1.234 ms (1.42x over the first version)", from a generation
- * event's data. */
+ * version 1.234 ms (1.42x over the version this job started from)", from
+ * a generation event's data. */
 static void generation_text(json_t *data, char *out, size_t size)
 {
 	long long trials = integer(data, "trials");
@@ -290,11 +290,12 @@ static void generation_text(json_t *data, char *out, size_t size)
 	if (!isnan(version))
 		append(out, size, ", version %.*f ms", ms_decimals(version), version);
 	if (!isnan(gain))
-		append(out, size, " (%.2fx over the first version)", gain);
+		append(out, size, " (%.2fx over the version this job started from)",
+		       gain);
 }
 
-/* "version 4: 1.201 ms ± 0.010 (1.42x over the first version, 1.705 ms
- * beside it)", from a version event's data. */
+/* "version 4: 1.201 ms ± 0.010 (1.42x over the version this job started
+ * from, 1.705 ms beside it)", from a version event's data. */
 static void version_text(json_t *data, char *out, size_t size)
 {
 	double median = num(data, "median_ms"), spread = num(data, "spread_ms");
@@ -307,8 +308,9 @@ static void version_text(json_t *data, char *out, size_t size)
 	if (!isnan(median) && !isnan(spread))
 		append(out, size, " \u00b1 %.*f", decimals, spread);
 	if (!isnan(speedup) && !isnan(first) && integer(data, "version") > 1)
-		append(out, size, " (%.2fx over the first version, %.*f ms beside "
-		       "it)", speedup, ms_decimals(first), first);
+		append(out, size, " (%.2fx over the version this job started "
+		       "from, %.*f ms beside it)", speedup, ms_decimals(first),
+		       first);
 }
 
 /* "job 7: failed: no candidate verified", from a job event's data. */
@@ -398,9 +400,9 @@ static double fraction(const progress *pg)
 	return fmin((now_s() - pg->running_since) / budget, 0.99);
 }
 
-/* "running, 120 trials, best 0.0123 ms, version 3, 4.31x over the first
- * version" (the speedup as measured beside the first when the version
- * was published). */
+/* "running, 120 trials, best 0.0123 ms, version 3, 4.31x over the version
+ * this job started from" (the speedup as measured beside that version
+ * when the version was published). */
 static void describe(json_t *job, char *out, size_t size)
 {
 	json_t *p = json_object_get(job, "progress");
@@ -412,7 +414,8 @@ static void describe(json_t *job, char *out, size_t size)
 	if (integer(p, "version") > 0)
 		append(out, size, ", version %lld", integer(p, "version"));
 	if (speedup > 0 && integer(p, "version") > 1)
-		append(out, size, ", %.2fx over the first version", speedup);
+		append(out, size, ", %.2fx over the version this job started from",
+		       speedup);
 }
 
 static long long job_number(json_t *job)

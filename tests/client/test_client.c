@@ -1409,9 +1409,9 @@ Test(tunectl, exit_codes)
 	fake_stop(f);
 }
 
-/* The speedup over the first version, once there is a second version:
- * in status and at the end of a wait. */
-Test(tunectl, status_and_wait_say_the_speedup_over_the_first_version)
+/* The speedup over the version the job started from, once there is a
+ * second version: in status and at the end of a wait. */
+Test(tunectl, status_and_wait_say_the_speedup_over_the_starting_version)
 {
 	fake *f = fake_start(NULL);
 	char stdout_path[192], *text;
@@ -1425,11 +1425,13 @@ Test(tunectl, status_and_wait_say_the_speedup_over_the_first_version)
 	free(text);
 	cr_assert_eq(tunectl(stdout_path, (const char *const[]){"wait", "7",
 			     "--socket", f->path, NULL}), 0);
-	expect_contains(stdout_path, "version 3, 4.00x over the first version\n");
+	expect_contains(stdout_path, "version 3, 4.00x over the version this job "
+			"started from\n");
 	cr_assert_eq(tunectl(stdout_path, (const char *const[]){"status", "7",
 			     "--socket", f->path, NULL}), 0);
 	expect_contains(stdout_path, "job 7: done, 40 trials, best 0.2500 ms, "
-			"version 4, 4.00x over the first version\n");
+			"version 4, 4.00x over the version this job started "
+			"from\n");
 	unlink(stdout_path);
 	fake_stop(f);
 }
@@ -1524,10 +1526,11 @@ Test(tunectl, watch_a_job_until_done_prints_each_event)
 		"job 7: running\n",
 		"gen 1: 32 trials, 1 compile failure, 0 filtered, nothing timed "
 		"yet\n",
-		"version 3: 1.201 ms \u00b1 0.010 (1.42x over the first version, "
-		"1.705 ms beside it)\n",
+		"version 3: 1.201 ms \u00b1 0.010 (1.42x over the version this "
+		"job started from, 1.705 ms beside it)\n",
 		"gen 2: 96 trials, 2 compile failures, 5 filtered, best trial "
-		"1.198 ms, version 1.234 ms (1.42x over the first version)\n",
+		"1.198 ms, version 1.234 ms (1.42x over the version this job "
+		"started from)\n",
 		"job 7: done\n", NULL});
 	fake_stop(f);
 }
@@ -1697,6 +1700,7 @@ Test(tunectl, submit_wait_shows_the_generations)
 		"nothing timed yet\n",
 		"job 7 done",
 		"  gen 2: 96 trials, 2 compile failures, 5 filtered, best trial "
-		"1.198 ms, version 1.234 ms (1.42x over the first version)\n", NULL});
+		"1.198 ms, version 1.234 ms (1.42x over the version this job "
+		"started from)\n", NULL});
 	fake_stop(f);
 }
