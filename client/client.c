@@ -95,11 +95,36 @@ static void own_daemon_path(char *out, size_t size)
 		snprintf(out, size, "/tmp/tuned-%d/gpu0.sock", (int)getuid());
 }
 
+/* Whether the folder of the socket "path" is this user's alone: a folder,
+ * not a link, that getuid() owns and that neither its group nor others
+ * may write. Only then can no one else have put a socket there: another
+ * local user can make /tmp/tuned-<uid> before its owner does, and a
+ * client runs the code a daemon hands it. The folder's state goes into
+ * "st". */
+static bool own_folder(const char *path, struct stat *st)
+{
+	char dir[TUNED_CLIENT_PATH_MAX + 64];
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	return lstat(dirname(dir), st) == 0 && S_ISDIR(st->st_mode) &&
+	       st->st_uid == getuid() && !(st->st_mode & (S_IWGRP | S_IWOTH));
+}
+
+/* Whether the socket of this user's own daemon is there, in a folder of
+ * their own. */
+static bool own_daemon_there(const char *path)
+{
+	struct stat st;
+
+	return access(path, F_OK) == 0 && own_folder(path, &st);
+}
+
 /* The daemon a client reaches without being told: root's is the system
- * service; a user's is their own daemon when its socket is there, else
- * the system service when it is installed (its folder is there; a user
- * outside its group is then told to join it), else their own daemon's
- * place, which the error then names. */
+ * service; a user's is their own daemon when its socket is there in a
+ * folder of their own, else the system service when it is installed (its
+ * folder is there; a user outside its group is then told to join it),
+ * else their own daemon's place, which the error then names (or refuses:
+ * untrusted_default). */
 static void daemon_path(char *out, size_t size)
 {
 	if (geteuid() == 0) {
@@ -107,8 +132,29 @@ static void daemon_path(char *out, size_t size)
 		return;
 	}
 	own_daemon_path(out, size);
-	if (access(out, F_OK) != 0 && access(SYSTEM_SOCKET_DIR, F_OK) == 0)
+	if (!own_daemon_there(out) && access(SYSTEM_SOCKET_DIR, F_OK) == 0)
 		snprintf(out, size, "%s", SYSTEM_SOCKET);
+}
+
+/* The default path "path", not named by TUNED_SOCKET, is this user's own
+ * daemon's, and something is there in a folder that is not theirs alone:
+ * not connected to. */
+static int untrusted_default(const char *path, tuned_client_error *err)
+{
+	const char *env = getenv("TUNED_SOCKET");
+	char own[TUNED_CLIENT_PATH_MAX + 64];
+	struct stat st = {0};
+
+	own_daemon_path(own, sizeof(own));
+	if ((env && *env) || strcmp(path, own) || access(path, F_OK) != 0 ||
+	    own_folder(path, &st))
+		return 0;
+	return set_error(err, PROTO_EUNAUTHORIZED,
+			 "not connecting to %s: its folder is not yours alone "
+			 "(owner uid %u, mode %04o), so another user may have "
+			 "put the socket there; remove the folder, or name the "
+			 "socket with TUNED_SOCKET", path, (unsigned)st.st_uid,
+			 (unsigned)(st.st_mode & 07777));
 }
 
 void tuned_client_default_path(char *out, size_t size)
@@ -548,6 +594,8 @@ int tuned_client_connect(const char *path, const tuned_client_options *options,
 	if (!path) {
 		tuned_client_default_path(fallback, sizeof(fallback));
 		path = fallback;
+		if ((rc = untrusted_default(path, err)) < 0)
+			return rc;
 	}
 	if (strlen(path) >= TUNED_CLIENT_PATH_MAX)
 		return set_error(err, TUNED_CLIENT_EINVAL,

@@ -1522,7 +1522,8 @@ static int run_transfer(const tunectl_command *command, const tunectl_args *args
 		      "the daemon's socket (default $TUNED_SOCKET,\n" \
 		      "else /run/tuned-gpu/gpu0.sock for root;\n" \
 		      "$XDG_RUNTIME_DIR/tuned/gpu0.sock otherwise,\n" \
-		      "or the service's when that one is not there)\n")
+		      "or the service's when it is installed and that\n" \
+		      "one is not there in a folder of the user's own)\n")
 
 static const service_command commands[] = {
 	{{"submit", "FILE",

@@ -67,7 +67,9 @@ const char *tuned_client_code_name(int code);
  * else the system service's /run/tuned-gpu/gpu0.sock for root. For other
  * users, the socket of a daemon of their own, $XDG_RUNTIME_DIR/tuned/
  * gpu0.sock (/tmp/tuned-<uid>/gpu0.sock when XDG_RUNTIME_DIR is unset),
- * when it is there; else the service's when the service is installed
+ * when it is there in a folder of their own (owned by them, not writable
+ * by group or others: another user could have made the socket in any
+ * other); else the service's when the service is installed
  * (/run/tuned-gpu is there; its group may connect); else their own.
  * Written to "out" ("size" bytes, cut to fit). */
 void tuned_client_default_path(char *out, size_t size);
@@ -88,7 +90,9 @@ typedef struct tuned_client tuned_client;
  * reply. Returns 0 with *out set, or a negative code with *out NULL: when
  * nothing listens, TUNED_CLIENT_ENO_DAEMON with a message that names the
  * path and how to start a daemon; PROTO_EUNAUTHORIZED when the socket
- * refuses this user; PROTO_EVERSION_MISMATCH or TUNED_CLIENT_EPROTOCOL
+ * refuses this user, or when "path" is NULL and the default is the user's
+ * own socket, there in a folder not theirs alone (not connected to);
+ * PROTO_EVERSION_MISMATCH or TUNED_CLIENT_EPROTOCOL
  * when the daemon speaks another protocol. */
 int tuned_client_connect(const char *path,
 			 __tuned_client_keep const tuned_client_options *options,

@@ -639,47 +639,132 @@ Test(default_path, follows_the_daemon)
 			 "/run/tuned-gpu/gpu0.sock" : expected);
 }
 
-/* In a child of uid 65534 with "runtime_dir" as XDG_RUNTIME_DIR: exits 0
- * when the default path is "expected", 1 when it is another. */
-static int default_path_as_nobody(const char *runtime_dir, const char *expected)
+/* What a child of uid 65534 checks, with "expected"; 0 when it holds. */
+typedef int (*nobody_check)(const char *expected);
+
+/* "check" run in a child of uid 65534 with "runtime_dir" as
+ * XDG_RUNTIME_DIR: its exit status. */
+static int as_nobody(const char *runtime_dir, nobody_check check,
+		     const char *expected)
 {
 	pid_t child;
 	int status;
 
 	if ((child = fork()) == 0) {
-		char path[256];
-
 		if (setgid(65534) < 0 || setuid(65534) < 0)
 			_exit(3);
 		unsetenv("TUNED_SOCKET");
 		setenv("XDG_RUNTIME_DIR", runtime_dir, 1);
-		tuned_client_default_path(path, sizeof(path));
-		if (strcmp(path, expected))
-			fprintf(stderr, "default path %s, not %s\n", path, expected);
-		_exit(strcmp(path, expected) ? 1 : 0);
+		_exit(check(expected));
 	}
 	waitpid(child, &status, 0);
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
-Test(default_path, a_user_without_a_daemon_of_their_own_reaches_the_service)
+/* 0 when the default path is "expected". */
+static int default_path_is(const char *expected)
 {
-	char dir[] = "/tmp/tuned-client-XXXXXX", own[300];
+	char path[256];
+
+	tuned_client_default_path(path, sizeof(path));
+	if (strcmp(path, expected))
+		fprintf(stderr, "default path %s, not %s\n", path, expected);
+	return strcmp(path, expected) ? 1 : 0;
+}
+
+/* 0 when connecting to the default path fails saying "expected". */
+static int default_connect_says(const char *expected)
+{
+	tuned_client_error err = {0};
+	tuned_client *client;
+
+	if (tuned_client_connect(NULL, NULL, &client, &err) == 0) {
+		fprintf(stderr, "connected to %s\n", tuned_client_path(client));
+		tuned_client_close(client);
+		return 1;
+	}
+	if (!strstr(err.message, expected))
+		fprintf(stderr, "no '%s' in: %s\n", expected, err.message);
+	return strstr(err.message, expected) ? 0 : 1;
+}
+
+/* 0 when a connection to "path", named by TUNED_SOCKET, is tried and
+ * finds no daemon: a socket the user names is theirs to trust. */
+static int named_socket_is_tried(const char *path)
+{
+	setenv("TUNED_SOCKET", path, 1);
+	return default_connect_says("no tuned daemon at");
+}
+
+/* The folder of a user's own socket, made "mode" and given to "uid". */
+static void own_folder_is(const char *dir, uid_t uid, mode_t mode)
+{
+	cr_assert_eq(chown(dir, uid, uid), 0, "chown %s: %s", dir, strerror(errno));
+	cr_assert_eq(chmod(dir, mode), 0, "chmod %s: %s", dir, strerror(errno));
+}
+
+/* A user (uid 65534) reaches their own daemon's socket when it is there in
+ * a folder of their own that no one else may write; else the service's
+ * when the service is installed (/run/tuned-gpu is there); else their own
+ * path, which is refused when another user could have made the socket (a
+ * folder of mode 0777, or of another owner). One test, since it makes and
+ * removes /run/tuned-gpu. */
+Test(default_path, a_user_reaches_their_own_socket_in_their_own_folder_else_the_service)
+{
+	char dir[] = "/tmp/tuned-client-XXXXXX", own_dir[64], own[96];
+	const char *service = "/run/tuned-gpu/gpu0.sock";
+	static const char untrusted[] = "its folder is not yours alone";
+	char no_daemon[160];
+	FILE *f;
 
 	if (geteuid() != 0)
-		cr_skip_test("needs root to make /run/tuned-gpu and a client of "
-			     "another uid; skipped");
+		cr_skip_test("needs root to make /run/tuned-gpu, give a folder to "
+			     "another uid and run a client of it; skipped");
 	if (access("/run/tuned-gpu", F_OK) == 0)
 		cr_skip_test("a tuned-gpu service is installed here (/run/tuned-gpu); "
 			     "skipped");
 	cr_assert(mkdtemp(dir));
-	snprintf(own, sizeof(own), "%s/tuned/gpu0.sock", dir);
-	cr_expect_eq(default_path_as_nobody(dir, own), 0,
+	cr_assert_eq(chmod(dir, 0755), 0);
+	snprintf(own_dir, sizeof(own_dir), "%s/tuned", dir);
+	snprintf(own, sizeof(own), "%s/gpu0.sock", own_dir);
+	snprintf(no_daemon, sizeof(no_daemon), "no tuned daemon at %s", own);
+	cr_assert_eq(mkdir(own_dir, 0750), 0);
+	own_folder_is(own_dir, 65534, 0750);
+
+	/* No service: their own path, whether a socket is there or not. */
+	cr_expect_eq(as_nobody(dir, default_path_is, own), 0,
 		     "without the service, a user's default is not their own");
+	cr_assert_not_null(f = fopen(own, "w")); /* a file, where no one listens */
+	fclose(f);
+	cr_assert_eq(chown(own, 65534, 65534), 0);
+	cr_expect_eq(as_nobody(dir, default_connect_says, no_daemon), 0,
+		     "a socket in the user's own folder is not tried");
+	own_folder_is(own_dir, 65534, 0777);
+	cr_expect_eq(as_nobody(dir, default_connect_says, untrusted), 0,
+		     "a socket in a folder that anyone may write is tried");
+	own_folder_is(own_dir, 0, 0755);
+	cr_expect_eq(as_nobody(dir, default_connect_says, untrusted), 0,
+		     "a socket in a folder of another user is tried");
+	cr_expect_eq(as_nobody(dir, named_socket_is_tried, own), 0,
+		     "a socket named by TUNED_SOCKET is refused");
+
+	/* The service: a socket there only in a folder of their own. */
 	cr_assert_eq(mkdir("/run/tuned-gpu", 0750), 0);
-	cr_expect_eq(default_path_as_nobody(dir, "/run/tuned-gpu/gpu0.sock"), 0,
+	cr_expect_eq(as_nobody(dir, default_path_is, service), 0,
+		     "a socket in a folder of another user is preferred to the "
+		     "service");
+	own_folder_is(own_dir, 65534, 0777);
+	cr_expect_eq(as_nobody(dir, default_path_is, service), 0,
+		     "a socket in a folder that anyone may write is preferred "
+		     "to the service");
+	own_folder_is(own_dir, 65534, 0750);
+	cr_expect_eq(as_nobody(dir, default_path_is, own), 0,
+		     "the user's own daemon is not preferred to the service");
+	unlink(own);
+	cr_expect_eq(as_nobody(dir, default_path_is, service), 0,
 		     "a user without a daemon does not reach the service");
 	rmdir("/run/tuned-gpu");
+	rmdir(own_dir);
 	rmdir(dir);
 }
 
