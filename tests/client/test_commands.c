@@ -526,7 +526,8 @@ Test(sources, a_cuda_library_step_is_its_call)
 /* Every command, as its usage names it. */
 static const char *const all_commands[] = {"validate", "explain", "run",
 	"sources", "submit", "status", "list", "wait", "cancel", "watch", "fetch",
-	"stats", "cache ls", "cache show", "cache prune", NULL};
+	"stats", "cache ls", "cache show", "cache prune", "cache export",
+	"cache import", NULL};
 
 /* tunectl with the words of "line" (split at spaces) and then "more"
  * (NULL-terminated, may be NULL); its exit status. */
@@ -696,6 +697,7 @@ static const char *sample_value(const char *name, char *buf, size_t size)
 		{"backend", "cpu"}, {"arch", "sm_90"},
 		{"socket", "/nonexistent/tuned.sock"},
 		{"plan", "/nonexistent/plan.json"},
+		{"cache", "/nonexistent/cache.db"},
 	};
 
 	for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++)
@@ -724,28 +726,38 @@ static const char *sample_argument(const char *word, char *file, size_t size)
 	return NULL;
 }
 
-/* A command line that "command" takes, from its synopsis up to the first
- * optional part: the command, its argument and its required options with
- * sample values. Into "words", NULL-terminated; they may point into
- * "usage", "file" and "value", which hold the strings they need. */
+/* A command line that "command" takes, from its synopsis without its
+ * optional parts ([...]): the command, its argument and its required
+ * options with sample values, and what its synopsis cannot say it needs.
+ * Into "words", NULL-terminated; they may point into "usage", "file" and
+ * "value", which hold the strings they need. */
 typedef struct sample_line {
 	const char *words[16];
 	char *usage, file[PATH_MAX], value[128];
 } sample_line;
 
+/* What a command needs besides its synopsis: cache export takes keys or
+ * --all, cache prune --max-age or --max-bytes. */
+static const char *const also_needed[][3] = {
+	{"cache export", "--all", NULL},
+	{"cache prune", "--max-age", "1d"},
+};
+
 static void read_synopsis(const char *command, sample_line *line)
 {
 	char help[64], *cut, *word, *save = NULL;
 	int n = 0, command_words = 1 + (strchr(command, ' ') != NULL);
+	bool optional = false;
 
 	snprintf(help, sizeof(help), "help %s", command);
 	line->usage = answer(help);
 	if ((cut = strstr(line->usage, "\n\n")))
 		*cut = 0;
-	line->usage[strcspn(line->usage, "[")] = 0;
 	word = strtok_r(line->usage + strlen("usage: tunectl "), " \n", &save);
-	for (; word && n < 14; word = strtok_r(NULL, " \n", &save)) {
-		if (n < command_words)
+	for (; word && n < 10; word = strtok_r(NULL, " \n", &save)) {
+		if (word[0] == '[' || optional)
+			optional = word[strlen(word) - 1] != ']';
+		else if (n < command_words)
 			line->words[n++] = word;
 		else if (!strncmp(word, "--", 2)) {
 			line->words[n++] = word;
@@ -756,6 +768,10 @@ static void read_synopsis(const char *command, sample_line *line)
 			line->words[n++] = sample_argument(word, line->file,
 							   sizeof(line->file));
 	}
+	for (size_t i = 0; i < sizeof(also_needed) / sizeof(also_needed[0]); i++)
+		for (int k = 1; k < 3 && !strcmp(command, also_needed[i][0]) &&
+		     also_needed[i][k]; k++)
+			line->words[n++] = also_needed[i][k];
 	line->words[n] = NULL;
 }
 
