@@ -57,9 +57,11 @@ typedef struct tuned_options {
  * printed. */
 int tuned_options_parse(int argc, char **argv, tuned_options *o);
 
-/* socket.c: the socket's folder (0750) made ready and a stale socket
- * removed; 0 or a negative errno (EEXIST: a non-socket is in the way). */
-int tuned_socket_prepare(const char *path);
+/* socket.c: the socket's folder made ready (created 0750 when missing; an
+ * existing one keeps its mode but is refused when others may write to it
+ * or another user owns it) and a stale socket removed. 0, or -1 with
+ * "why" saying what is wrong and how to mend it. */
+int tuned_socket_prepare(const char *path, char *why, size_t size);
 /* Reads the peer of "fd" with SO_PEERCRED into "peer"; true when it may
  * connect: root, the daemon's own uid, an allowed uid, or a peer whose
  * primary or supplementary groups include an allowed gid. */

@@ -7,6 +7,7 @@
  * connection is closed when the protocol says so, and other clients are
  * never affected.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -206,22 +207,25 @@ static void on_connection(uv_stream_t *server, int status)
 	uv_read_start((uv_stream_t *)&client->pipe, on_alloc, on_read);
 }
 
-/* Binds under a umask that leaves the socket 0660, inside the 0750
- * folder socket.c prepared. */
-int tuned_server_listen(tuned_daemon *d)
+/* Binds under a umask that leaves the socket 0660, inside the folder
+ * socket.c checked. */
+int tuned_server_listen(tuned_daemon *d, char *why, size_t size)
 {
 	mode_t old;
 	int rc;
 
-	if ((rc = tuned_socket_prepare(d->options.socket_path)) < 0)
-		return rc;
+	if (tuned_socket_prepare(d->options.socket_path, why, size) < 0)
+		return -1;
 	uv_pipe_init(d->loop, &d->server, 0);
 	d->server.data = d;
 	old = umask(0117);
 	rc = uv_pipe_bind(&d->server, d->options.socket_path);
 	umask(old);
+	d->bound = rc == 0;
 	if (rc == 0)
 		rc = uv_listen((uv_stream_t *)&d->server, 128, on_connection);
+	if (rc < 0)
+		snprintf(why, size, "%s", uv_strerror(rc));
 	return rc;
 }
 

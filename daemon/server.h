@@ -47,6 +47,7 @@ struct tuned_daemon {
 	tuned_options options;
 	proto_limits limits;
 	uv_pipe_t server;
+	bool bound; /* the socket is ours to remove at the end */
 	uv_signal_t sigterm, sigint, sighup;
 	uv_timer_t watchdog;
 	uv_async_t results;
@@ -64,7 +65,8 @@ struct tuned_daemon {
 };
 
 /* server.c */
-int tuned_server_listen(tuned_daemon *d);
+/* 0, or negative with "why" filled. */
+int tuned_server_listen(tuned_daemon *d, char *why, size_t size);
 void tuned_server_close(tuned_daemon *d);
 /* Sends "line" (taken) to the client; a client that lets replies pile up
  * past --max-unread bytes is closed. */

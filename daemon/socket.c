@@ -1,12 +1,15 @@
 /*
  * socket.c: the listening socket and who may use it.
  *
- * The socket lives in a folder of mode 0750 that the daemon creates (or
- * tightens) first, and is bound under a umask that leaves it 0660: at no
- * moment can a user outside the daemon's user and group connect. Each
- * peer's uid, gid and pid are read with SO_PEERCRED, its supplementary
- * groups with SO_PEERGROUPS, and checked against the allowed uids and
- * gids; root and the daemon's own uid are always allowed.
+ * The socket is bound under a umask that leaves it 0660, in a folder that
+ * no other user can write to: a folder tuned creates is made 0750; a
+ * folder that exists already keeps its mode (it may be /tmp or a folder
+ * other programs share), and is refused when others may write to it or
+ * another user owns it, since whoever can write to the folder can put a
+ * socket of their own in place of the daemon's. Each peer's uid, gid and
+ * pid are read with SO_PEERCRED, its supplementary groups with
+ * SO_PEERGROUPS, and checked against the allowed uids and gids; root and
+ * the daemon's own uid are always allowed.
  */
 #include <errno.h>
 #include <libgen.h>
@@ -20,34 +23,76 @@
 
 #include "daemon.h"
 
-/* Creates "dir" and its parents as needed; "dir" itself ends 0750. */
-static int make_private_dir(const char *dir)
+/* Creates "dir" 0750, and its missing parents 0750 too; an existing
+ * folder is left as it is. */
+static int make_dir(const char *dir)
 {
 	char parent[256];
 
 	snprintf(parent, sizeof(parent), "%s", dir);
 	if (strcmp(dirname(parent), dir) && access(parent, F_OK) != 0 &&
-	    make_private_dir(parent) < 0)
+	    make_dir(parent) < 0)
 		return -errno;
-	if (mkdir(dir, 0750) < 0 && errno != EEXIST)
-		return -errno;
-	return chmod(dir, 0750) < 0 ? -errno : 0;
+	return mkdir(dir, 0750) < 0 && errno != EEXIST ? -errno : 0;
 }
 
-int tuned_socket_prepare(const char *path)
+/* Refuses a folder that another user could put a socket in: one writable
+ * by others, or owned by a user other than root and the daemon's. */
+static int check_dir(const char *dir, const char *file, char *why, size_t size)
 {
-	char dir[256];
+	struct stat st;
+
+	if (stat(dir, &st) < 0) {
+		snprintf(why, size, "the socket's folder '%s': %s", dir, strerror(errno));
+		return -1;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(why, size, "the socket's folder '%s' is not a folder", dir);
+		return -1;
+	}
+	if (st.st_mode & S_IWOTH) {
+		snprintf(why, size, "the socket's folder '%s' is writable by others "
+			 "(mode %04o): put the socket in a folder of its own, e.g. "
+			 "%s/tuned-%d/%s", dir, (unsigned)(st.st_mode & 07777),
+			 strcmp(dir, "/") ? dir : "", (int)geteuid(), file);
+		return -1;
+	}
+	if (st.st_uid != 0 && st.st_uid != geteuid()) {
+		snprintf(why, size, "the socket's folder '%s' belongs to uid %d, not to "
+			 "tuned's user (uid %d) or root: put the socket in a folder "
+			 "of its own", dir, (int)st.st_uid, (int)geteuid());
+		return -1;
+	}
+	return 0;
+}
+
+int tuned_socket_prepare(const char *path, char *why, size_t size)
+{
+	char copy[256], dir[256], file[256];
 	struct stat st;
 	int rc;
 
-	snprintf(dir, sizeof(dir), "%s", path);
-	if ((rc = make_private_dir(dirname(dir))) < 0)
-		return rc;
+	snprintf(copy, sizeof(copy), "%s", path);
+	snprintf(dir, sizeof(dir), "%s", dirname(copy));
+	snprintf(copy, sizeof(copy), "%s", path);
+	snprintf(file, sizeof(file), "%s", basename(copy));
+	if ((rc = make_dir(dir)) < 0) {
+		snprintf(why, size, "cannot make the socket's folder '%s': %s", dir,
+			 strerror(-rc));
+		return -1;
+	}
+	if (check_dir(dir, file, why, size) < 0)
+		return -1;
 	if (lstat(path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode))
-			return -EEXIST;
-		if (unlink(path) < 0)
-			return -errno;
+		if (!S_ISSOCK(st.st_mode)) {
+			snprintf(why, size, "'%s' exists and is not a socket", path);
+			return -1;
+		}
+		if (unlink(path) < 0) {
+			snprintf(why, size, "cannot remove the old socket '%s': %s", path,
+				 strerror(errno));
+			return -1;
+		}
 	}
 	return 0;
 }

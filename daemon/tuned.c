@@ -169,7 +169,7 @@ static void start_signals(tuned_daemon *d)
 
 static int start(tuned_daemon *d)
 {
-	int rc;
+	char why[512];
 
 	if (open_cache(d) < 0 || describe_device(d) < 0)
 		return -1;
@@ -183,9 +183,9 @@ static int start(tuned_daemon *d)
 		return -1;
 	}
 	resume_jobs(d);
-	if ((rc = tuned_server_listen(d)) < 0) {
+	if (tuned_server_listen(d, why, sizeof(why)) < 0) {
 		tuned_log(TUNED_ERROR, "cannot listen on '%s': %s", d->options.socket_path,
-			  rc > -4096 ? uv_strerror(rc) : "error");
+			  why);
 		return -1;
 	}
 	start_signals(d);
@@ -203,7 +203,8 @@ static void finish(tuned_daemon *d)
 		tuned_log(TUNED_WARN, "checkpoint: %s", err.message);
 	cache_close(d->cache);
 	tuned_jobs_release(&d->jobs);
-	unlink(d->options.socket_path);
+	if (d->bound) /* else the path may be another program's */
+		unlink(d->options.socket_path);
 }
 
 static void apply_limits(tuned_daemon *d)
