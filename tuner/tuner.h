@@ -5,7 +5,8 @@
  * that a kernel that crashes or hangs kills only its worker. A tuner_worker
  * is one such process, started with uv_spawn and spoken to in lines of JSON:
  * one compact object per line on its stdin, one object per line in answer on
- * its stdout; its stderr is the caller's. Asking is synchronous: each worker
+ * its stdout; its stderr is passed on to the caller's, and its end kept
+ * (tuner_worker_log). Asking is synchronous: each worker
  * owns a libuv loop that tuner_worker_ask runs until the answer is in, the
  * time limit is up or the worker is dead, and a dead, hung or garbling worker
  * is replaced by a fresh process on the next ask.
@@ -35,6 +36,8 @@
 
 /* The longest answer line accepted, in bytes; a longer one is garbage. */
 #define TUNER_MAX_LINE (256u << 20)
+/* The bytes of a worker's stderr kept (tuner_worker_log). */
+#define TUNER_LOG_MAX (16u << 10)
 
 typedef struct tuner_worker tuner_worker;
 
@@ -83,6 +86,14 @@ int tuner_worker_ask(__tuner_keep tuner_worker *worker,
 
 /* How many times the worker process of "worker" has been started. */
 int tuner_worker_starts(__tuner_keep const tuner_worker *worker);
+
+/* The last TUNER_LOG_MAX bytes (at most) that the current process of
+ * "worker", or the last one when none runs, wrote to its stderr, as a new
+ * string of valid UTF-8 (a byte that begins no valid sequence reads as
+ * '?'), or NULL when out of memory: after an ask that crashed or timed
+ * out, what the process said before it died. A fresh process starts an
+ * empty log. */
+__tuner_give char *tuner_worker_log(__tuner_keep const tuner_worker *worker);
 
 /* Where tuned-worker is: $TUNED_WORKER when set; else, from the running
  * program's folder, where the install put it (libexecdir/tuned-gpu), or

@@ -13,6 +13,12 @@
  * worker's death seen both ways (exit callback and end of its stdout, in
  * whichever order they come), or a kill (time-out, garbage) once the killed
  * process has been reaped.
+ *
+ * The process's stderr comes through a pipe of ours: it is passed on to our
+ * stderr, and its last TUNER_LOG_MAX bytes are kept (the log of the process
+ * that crashed or hung, for its quarantine). It is read while the loop
+ * runs, during asks, and what is left when the process has died is read
+ * before its pipes close.
  */
 #include <libgen.h>
 #include <signal.h>
@@ -45,6 +51,7 @@ struct tuner_worker {
 	uv_process_t process;
 	uv_pipe_t to_worker;   /* its stdin */
 	uv_pipe_t from_worker; /* its stdout */
+	uv_pipe_t errors;      /* its stderr */
 	char *path;
 	char **argv;
 	int starts;
@@ -54,6 +61,10 @@ struct tuner_worker {
 	bool eof;     /* its stdout has ended */
 	int exit_status, term_signal;
 	int answers;  /* answers from the current process */
+	char log[TUNER_LOG_MAX]; /* the end of its stderr */
+	char log_chunk[4096];    /* one read of it */
+	size_t log_len;
+	bool log_eof; /* its stderr has ended */
 
 	/* The ask in progress, while reply is set. */
 	tuner_reply *reply;
@@ -159,6 +170,15 @@ static void worker_wait_closes(tuner_worker *worker)
 		uv_run(&worker->loop, UV_RUN_ONCE);
 }
 
+/* What the dead process wrote last: its stderr is read until its end, or
+ * for as long as data is waiting (a child of the worker, a compiler, may
+ * hold it open). */
+static void worker_drain_log(tuner_worker *worker)
+{
+	for (int i = 0; i < 16 && !worker->log_eof; i++)
+		uv_run(&worker->loop, UV_RUN_NOWAIT);
+}
+
 /* Kills the process if it has not exited, reaps it and closes its handles.
  * SIGKILL cannot be caught, so the wait ends unless the process is stuck in
  * the kernel (a driver call), where nothing better than waiting exists. */
@@ -170,9 +190,11 @@ static void worker_stop(tuner_worker *worker)
 		uv_process_kill(&worker->process, SIGKILL);
 	while (!worker->exited)
 		uv_run(&worker->loop, UV_RUN_ONCE);
+	worker_drain_log(worker);
 	worker_close(worker, &worker->process);
 	worker_close(worker, &worker->to_worker);
 	worker_close(worker, &worker->from_worker);
+	worker_close(worker, &worker->errors);
 	worker_wait_closes(worker);
 	worker->running = false;
 }
@@ -376,6 +398,90 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 	}
 }
 
+static void on_log_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
+{
+	tuner_worker *worker = handle->data;
+
+	(void)suggested;
+	*buf = uv_buf_init(worker->log_chunk, sizeof(worker->log_chunk));
+}
+
+/* Keeps the last TUNER_LOG_MAX bytes. */
+static void log_append(tuner_worker *worker, const char *data, size_t len)
+{
+	if (len > TUNER_LOG_MAX) {
+		data += len - TUNER_LOG_MAX;
+		len = TUNER_LOG_MAX;
+	}
+	if (worker->log_len + len > TUNER_LOG_MAX) {
+		size_t drop = worker->log_len + len - TUNER_LOG_MAX;
+
+		memmove(worker->log, worker->log + drop, worker->log_len - drop);
+		worker->log_len -= drop;
+	}
+	memcpy(worker->log + worker->log_len, data, len);
+	worker->log_len += len;
+}
+
+/* The worker's stderr: passed on to ours, and its end kept. */
+static void on_log_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+	tuner_worker *worker = stream->data;
+
+	if (nread < 0) {
+		worker->log_eof = true;
+		uv_read_stop(stream);
+		return;
+	}
+	log_append(worker, buf->base, (size_t)nread);
+	if (fwrite(buf->base, 1, (size_t)nread, stderr) != (size_t)nread)
+		clearerr(stderr);
+}
+
+/* The length of the valid UTF-8 sequence at "s" (of "n" bytes), or 0:
+ * jansson's rules (no overlong forms, surrogates or NUL). */
+static size_t utf8_sequence(const unsigned char *s, size_t n)
+{
+	size_t size = s[0] < 0x80 ? 1 : s[0] < 0xc2 ? 0 : s[0] < 0xe0 ? 2 :
+		      s[0] < 0xf0 ? 3 : s[0] < 0xf5 ? 4 : 0;
+	uint32_t value = size > 1 ? s[0] & (0x7f >> size) : s[0];
+
+	if (size == 0 || size > n || s[0] == 0)
+		return 0;
+	for (size_t i = 1; i < size; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		value = value << 6 | (s[i] & 0x3f);
+	}
+	if ((size == 3 && value < 0x800) || (size == 4 && value < 0x10000) ||
+	    (value >= 0xd800 && value <= 0xdfff) || value > 0x10ffff)
+		return 0;
+	return size;
+}
+
+char *tuner_worker_log(const tuner_worker *worker)
+{
+	const unsigned char *log = (const unsigned char *)worker->log;
+	char *text = malloc(worker->log_len + 1);
+	size_t at = 0, n = 0;
+
+	while (text && at < worker->log_len) {
+		size_t size = utf8_sequence(log + at, worker->log_len - at);
+
+		if (size == 0) {
+			text[n++] = '?';
+			at++;
+		} else {
+			memcpy(text + n, log + at, size);
+			n += size;
+			at += size;
+		}
+	}
+	if (text)
+		text[n] = 0;
+	return text;
+}
+
 static void on_write(uv_write_t *req, int status)
 {
 	tuner_write *sent = (tuner_write *)req;
@@ -426,12 +532,13 @@ static int worker_spawn(tuner_worker *worker)
 
 	uv_pipe_init(&worker->loop, &worker->to_worker, 0);
 	uv_pipe_init(&worker->loop, &worker->from_worker, 0);
+	uv_pipe_init(&worker->loop, &worker->errors, 0);
 	worker->to_worker.data = worker;
 	worker->from_worker.data = worker;
+	worker->errors.data = worker;
 	stdio_pipe(&stdio[0], &worker->to_worker, UV_READABLE_PIPE);
 	stdio_pipe(&stdio[1], &worker->from_worker, UV_WRITABLE_PIPE);
-	stdio[2].flags = UV_INHERIT_FD;
-	stdio[2].data.fd = 2;
+	stdio_pipe(&stdio[2], &worker->errors, UV_WRITABLE_PIPE);
 	options.exit_cb = on_process_exit;
 	options.file = worker->path;
 	options.args = worker->argv;
@@ -450,6 +557,10 @@ static int worker_start(tuner_worker *worker, tuner_reply *reply)
 	worker->exited = rc < 0; /* a failed spawn leaves nothing to reap */
 	worker->eof = false;
 	worker->answers = 0;
+	worker->log_len = 0;
+	worker->log_eof = rc < 0;
+	if (rc == 0)
+		uv_read_start((uv_stream_t *)&worker->errors, on_log_alloc, on_log_read);
 	if (rc < 0) {
 		worker_stop(worker);
 		snprintf(reply->detail, sizeof(reply->detail),

@@ -12,7 +12,9 @@
  *   "answer_then_exit"  answers, then exits 0
  *   "close_answer_exit" closes stdin, answers, sleeps "ms" ms, then exits
  *                       with status "status"
- * Anything else is answered {"kind":"error"}. Ends at the end of stdin.
+ * Anything else is answered {"kind":"error"}. A request's "say", when
+ * given, is written to stderr (bytes from 1 to 255: "say_bytes") first.
+ * Ends at the end of stdin.
  */
 #include <jansson.h>
 #include <signal.h>
@@ -145,12 +147,27 @@ static const struct command *find_command(const char *name)
 	return NULL;
 }
 
+/* The request's "say" on stderr: a string, or an array of byte values. */
+static void say(const json_t *request)
+{
+	const json_t *bytes = json_object_get(request, "say_bytes"), *b;
+	const char *text = json_string_value(json_object_get(request, "say"));
+	size_t i;
+
+	if (text)
+		fprintf(stderr, "%s\n", text);
+	json_array_foreach(bytes, i, b)
+		fputc((int)json_integer_value(b), stderr);
+	fflush(stderr);
+}
+
 /* Does what "request" says; may not return. Takes "request". */
 static void serve(json_t *request)
 {
 	const char *what = json_string_value(json_object_get(request, "do"));
 	const struct command *command = find_command(what);
 
+	say(request);
 	if (command)
 		command->run(request);
 	else

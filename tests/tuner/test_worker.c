@@ -401,3 +401,61 @@ Test(worker, free_kills_a_live_worker)
 	tuner_worker_free(never);
 	tuner_worker_free(NULL);
 }
+
+static json_t *order_saying(const char *what, const char *words)
+{
+	return json_pack("{s:s, s:s}", "do", what, "say", words);
+}
+
+static void expect_log(tuner_worker *worker, const char *expected)
+{
+	char *log = tuner_worker_log(worker);
+
+	cr_assert_not_null(log);
+	cr_expect_str_eq(log, expected);
+	free(log);
+}
+
+/* What a worker wrote to stderr before it crashed or hung is kept, for
+ * the quarantine's repro bundle; a fresh process starts a fresh log. */
+Test(worker, the_last_words_of_a_crashed_or_hung_worker_are_kept)
+{
+	tuner_worker *worker = fake_new();
+	tuner_reply reply;
+
+	cr_assert_eq(ask(worker, order_saying("echo", "loading k0"), 10.0, &reply), 0);
+	json_decref(reply.answer);
+	cr_assert_eq(ask(worker, order_saying("crash", "running k0"), 10.0, &reply), 0);
+	cr_expect_eq(reply.outcome, TUNER_CRASHED);
+	expect_log(worker, "loading k0\nrunning k0\n");
+	cr_assert_eq(ask(worker, order_saying("hang", "waiting on k1"), 0.5, &reply), 0);
+	cr_expect_eq(reply.outcome, TUNER_TIMED_OUT);
+	expect_log(worker, "waiting on k1\n");
+	tuner_worker_free(worker);
+}
+
+/* The log keeps its last TUNER_LOG_MAX bytes, as valid UTF-8. */
+Test(worker, the_log_keeps_its_end_as_utf8)
+{
+	tuner_worker *worker = fake_new();
+	json_t *big = json_pack("{s:s, s:[i, i, i, i, i]}", "do", "crash", "say_bytes",
+				'a', 0xff, 0xc3, 0xa9, '\n');
+	char *words = malloc(TUNER_LOG_MAX + 1), *log;
+	tuner_reply reply;
+
+	memset(words, 'x', TUNER_LOG_MAX);
+	words[TUNER_LOG_MAX] = 0;
+	cr_assert_eq(ask(worker, order_saying("echo", words), 10.0, &reply), 0);
+	json_decref(reply.answer);
+	cr_assert_eq(ask(worker, big, 10.0, &reply), 0);
+	cr_expect_eq(reply.outcome, TUNER_CRASHED);
+	log = tuner_worker_log(worker);
+	cr_assert_not_null(log);
+	/* x... "\n" from the first, then a, 0xff read as '?', e acute, "\n" */
+	cr_expect_eq(strlen(log), TUNER_LOG_MAX, "%zu bytes", strlen(log));
+	cr_expect_str_eq(log + strlen(log) - 7, "x\na?\xc3\xa9\n");
+	cr_expect_eq(strspn(log, "x"), TUNER_LOG_MAX - 6);
+	free(log);
+	free(words);
+	tuner_worker_free(worker);
+}
