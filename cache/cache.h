@@ -41,7 +41,7 @@
 #define __cache_keep
 
 /* The schema version this build writes (PRAGMA user_version). */
-#define CACHE_SCHEMA_VERSION 3
+#define CACHE_SCHEMA_VERSION 4
 
 /* Trial details are cut to this many bytes (on a UTF-8 boundary). */
 #define CACHE_DETAIL_MAX 200
@@ -180,7 +180,9 @@ typedef struct cache_plan {
 int cache_publish(__cache_keep cache *c, __cache_keep const cache_plan *plan,
 		  int *version, cache_error *err);
 
-/* A plan that crashed or hung a worker, never to be tried again. */
+/* A plan that crashed or hung a worker, never to be tried again, with
+ * what it takes to reproduce it (the repro bundle; every part may be NULL
+ * or 0, so that no quarantine is lost for want of it). */
 typedef struct cache_quarantine_entry {
 	const char *graph;
 	const char *device;
@@ -189,6 +191,13 @@ typedef struct cache_quarantine_entry {
 	const char *reason; /* e.g. "worker killed by signal 11"; may be
 			     * NULL, so that no quarantine is lost for it */
 	const char *source; /* the offending kernel source, may be NULL */
+	const char *cause;  /* "crash" or "timeout" */
+	int signal;         /* the signal that killed the worker, or 0 */
+	double time_limit_s; /* the limit a hung worker passed, or 0 */
+	int64_t seed;       /* seeds the inputs the plan was run on */
+	const char *graph_json; /* the graph.json text */
+	const char *sources;    /* JSON array of each kernel's source */
+	const char *worker_log; /* the end of the worker's stderr */
 } cache_quarantine_entry;
 
 /* Quarantines a plan; quarantining it again keeps the first entry. */
@@ -236,6 +245,22 @@ void cache_plan_free(__cache_take cache_plan *plan);
 bool cache_is_quarantined(__cache_keep cache *c, const char *graph,
 			  const char *device, const char *codegen,
 			  const char *plan_json, cache_error *err);
+
+/* The plans quarantined for (graph, device, codegen), as a JSON array of
+ * plans (objects), oldest first: the daemon skips them. An unknown graph
+ * or device gives an empty array. */
+int cache_quarantined_plans(__cache_keep cache *c, const char *graph,
+			    const char *device, const char *codegen,
+			    __cache_give json_t **out, cache_error *err);
+
+/* Every quarantine entry, or those of graph "key" when it is not NULL,
+ * oldest first, as a JSON array of {"id", "key", "name", "device",
+ * "codegen", "plan" (JSON), "reason", "cause", "signal", "time_limit_s",
+ * "seed", "created_at" (unix seconds), "graph" (the graph.json text),
+ * "sources" (JSON array), "worker_log"}; the parts of the bundle an entry
+ * lacks are null. */
+int cache_quarantine_entries(__cache_keep cache *c, const char *key,
+			     __cache_give json_t **out, cache_error *err);
 
 /* The latest version of one (graph, device, codegen). */
 typedef struct cache_entry {

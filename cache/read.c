@@ -643,3 +643,128 @@ int cache_stat(__cache_keep cache *c, cache_stats *out, cache_error *err)
 		sqlite3_db_filename(c->reader, "main")));
 	return rc;
 }
+
+/* The rows of "stmt" (its ?1 to ?3 bound by the caller), each made into
+ * JSON by "row" and appended to "out"; "what" names them in errors. */
+static int append_rows(cache *c, sqlite3_stmt *stmt, json_t *(*row)(sqlite3_stmt *),
+		       json_t *out, const char *what, cache_error *err)
+{
+	int rc;
+
+	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW)
+		if (json_array_append_new(out, row(stmt)) != 0)
+			break;
+	if (rc == SQLITE_DONE)
+		rc = 0;
+	else if (rc == SQLITE_ROW)
+		rc = CACHE_ENOMEM;
+	else
+		rc = cache_db_error(c->reader, rc, err, what);
+	sqlite3_finalize(stmt);
+	if (rc == CACHE_ENOMEM)
+		cache_set_error(err, rc, "%s: out of memory", what);
+	return rc;
+}
+
+/* Runs "sql" in a read transaction with ?1 to ?3 bound to "a", "b", "c3"
+ * (NULL binds NULL): *out gets the array of its rows, or NULL. */
+static int read_rows(cache *c, const char *sql, const char *a, const char *b,
+		     const char *c3, json_t *(*row)(sqlite3_stmt *), json_t **out,
+		     const char *what, cache_error *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc;
+
+	*out = json_array();
+	rc = *out ? check_cache(c, what, err) : CACHE_ENOMEM;
+	if (rc == 0)
+		rc = cache_read_begin(c, what, err);
+	if (rc == 0) {
+		rc = cache_prepare(c->reader, sql, &stmt, err);
+		if (rc == 0) {
+			cache_bind_text(stmt, 1, a);
+			cache_bind_text(stmt, 2, b);
+			cache_bind_text(stmt, 3, c3);
+			rc = append_rows(c, stmt, row, *out, what, err);
+		}
+		cache_read_end(c);
+	}
+	if (rc) {
+		json_decref(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
+static json_t *quarantined_plan_row(sqlite3_stmt *stmt)
+{
+	return column(stmt, 0) ? stored_json(column(stmt, 0)) : NULL;
+}
+
+int cache_quarantined_plans(__cache_keep cache *c, const char *graph,
+			    const char *device, const char *codegen,
+			    __cache_give json_t **out, cache_error *err)
+{
+	int rc = cache_check_key(graph, device, codegen, err);
+
+	if (!out) {
+		cache_set_error(err, CACHE_EINVAL, "cannot read the quarantine: no out");
+		return CACHE_EINVAL;
+	}
+	*out = NULL;
+	return rc ? rc : read_rows(c, "SELECT q.plan FROM quarantine q JOIN devices d "
+				   "ON d.id = q.device WHERE q.graph = ?1 AND "
+				   "d.signature = ?2 AND q.codegen = ?3 ORDER BY q.id",
+				   graph, device, codegen, quarantined_plan_row, out,
+				   "cannot read the quarantine", err);
+}
+
+static json_t *int_or_null(sqlite3_stmt *stmt, int i)
+{
+	return sqlite3_column_type(stmt, i) == SQLITE_NULL ? json_null() :
+	       json_integer(sqlite3_column_int64(stmt, i));
+}
+
+static json_t *text_or_null(sqlite3_stmt *stmt, int i)
+{
+	return column(stmt, i) ? json_string(column(stmt, i)) : json_null();
+}
+
+/* One row of entries_sql as JSON. */
+static json_t *entry_row(sqlite3_stmt *stmt)
+{
+	if (!column(stmt, 1) || !column(stmt, 5))
+		return NULL;
+	return json_pack("{s:I, s:s, s:o, s:s, s:s, s:o, s:s, s:o, s:o, s:o, s:o, s:I, "
+			 "s:o, s:o, s:o}",
+			 "id", (json_int_t)sqlite3_column_int64(stmt, 0),
+			 "key", column(stmt, 1), "name", text_or_null(stmt, 2),
+			 "device", column(stmt, 3), "codegen", column(stmt, 4),
+			 "plan", stored_json(column(stmt, 5)),
+			 "reason", column(stmt, 6), "cause", text_or_null(stmt, 7),
+			 "signal", int_or_null(stmt, 8),
+			 "time_limit_s", real_or_null(cache_column_real(stmt, 9)),
+			 "seed", int_or_null(stmt, 10),
+			 "created_at", (json_int_t)sqlite3_column_int64(stmt, 11),
+			 "graph", text_or_null(stmt, 12),
+			 "sources", column(stmt, 13) ? stored_json(column(stmt, 13)) :
+						      json_null(),
+			 "worker_log", text_or_null(stmt, 14));
+}
+
+int cache_quarantine_entries(__cache_keep cache *c, const char *key,
+			     __cache_give json_t **out, cache_error *err)
+{
+	if (!out) {
+		cache_set_error(err, CACHE_EINVAL, "cannot list the quarantine: no out");
+		return CACHE_EINVAL;
+	}
+	return read_rows(c, "SELECT q.id, q.graph, g.name, d.signature, q.codegen, "
+			 "q.plan, q.reason, q.cause, q.signal, q.time_limit_s, q.seed, "
+			 "q.created_at, q.graph_json, q.sources, q.worker_log "
+			 "FROM quarantine q JOIN graphs g ON g.key = q.graph "
+			 "JOIN devices d ON d.id = q.device "
+			 "WHERE ?1 IS NULL OR q.graph = ?1 ORDER BY q.id",
+			 key, NULL, NULL, entry_row, out,
+			 "cannot list the quarantine", err);
+}

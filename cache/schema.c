@@ -87,6 +87,19 @@ static const char *const migrations[] = {
 	 * export carries what an importer needs to check them. NULL for
 	 * graphs put before. */
 	"ALTER TABLE graphs ADD COLUMN graph TEXT;",
+	/* 4: a repro bundle with each quarantined plan: how the worker died
+	 * (cause "crash" or "timeout", the signal, the time limit), the seed
+	 * of its inputs, the graph.json text, the kernels' sources (a JSON
+	 * array) and the end of the worker's stderr. Entries made before
+	 * have none of them (NULL). */
+	"ALTER TABLE quarantine ADD COLUMN cause TEXT"
+	" CHECK (cause IN ('crash', 'timeout'));"
+	"ALTER TABLE quarantine ADD COLUMN signal INTEGER;"
+	"ALTER TABLE quarantine ADD COLUMN time_limit_s REAL;"
+	"ALTER TABLE quarantine ADD COLUMN seed INTEGER;"
+	"ALTER TABLE quarantine ADD COLUMN graph_json TEXT;"
+	"ALTER TABLE quarantine ADD COLUMN sources TEXT;"
+	"ALTER TABLE quarantine ADD COLUMN worker_log TEXT;",
 };
 
 #define MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))

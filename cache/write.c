@@ -301,8 +301,24 @@ out:
 	return rc;
 }
 
+static void bind_bundle(sqlite3_stmt *stmt, const cache_quarantine_entry *q,
+			const char *sources)
+{
+	cache_bind_text(stmt, 8, q->cause);
+	if (q->signal)
+		sqlite3_bind_int(stmt, 9, q->signal);
+	if (q->time_limit_s > 0)
+		sqlite3_bind_double(stmt, 10, q->time_limit_s);
+	if (q->seed)
+		sqlite3_bind_int64(stmt, 11, q->seed);
+	cache_bind_text(stmt, 12, q->graph_json);
+	cache_bind_text(stmt, 13, sources);
+	cache_bind_text(stmt, 14, q->worker_log);
+}
+
 static int insert_quarantine(cache *c, const cache_quarantine_entry *q,
-			     const char *plan, cache_error *err)
+			     const char *plan, const char *sources,
+			     cache_error *err)
 {
 	int64_t now = cache_now(c), device;
 	sqlite3_stmt *stmt = NULL;
@@ -314,8 +330,10 @@ static int insert_quarantine(cache *c, const cache_quarantine_entry *q,
 	if (rc == 0)
 		rc = cache_prepare(c->writer, "INSERT INTO quarantine (graph, "
 				   "device, codegen, plan, reason, source, "
-				   "created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
-				   "?7) ON CONFLICT DO NOTHING", &stmt, err);
+				   "created_at, cause, signal, time_limit_s, seed, "
+				   "graph_json, sources, worker_log) VALUES (?1, ?2, "
+				   "?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+				   "?14) ON CONFLICT DO NOTHING", &stmt, err);
 	if (rc)
 		return rc;
 	cache_bind_text(stmt, 1, q->graph);
@@ -326,6 +344,7 @@ static int insert_quarantine(cache *c, const cache_quarantine_entry *q,
 			"no reason given");
 	cache_bind_text(stmt, 6, q->source);
 	sqlite3_bind_int64(stmt, 7, now);
+	bind_bundle(stmt, q, sources);
 	return cache_run(c->writer, stmt, "cannot quarantine a plan", err);
 }
 
@@ -333,7 +352,7 @@ int cache_quarantine(__cache_keep cache *c,
 		     __cache_keep const cache_quarantine_entry *entry,
 		     cache_error *err)
 {
-	char *plan = NULL;
+	char *plan = NULL, *sources = NULL;
 	int rc;
 
 	rc = cache_check_owner(c, "quarantine a plan", err);
@@ -346,16 +365,26 @@ int cache_quarantine(__cache_keep cache *c,
 	rc = cache_check_key(entry->graph, entry->device, entry->codegen, err);
 	if (rc)
 		return rc;
+	if (entry->cause && strcmp(entry->cause, "crash") &&
+	    strcmp(entry->cause, "timeout")) {
+		cache_set_error(err, CACHE_EINVAL, "cannot quarantine: cause '%s' is "
+				"neither crash nor timeout", entry->cause);
+		return CACHE_EINVAL;
+	}
 	rc = cache_json_canonical(entry->plan, "quarantined plan", false, &plan,
 				  err);
+	if (rc == 0 && entry->sources)
+		rc = cache_json_canonical(entry->sources, "quarantined sources", true,
+					  &sources, err);
 	if (rc)
 		goto out;
 	rc = cache_begin(c, err);
 	if (rc)
 		goto out;
-	rc = insert_quarantine(c, entry, plan, err);
+	rc = insert_quarantine(c, entry, plan, sources, err);
 	rc = cache_end(c, rc, err);
 out:
 	cache_json_free(plan);
+	cache_json_free(sources);
 	return rc;
 }

@@ -196,16 +196,28 @@ static json_t *nearest_plan(tuned_daemon *d, const tuned_job *job)
 
 /* The runner searches from what this device measured of the key before:
  * no plan is measured twice, and the best ones seed the search; a key
- * never tuned starts from the plan of the nearest key of its form. */
-int tuned_run_job(tuned_daemon *d, const tuned_job *job)
+ * never tuned starts from the plan of the nearest key of its form. Plans
+ * that crashed or hung a worker are never tried again, even once their
+ * trials are pruned: a job whose quarantine cannot be read fails, saying
+ * so. */
+int tuned_run_job(tuned_daemon *d, tuned_job *job)
 {
 	tuned_job_spec spec = {job->id, job->graph, job->budget_s, job->max_trials,
-			       job->priority, NULL, incumbent_plan(d, job->key), NULL};
+			       job->priority, NULL, NULL, NULL, NULL};
 	cache_error err = {0};
+	char why[300];
 
+	if (cache_quarantined_plans(d->cache, job->key, d->device, KGEN_CODEGEN_VERSION,
+				    &spec.quarantined, &err) < 0) {
+		snprintf(why, sizeof(why), "the quarantine cannot be read: %.200s",
+			 err.message);
+		tuned_log(TUNED_ERROR, "job %lld: %s: %s", (long long)job->id, job->key, why);
+		tuned_job_finish(job, TUNED_JOB_FAILED, why);
+		return 0;
+	}
+	spec.incumbent = incumbent_plan(d, job->key);
 	if (!spec.incumbent)
 		spec.neighbour = nearest_plan(d, job);
-
 	if (cache_trials(d->cache, job->key, d->device, KGEN_CODEGEN_VERSION,
 			 MAX_KNOWN_TRIALS, &spec.known, &err) < 0)
 		tuned_log(TUNED_WARN, "job %lld: the trials of %s cannot be read: %s",
@@ -609,6 +621,21 @@ static int cache_prune_request(tuned_daemon *d, proto_request *req, json_t **out
 	return rc;
 }
 
+/* The quarantine, each entry's "created_at" in RFC 3339. */
+static int quarantine_entries(tuned_daemon *d, const char *key, json_t **out,
+			      cache_error *err)
+{
+	json_t *entries = NULL, *entry;
+	size_t i;
+	int rc = cache_quarantine_entries(d->cache, key, &entries, err);
+
+	json_array_foreach(entries, i, entry)
+		json_object_set_new(entry, "created_at", tuned_rfc3339((double)
+			json_integer_value(json_object_get(entry, "created_at"))));
+	*out = rc < 0 ? NULL : json_pack("{s:o}", "entries", entries);
+	return rc;
+}
+
 static void on_cache(tuned_client *client, proto_request *req)
 {
 	tuned_daemon *d = client->daemon;
@@ -622,6 +649,8 @@ static void on_cache(tuned_client *client, proto_request *req)
 		out = json_pack("{s:o}", "entries", out);
 	} else if (req->op == PROTO_OP_CACHE_SHOW) {
 		rc = cache_show(d->cache, req->key, &out, &err);
+	} else if (req->op == PROTO_OP_CACHE_QUARANTINE) {
+		rc = quarantine_entries(d, req->key[0] ? req->key : NULL, &out, &err);
 	} else {
 		rc = cache_prune_request(d, req, &out, &err);
 	}

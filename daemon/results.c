@@ -28,6 +28,32 @@ static char *plan_text(const tuned_result *r)
 			  JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
 }
 
+/* A plan that crashed or hung its worker: logged, and quarantined with
+ * its repro bundle so that it is never tried again. */
+static void quarantine(tuned_daemon *d, tuned_job *job, const tuned_result *r,
+		       const char *plan)
+{
+	char *sources = r->sources ? json_dumps(r->sources, JSON_COMPACT) : NULL;
+	bool hung = !strcmp(r->outcome, "timeout");
+	cache_quarantine_entry q = {
+		.graph = job->key, .device = d->device, .codegen = KGEN_CODEGEN_VERSION,
+		.plan = plan, .reason = r->detail, .cause = r->outcome,
+		.signal = r->term_signal, .time_limit_s = hung ? r->limit_s : 0,
+		.seed = job->id, .graph_json = job->graph, .sources = sources,
+		.worker_log = r->worker_log};
+	cache_error err = {0};
+
+	tuned_log(TUNED_ERROR, "job %lld: %s: worker %s (%s) on plan %s", (long long)job->id,
+		  job->key, hung ? "hung" : "crashed", r->detail, plan);
+	if (cache_quarantine(d->cache, &q, &err) < 0)
+		tuned_log(TUNED_ERROR, "job %lld: %s: cannot quarantine plan %s: %s",
+			  (long long)job->id, job->key, plan, err.message);
+	else
+		tuned_log(TUNED_WARN, "job %lld: %s: plan quarantined, never to be tried "
+			  "again (tunectl cache quarantine)", (long long)job->id, job->key);
+	free(sources);
+}
+
 static void record_trial(tuned_daemon *d, tuned_job *job, const tuned_result *r,
 			 const char *plan)
 {
@@ -40,12 +66,8 @@ static void record_trial(tuned_daemon *d, tuned_job *job, const tuned_result *r,
 	if (cache_record_trial(d->cache, &trial, &err) < 0)
 		tuned_log(TUNED_ERROR, "job %lld: cannot record a trial: %s",
 			  (long long)job->id, err.message);
-	if (trial.outcome == CACHE_TRIAL_CRASH || trial.outcome == CACHE_TRIAL_TIMEOUT) {
-		cache_quarantine_entry q = {job->key, d->device, KGEN_CODEGEN_VERSION,
-					    plan, r->detail, NULL};
-
-		cache_quarantine(d->cache, &q, NULL);
-	}
+	if (trial.outcome == CACHE_TRIAL_CRASH || trial.outcome == CACHE_TRIAL_TIMEOUT)
+		quarantine(d, job, r, plan);
 }
 
 /* "array" as compact text, "[]" when it is missing. */
@@ -114,6 +136,15 @@ static void on_version(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 	free(launch);
 }
 
+static void broadcast_progress(tuned_daemon *d, tuned_job *job, int quarantined)
+{
+	tuned_broadcast(d, job->key, PROTO_EVENT_PROGRESS,
+			json_pack("{s:I, s:s, s:i, s:o, s:i, s:i}", "job", (json_int_t)job->id,
+				  "key", job->key, "trials", job->trials,
+				  "best_ms", job->best_ms > 0 ? json_real(job->best_ms) : json_null(),
+				  "version", job->version, "quarantined", quarantined));
+}
+
 static void on_trial(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 {
 	char *plan = plan_text(r);
@@ -122,12 +153,26 @@ static void on_trial(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 	record_trial(d, job, r, plan ? plan : "null");
 	if (strcmp(r->outcome, "ok"))
 		snprintf(job->error, sizeof(job->error), "%.15s: %.230s", r->outcome, r->detail);
-	tuned_broadcast(d, job->key, PROTO_EVENT_PROGRESS,
-			json_pack("{s:I, s:s, s:i, s:o, s:i}", "job", (json_int_t)job->id,
-				  "key", job->key, "trials", job->trials,
-				  "best_ms", job->best_ms > 0 ? json_real(job->best_ms) : json_null(),
-				  "version", job->version));
+	broadcast_progress(d, job, r->quarantined);
 	free(plan);
+}
+
+/* A quarantined candidate was skipped: not a trial, but progress. */
+static void on_skipped(tuned_daemon *d, tuned_job *job, const tuned_result *r)
+{
+	char *plan = plan_text(r);
+
+	tuned_log(TUNED_INFO, "job %lld: %s: plan %s is quarantined: not tried again",
+		  (long long)job->id, job->key, plan ? plan : "(out of memory)");
+	broadcast_progress(d, job, r->quarantined);
+	free(plan);
+}
+
+static void on_lost(const tuned_job *job, const tuned_result *r)
+{
+	tuned_log(TUNED_ERROR, "job %lld: %s: the worker died re-timing plans side by "
+		  "side (%s); which plan killed it cannot be told, so none is quarantined",
+		  (long long)job->id, job->key, r->detail);
 }
 
 /* The generation event; the log says what its re-timing found. */
@@ -188,6 +233,8 @@ static void on_result(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 	case TUNED_RESULT_VERSION: return on_version(d, job, r);
 	case TUNED_RESULT_GENERATION: return on_generation(d, job, r);
 	case TUNED_RESULT_END: return on_end(d, job, r);
+	case TUNED_RESULT_SKIPPED: return on_skipped(d, job, r);
+	case TUNED_RESULT_LOST: return on_lost(job, r);
 	}
 }
 

@@ -20,6 +20,12 @@
  * the job started from is re-timed with them, so that the speedup over it
  * is a ratio of two times measured together.
  *
+ * A candidate whose plan is quarantined (it crashed or hung a worker
+ * before: the job's spec lists them) is never compiled, measured or
+ * re-timed: it fails at once, counted as skipped; a version whose plan is
+ * quarantined is not re-timed, and the job's first candidate to be
+ * measured replaces it as the next version.
+ *
  * Work is taken from the jobs in order: priority, then jobs a client waits
  * on, then the job with the fewest generations, then the oldest; so the
  * generations of concurrent jobs interleave.
@@ -67,7 +73,8 @@ typedef struct runner_job {
 	char *graph_text;
 	double budget_s;
 	int max_trials, priority;
-	json_t *known, *incumbent, *neighbour;
+	json_t *known, *incumbent, *neighbour, *quarantined;
+	int skipped; /* quarantined candidates not tried */
 	bool active, waited, cancelled, retiming;
 	/* Active jobs: */
 	sched_graph *graph;
@@ -154,6 +161,8 @@ void tuned_result_free(tuned_result *result)
 	json_decref(result->answer);
 	json_decref(result->plan);
 	json_decref(result->data);
+	json_decref(result->sources);
+	free(result->worker_log);
 	free(result);
 }
 
@@ -189,6 +198,7 @@ static void job_free(runner_job *job)
 	json_decref(job->known);
 	json_decref(job->incumbent);
 	json_decref(job->neighbour);
+	json_decref(job->quarantined);
 	json_decref(job->retimed);
 	json_decref(job->first);
 	free(job->graph_text);
@@ -265,10 +275,10 @@ static json_t *generation_data(const runner_job *job)
 {
 	double best = tuner_search_best(job->search);
 
-	return json_pack("{s:I, s:i, s:i, s:i, s:i, s:o, s:o, s:o, s:o, s:o}",
+	return json_pack("{s:I, s:i, s:i, s:i, s:i, s:i, s:o, s:o, s:o, s:o, s:o}",
 			 "job", (json_int_t)job->id, "generation", job->generation - 1,
 			 "trials", job->trials, "compile_failures", job->compile_failures,
-			 "filtered", job->filtered,
+			 "filtered", job->filtered, "quarantined", job->skipped,
 			 "best_ms", isfinite(best) ? json_real(best) : json_null(),
 			 "first_ms", job->first_ms > 0 ? json_real(job->first_ms) : json_null(),
 			 "version_ms", job->version_ms > 0 ? json_real(job->version_ms) : json_null(),
@@ -423,6 +433,41 @@ static int read_canonical_graph(runner_job *job, sched_error *err)
 	return sched_graph_read_string(job->graph_text, &job->graph, err);
 }
 
+static bool is_quarantined(const runner_job *job, const json_t *plan)
+{
+	size_t i;
+	json_t *q;
+
+	json_array_foreach(job->quarantined, i, q)
+		if (json_equal(q, plan))
+			return true;
+	return false;
+}
+
+/* Tells the loop thread that the quarantined "plan" was not tried. */
+static void push_skipped(tuned_runner *r, runner_job *job, json_t *plan)
+{
+	tuned_result *skipped = result_new(job, TUNED_RESULT_SKIPPED);
+
+	job->skipped++;
+	if (skipped) {
+		skipped->plan = json_incref(plan);
+		skipped->quarantined = job->skipped;
+	}
+	push_result(r, skipped);
+}
+
+/* A version whose plan is quarantined is never re-timed: the job goes on
+ * as for a key without one. */
+static void drop_quarantined_incumbent(tuned_runner *r, runner_job *job)
+{
+	if (!job->incumbent || !is_quarantined(job, job->incumbent))
+		return;
+	push_skipped(r, job, job->incumbent);
+	json_decref(job->incumbent);
+	job->incumbent = NULL;
+}
+
 static int activate(tuned_runner *r, runner_job *job)
 {
 	tuner_search_options options = {.kind = TUNER_GENETIC, .seed = (unsigned)job->id,
@@ -441,6 +486,7 @@ static int activate(tuned_runner *r, runner_job *job)
 		return -1;
 	}
 	know_trials(job->search, job->known);
+	drop_quarantined_incumbent(r, job);
 	if (job->neighbour)
 		tuner_search_suggest(job->search, job->neighbour);
 	job->limit_s = tuner_time_limit(job->graph, r->backend);
@@ -521,8 +567,11 @@ static runner_job *retiming_job(tuned_runner *r)
 	return NULL;
 }
 
-/* The outcome's name as the cache and clients know it. */
-static void describe_reply(const tuner_reply *reply, tuned_result *result)
+/* The outcome's name as the cache and clients know it. A request that
+ * never reached a worker (it could not be started) is an error, not a
+ * crash of the plan's. */
+static void describe_reply(const tuner_reply *reply, bool delivered,
+			   tuned_result *result)
 {
 	static const char *const outcomes[] = {
 		[TUNER_ANSWERED] = "ok", [TUNER_CRASHED] = "crash",
@@ -531,48 +580,70 @@ static void describe_reply(const tuner_reply *reply, tuned_result *result)
 	const char *kind = json_string_value(json_object_get(reply->answer, "kind"));
 
 	snprintf(result->outcome, sizeof(result->outcome), "%s",
-		 reply->answer ? (kind ? kind : "error") : outcomes[reply->outcome]);
+		 reply->answer ? (kind ? kind : "error") :
+		 delivered ? outcomes[reply->outcome] : "error");
 	snprintf(result->detail, sizeof(result->detail), "%s",
 		 json_string_value(json_object_get(reply->answer, "error")) ?:
 		 reply->answer ? "" : reply->detail);
 }
 
 /* Asks a worker with the lock released; a request that cannot be sent
- * reads as a crash. */
-static void ask(tuned_runner *r, tuner_worker *worker, json_t *request,
+ * reads as a crash. False when it never reached a worker. */
+static bool ask(tuned_runner *r, tuner_worker *worker, json_t *request,
 		double limit_s, tuner_reply *reply)
 {
+	bool delivered;
+
 	uv_mutex_unlock(&r->lock);
-	if (!request || tuner_worker_ask(worker, request, limit_s, reply) < 0) {
+	delivered = request && tuner_worker_ask(worker, request, limit_s, reply) == 0;
+	if (!delivered) {
 		reply->outcome = TUNER_CRASHED;
 		if (!reply->detail[0])
 			snprintf(reply->detail, sizeof(reply->detail), "out of memory");
 	}
 	json_decref(request);
 	uv_mutex_lock(&r->lock);
+	return delivered;
 }
 
 /* An ask of the measurement worker, its time counted as the device's. */
-static void ask_device(tuned_runner *r, tuner_worker *worker, json_t *request,
+static bool ask_device(tuned_runner *r, tuner_worker *worker, json_t *request,
 		       double limit_s, tuner_reply *reply)
 {
 	uint64_t started = uv_hrtime();
+	bool delivered = ask(r, worker, request, limit_s, reply);
 
-	ask(r, worker, request, limit_s, reply);
 	r->busy_ns += uv_hrtime() - started;
+	return delivered;
+}
+
+/* What it takes to reproduce a trial that crashed or hung its worker:
+ * the kernels' sources, the worker's last words, how it died. */
+static void add_bundle(tuned_runner *r, runner_job *job, const candidate *c,
+		       tuner_worker *worker, const tuner_reply *reply, double limit_s,
+		       tuned_result *trial)
+{
+	trial->sources = tuner_plan_sources(job->graph, c->plan, r->cuda);
+	trial->worker_log = tuner_worker_log(worker);
+	trial->term_signal = reply->term_signal;
+	trial->limit_s = limit_s;
 }
 
 /* A trial's result for the loop thread (the cache and clients). */
 static void push_trial(tuned_runner *r, runner_job *job, const candidate *c,
-		       const tuner_reply *reply)
+		       tuner_worker *worker, const tuner_reply *reply, bool delivered,
+		       double limit_s)
 {
 	tuned_result *trial = result_new(job, TUNED_RESULT_TRIAL);
 
 	if (!trial)
 		return;
-	describe_reply(reply, trial);
+	describe_reply(reply, delivered, trial);
 	trial->plan = json_incref(c->plan);
 	trial->answer = json_incref(reply->answer);
+	trial->quarantined = job->skipped;
+	if (!strcmp(trial->outcome, "crash") || !strcmp(trial->outcome, "timeout"))
+		add_bundle(r, job, c, worker, reply, limit_s, trial);
 	push_result(r, trial);
 }
 
@@ -591,10 +662,11 @@ static void compile_one(tuned_runner *r, tuner_worker *worker, runner_job *job,
 	json_t *request = json_pack("{s:s, s:s, s:O}", "op", "compile", "graph",
 				    job->graph_text, "plan", c->plan);
 	tuner_reply reply = {0};
+	bool delivered;
 
 	c->stage = COMPILING;
 	r->compiling++;
-	ask(r, worker, request, COMPILE_LIMIT_S, &reply);
+	delivered = ask(r, worker, request, COMPILE_LIMIT_S, &reply);
 	r->compiling--;
 	uv_cond_signal(&r->measure_wake);
 	if (answered_ok(&reply)) {
@@ -602,10 +674,18 @@ static void compile_one(tuned_runner *r, tuner_worker *worker, runner_job *job,
 	} else {
 		job->compile_failures++;
 		job->trials++;
-		push_trial(r, job, c, &reply);
+		push_trial(r, job, c, worker, &reply, delivered, COMPILE_LIMIT_S);
 		candidate_done(r, job, c, INFINITY);
 	}
 	json_decref(reply.answer);
+}
+
+/* A quarantined candidate is not compiled (so never measured): it fails
+ * at once. */
+static void skip_candidate(tuned_runner *r, runner_job *job, candidate *c)
+{
+	push_skipped(r, job, c->plan);
+	candidate_done(r, job, c, INFINITY);
 }
 
 /* Compile threads take the first candidate waiting, in job order. They
@@ -622,6 +702,8 @@ static void compile_thread(worker_thread *t)
 		if (retiming_job(r) || (r->timing && !r->cuda) ||
 		    !(c = pick(r, TO_COMPILE, &job)))
 			uv_cond_wait(&r->compile_wake, &r->lock);
+		else if (is_quarantined(job, c->plan))
+			skip_candidate(r, job, c);
 		else
 			compile_one(r, t->worker, job, c);
 	}
@@ -639,14 +721,14 @@ static void measure_one(tuned_runner *r, tuner_worker *worker, runner_job *job,
 				    "plan", c->plan, "seed", (json_int_t)job->id,
 				    "timing", "budget_ms", TRIAL_TIMING_MS);
 	tuner_reply reply = {0};
-	bool ok;
+	bool ok, delivered;
 
 	if (request && isfinite(best))
 		json_object_set_new(request, "cutoff_ms", json_real(CUTOFF * best));
 	c->stage = MEASURING;
-	ask_device(r, worker, request, job->limit_s, &reply);
+	delivered = ask_device(r, worker, request, job->limit_s, &reply);
 	job->trials++;
-	push_trial(r, job, c, &reply);
+	push_trial(r, job, c, worker, &reply, delivered, job->limit_s);
 	if ((ok = answered_ok(&reply)))
 		c->answer = json_incref(reply.answer);
 	candidate_done(r, job, c, ok ? json_number_value(json_object_get(reply.answer,
@@ -688,6 +770,17 @@ static json_t *retime_plans(runner_job *job, int *picked, int *npicked)
 	return plans;
 }
 
+/* The worker died re-timing plans: which plan killed it cannot be told,
+ * so none is quarantined, but the log says it. */
+static void push_lost(tuned_runner *r, runner_job *job, const tuner_reply *reply)
+{
+	tuned_result *lost = result_new(job, TUNED_RESULT_LOST);
+
+	if (lost)
+		snprintf(lost->detail, sizeof(lost->detail), "%s", reply->detail);
+	push_result(r, lost);
+}
+
 /* "plans" (taken) timed side by side by the measurement worker: the
  * answer's "times", or NULL. */
 static json_t *side_by_side(tuned_runner *r, tuner_worker *worker, runner_job *job,
@@ -700,7 +793,9 @@ static json_t *side_by_side(tuned_runner *r, tuner_worker *worker, runner_job *j
 	tuner_reply reply = {0};
 	json_t *times;
 
-	ask_device(r, worker, request, limit_s, &reply);
+	if (ask_device(r, worker, request, limit_s, &reply) &&
+	    reply.outcome != TUNER_ANSWERED)
+		push_lost(r, job, &reply);
 	times = json_incref(json_object_get(reply.answer, "times"));
 	json_decref(reply.answer);
 	return times;
@@ -980,6 +1075,7 @@ int tuned_runner_submit(tuned_runner *r, const tuned_job_spec *spec)
 		json_decref(spec->known);
 		json_decref(spec->incumbent);
 		json_decref(spec->neighbour);
+		json_decref(spec->quarantined);
 		return -1;
 	}
 	job->id = spec->job;
@@ -989,6 +1085,7 @@ int tuned_runner_submit(tuned_runner *r, const tuned_job_spec *spec)
 	job->known = spec->known;
 	job->incumbent = spec->incumbent;
 	job->neighbour = spec->neighbour;
+	job->quarantined = spec->quarantined ? spec->quarantined : json_array();
 	uv_mutex_lock(&r->lock);
 	for (at = &r->jobs; *at; at = &(*at)->next)
 		;

@@ -26,6 +26,8 @@ enum tuned_result_kind {
 	TUNED_RESULT_VERSION,    /* a candidate beat the key's version */
 	TUNED_RESULT_GENERATION, /* a generation ended */
 	TUNED_RESULT_END,        /* the job is over */
+	TUNED_RESULT_SKIPPED,    /* a quarantined candidate was not tried */
+	TUNED_RESULT_LOST,       /* a worker died re-timing several plans */
 };
 
 /* What the pipeline found for one job. */
@@ -42,12 +44,19 @@ typedef struct tuned_result {
 			    * beside it (0: failed), for the speedup over it */
 	int generation;    /* VERSION: the generation that found it */
 	json_t *data;      /* GENERATION: the event's counters */
+	int quarantined;   /* TRIAL, SKIPPED: candidates of the job skipped so far */
+	/* TRIAL, when a worker crashed or hung: the repro bundle's parts */
+	json_t *sources;   /* each kernel's source, or NULL */
+	char *worker_log;  /* the end of the worker's stderr, or NULL */
+	int term_signal;   /* the signal that killed it, or 0 */
+	double limit_s;    /* the time limit of the request */
 	bool cancelled;    /* END: the job was cancelled, or */
 	bool stopped;      /* END: the daemon is stopping (the job resumes later) */
 	struct tuned_result *next;
 } tuned_result;
 
-/* A job handed to the runner. known, incumbent and neighbour are taken. */
+/* A job handed to the runner. known, incumbent, neighbour and quarantined
+ * are taken. */
 typedef struct tuned_job_spec {
 	int64_t job;
 	const char *graph;  /* graph.json text */
@@ -58,6 +67,9 @@ typedef struct tuned_job_spec {
 	json_t *incumbent;  /* the plan of the key's best version, or NULL */
 	json_t *neighbour;  /* without one, the best plan of the nearest key
 			     * of the same form, or NULL */
+	json_t *quarantined; /* the key's quarantined plans on this device
+			      * (cache_quarantined_plans), or NULL: never
+			      * compiled, measured or re-timed */
 } tuned_job_spec;
 
 typedef struct tuned_runner tuned_runner;

@@ -92,7 +92,7 @@ int tuned_cached_version(tuned_daemon *d, const char *key);
  * newer version): they go first. */
 void tuned_update_waited(tuned_daemon *d);
 /* Hands a queued job to the runner, with what the cache knows of its key. */
-int tuned_run_job(tuned_daemon *d, const tuned_job *job);
+int tuned_run_job(tuned_daemon *d, tuned_job *job);
 
 /* results.c: the runner's results, on the loop thread. */
 void tuned_on_results(uv_async_t *async);

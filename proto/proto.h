@@ -136,7 +136,8 @@ typedef struct proto_request {
 	int64_t priority;     /* submit: higher runs first [0] */
 	int64_t trials;       /* submit: at most this many trials [0: no limit] */
 	int64_t job;          /* status, cancel, fetch: > 0 [0: none] */
-	char key[PROTO_KEY_HEX + 1]; /* fetch, watch, cache.show [""] */
+	char key[PROTO_KEY_HEX + 1]; /* fetch, watch, cache.show,
+				      * cache.quarantine [""] */
 	int64_t min_version;  /* fetch [0] */
 	int64_t timeout_ms;   /* fetch: how long to wait [0: reply at once] */
 	int64_t max_age_s;    /* cache.prune [-1: absent] */

@@ -24,6 +24,7 @@ static const char *const op_names[PROTO_NOPS] = {
 	[PROTO_OP_CACHE_PRUNE] = "cache.prune",
 	[PROTO_OP_CACHE_EXPORT] = "cache.export",
 	[PROTO_OP_CACHE_IMPORT] = "cache.import",
+	[PROTO_OP_CACHE_QUARANTINE] = "cache.quarantine",
 };
 
 const char *proto_op_name(enum proto_op op)
@@ -100,6 +101,7 @@ static const field_spec op_fields[PROTO_NOPS][MAX_FIELDS] = {
 				    "hex digits)"}},
 	[PROTO_OP_CACHE_IMPORT] = {{"export", F_BUNDLE, true, 0, 0, 0,
 				    "an object (what cache.export gave)"}},
+	[PROTO_OP_CACHE_QUARANTINE] = {KEY_FIELD(false)},
 };
 
 /* "s" for a message: at most 32 bytes of it, cut between UTF-8 sequences,

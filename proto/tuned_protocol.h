@@ -51,7 +51,7 @@ enum proto_code {
 #define PROTO_NCODES 12
 
 /* Operations, named on the wire "hello", "ping", ..., "cache.list",
- * "cache.show", "cache.prune". */
+ * "cache.show", "cache.prune", "cache.quarantine". */
 enum proto_op {
 	PROTO_OP_NONE = -1,
 	PROTO_OP_HELLO,
@@ -68,8 +68,9 @@ enum proto_op {
 	PROTO_OP_CACHE_PRUNE,
 	PROTO_OP_CACHE_EXPORT,
 	PROTO_OP_CACHE_IMPORT,
+	PROTO_OP_CACHE_QUARANTINE,
 };
-#define PROTO_NOPS 14
+#define PROTO_NOPS 15
 
 /* The events a client receives (docs/protocol.md, "Events"). */
 #define PROTO_EVENT_VERSION "version"

@@ -176,10 +176,9 @@ static const char **request_sources(const json_t *request, int nkernels)
 /* Each kernel's source as compiled: {kernel, language, source}, and
  * "library": true for a library step (its source makes or records a
  * library call: docs/kernels.md, "Library steps"). */
-static json_t *sources_json(kgen_backend *backend, const sched_graph *graph,
-			    const kgen_plan *plan, const char **given)
+static json_t *printed_sources(const sched_graph *graph, const kgen_plan *plan,
+			       bool cuda, const char **given)
 {
-	bool cuda = !strcmp(kgen_backend_name(backend), "cuda");
 	json_t *list = json_array();
 
 	for (int k = 0; k < plan->nkernels; k++) {
@@ -197,6 +196,26 @@ static json_t *sources_json(kgen_backend *backend, const sched_graph *graph,
 		free(text);
 	}
 	return list;
+}
+
+static json_t *sources_json(kgen_backend *backend, const sched_graph *graph,
+			    const kgen_plan *plan, const char **given)
+{
+	return printed_sources(graph, plan, !strcmp(kgen_backend_name(backend), "cuda"),
+			       given);
+}
+
+json_t *tuner_plan_sources(const sched_graph *graph, json_t *plan_json, int cuda)
+{
+	kgen_plan *plan = NULL;
+	kgen_error err = {0};
+	json_t *sources = NULL;
+
+	if (kgen_plan_from_json(graph, plan_json, &plan, &err) == 0)
+		sources = printed_sources(graph, plan, cuda, NULL);
+	kgen_plan_free(plan);
+	kgen_error_release(&err);
+	return sources;
 }
 
 /* How to launch each kernel: {kernel, grid, block, shared_bytes, args,

@@ -213,6 +213,14 @@ struct kgen_backend;
 __tuner_give json_t *tuner_measure(struct kgen_backend *backend,
 				   __tuner_keep const json_t *request);
 
+/* The source of each kernel of "plan" for "graph" as the worker prints it
+ * on the cuda backend (else the cpu's), as the answers' "sources" list
+ * them: [{"kernel", "language", "source"}...]; NULL when the plan is not
+ * one of the graph's. For the repro bundle of a plan whose worker died. */
+struct sched_graph;
+__tuner_give json_t *tuner_plan_sources(__tuner_keep const struct sched_graph *graph,
+					__tuner_keep json_t *plan, int cuda);
+
 /* Every request a worker serves, by its "op" (docs/kernels.md):
  * "measure" (or none): tuner_measure;
  * "compile" {"graph", "plan", "sources"}: the kernels compiled into the

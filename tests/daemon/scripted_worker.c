@@ -14,9 +14,13 @@
  * $SCRIPTED_DRIFT, when set, makes re-timing k (from 0) find every plan
  * k + 1 times slower: load that drifts between re-timings, alike for every
  * plan within one.
+ * $SCRIPTED_CRASH, when set, names a file: the first measurement made
+ * while it does not exist creates it, says so on stderr and dies of
+ * SIGSEGV, as a kernel that crashes its worker; later ones go on.
  * Arguments are accepted and ignored, as tuned passes them.
  */
 #include <jansson.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +45,21 @@ static void pause_a_little(void)
 	nanosleep(&ts, NULL);
 }
 
+/* Dies once, as $SCRIPTED_CRASH says. */
+static void crash_once(void)
+{
+	const char *marker = getenv("SCRIPTED_CRASH");
+	FILE *f;
+
+	if (!marker || !(f = fopen(marker, "wx")))
+		return;
+	fclose(f);
+	fprintf(stderr, "scripted worker: crashing on purpose\n");
+	fflush(stderr);
+	signal(SIGSEGV, SIG_DFL);
+	raise(SIGSEGV);
+}
+
 static json_t *measure(const json_t *request)
 {
 	static bool measured;
@@ -50,6 +69,7 @@ static json_t *measure(const json_t *request)
 	if (!measured && getenv("SCRIPTED_FIRST_MS"))
 		ms = atof(getenv("SCRIPTED_FIRST_MS"));
 	measured = true;
+	crash_once();
 	pause_a_little();
 	return json_pack("{s:s, s:b, s:f, s:f, s:i, s:O, s:[], s:[], s:[]}", "kind", "ok",
 			 "verified", 1, "total_ms", ms, "total_spread_ms", 0.001,

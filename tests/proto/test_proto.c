@@ -55,6 +55,8 @@ Test(request, every_op_has_a_valid_example)
 		 KEY "\"]}}", PROTO_OP_CACHE_EXPORT},
 		{"{\"id\":14,\"op\":\"cache.import\",\"params\":{\"export\":"
 		 "{\"entries\":[]}}}", PROTO_OP_CACHE_IMPORT},
+		{"{\"id\":15,\"op\":\"cache.quarantine\",\"params\":{\"key\":\"" KEY
+		 "\"}}", PROTO_OP_CACHE_QUARANTINE},
 	};
 
 	cr_assert_eq(sizeof(cases) / sizeof(cases[0]), PROTO_NOPS);

@@ -1,0 +1,226 @@
+/*
+ * test_quarantine.c: plans that crashed a worker, through the real tuned
+ * with the scripted worker: quarantined with their repro bundle, never
+ * tried again even once their trials are pruned, and listed by the
+ * cache.quarantine request.
+ */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixture.h"
+
+#define EXAMPLE "softmax_scores_small"
+
+static json_t *result_of(json_t *reply)
+{
+	return json_object_get(reply, "result");
+}
+
+static void start_scripted(fixture *f, bool crash_once)
+{
+	const char *const extra[] = {"--compile-workers", "1", NULL};
+	char marker[160];
+
+	snprintf(marker, sizeof(marker), "%s/crashed", f->dir);
+	setenv("TUNED_WORKER", getenv("SCRIPTED_WORKER"), 1);
+	setenv("SCRIPTED_TIMES", "flat", 1);
+	if (crash_once)
+		setenv("SCRIPTED_CRASH", marker, 1);
+	else
+		unsetenv("SCRIPTED_CRASH");
+	fixture_start(f, extra);
+}
+
+/* Submits the example (no budget: one trial; else "budget" seconds and
+ * at most "trials") and follows its events to the end of the job: its
+ * last state, and the most candidates it said were skipped as
+ * quarantined. */
+static const char *run_job(conn *c, double budget, int trials, json_int_t *job,
+			   json_int_t *quarantined)
+{
+	static char state[32];
+	char *text = example_text(EXAMPLE);
+	json_t *params = json_pack("{s:s}", "graph", text), *reply, *event;
+
+	if (budget > 0)
+		json_object_update_new(params, json_pack("{s:f, s:i}", "budget", budget,
+							 "trials", trials));
+	reply = conn_call(c, "submit", params);
+	*job = json_integer_value(json_object_get(result_of(reply), "id"));
+	cr_assert_gt(*job, 0, "submit failed: %s", json_dumps(reply, 0));
+	json_decref(reply);
+	free(text);
+	*quarantined = 0;
+	state[0] = 0;
+	while (!state[0] && (event = conn_read(c, 60000))) {
+		json_t *data = json_object_get(event, "data");
+		const char *name = json_string_value(json_object_get(event, "event")) ?: "";
+		const char *s = json_string_value(json_object_get(data, "state")) ?: "";
+
+		if (json_integer_value(json_object_get(data, "quarantined")) > *quarantined)
+			*quarantined = json_integer_value(json_object_get(data, "quarantined"));
+		if (!strcmp(name, "job") && strcmp(s, "queued") && strcmp(s, "running"))
+			snprintf(state, sizeof(state), "%s", s);
+		json_decref(event);
+	}
+	cr_assert(state[0], "job %lld did not end", (long long)*job);
+	return state;
+}
+
+static void sql(const char *path, const char *statement)
+{
+	sqlite3 *db;
+
+	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+	cr_assert_eq(sqlite3_exec(db, statement, NULL, NULL, NULL), SQLITE_OK, "%s: %s",
+		     statement, sqlite3_errmsg(db));
+	sqlite3_close(db);
+}
+
+static long long sql_count(const char *path, const char *query)
+{
+	sqlite3 *db;
+	sqlite3_stmt *stmt;
+	long long n = -1;
+
+	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+	cr_assert_eq(sqlite3_prepare_v2(db, query, -1, &stmt, NULL), SQLITE_OK, "%s: %s",
+		     query, sqlite3_errmsg(db));
+	if (sqlite3_step(stmt) == SQLITE_ROW)
+		n = sqlite3_column_int64(stmt, 0);
+	sqlite3_finalize(stmt);
+	sqlite3_close(db);
+	return n;
+}
+
+static bool log_contains(const fixture *f, const char *text)
+{
+	FILE *log = fopen(f->log, "r");
+	char line[8192];
+	bool found = false;
+
+	while (log && !found && fgets(line, sizeof(line), log))
+		found = strstr(line, text) != NULL;
+	if (log)
+		fclose(log);
+	return found;
+}
+
+/* The one entry of the quarantine, checked to hold its whole bundle. */
+static void expect_bundle(conn *c, json_int_t job, const char *key)
+{
+	json_t *reply = conn_call(c, "cache.quarantine", NULL);
+	json_t *entries = json_object_get(result_of(reply), "entries");
+	json_t *e = json_array_get(entries, 0), *source;
+	char *graph = example_text(EXAMPLE);
+
+	cr_assert_eq(json_array_size(entries), 1, "%s", json_dumps(reply, 0));
+	cr_expect_str_eq(json_string_value(json_object_get(e, "key")), key);
+	cr_expect_str_eq(json_string_value(json_object_get(e, "cause")), "crash");
+	cr_expect_eq(json_integer_value(json_object_get(e, "signal")), SIGSEGV);
+	cr_expect_eq(json_integer_value(json_object_get(e, "seed")), job);
+	cr_expect(strstr(json_string_value(json_object_get(e, "reason")) ?: "", "signal 11"));
+	cr_expect(strstr(json_string_value(json_object_get(e, "device")) ?: "", "scripted"));
+	cr_expect(json_is_object(json_object_get(e, "plan")));
+	cr_expect_str_eq(json_string_value(json_object_get(e, "graph")) ?: "", graph);
+	cr_expect(strstr(json_string_value(json_object_get(e, "worker_log")) ?: "",
+			 "scripted worker: crashing on purpose"),
+		  "worker_log: %s", json_dumps(json_object_get(e, "worker_log"), 0));
+	source = json_array_get(json_object_get(e, "sources"), 0);
+	cr_expect(strstr(json_string_value(json_object_get(source, "source")) ?: "", "void"),
+		  "sources: %s", json_dumps(json_object_get(e, "sources"), 0));
+	reply = (json_decref(reply), conn_call(c, "cache.quarantine",
+					       json_pack("{s:s}", "key", key)));
+	cr_expect_eq(json_array_size(json_object_get(result_of(reply), "entries")), 1);
+	json_decref(reply);
+	free(graph);
+}
+
+/* The key of the example's job. */
+static void job_key(conn *c, json_int_t job, char key[65])
+{
+	json_t *reply = conn_call(c, "status", json_pack("{s:I}", "job", job));
+
+	snprintf(key, 65, "%s", json_string_value(json_object_get(result_of(reply), "key")));
+	json_decref(reply);
+}
+
+Test(quarantine, a_crashed_plan_is_never_tried_again_even_once_its_trials_are_pruned,
+     .timeout = 180)
+{
+	fixture f;
+	conn c;
+	json_int_t job, quarantined;
+	char key[65], pattern[128];
+
+	fixture_init(&f);
+	start_scripted(&f, true);
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	/* the default plan, the one trial of a job without budget, crashes */
+	cr_expect_str_eq(run_job(&c, 0, 0, &job, &quarantined), "failed");
+	job_key(&c, job, key);
+	expect_bundle(&c, job, key);
+	snprintf(pattern, sizeof(pattern), "job %lld: %s: worker crashed (worker killed "
+		 "by signal 11", (long long)job, key);
+	cr_expect(log_contains(&f, pattern), "the log lacks \"%s\"", pattern);
+	conn_close(&c);
+	cr_assert_eq(fixture_stop(&f, SIGTERM, NULL), 0);
+
+	/* its trials pruned, the plan is known from the quarantine alone */
+	sql(f.cache, "DELETE FROM trials");
+	start_scripted(&f, false);
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	cr_expect_str_eq(run_job(&c, 0, 0, &job, &quarantined), "done");
+	cr_expect_eq(quarantined, 1, "progress said %lld skipped", (long long)quarantined);
+	cr_expect_eq(sql_count(f.cache, "SELECT count(*) FROM trials WHERE plan IN "
+			       "(SELECT plan FROM quarantine)"), 0,
+		     "the quarantined plan was measured again");
+	cr_expect_eq(sql_count(f.cache, "SELECT count(*) FROM trials"), 1);
+	cr_expect(log_contains(&f, "is quarantined: not tried again"));
+	conn_close(&c);
+	fixture_stop(&f, SIGTERM, NULL);
+	fixture_cleanup(&f);
+}
+
+/* A version whose plan is quarantined is not re-timed against: the job's
+ * first candidate replaces it. */
+Test(quarantine, a_quarantined_version_is_replaced_not_retimed, .timeout = 180)
+{
+	fixture f;
+	conn c;
+	json_int_t job, quarantined;
+	json_t *reply;
+
+	fixture_init(&f);
+	start_scripted(&f, false);
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	cr_assert_str_eq(run_job(&c, 0, 0, &job, &quarantined), "done");
+	conn_close(&c);
+	cr_assert_eq(fixture_stop(&f, SIGTERM, NULL), 0);
+
+	/* as if version 1 had crashed a worker later */
+	sql(f.cache, "INSERT INTO quarantine (graph, device, codegen, plan, reason, "
+		     "created_at) SELECT graph, device, codegen, plan, 'planted', 0 "
+		     "FROM plans WHERE version = 1");
+	start_scripted(&f, false);
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	/* flat times: no challenger ever beats a version it is re-timed with */
+	cr_expect_str_eq(run_job(&c, 60, 3, &job, &quarantined), "done");
+	cr_expect_eq(quarantined, 1);
+	reply = conn_call(&c, "status", json_pack("{s:I}", "job", job));
+	cr_expect_eq(json_integer_value(json_object_get(json_object_get(
+			     result_of(reply), "progress"), "version")), 2,
+		     "version 1 was kept: %s", json_dumps(reply, 0));
+	json_decref(reply);
+	conn_close(&c);
+	fixture_stop(&f, SIGTERM, NULL);
+	fixture_cleanup(&f);
+}
