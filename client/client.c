@@ -891,3 +891,11 @@ int tuned_client_cache_import(tuned_client *client, json_t *bundle, json_t **out
 	return tuned_client_call(client, PROTO_OP_CACHE_IMPORT,
 				 json_pack("{s:O}", "export", bundle), 0, out, err);
 }
+
+int tuned_client_cache_quarantine(tuned_client *client, const char *key,
+				  json_t **out, tuned_client_error *err)
+{
+	*out = NULL;
+	return tuned_client_call(client, PROTO_OP_CACHE_QUARANTINE,
+				 key ? json_pack("{s:s}", "key", key) : NULL, 0, out, err);
+}

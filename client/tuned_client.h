@@ -235,5 +235,13 @@ int tuned_client_cache_import(tuned_client *client,
 			      __tuned_client_keep json_t *bundle,
 			      __tuned_client_give json_t **out,
 			      tuned_client_error *err);
+/* The plans quarantined on the daemon's device (those of "key" only, when
+ * it is not NULL), each with its repro bundle: *out is {"entries": [{id,
+ * key, name, device, codegen, plan, reason, cause, signal, time_limit_s,
+ * seed, created_at, graph, sources, worker_log}...]} (docs/protocol.md,
+ * cache.quarantine). */
+int tuned_client_cache_quarantine(tuned_client *client, const char *key,
+				  __tuned_client_give json_t **out,
+				  tuned_client_error *err);
 
 #endif

@@ -978,6 +978,13 @@ Test(calls, cache_ops_send_only_the_limits_given)
 	json_decref(out);
 	cr_assert_eq(tuned_client_cache_list(client, &out, &err), 0);
 	json_decref(out);
+	cr_assert_eq(tuned_client_cache_quarantine(client, KEY, &out, &err), 0);
+	cr_expect_str_eq(json_string_value(json_object_get(json_object_get(out,
+		"params"), "key")), KEY);
+	json_decref(out);
+	cr_assert_eq(tuned_client_cache_quarantine(client, NULL, &out, &err), 0);
+	cr_expect_eq(json_object_size(json_object_get(out, "params")), 0);
+	json_decref(out);
 	cr_assert_eq(tuned_client_list(client, &out, &err), 0);
 	cr_expect_eq(json_array_size(json_object_get(out, "jobs")), 1);
 	json_decref(out);
