@@ -10,6 +10,7 @@
  *                                                          [--max-bytes N]
  *   tunectl cache export [KEY...] [--all] --out FILE [--cache DB]
  *   tunectl cache import FILE [--cache DB]
+ *   tunectl cache quarantine [--out DIR]
  *
  * Each takes --json (one JSON object on stdout; for watch, one JSON line
  * per event) and --socket PATH. cache export and import with --cache
@@ -283,6 +284,8 @@ static void generation_text(json_t *data, char *out, size_t size)
 		 "%lld filtered", integer(data, "generation"), trials,
 		 plural(trials), failures, plural(failures),
 		 integer(data, "filtered"));
+	if (integer(data, "quarantined") > 0)
+		append(out, size, ", %lld quarantined (not tried)", integer(data, "quarantined"));
 	if (isnan(best))
 		append(out, size, ", nothing timed yet");
 	else
@@ -1104,6 +1107,139 @@ static int cmd_fetch(tuned_client *client, const service_options *o)
 	return status;
 }
 
+/* cache quarantine: the plans that crashed or hung a worker, listed, or
+ * with --out exported one folder per entry. */
+
+/* "12 kernels: k0_y, k1_z, ..." for the list. */
+static void plan_summary(json_t *plan, char *out, size_t size)
+{
+	json_t *kernels = json_object_get(plan, "kernels"), *k;
+	size_t i, n = 0;
+
+	n += (size_t)snprintf(out, size, "%zu kernel%s:", json_array_size(kernels),
+			      json_array_size(kernels) == 1 ? "" : "s");
+	json_array_foreach(kernels, i, k) {
+		if (n + 8 >= size || i == 4) {
+			snprintf(out + n, size - n, " ...");
+			return;
+		}
+		n += (size_t)snprintf(out + n, size - n, "%s %s", i ? "," : "",
+				      str(k, "name"));
+	}
+}
+
+/* "crash (signal 11)", "timeout (12.0 s)", or the reason alone for an
+ * entry from before causes were kept. */
+static void cause_text(json_t *e, char *out, size_t size)
+{
+	if (!strcmp(str(e, "cause"), "crash") && json_integer_value(json_object_get(e, "signal")))
+		snprintf(out, size, "crash (signal %lld)",
+			 (long long)json_integer_value(json_object_get(e, "signal")));
+	else if (!strcmp(str(e, "cause"), "timeout"))
+		snprintf(out, size, "timeout (%.1f s)", num(e, "time_limit_s"));
+	else
+		snprintf(out, size, "%s", *str(e, "cause") ? str(e, "cause") : str(e, "reason"));
+}
+
+static void print_quarantined(json_t *e)
+{
+	char plan[120], cause[64];
+
+	plan_summary(json_object_get(e, "plan"), plan, sizeof(plan));
+	cause_text(e, cause, sizeof(cause));
+	printf("%-64s  %-20s  %-20s  %-20s  %s\n", str(e, "key"), str(e, "name"), cause,
+	       str(e, "created_at"), plan);
+}
+
+/* info.json: everything of the entry that has no file of its own. */
+static json_t *quarantine_info(json_t *e)
+{
+	json_t *info = json_deep_copy(e);
+
+	json_object_del(info, "graph");
+	json_object_del(info, "plan");
+	json_object_del(info, "sources");
+	json_object_del(info, "worker_log");
+	return info;
+}
+
+/* DIR/<id>-<key>: graph.json, plan.json, kernel_<n>.c or .cu,
+ * worker.log and info.json; what the entry lacks is not written. */
+static int export_entry(out_files *f, json_t *e, char *folder, size_t size)
+{
+	const char *graph = str(e, "graph"), *log = str(e, "worker_log");
+	json_t *info = quarantine_info(e);
+	int rc;
+
+	snprintf(folder, size, "%s/%lld-%.64s", f->dir,
+		 (long long)json_integer_value(json_object_get(e, "id")), str(e, "key"));
+	f->dir = folder;
+	f->cuda = !strncmp(str(e, "device"), "cuda", 4);
+	if (mkdir(folder, 0777) < 0 && errno != EEXIST)
+		rc = refuse_file(f, "cannot make the folder (%s)", strerror(errno));
+	else
+		rc = put_file(f, "plan.json", json_object_get(e, "plan"), NULL, 0);
+	if (rc == 0 && *graph)
+		rc = put_file(f, "graph.json", NULL, graph, strlen(graph));
+	if (rc == 0)
+		rc = write_sources(f, e);
+	if (rc == 0 && *log)
+		rc = put_file(f, "worker.log", NULL, log, strlen(log));
+	if (rc == 0)
+		rc = put_file(f, "info.json", info, NULL, 0);
+	json_decref(info);
+	return rc;
+}
+
+static int export_quarantine(const service_options *o, json_t *entries, json_t *written)
+{
+	json_t *e;
+	size_t i;
+
+	if (mkdir(o->out_dir, 0777) < 0 && errno != EEXIST)
+		return fail_with(o, "%s: cannot make the folder (%s)", o->out_dir,
+				 strerror(errno));
+	json_array_foreach(entries, i, e) {
+		out_files f = {.dir = o->out_dir, .written = written};
+		char folder[4096];
+
+		if (export_entry(&f, e, folder, sizeof(folder)) < 0)
+			return fail_with(o, "%s: %s", f.path, f.why);
+	}
+	return 0;
+}
+
+static int cmd_cache_quarantine(tuned_client *client, const service_options *o)
+{
+	json_t *result, *entries, *written = json_array(), *e, *path;
+	tuned_client_error err;
+	int status = EXIT_SUCCESS;
+	size_t i;
+
+	if (tuned_client_cache_quarantine(client, NULL, &result, &err) < 0) {
+		json_decref(written);
+		return fail(o, &err);
+	}
+	entries = json_object_get(result, "entries");
+	if (o->out_dir && export_quarantine(o, entries, written) != 0) {
+		status = EXIT_INVALID;
+	} else if (o->as_json) {
+		if (o->out_dir)
+			json_object_set(result, "files", written);
+		tunectl_print_json(json_incref(result));
+	} else {
+		printf("%-64s  %-20s  %-20s  %-20s  %s\n", "key", "name", "cause", "when",
+		       "plan");
+		json_array_foreach(entries, i, e)
+			print_quarantined(e);
+		json_array_foreach(written, i, path)
+			printf("wrote %s\n", json_string_value(path));
+	}
+	json_decref(written);
+	json_decref(result);
+	return status;
+}
+
 /* Results shown as they come: JSON, or flat lines. */
 static int show(const service_options *o, int rc, json_t *result,
 		const tuned_client_error *err)
@@ -1609,6 +1745,15 @@ static const service_command commands[] = {
 			 "may hold (offline)\n"),
 	   JSON_OPTION, SOCKET_OPTION},
 	  run_transfer}, cmd_cache_import},
+	{{"cache quarantine", NULL,
+	  "the plans that crashed or hung a worker, never tried again: key,\n"
+	  "name, cause, when and plan\n",
+	  {TUNECTL_VALUE("out", "DIR",
+			 "write each one's repro bundle into DIR/<id>-<key>:\n"
+			 "graph.json, plan.json, kernel_<n>.c or .cu,\n"
+			 "worker.log and info.json\n"),
+	   JSON_OPTION, SOCKET_OPTION},
+	  run_service}, cmd_cache_quarantine},
 };
 
 const tunectl_command *tunectl_service_command(size_t i)

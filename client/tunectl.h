@@ -113,8 +113,8 @@ int tunectl_run(const tunectl_command *command, const tunectl_args *args);
 int tunectl_sources(const tunectl_command *command, const tunectl_args *args);
 
 /* service.c: the commands that talk to a daemon (submit, status, list,
- * wait, cancel, watch, fetch, stats, cache ls|show|prune|export|import):
- * the i-th, NULL past the last. */
+ * wait, cancel, watch, fetch, stats, cache
+ * ls|show|prune|export|import|quarantine): the i-th, NULL past the last. */
 const tunectl_command *tunectl_service_command(size_t i);
 
 #endif

@@ -207,10 +207,10 @@ static void send_script(fake *f, int fd, bool jobs)
 		"device", f->device, "median_ms", 1.201, "spread_ms", 0.01,
 		"first_ms", 1.705, "speedup", 1.705 / 1.201, "job", 7));
 	send_event(f, fd, PROTO_EVENT_GENERATION, json_pack(
-		"{s:i, s:s, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f}", "job", 7,
+		"{s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f}", "job", 7,
 		"key", KEY, "generation", 2, "trials", 96, "compile_failures", 2,
-		"filtered", 5, "best_ms", 1.198, "first_ms", 1.75, "version_ms",
-		1.234, "gain", 1.75 / 1.234));
+		"filtered", 5, "quarantined", 2, "best_ms", 1.198, "first_ms", 1.75,
+		"version_ms", 1.234, "gain", 1.75 / 1.234));
 	if (jobs && !f->script_close)
 		send_event(f, fd, PROTO_EVENT_JOB, end);
 	else
@@ -280,6 +280,17 @@ static bool handle(fake *f, int fd, proto_request *req)
 		return true;
 	case PROTO_OP_FETCH:
 		handle_fetch(f, fd, req);
+		return true;
+	case PROTO_OP_CACHE_QUARANTINE:
+		/* an entry from before bundles were kept, and a timeout */
+		reply(f, fd, req->id, json_pack(
+			"{s:[{s:i, s:s, s:s, s:s, s:{s:[{s:s}]}, s:s, s:s, s:n, s:f, "
+			"s:n, s:s, s:n, s:n, s:n}]}", "entries", "id", 4, "key", KEY,
+			"name", "scale", "device", f->device, "plan", "kernels", "name",
+			"k0_y", "reason", "no answer within 12.0 s: worker killed",
+			"cause", "timeout", "signal", "time_limit_s", 12.0, "seed",
+			"created_at", "2026-01-02T03:04:05Z", "graph", "sources",
+			"worker_log"));
 		return true;
 	case PROTO_OP_WATCH:
 		handle_watch(f, fd, req);
@@ -979,12 +990,18 @@ Test(calls, cache_ops_send_only_the_limits_given)
 	cr_assert_eq(tuned_client_cache_list(client, &out, &err), 0);
 	json_decref(out);
 	cr_assert_eq(tuned_client_cache_quarantine(client, KEY, &out, &err), 0);
-	cr_expect_str_eq(json_string_value(json_object_get(json_object_get(out,
-		"params"), "key")), KEY);
+	cr_expect_eq(json_array_size(json_object_get(out, "entries")), 1);
 	json_decref(out);
 	cr_assert_eq(tuned_client_cache_quarantine(client, NULL, &out, &err), 0);
-	cr_expect_eq(json_object_size(json_object_get(out, "params")), 0);
 	json_decref(out);
+	pthread_mutex_lock(&f->lock);
+	params = json_object_get(json_array_get(f->seen, json_array_size(f->seen) - 2),
+				 "params");
+	cr_expect_str_eq(json_string_value(json_object_get(params, "key")), KEY);
+	params = json_object_get(json_array_get(f->seen, json_array_size(f->seen) - 1),
+				 "params");
+	cr_expect_eq(json_object_size(params), 0);
+	pthread_mutex_unlock(&f->lock);
 	cr_assert_eq(tuned_client_list(client, &out, &err), 0);
 	cr_expect_eq(json_array_size(json_object_get(out, "jobs")), 1);
 	json_decref(out);
@@ -1404,6 +1421,40 @@ Test(tunectl, fetch_out_names_c_sources_for_the_cpu)
 	fake_stop(f);
 }
 
+/* What an entry lacks is not written: here no graph, sources or log. */
+Test(tunectl, cache_quarantine_lists_and_exports_what_an_entry_holds)
+{
+	fake *f = fake_start(NULL);
+	char dir[128], file[256], stdout_path[192];
+
+	snprintf(dir, sizeof(dir), "%s/bundles", f->dir);
+	snprintf(stdout_path, sizeof(stdout_path), "%s/stdout", f->dir);
+	cr_assert_eq(tunectl(stdout_path, (const char *const[]){"cache", "quarantine",
+			     "--socket", f->path, "--out", dir, NULL}), 0);
+	expect_contains(stdout_path, KEY "  scale");
+	expect_contains(stdout_path, "timeout (12.0 s)");
+	expect_contains(stdout_path, "2026-01-02T03:04:05Z  1 kernel: k0_y");
+	snprintf(file, sizeof(file), "%s/4-%s/plan.json", dir, KEY);
+	expect_contains(file, "\"k0_y\"");
+	snprintf(file, sizeof(file), "%s/4-%s/info.json", dir, KEY);
+	expect_contains(file, "\"time_limit_s\": 12.0");
+	expect_contains(file, "\"reason\": \"no answer within 12.0 s: worker killed\"");
+	snprintf(file, sizeof(file), "%s/4-%s/worker.log", dir, KEY);
+	cr_expect_neq(access(file, F_OK), 0, "%s: the entry had no log", file);
+	snprintf(file, sizeof(file), "%s/4-%s/graph.json", dir, KEY);
+	cr_expect_neq(access(file, F_OK), 0, "%s: the entry had no graph", file);
+
+	/* a folder that cannot be made: the path and the reason */
+	snprintf(dir, sizeof(dir), "%s/stdout/x", f->dir);
+	cr_expect_eq(tunectl(stdout_path, (const char *const[]){"cache", "quarantine",
+			     "--socket", f->path, "--out", dir, NULL}), 1);
+	snprintf(file, sizeof(file), "%s.err", stdout_path);
+	expect_contains(file, "cannot make the folder");
+	snprintf(dir, sizeof(dir), "%s/bundles", f->dir);
+	remove_tree(dir);
+	fake_stop(f);
+}
+
 static void library_step(fake *f) { f->library_step = true; }
 
 /* A library step's cuBLASLt call is JSON: kernel_0.library.json. */
@@ -1620,7 +1671,8 @@ Test(tunectl, watch_a_job_until_done_prints_each_event)
 		"yet\n",
 		"version 3: 1.201 ms \u00b1 0.010 (1.42x over the version this "
 		"job started from, 1.705 ms beside it)\n",
-		"gen 2: 96 trials, 2 compile failures, 5 filtered, best trial "
+		"gen 2: 96 trials, 2 compile failures, 5 filtered, 2 quarantined "
+		"(not tried), best trial "
 		"1.198 ms, version 1.234 ms (1.42x over the version this job "
 		"started from)\n",
 		"job 7: done\n", NULL});
@@ -1791,7 +1843,8 @@ Test(tunectl, submit_wait_shows_the_generations)
 		"job 7: gen 1: 32 trials, 1 compile failure, 0 filtered, "
 		"nothing timed yet\n",
 		"job 7 done",
-		"  gen 2: 96 trials, 2 compile failures, 5 filtered, best trial "
+		"  gen 2: 96 trials, 2 compile failures, 5 filtered, 2 quarantined "
+		"(not tried), best trial "
 		"1.198 ms, version 1.234 ms (1.42x over the version this job "
 		"started from)\n", NULL});
 	fake_stop(f);

@@ -1,17 +1,22 @@
 /*
  * test_quarantine.c: plans that crashed a worker, through the real tuned
  * with the scripted worker: quarantined with their repro bundle, never
- * tried again even once their trials are pruned, and listed by the
- * cache.quarantine request.
+ * tried again even once their trials are pruned, listed by the
+ * cache.quarantine request and exported by tunectl cache quarantine.
  */
 #include <criterion/criterion.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/wait.h>
 
 #include "fixture.h"
+
+extern char **environ;
 
 #define EXAMPLE "softmax_scores_small"
 
@@ -140,6 +145,85 @@ static void expect_bundle(conn *c, json_int_t job, const char *key)
 	free(graph);
 }
 
+/* The text of "path", or NULL. */
+static char *file_text(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *text = NULL;
+	size_t len = 0;
+
+	if (f && getdelim(&text, &len, '\0', f) < 0) {
+		free(text);
+		text = NULL;
+	}
+	if (f)
+		fclose(f);
+	return text;
+}
+
+/* Runs tunectl cache quarantine on the fixture's daemon, with "out" as
+ * --out when not NULL, its stdout into DIR/listed: its exit status. */
+static int tunectl_quarantine(const fixture *f, const char *out)
+{
+	const char *argv[] = {getenv("TUNECTL"), "cache", "quarantine", "--socket",
+			      f->socket, out ? "--out" : NULL, out, NULL};
+	posix_spawn_file_actions_t actions;
+	char listed[160];
+	pid_t pid;
+	int status = -1;
+
+	snprintf(listed, sizeof(listed), "%s/listed", f->dir);
+	posix_spawn_file_actions_init(&actions);
+	posix_spawn_file_actions_addopen(&actions, 1, listed, O_WRONLY | O_CREAT | O_TRUNC,
+					 0644);
+	cr_assert_eq(posix_spawn(&pid, argv[0], &actions, NULL, (char **)argv, environ), 0);
+	posix_spawn_file_actions_destroy(&actions);
+	waitpid(pid, &status, 0);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* tunectl lists the entry and exports its bundle: one folder, its files
+ * as the daemon holds them. */
+static void expect_export(const fixture *f, json_int_t job, const char *key)
+{
+	char out[160], path[400], *text, *graph = example_text(EXAMPLE);
+	json_t *info, *plan;
+
+	cr_assert_eq(tunectl_quarantine(f, NULL), 0);
+	snprintf(path, sizeof(path), "%s/listed", f->dir);
+	text = file_text(path);
+	cr_expect(text && strstr(text, key) && strstr(text, "crash (signal 11)") &&
+		  strstr(text, EXAMPLE), "tunectl listed: %s", text);
+	free(text);
+
+	snprintf(out, sizeof(out), "%s/bundles", f->dir);
+	cr_assert_eq(tunectl_quarantine(f, out), 0);
+	snprintf(path, sizeof(path), "%s/1-%s/graph.json", out, key);
+	text = file_text(path);
+	cr_expect(text && !strcmp(text, graph), "%s differs from the graph", path);
+	free(text);
+	snprintf(path, sizeof(path), "%s/1-%s/worker.log", out, key);
+	text = file_text(path);
+	cr_expect(text && strstr(text, "crashing on purpose"), "%s: %s", path, text);
+	free(text);
+	snprintf(path, sizeof(path), "%s/1-%s/kernel_0.c", out, key);
+	text = file_text(path);
+	cr_expect(text && strstr(text, "void"), "%s: %s", path, text);
+	free(text);
+	snprintf(path, sizeof(path), "%s/1-%s/plan.json", out, key);
+	plan = json_load_file(path, 0, NULL);
+	cr_expect(json_is_array(json_object_get(plan, "kernels")), "%s", path);
+	json_decref(plan);
+	snprintf(path, sizeof(path), "%s/1-%s/info.json", out, key);
+	info = json_load_file(path, 0, NULL);
+	cr_expect_eq(json_integer_value(json_object_get(info, "seed")), job);
+	cr_expect_eq(json_integer_value(json_object_get(info, "signal")), SIGSEGV);
+	cr_expect_str_eq(json_string_value(json_object_get(info, "cause")) ?: "", "crash");
+	cr_expect(strstr(json_string_value(json_object_get(info, "device")) ?: "", "scripted"));
+	json_decref(info);
+	free(graph);
+}
+
 /* The key of the example's job. */
 static void job_key(conn *c, json_int_t job, char key[65])
 {
@@ -165,6 +249,7 @@ Test(quarantine, a_crashed_plan_is_never_tried_again_even_once_its_trials_are_pr
 	cr_expect_str_eq(run_job(&c, 0, 0, &job, &quarantined), "failed");
 	job_key(&c, job, key);
 	expect_bundle(&c, job, key);
+	expect_export(&f, job, key);
 	snprintf(pattern, sizeof(pattern), "job %lld: %s: worker crashed (worker killed "
 		 "by signal 11", (long long)job, key);
 	cr_expect(log_contains(&f, pattern), "the log lacks \"%s\"", pattern);
