@@ -16,7 +16,8 @@
  * plan within one.
  * $SCRIPTED_CRASH, when set, names a file: the first measurement made
  * while it does not exist creates it, says so on stderr and dies of
- * SIGSEGV, as a kernel that crashes its worker; later ones go on.
+ * SIGSEGV, as a kernel that crashes its worker; later ones go on. With
+ * $SCRIPTED_CRASH_OP=retime, the first re-timing does instead.
  * Arguments are accepted and ignored, as tuned passes them.
  */
 #include <jansson.h>
@@ -45,13 +46,14 @@ static void pause_a_little(void)
 	nanosleep(&ts, NULL);
 }
 
-/* Dies once, as $SCRIPTED_CRASH says. */
-static void crash_once(void)
+/* Dies once in "op", as $SCRIPTED_CRASH and $SCRIPTED_CRASH_OP say. */
+static void crash_once(const char *op)
 {
 	const char *marker = getenv("SCRIPTED_CRASH");
+	const char *when = getenv("SCRIPTED_CRASH_OP");
 	FILE *f;
 
-	if (!marker || !(f = fopen(marker, "wx")))
+	if (!marker || strcmp(op, when ? when : "measure") || !(f = fopen(marker, "wx")))
 		return;
 	fclose(f);
 	fprintf(stderr, "scripted worker: crashing on purpose\n");
@@ -69,7 +71,7 @@ static json_t *measure(const json_t *request)
 	if (!measured && getenv("SCRIPTED_FIRST_MS"))
 		ms = atof(getenv("SCRIPTED_FIRST_MS"));
 	measured = true;
-	crash_once();
+	crash_once("measure");
 	pause_a_little();
 	return json_pack("{s:s, s:b, s:f, s:f, s:i, s:O, s:[], s:[], s:[]}", "kind", "ok",
 			 "verified", 1, "total_ms", ms, "total_spread_ms", 0.001,
@@ -88,6 +90,7 @@ static json_t *retime(const json_t *request)
 	json_t *times = json_array(), *plan;
 	size_t i;
 
+	crash_once("retime");
 	retimes++;
 	json_array_foreach(json_object_get(request, "plans"), i, plan) {
 		double ms = plan_ms(plan) * drift;

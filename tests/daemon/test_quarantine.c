@@ -13,6 +13,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "fixture.h"
 
@@ -25,19 +26,37 @@ static json_t *result_of(json_t *reply)
 	return json_object_get(reply, "result");
 }
 
-static void start_scripted(fixture *f, bool crash_once)
+/* Starts tuned with the scripted worker at "worker" (NULL: the built
+ * one), whose first "crash_op" (NULL: none) dies of SIGSEGV. */
+static void start_scripted_at(fixture *f, const char *worker, const char *crash_op)
 {
 	const char *const extra[] = {"--compile-workers", "1", NULL};
 	char marker[160];
 
 	snprintf(marker, sizeof(marker), "%s/crashed", f->dir);
-	setenv("TUNED_WORKER", getenv("SCRIPTED_WORKER"), 1);
+	setenv("TUNED_WORKER", worker ? worker : getenv("SCRIPTED_WORKER"), 1);
 	setenv("SCRIPTED_TIMES", "flat", 1);
-	if (crash_once)
+	if (crash_op) {
 		setenv("SCRIPTED_CRASH", marker, 1);
-	else
+		setenv("SCRIPTED_CRASH_OP", crash_op, 1);
+	} else {
 		unsetenv("SCRIPTED_CRASH");
+	}
 	fixture_start(f, extra);
+}
+
+static void start_scripted(fixture *f, bool crash_once)
+{
+	start_scripted_at(f, NULL, crash_once ? "measure" : NULL);
+}
+
+static size_t quarantine_size(conn *c)
+{
+	json_t *reply = conn_call(c, "cache.quarantine", NULL);
+	size_t n = json_array_size(json_object_get(result_of(reply), "entries"));
+
+	json_decref(reply);
+	return n;
 }
 
 /* Submits the example (no budget: one trial; else "budget" seconds and
@@ -305,6 +324,57 @@ Test(quarantine, a_quarantined_version_is_replaced_not_retimed, .timeout = 180)
 			     result_of(reply), "progress"), "version")), 2,
 		     "version 1 was kept: %s", json_dumps(reply, 0));
 	json_decref(reply);
+	conn_close(&c);
+	fixture_stop(&f, SIGTERM, NULL);
+	fixture_cleanup(&f);
+}
+
+/* A worker that dies re-timing several plans side by side is logged, but
+ * no plan is quarantined: which one killed it cannot be told. */
+Test(quarantine, a_crash_while_retiming_is_logged_and_quarantines_nothing, .timeout = 180)
+{
+	fixture f;
+	conn c;
+	json_int_t job, quarantined;
+
+	fixture_init(&f);
+	start_scripted_at(&f, NULL, "retime");
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	cr_assert_str_eq(run_job(&c, 0, 0, &job, &quarantined), "done");
+	/* with a version, the next generation is re-timed against it */
+	run_job(&c, 60, 3, &job, &quarantined);
+	cr_expect(log_contains(&f, "the worker died re-timing plans side by side (worker "
+			       "killed by signal 11"), "the crash is not in the log");
+	cr_expect_eq(quarantine_size(&c), 0);
+	conn_close(&c);
+	fixture_stop(&f, SIGTERM, NULL);
+	fixture_cleanup(&f);
+}
+
+/* A worker that cannot even be started ran no plan: its trial is an
+ * error, and nothing is quarantined. */
+Test(quarantine, a_worker_that_cannot_start_quarantines_nothing, .timeout = 180)
+{
+	fixture f;
+	conn c;
+	json_int_t job, quarantined;
+	char worker[160], command[400];
+
+	fixture_init(&f);
+	snprintf(worker, sizeof(worker), "%s/worker", f.dir);
+	snprintf(command, sizeof(command), "cp '%s' '%s'", getenv("SCRIPTED_WORKER"), worker);
+	cr_assert_eq(system(command), 0);
+	start_scripted_at(&f, worker, NULL);
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	/* the measurement worker runs (it probed the device); the compile
+	 * worker starts at the first compile, and cannot */
+	cr_assert_eq(unlink(worker), 0);
+	cr_expect_str_eq(run_job(&c, 0, 0, &job, &quarantined), "failed");
+	cr_expect_eq(quarantine_size(&c), 0, "a plan that never ran was quarantined");
+	cr_expect_eq(sql_count(f.cache, "SELECT count(*) FROM trials WHERE outcome = "
+			       "'error'"), 1);
 	conn_close(&c);
 	fixture_stop(&f, SIGTERM, NULL);
 	fixture_cleanup(&f);
