@@ -195,7 +195,7 @@ typedef struct cache_quarantine_entry {
 	int signal;         /* the signal that killed the worker, or 0 */
 	double time_limit_s; /* the limit a hung worker passed, or 0 */
 	int64_t seed;       /* seeds the inputs the plan was run on */
-	const char *graph_json; /* the graph.json text */
+	const char *graph_json; /* the graph.json text the plan ran on */
 	const char *sources;    /* JSON array of each kernel's source */
 	const char *worker_log; /* the end of the worker's stderr */
 } cache_quarantine_entry;

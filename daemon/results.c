@@ -39,7 +39,7 @@ static void quarantine(tuned_daemon *d, tuned_job *job, const tuned_result *r,
 		.graph = job->key, .device = d->device, .codegen = KGEN_CODEGEN_VERSION,
 		.plan = plan, .reason = r->detail, .cause = r->outcome,
 		.signal = r->term_signal, .time_limit_s = hung ? r->limit_s : 0,
-		.seed = job->id, .graph_json = job->graph, .sources = sources,
+		.seed = job->id, .graph_json = r->graph, .sources = sources,
 		.worker_log = r->worker_log};
 	cache_error err = {0};
 

@@ -162,6 +162,7 @@ void tuned_result_free(tuned_result *result)
 	json_decref(result->plan);
 	json_decref(result->data);
 	json_decref(result->sources);
+	free(result->graph);
 	free(result->worker_log);
 	free(result);
 }
@@ -618,11 +619,13 @@ static bool ask_device(tuned_runner *r, tuner_worker *worker, json_t *request,
 }
 
 /* What it takes to reproduce a trial that crashed or hung its worker:
+ * the graph as the worker read it (canonical, as the plan numbers it),
  * the kernels' sources, the worker's last words, how it died. */
 static void add_bundle(tuned_runner *r, runner_job *job, const candidate *c,
 		       tuner_worker *worker, const tuner_reply *reply, double limit_s,
 		       tuned_result *trial)
 {
+	trial->graph = strdup(job->graph_text);
 	trial->sources = tuner_plan_sources(job->graph, c->plan, r->cuda);
 	trial->worker_log = tuner_worker_log(worker);
 	trial->term_signal = reply->term_signal;

@@ -46,6 +46,7 @@ typedef struct tuned_result {
 	json_t *data;      /* GENERATION: the event's counters */
 	int quarantined;   /* TRIAL, SKIPPED: candidates of the job skipped so far */
 	/* TRIAL, when a worker crashed or hung: the repro bundle's parts */
+	char *graph;       /* the graph.json text the worker ran (canonical) */
 	json_t *sources;   /* each kernel's source, or NULL */
 	char *worker_log;  /* the end of the worker's stderr, or NULL */
 	int term_signal;   /* the signal that killed it, or 0 */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "fixture.h"
+#include "scheduler.h"
 
 extern char **environ;
 
@@ -134,13 +135,27 @@ static bool log_contains(const fixture *f, const char *text)
 	return found;
 }
 
+/* The example's graph as the worker ran it: in its canonical form. */
+static char *canonical_example(void)
+{
+	char *text = example_text(EXAMPLE), *canonical;
+	sched_graph *graph = NULL;
+
+	cr_assert_eq(sched_graph_read_string(text, &graph, NULL), 0);
+	canonical = sched_graph_canonical_json(graph);
+	cr_assert_not_null(canonical);
+	sched_graph_free(graph);
+	free(text);
+	return canonical;
+}
+
 /* The one entry of the quarantine, checked to hold its whole bundle. */
 static void expect_bundle(conn *c, json_int_t job, const char *key)
 {
 	json_t *reply = conn_call(c, "cache.quarantine", NULL);
 	json_t *entries = json_object_get(result_of(reply), "entries");
 	json_t *e = json_array_get(entries, 0), *source;
-	char *graph = example_text(EXAMPLE);
+	char *graph = canonical_example();
 
 	cr_assert_eq(json_array_size(entries), 1, "%s", json_dumps(reply, 0));
 	cr_expect_str_eq(json_string_value(json_object_get(e, "key")), key);
@@ -205,7 +220,7 @@ static int tunectl_quarantine(const fixture *f, const char *out)
  * as the daemon holds them. */
 static void expect_export(const fixture *f, json_int_t job, const char *key)
 {
-	char out[160], path[400], *text, *graph = example_text(EXAMPLE);
+	char out[160], path[400], *text, *graph = canonical_example();
 	json_t *info, *plan;
 
 	cr_assert_eq(tunectl_quarantine(f, NULL), 0);
