@@ -348,11 +348,17 @@ Test(transfer, a_version_1_file_is_migrated_with_its_data)
 	cache_close(c);
 	db = raw_open(fx.path);
 	cr_assert_eq(sqlite3_exec(db, "DROP TABLE jobs; ALTER TABLE graphs DROP "
-				  "COLUMN graph; PRAGMA user_version = 1", NULL,
+				  "COLUMN graph; ALTER TABLE quarantine DROP COLUMN cause; "
+				  "ALTER TABLE quarantine DROP COLUMN signal; ALTER TABLE "
+				  "quarantine DROP COLUMN time_limit_s; ALTER TABLE quarantine "
+				  "DROP COLUMN seed; ALTER TABLE quarantine DROP COLUMN "
+				  "graph_json; ALTER TABLE quarantine DROP COLUMN sources; "
+				  "ALTER TABLE quarantine DROP COLUMN worker_log; "
+				  "PRAGMA user_version = 1", NULL,
 				  NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
 	sqlite3_close(db);
 	c = fx_open();
-	cr_expect(strstr(fx.last_log, "from version 1 to 3"), "%s", fx.last_log);
+	cr_expect(strstr(fx.last_log, "from version 1 to 4"), "%s", fx.last_log);
 	cr_expect_eq(cache_fetch_best(c, graph_key(1), DEVICE_CPU, CODEGEN, 0, NULL,
 				      NULL), 1, "the version 1 file's plan is gone");
 	cr_expect_eq(cache_jobs(c, on_job, &s, NULL), 0);
