@@ -56,6 +56,11 @@ void cache_set_error(cache_error *err, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 int cache_sqlite_code(int rc);
 int cache_db_error(sqlite3 *db, int rc, cache_error *err, const char *what);
+/* Steps "stmt" (bound by the caller) to its end on the reader, appending
+ * each row made into JSON by "row" to "out", and finalizes it; "what"
+ * names the rows in errors. */
+int cache_append_rows(cache *c, sqlite3_stmt *stmt, json_t *(*row)(sqlite3_stmt *),
+		      json_t *out, const char *what, cache_error *err);
 int64_t cache_now(const cache *c);
 void cache_log(const cache_options *options, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -347,17 +347,7 @@ static int show_plans(cache *c, const char *key, json_t *plans,
 	if (rc)
 		return rc;
 	cache_bind_text(stmt, 1, key);
-	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW)
-		if (json_array_append_new(plans, plan_row(stmt)) != 0)
-			break;
-	if (rc == SQLITE_DONE)
-		rc = 0;
-	else if (rc == SQLITE_ROW)
-		rc = CACHE_ENOMEM;
-	else
-		rc = cache_db_error(c->reader, rc, err, "cannot show the plans");
-	sqlite3_finalize(stmt);
-	return rc;
+	return cache_append_rows(c, stmt, plan_row, plans, "cannot show the plans", err);
 }
 
 static bool is_group(json_t *group, const char *device, const char *codegen)
@@ -644,28 +634,6 @@ int cache_stat(__cache_keep cache *c, cache_stats *out, cache_error *err)
 	return rc;
 }
 
-/* The rows of "stmt" (its ?1 to ?3 bound by the caller), each made into
- * JSON by "row" and appended to "out"; "what" names them in errors. */
-static int append_rows(cache *c, sqlite3_stmt *stmt, json_t *(*row)(sqlite3_stmt *),
-		       json_t *out, const char *what, cache_error *err)
-{
-	int rc;
-
-	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW)
-		if (json_array_append_new(out, row(stmt)) != 0)
-			break;
-	if (rc == SQLITE_DONE)
-		rc = 0;
-	else if (rc == SQLITE_ROW)
-		rc = CACHE_ENOMEM;
-	else
-		rc = cache_db_error(c->reader, rc, err, what);
-	sqlite3_finalize(stmt);
-	if (rc == CACHE_ENOMEM)
-		cache_set_error(err, rc, "%s: out of memory", what);
-	return rc;
-}
-
 /* Runs "sql" in a read transaction with ?1 to ?3 bound to "a", "b", "c3"
  * (NULL binds NULL): *out gets the array of its rows, or NULL. */
 static int read_rows(cache *c, const char *sql, const char *a, const char *b,
@@ -685,7 +653,7 @@ static int read_rows(cache *c, const char *sql, const char *a, const char *b,
 			cache_bind_text(stmt, 1, a);
 			cache_bind_text(stmt, 2, b);
 			cache_bind_text(stmt, 3, c3);
-			rc = append_rows(c, stmt, row, *out, what, err);
+			rc = cache_append_rows(c, stmt, row, *out, what, err);
 		}
 		cache_read_end(c);
 	}

@@ -164,17 +164,8 @@ static int export_versions(cache *c, const char *key, json_t *versions,
 	if (rc)
 		return rc;
 	cache_bind_text(stmt, 1, key);
-	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW)
-		if (json_array_append_new(versions, version_row(stmt)) != 0)
-			break;
-	if (rc == SQLITE_DONE)
-		rc = 0;
-	else if (rc == SQLITE_ROW)
-		rc = CACHE_ENOMEM;
-	else
-		rc = cache_db_error(c->reader, rc, err, "cannot export the plans");
-	sqlite3_finalize(stmt);
-	return rc;
+	return cache_append_rows(c, stmt, version_row, versions, "cannot export the plans",
+				 err);
 }
 
 /* Sets *out to {"key", "name", "graph"}. */

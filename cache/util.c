@@ -400,3 +400,23 @@ size_t cache_utf8_cut(const char *text, size_t max)
 		n--;
 	return n;
 }
+
+int cache_append_rows(cache *c, sqlite3_stmt *stmt, json_t *(*row)(sqlite3_stmt *),
+		      json_t *out, const char *what, cache_error *err)
+{
+	int rc;
+
+	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW)
+		if (json_array_append_new(out, row(stmt)) != 0)
+			break;
+	if (rc == SQLITE_DONE)
+		rc = 0;
+	else if (rc == SQLITE_ROW)
+		rc = CACHE_ENOMEM;
+	else
+		rc = cache_db_error(c->reader, rc, err, what);
+	sqlite3_finalize(stmt);
+	if (rc == CACHE_ENOMEM)
+		cache_set_error(err, rc, "%s: out of memory", what);
+	return rc;
+}
