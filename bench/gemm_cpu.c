@@ -195,8 +195,8 @@ static int tune_generation(tuner_search *s, tuner_worker *w, const char *text,
 
 	json_array_foreach(generation, i, plan)
 		if (*trials < budget) {
-			tuner_search_record(s, plan, bench_measure(w, text, limit_s, plan,
-							     tuner_search_best(s)));
+			tuner_search_record(s, (int)i, bench_measure(w, text, limit_s, plan,
+							       tuner_search_best(s)));
 			(*trials)++;
 		}
 	json_decref(generation);

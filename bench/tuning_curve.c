@@ -181,18 +181,18 @@ typedef struct bench_search {
 	bool over;
 } bench_search;
 
-/* Measures one plan of the current generation and appends it to the
- * curve; "clock" is what turns bench_now_s() into the search's own
+/* Measures plan "handle" of the current generation and appends it to
+ * the curve; "clock" is what turns bench_now_s() into the search's own
  * seconds. */
 static void run_trial(bench_search *bs, const bench_example *ex, json_t *plan,
-		      double clock)
+		      int handle, double clock)
 {
 	curve *cv = bs->cv;
 	double best = cv->n ? cv->points[cv->n - 1].best_ms : INFINITY;
 	double ms = bench_measure(bs->w, ex->text, ex->limit_s, plan, best);
 	curve_point *p = &cv->points[cv->n++];
 
-	tuner_search_record(bs->s, plan, ms);
+	tuner_search_record(bs->s, handle, ms);
 	p->seconds = bench_now_s() + clock;
 	p->ms = ms;
 	p->best_ms = fmin(best, ms);
@@ -237,7 +237,7 @@ static void search_step(const bench_example *ex, bench_search *bs)
 
 	json_array_foreach(generation, i, plan)
 		if (bs->cv->n < ex->opt->trials)
-			run_trial(bs, ex, plan, bs->seconds - start);
+			run_trial(bs, ex, plan, (int)i, bs->seconds - start);
 	bs->seconds += bench_now_s() - start;
 	if (json_array_size(generation))
 		report_generation(ex, bs, json_array_size(generation));

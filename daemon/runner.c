@@ -532,7 +532,7 @@ static void candidate_done(tuned_runner *r, runner_job *job, candidate *c, doubl
 	c->stage = DONE;
 	c->ms = ms;
 	job->open--;
-	tuner_search_record(job->search, c->plan, ms);
+	tuner_search_record(job->search, (int)(c - job->cands), ms);
 	if (expired(r, job))
 		drop_pending(r, job);
 	else if (!job->open)

@@ -21,6 +21,7 @@
  * hash set (its text; on the cpu, its C code), so no plan is proposed
  * twice however many genomes repair to it.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -101,6 +102,18 @@ typedef struct kernel_space {
 	int64_t threads[SCHED_MAX_RANK][MAX_THREADS];
 } kernel_space;
 
+/* What the open generation draws next: the plans proposed at once
+ * (generation 0, the seeds of the first population, the elites and
+ * fusion neighbours of the next), then genomes one at a time until the
+ * generation is full. */
+enum fill {
+	FILL_START,    /* nothing drawn yet */
+	FILL_MUTANTS,  /* mutants of the best known plan (first population) */
+	FILL_RANDOM,   /* random genomes */
+	FILL_CHILDREN, /* immigrants, then children of tournaments */
+	FILL_DONE,     /* full, or generation 0 */
+};
+
 /* A plan seen: proposed (generation >= 0), known, or filtered (no genes,
  * never measured). */
 typedef struct candidate {
@@ -136,10 +149,19 @@ struct tuner_search {
 	int *slots;             /* the hash set: indices into cands, or -1 */
 	int capslots;
 	int *pop, *next;        /* the population and the one being built */
-	int npop;
+	int npop, nnext;
 	bool seeded;            /* the first population is drawn */
 	bool open;              /* a generation is out and not closed */
-	int generations, measured, filtered;
+	enum fill fill;         /* what the open generation draws next */
+	int fill_tries;         /* genomes drawn in that phase so far */
+	int mutants_until;      /* FILL_MUTANTS: the places they fill */
+	int parent;             /* FILL_MUTANTS: the candidate they mutate */
+	int fresh;              /* FILL_CHILDREN: new plans so far */
+	int stale;              /* genomes in a row that gave no new plan */
+	int *proposed;          /* the open generation's candidates, by handle */
+	int nproposed;
+	int generations, measured;
+	tuner_search_drops drops;
 	int first_of_generation; /* its first candidate */
 	double best, best_before; /* now, and when the generation began */
 	int since_gain;         /* generations closed without a gain */
@@ -758,9 +780,36 @@ static bool too_slow(const tuner_search *s)
 		       s->o.filter_factor * s->best;
 }
 
+/* Counts why the plan of a genome was not proposed: candidate "seen"
+ * was proposed or filtered before, or measured by an earlier search. */
+static void count_seen(tuner_search *s, int seen)
+{
+	const candidate *c = &s->cands[seen];
+
+	if (c->generation < 0 && !isnan(c->ms))
+		s->drops.measured++;
+	else
+		s->drops.seen++;
+	s->stale++;
+}
+
+/* Candidate "index" as the next plan of the open generation, into "out". */
+static int hand_out(tuner_search *s, int index, json_t *out)
+{
+	int *proposed = realloc(s->proposed, (s->nproposed + 1) * sizeof(int));
+
+	if (!proposed)
+		return -1;
+	s->proposed = proposed;
+	s->proposed[s->nproposed++] = index;
+	s->cands[index].generation = s->generations - 1;
+	json_array_append_new(out, json_loads(s->cands[index].text, 0, NULL));
+	return index;
+}
+
 /* Genome "genes" as a plan of the generation "out", unless its plan was
  * seen before or is too slow (then remembered as filtered). Returns its
- * candidate, or -1 when not proposed. */
+ * candidate, or -1 when not proposed (s->drops says why). */
 static int propose(tuner_search *s, const int *genes, json_t *out)
 {
 	char *text, *code;
@@ -769,45 +818,33 @@ static int propose(tuner_search *s, const int *genes, json_t *out)
 	int index;
 
 	decode(s, genes);
-	if (!s->plan || !(text = plan_text(s, s->plan)))
-		return -1;
-	code = plan_code(s, s->plan);
-	hash = text_hash(code ? code : text);
-	if (find(s, code ? code : text, hash) >= 0) {
-		free(text);
-		free(code);
+	if (!s->plan || !(text = plan_text(s, s->plan))) {
+		s->drops.invalid++;
+		s->stale++;
 		return -1;
 	}
+	code = plan_code(s, s->plan);
+	hash = text_hash(code ? code : text);
+	if ((index = find(s, code ? code : text, hash)) >= 0) {
+		free(text);
+		free(code);
+		count_seen(s, index);
+		return -1;
+	}
+	s->stale = 0;
 	drop = too_slow(s);
 	index = add_candidate(s, text, code, hash, drop ? NULL : genes);
 	if (index < 0 || drop) {
-		s->filtered += drop;
+		s->drops.filtered += drop;
 		return -1;
 	}
-	s->cands[index].generation = s->generations;
-	json_array_append_new(out, json_loads(s->cands[index].text, 0, NULL));
-	return index;
+	return hand_out(s, index, out);
 }
 
 static void random_genes(tuner_search *s)
 {
 	for (int i = 0; i < s->ngenes; i++)
 		s->genes[i] = rng_below(s, s->domain[i]);
-}
-
-/* Fills "into" from "n" up to the population with random new plans;
- * returns how many it holds. */
-static int draw_random(tuner_search *s, json_t *out, int *into, int n)
-{
-	for (int tries = 0; n < s->o.population &&
-			    tries < TRIES * s->o.population; tries++) {
-		int index;
-
-		random_genes(s);
-		if ((index = propose(s, s->genes, out)) >= 0)
-			into[n++] = index;
-	}
-	return n;
 }
 
 /* Lower is better; unmeasured and failed candidates last. */
@@ -869,22 +906,6 @@ static void mutate(tuner_search *s)
 	for (int i = 0; i < s->ngenes; i++)
 		if (rng_below(s, s->ngenes) < 2)
 			s->genes[i] = rng_below(s, s->domain[i]);
-}
-
-/* Mutants of "parent" proposed into "into" from place n until "until"
- * places are filled (or the tries run out); the places filled. */
-static int draw_mutants(tuner_search *s, const int *parent, json_t *out, int *into,
-			int n, int until)
-{
-	for (int tries = 0; n < until && tries < TRIES * s->o.population; tries++) {
-		int index;
-
-		memcpy(s->genes, parent, s->ngenes * sizeof(int));
-		mutate(s);
-		if ((index = propose(s, s->genes, out)) >= 0)
-			into[n++] = index;
-	}
-	return n;
 }
 
 /* "genes" proposed into out and, when new, into the population. */
@@ -1102,10 +1123,9 @@ static void first_population(tuner_search *s, json_t *out)
 		propose_blocked(s, s->defaults, out, true);
 		propose_parts(s, out);
 	}
-	if (s->npop > 0)
-		s->npop = draw_mutants(s, s->cands[s->pop[0]].genes, out, s->pop, s->npop,
-				       s->npop + (s->o.population - s->npop) / 2);
-	s->npop = draw_random(s, out, s->pop, s->npop);
+	s->fill = s->npop > 0 ? FILL_MUTANTS : FILL_RANDOM;
+	s->parent = s->npop > 0 ? s->pop[0] : -1;
+	s->mutants_until = s->npop + (s->o.population - s->npop) / 2;
 	s->seeded = true;
 }
 
@@ -1166,12 +1186,13 @@ static int fusion_neighbours(tuner_search *s, const int *best, json_t *out, int 
 	return n;
 }
 
-/* The next population: the elites stay (measured already), fusion
- * neighbours of the best come next, immigrants and children of
- * tournaments fill the rest with new plans. */
+/* The next population (s->next, the population when the generation
+ * closes): the elites stay (measured already), fusion neighbours of the
+ * best come next, then immigrants and children of tournaments
+ * (FILL_CHILDREN) fill the rest with new plans. */
 static void evolve(tuner_search *s, json_t *out)
 {
-	int n = 0, fresh = 0, *swap;
+	int n = 0;
 
 	sort_by_time(s, s->pop, s->npop);
 	while (n < s->elites && n < s->npop) {
@@ -1181,33 +1202,32 @@ static void evolve(tuner_search *s, json_t *out)
 	if (s->npop > 0 && s->cands[s->pop[0]].genes)
 		n = fusion_neighbours(s, s->cands[s->pop[0]].genes, out, n,
 				      n + s->o.population / FUSION_NEIGHBOURS);
-	for (int tries = 0; n < s->o.population &&
-			    tries < TRIES * s->o.population; tries++) {
-		int index;
+	s->nnext = n;
+	s->fresh = 0;
+	s->fill = FILL_CHILDREN;
+}
 
-		if (fresh < s->immigrants || s->npop == 0)
-			random_genes(s);
-		else
-			breed(s);
-		if ((index = propose(s, s->genes, out)) >= 0) {
-			s->next[n++] = index;
-			fresh++;
-		}
-	}
-	swap = s->pop;
+/* The next population becomes the population. */
+static void replace_population(tuner_search *s)
+{
+	int *swap = s->pop;
+
 	s->pop = s->next;
 	s->next = swap;
-	s->npop = n;
+	s->npop = s->nnext;
 }
 
 /* Ends the generation out: its unrecorded plans failed; it brought a gain
- * when its best beat the best before it by more than the noise. */
+ * when its best beat the best before it by more than the noise (an empty
+ * one brought none). */
 static void close_generation(tuner_search *s)
 {
 	double best = INFINITY;
 
 	if (!s->open)
 		return;
+	if (s->nnext >= 0)
+		replace_population(s);
 	for (int i = s->first_of_generation; i < s->ncands; i++) {
 		candidate *c = &s->cands[i];
 
@@ -1221,39 +1241,132 @@ static void close_generation(tuner_search *s)
 	s->open = false;
 }
 
-static void fill_generation(tuner_search *s, json_t *out)
+/* The plans the open generation proposes at once, into "out": generation
+ * 0's, or else the seeds of the first population or the elites and
+ * fusion neighbours of the next; then what it draws one at a time. */
+static void start_fill(tuner_search *s, json_t *out)
 {
-	if (s->generations == 0) {
+	s->fill = FILL_DONE;
+	s->fill_tries = 0;
+	if (s->generations == 1) {
 		propose(s, s->defaults, out);
 		for (int i = 0; i < s->nsuggested; i++)
 			propose(s, s->suggested + i * s->ngenes, out);
 		if (json_array_size(out))
 			return;
 	}
-	if (s->o.kind == TUNER_RANDOM)
-		s->npop = draw_random(s, out, s->pop, 0);
-	else if (!s->seeded)
+	if (s->o.kind == TUNER_RANDOM) {
+		s->npop = 0;
+		s->fill = FILL_RANDOM;
+	} else if (!s->seeded) {
 		first_population(s, out);
-	else
+	} else {
 		evolve(s, out);
+	}
+}
+
+/* The phase after "fill" is over. */
+static void next_phase(tuner_search *s)
+{
+	s->fill = s->fill == FILL_MUTANTS ? FILL_RANDOM : FILL_DONE;
+	s->fill_tries = 0;
+}
+
+/* One genome drawn for the open generation as its phase says, proposed
+ * into "out" and, when new, into the population being built. A phase
+ * ends when the generation is full, the mutants their share of it or
+ * TRIES genomes per place, and, when "regular", the others too (a whole
+ * generation at once; else they go on until it is full). */
+static void fill_one(tuner_search *s, json_t *out, bool regular)
+{
+	bool tried_enough = s->fill_tries >= TRIES * s->o.population;
+	int *into = s->fill == FILL_CHILDREN ? s->next : s->pop;
+	int *n = s->fill == FILL_CHILDREN ? &s->nnext : &s->npop, index;
+
+	if (*n >= s->o.population || (s->fill == FILL_MUTANTS && *n >= s->mutants_until) ||
+	    ((regular || s->fill == FILL_MUTANTS) && tried_enough))
+		return next_phase(s);
+	if (s->fill == FILL_MUTANTS) {
+		memcpy(s->genes, s->cands[s->parent].genes, s->ngenes * sizeof(int));
+		mutate(s);
+	} else if (s->fill == FILL_RANDOM || s->fresh < s->immigrants || s->npop == 0) {
+		random_genes(s);
+	} else {
+		breed(s);
+	}
+	s->fill_tries++;
+	if ((index = propose(s, s->genes, out)) >= 0) {
+		into[(*n)++] = index;
+		s->fresh += s->fill == FILL_CHILDREN;
+	}
+}
+
+/* The open generation's next plans, from at most "tries" genomes drawn. */
+static json_t *fill(tuner_search *s, int tries, bool regular)
+{
+	json_t *out = s->open ? json_array() : NULL;
+
+	if (!out)
+		return NULL;
+	if (s->fill == FILL_START)
+		start_fill(s, out);
+	while (tries-- > 0 && s->fill != FILL_DONE && (regular || !tuner_search_exhausted(s)))
+		fill_one(s, out, regular);
+	return out;
+}
+
+int tuner_search_begin(tuner_search *s)
+{
+	close_generation(s);
+	if (s->since_gain >= s->o.stall_generations)
+		return -1;
+	s->first_of_generation = s->ncands;
+	s->best_before = s->best;
+	s->nproposed = 0;
+	s->nnext = -1;
+	s->fill = FILL_START;
+	s->generations++;
+	s->open = true;
+	return 0;
+}
+
+json_t *tuner_search_propose(tuner_search *s, int tries)
+{
+	return fill(s, tries, false);
+}
+
+bool tuner_search_full(const tuner_search *s)
+{
+	return !s->open || s->fill == FILL_DONE;
+}
+
+bool tuner_search_exhausted(const tuner_search *s)
+{
+	return s->stale >= TRIES * s->o.population;
+}
+
+int tuner_search_proposed(const tuner_search *s)
+{
+	return s->open ? s->nproposed : 0;
+}
+
+void tuner_search_drops_get(const tuner_search *s, tuner_search_drops *drops)
+{
+	*drops = s->drops;
 }
 
 json_t *tuner_search_generation(tuner_search *s)
 {
 	json_t *out;
 
-	close_generation(s);
-	if (s->since_gain >= s->o.stall_generations || !(out = json_array()))
+	if (tuner_search_begin(s) < 0)
 		return NULL;
-	s->first_of_generation = s->ncands;
-	s->best_before = s->best;
-	fill_generation(s, out);
-	if (json_array_size(out) == 0) {
+	if (!(out = fill(s, INT_MAX, true)) || !json_array_size(out)) {
 		json_decref(out);
+		s->open = false;
+		s->generations--;
 		return NULL;
 	}
-	s->generations++;
-	s->open = true;
 	return out;
 }
 
@@ -1309,26 +1422,6 @@ tuner_search *tuner_search_new(const sched_graph *graph,
 	for (int g = s->first_fusion_gene; g < s->ngenes; g++)
 		s->fused[g] = 1;
 	return s;
-}
-
-/* The candidate of "json" parsed for the graph, found by its text; -1
- * when it does not parse or was never seen. */
-static int lookup(const tuner_search *s, json_t *json)
-{
-	kgen_plan *plan = NULL;
-	char *id;
-	int index;
-
-	if (kgen_plan_from_json(s->graph, json, &plan, NULL) < 0)
-		return -1;
-	if (!(id = plan_code(s, plan)))
-		id = plan_text(s, plan);
-	kgen_plan_free(plan);
-	if (!id)
-		return -1;
-	index = find(s, id, text_hash(id));
-	free(id);
-	return index;
 }
 
 /* A candidate for known plan "plan", with genes when it is a genome: its
@@ -1511,14 +1604,13 @@ void tuner_search_know(tuner_search *s, json_t *json, double ms)
 	s->best = c->ms < s->best ? c->ms : s->best;
 }
 
-void tuner_search_record(tuner_search *s, json_t *plan, double ms)
+void tuner_search_record(tuner_search *s, int handle, double ms)
 {
-	int index = lookup(s, plan);
 	candidate *c;
 
-	if (index < 0 || !s->open || s->cands[index].generation != s->generations - 1)
+	if (!s->open || handle < 0 || handle >= s->nproposed)
 		return;
-	c = &s->cands[index];
+	c = &s->cands[s->proposed[handle]];
 	s->measured += isnan(c->ms);
 	c->ms = ms > 0 ? ms : INFINITY;
 	s->best = c->ms < s->best ? c->ms : s->best;
@@ -1536,7 +1628,7 @@ int tuner_search_measured(const tuner_search *s)
 
 int tuner_search_filtered(const tuner_search *s)
 {
-	return s->filtered;
+	return s->drops.filtered;
 }
 
 double tuner_search_best(const tuner_search *s)
@@ -1578,6 +1670,7 @@ void tuner_search_free(tuner_search *s)
 	free(s->defaults);
 	free(s->fused);
 	free(s->suggested);
+	free(s->proposed);
 	free(s->genes);
 	free(s->schedules);
 	kgen_plan_free(s->plan);

@@ -26,6 +26,7 @@
 #ifndef TUNER_H
 #define TUNER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <jansson.h>
@@ -122,7 +123,14 @@ void tuner_worker_free(__tuner_take tuner_worker *worker);
  *
  * Plans are passed as JSON ({"kernels": [...]}) and compared by their
  * compact text with sorted keys, so genomes that repair to the same plan are
- * one candidate. */
+ * one candidate. A plan of the open generation is told by its handle: its
+ * place among the plans the generation proposed, in order (0, 1, ...).
+ *
+ * A generation is proposed whole (tuner_search_generation) or a few
+ * genomes at a time (tuner_search_begin, then tuner_search_propose until
+ * it is full), so that a caller can measure the first plans while the
+ * search looks for the others and give up on a generation that is slow
+ * to fill. */
 typedef struct tuner_search tuner_search;
 struct sched_graph;
 struct kgen_peaks;
@@ -172,20 +180,43 @@ void tuner_search_know(__tuner_keep tuner_search *s, __tuner_keep json_t *plan,
 void tuner_search_suggest(__tuner_keep tuner_search *s, __tuner_keep const json_t *plan);
 /* The next generation: a JSON array of new plans (maybe fewer than the
  * population when most were seen or filtered), or NULL when the search is
- * over: no new plan can be found, or the last stall_generations generations
- * brought no gain beyond the noise. Every plan of the previous generation
- * must have been recorded first (unrecorded ones count as failed). */
+ * over: no new plan was found in TRIES genomes per place, or the last
+ * stall_generations generations brought no gain beyond the noise. Every
+ * plan of the previous generation must have been recorded first
+ * (unrecorded ones count as failed). */
 __tuner_give json_t *tuner_search_generation(__tuner_keep tuner_search *s);
-/* The time of a plan of the current generation: ms > 0, or INFINITY when it
- * failed (compile error, wrong, crash...). Unknown plans are ignored. */
-void tuner_search_record(__tuner_keep tuner_search *s, __tuner_keep json_t *plan,
-			 double ms);
+/* The same a few genomes at a time: tuner_search_begin closes the
+ * generation out and opens the next (-1: the search is over, stalled);
+ * tuner_search_propose draws at most "tries" genomes for it (the plans it
+ * proposes at once, generation 0's or the seeds, do not count) and
+ * returns the new plans among them, maybe none (NULL: out of memory, or
+ * no generation is open). It goes on until the generation is full, or
+ * exhausted: TRIES genomes per place in a row gave plans seen before. A
+ * generation may end before it is full, even empty (it brings no gain). */
+int tuner_search_begin(__tuner_keep tuner_search *s);
+__tuner_give json_t *tuner_search_propose(__tuner_keep tuner_search *s, int tries);
+bool tuner_search_full(__tuner_keep const tuner_search *s);
+bool tuner_search_exhausted(__tuner_keep const tuner_search *s);
+/* The plans the open generation has proposed so far (handles 0 to n - 1). */
+int tuner_search_proposed(__tuner_keep const tuner_search *s);
+/* The time of plan "handle" of the open generation: ms > 0, or INFINITY
+ * when it failed (compile error, wrong, crash...). Other handles are
+ * ignored. */
+void tuner_search_record(__tuner_keep tuner_search *s, int handle, double ms);
 /* Counters: generations proposed so far (generation 0 included), plans
  * recorded, candidates dropped by the cost-model filter (each plan once:
  * a filtered plan is never proposed later). */
 int tuner_search_generations(__tuner_keep const tuner_search *s);
 int tuner_search_measured(__tuner_keep const tuner_search *s);
 int tuner_search_filtered(__tuner_keep const tuner_search *s);
+/* Why genomes drawn gave no plan to measure, so far: "seen", a plan
+ * proposed (or filtered) before; "measured", one measured before the
+ * search (tuner_search_know); "filtered", by the cost model (each plan
+ * once, tuner_search_filtered); "invalid", none could be made of it. */
+typedef struct tuner_search_drops {
+	int seen, measured, filtered, invalid;
+} tuner_search_drops;
+void tuner_search_drops_get(__tuner_keep const tuner_search *s, tuner_search_drops *drops);
 /* The best time recorded or known (INFINITY for none). */
 double tuner_search_best(__tuner_keep const tuner_search *s);
 /* The "n" best plans recorded or known, best first, as a JSON array. */

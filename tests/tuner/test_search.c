@@ -146,7 +146,7 @@ static void run(tuner_search *s, const sched_graph *g, int max,
 		t->sizes[t->generations++] = (int)json_array_size(generation);
 		json_array_foreach(generation, i, plan) {
 			keep_text(t, plan);
-			tuner_search_record(s, plan, time(g, plan));
+			tuner_search_record(s, (int)i, time(g, plan));
 		}
 		json_decref(generation);
 	}
@@ -457,6 +457,105 @@ Test(search, the_cost_model_filters_slow_candidates)
 	sched_graph_free(g);
 }
 
+/* A generation whose genomes the cost model all drops comes back empty
+ * when proposed a few genomes at a time, not as the end of the search:
+ * it counts why, and the search goes on, each empty generation one
+ * without a gain, until it stalls. */
+Test(search, an_empty_generation_is_not_the_end)
+{
+	sched_graph *g = example("gpt3_mlp_m256");
+	tuner_search *s = tuner_search_new(g, &(tuner_search_options){
+		.seed = 3, .peaks = &four_cores, .stall_generations = 3});
+	json_t *g0 = tuner_search_generation(s), *plans;
+	tuner_search_drops drops;
+	int empty = 0;
+
+	cr_assert_eq(json_array_size(g0), 1);
+	/* far faster than any estimate: every other plan is filtered */
+	tuner_search_record(s, 0, 1e-9);
+	while (tuner_search_begin(s) == 0) {
+		cr_assert_lt(tuner_search_generations(s), 10, "the search never stalls");
+		cr_assert_not_null(plans = tuner_search_propose(s, 100));
+		cr_expect_eq(json_array_size(plans), 0, "a plan slower than the filter");
+		cr_expect(!tuner_search_full(s) && !tuner_search_exhausted(s));
+		empty += tuner_search_proposed(s) == 0;
+		json_decref(plans);
+	}
+	tuner_search_drops_get(s, &drops);
+	cr_expect_eq(empty, 3, "%d empty generations before the search stalled", empty);
+	cr_expect_gt(drops.filtered, 0);
+	cr_expect_eq(drops.filtered, tuner_search_filtered(s));
+	cr_expect_eq(drops.invalid, 0);
+	json_decref(g0);
+	tuner_search_free(s);
+	sched_graph_free(g);
+}
+
+/* Plans are recorded by their handle, their place in the generation:
+ * the time of plan i is plan i's, whatever the others'. */
+Test(search, plans_are_recorded_by_handle)
+{
+	sched_graph *g = example("softmax_scores_small");
+	tuner_search *s = tuner_search_new(g, &(tuner_search_options){.seed = 2});
+	json_t *g0 = tuner_search_generation(s), *g1, *best;
+	char *expected, *got;
+
+	tuner_search_record(s, 0, 10);
+	g1 = tuner_search_generation(s);
+	cr_assert_geq(json_array_size(g1), 4);
+	for (size_t i = 0; i < json_array_size(g1); i++)
+		tuner_search_record(s, (int)i, i == 3 ? 1 : 20);
+	tuner_search_record(s, (int)json_array_size(g1), 0.5); /* no such plan */
+	tuner_search_record(s, -1, 0.5);
+	cr_expect_eq(tuner_search_best(s), 1);
+	best = tuner_search_best_plans(s, 1);
+	expected = text_of(json_array_get(g1, 3));
+	got = text_of(json_array_get(best, 0));
+	cr_expect_str_eq(got, expected);
+	free(expected);
+	free(got);
+	json_decref(best);
+	json_decref(g0);
+	json_decref(g1);
+	tuner_search_free(s);
+	sched_graph_free(g);
+}
+
+/* A search that has proposed every plan there is is exhausted: TRIES
+ * genomes per place in a row gave plans seen before, each counted. */
+Test(search, a_search_out_of_new_plans_is_exhausted)
+{
+	static const char tiny[] = "{\"version\": 1, \"tensors\": {"
+		"\"x\": {\"shape\": [2], \"dtype\": \"f32\", \"role\": \"input\"}, "
+		"\"y\": {\"shape\": [2], \"dtype\": \"f32\", \"role\": \"output\"}}, "
+		"\"ops\": [\"y[i] = 2 * x[i]\"]}";
+	sched_graph *g = graph_of(tiny);
+	tuner_search *s = tuner_search_new(g, &(tuner_search_options){
+		.seed = 5, .stall_generations = 1000});
+	tuner_search_drops drops;
+	int plans = 0;
+
+	while (!tuner_search_exhausted(s) && tuner_search_begin(s) == 0) {
+		cr_assert_lt(tuner_search_generations(s), 100, "never exhausted");
+		while (!tuner_search_full(s) && !tuner_search_exhausted(s)) {
+			json_t *out = tuner_search_propose(s, 16);
+
+			cr_assert_not_null(out);
+			json_decref(out);
+		}
+		for (int i = 0; i < tuner_search_proposed(s); i++)
+			tuner_search_record(s, i, 1000.0 / ++plans);
+	}
+	tuner_search_drops_get(s, &drops);
+	cr_expect(tuner_search_exhausted(s));
+	cr_expect_gt(plans, 0);
+	cr_expect_geq(drops.seen + drops.measured, TUNER_POPULATION,
+		      "%d genomes gave a plan seen before", drops.seen);
+	cr_expect_null(tuner_search_generation(s), "an exhausted search proposes nothing");
+	tuner_search_free(s);
+	sched_graph_free(g);
+}
+
 Test(search, the_random_kind_proposes_new_legal_plans)
 {
 	sched_graph *g = example("lstm_cell_small");
@@ -638,7 +737,7 @@ Test(search, the_first_population_holds_mutants_of_the_default)
 	size_t i;
 
 	generation = tuner_search_generation(s);
-	tuner_search_record(s, json_array_get(generation, 0), 1);
+	tuner_search_record(s, 0, 1);
 	json_decref(generation);
 	generation = tuner_search_generation(s);
 	json_array_foreach(generation, i, plan) {
@@ -788,7 +887,7 @@ Test(search, fusion_genes_give_fused_plans_and_both_placements, .timeout = 120)
 		for (int n = 0; n < 3 && (generation = tuner_search_generation(s)); n++) {
 			json_array_foreach(generation, i, plan) {
 				count_fusion(g, plan, &seen[e]);
-				tuner_search_record(s, plan, fake_ms(g, plan));
+				tuner_search_record(s, (int)i, fake_ms(g, plan));
 			}
 			json_decref(generation);
 		}
@@ -851,10 +950,10 @@ Test(search, the_best_plan_s_fusion_neighbours_come_first)
 	json_t *g0 = tuner_search_generation(s), *g1, *g2, *plan;
 	size_t i;
 
-	tuner_search_record(s, json_array_get(g0, 0), 1);
+	tuner_search_record(s, 0, 1);
 	g1 = tuner_search_generation(s);
 	json_array_foreach(g1, i, plan)
-		tuner_search_record(s, plan, 10);
+		tuner_search_record(s, (int)i, 10);
 	g2 = tuner_search_generation(s);
 	cr_assert_geq(json_array_size(g2), 4);
 	for (i = 0; i < 4; i++)
@@ -910,7 +1009,7 @@ Test(search, products_get_the_blockings_of_their_backend)
 		json_t *g0 = tuner_search_generation(s), *g1;
 		int micro, mma, seeds, rastered;
 
-		tuner_search_record(s, json_array_get(g0, 0), 1);
+		tuner_search_record(s, 0, 1);
 		g1 = tuner_search_generation(s);
 		count_blockings(g, g1, &micro, &mma, &seeds, &rastered);
 		cr_expect_geq(cuda ? mma : micro, 8, "%s: %d", cuda ? "mma" : "micro",
@@ -962,7 +1061,7 @@ Test(search, sync_policies_are_searched_on_cuda_only)
 		bool row = false;
 		int synced;
 
-		tuner_search_record(s, json_array_get(g0, 0), 1);
+		tuner_search_record(s, 0, 1);
 		g1 = tuner_search_generation(s);
 		synced = count_synced(g, g0, &row) + count_synced(g, g1, &row);
 		if (cuda) {
@@ -1006,7 +1105,7 @@ Test(search, a_graph_too_large_for_fusion_genes_is_searched_unfused)
 
 			cr_expect_eq(p->nkernels, n);
 			kgen_plan_free(p);
-			tuner_search_record(s, plan, 1 + (double)i);
+			tuner_search_record(s, (int)i, 1 + (double)i);
 		}
 		json_decref(generation);
 	}
@@ -1073,7 +1172,7 @@ Test(search, library_steps_only_where_offered_and_the_library_fits)
 		for (int n = 0; n < 3 && (generation = tuner_search_generation(s)); n++) {
 			steps += count_library_steps(g, generation, cases[c].cuda, &epilogues);
 			json_array_foreach(generation, i, plan)
-				tuner_search_record(s, plan, 1 + (double)i);
+				tuner_search_record(s, (int)i, 1 + (double)i);
 			json_decref(generation);
 		}
 		if (cases[c].expect_steps)
@@ -1099,7 +1198,7 @@ Test(search, fused_products_on_tensor_cores_on_cuda)
 	int fused_mma = 0;
 	size_t i;
 
-	tuner_search_record(s, json_array_get(g0, 0), 1);
+	tuner_search_record(s, 0, 1);
 	g1 = tuner_search_generation(s);
 	json_array_extend(g0, g1);
 	json_array_foreach(g0, i, json) {
@@ -1134,7 +1233,7 @@ Test(search, a_known_fused_plan_on_tensor_cores_is_a_genome)
 	tuner_search_know(s, plan, 0.001);
 	g0 = tuner_search_generation(s);
 	json_array_foreach(g0, i, json)
-		tuner_search_record(s, json, 1);
+		tuner_search_record(s, (int)i, 1);
 	g1 = tuner_search_generation(s);
 	json_array_foreach(g1, i, json) {
 		kgen_plan *p = legal(g, json);
@@ -1160,7 +1259,7 @@ static int epilogues_in_second_generation(tuner_search *s, const sched_graph *g,
 	json_t *g0 = tuner_search_generation(s), *g1;
 	int epilogues = 0;
 
-	tuner_search_record(s, json_array_get(g0, 0), 1);
+	tuner_search_record(s, 0, 1);
 	g1 = tuner_search_generation(s);
 	count_library_steps(g, g1, cuda, &epilogues);
 	json_decref(g0);
@@ -1251,7 +1350,7 @@ Test(search, reductions_are_cut_in_parts_on_cuda_only)
 		json_t *g0 = tuner_search_generation(s), *g1;
 		int cut;
 
-		tuner_search_record(s, json_array_get(g0, 0), 1);
+		tuner_search_record(s, 0, 1);
 		g1 = tuner_search_generation(s);
 		cut = count_parts(g, g0) + count_parts(g, g1);
 		if (cuda)
@@ -1280,7 +1379,7 @@ Test(search, a_known_plan_in_parts_is_a_genome)
 	kgen_plan_free(legal(g, plan));
 	tuner_search_know(s, plan, 0.001);
 	g0 = tuner_search_generation(s);
-	tuner_search_record(s, json_array_get(g0, 0), 1);
+	tuner_search_record(s, 0, 1);
 	g1 = tuner_search_generation(s);
 	cut = count_parts(g, g1);
 	cr_expect_geq(cut, 20, "%d kernels cut in parts", cut);
@@ -1335,7 +1434,7 @@ Test(search, few_tiles_seed_a_plan_in_parts)
 	size_t i;
 	bool seeded = false;
 
-	tuner_search_record(s, json_array_get(g0, 0), 1);
+	tuner_search_record(s, 0, 1);
 	g1 = tuner_search_generation(s);
 	json_array_foreach(g1, i, json) {
 		kgen_plan *plan = legal(g, json);
@@ -1384,7 +1483,7 @@ Test(search, batches_and_convolutions_get_tensor_cores_on_cuda)
 			size_t i;
 			int mma = 0, micro = 0;
 
-			tuner_search_record(s, json_array_get(g0, 0), 1);
+			tuner_search_record(s, 0, 1);
 			g1 = tuner_search_generation(s);
 			json_array_foreach(g1, i, json) {
 				kgen_plan *plan = legal(g, json);
