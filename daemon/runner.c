@@ -2,9 +2,22 @@
  * runner.c: the pipeline that tunes jobs.
  *
  * One measurement thread and N compile threads, each driving its own
- * tuned-worker process (tuner_worker_ask blocks that thread only). All the
- * state below is shared and guarded by one lock; the threads wait on two
+ * tuned-worker process (tuner_worker_ask blocks that thread only), and a
+ * search thread. All the state below is shared and guarded by one lock,
+ * held only for work on the queues (O(jobs)); the threads wait on three
  * condition variables, one per kind of work.
+ *
+ * The search thread does what takes long in a search, without the lock:
+ * it activates a job (reads its graph, starts its search, tells it the
+ * key's trials) and proposes each generation, a few genomes at a time,
+ * handing each new plan to the compile workers as soon as it is found, so
+ * that the loop thread (submit, cancel, stats) never waits on a search
+ * and the workers seldom do. A generation is proposed until it is full,
+ * its time share (an eighth of the job's budget) is spent, the search
+ * finds nothing new, or the job is over; a generation that comes back
+ * short or empty is measured as it is, and the generation event says why
+ * candidates were dropped. The search is told each outcome by its
+ * candidate's handle when the next generation starts.
  *
  * An active job holds one generation of candidates at a time. Each
  * candidate is compiled by a compile worker into the shared folder (stage
@@ -58,8 +71,18 @@
 #define TRIAL_TIMING_MS 100.0
 #define COMPILE_LIMIT_S 120
 #define PROBE_LIMIT_S 120
+/* Genomes the search draws between hand-overs of what it found. */
+#define PROPOSE_TRIES 4
+/* A generation is proposed for an eighth of the job's budget at most,
+ * and at least this long. */
+#define SHARE_OF_BUDGET 8
+#define MIN_SHARE_S 0.25
+/* Known trials told to the search between looks at whether the runner
+ * stops. */
+#define KNOWN_BETWEEN_LOOKS 256
 
 enum stage { TO_COMPILE, COMPILING, READY, MEASURING, DONE };
+enum search_step { SEARCH_NONE, SEARCH_ACTIVATE, SEARCH_GENERATION };
 
 typedef struct candidate {
 	json_t *plan;
@@ -76,20 +99,26 @@ typedef struct runner_job {
 	json_t *known, *incumbent, *neighbour, *quarantined;
 	int skipped; /* quarantined candidates not tried */
 	bool active, waited, cancelled, retiming;
-	/* Active jobs: */
+	/* Active jobs: what the search thread is to do for it, and whether
+	 * it works on it now (the generation does not end meanwhile). */
+	enum search_step step;
+	bool proposing;
 	sched_graph *graph;
-	tuner_search *search;
-	double limit_s;
+	tuner_search *search; /* the search thread's alone */
+	double limit_s, best_ms;
 	uint64_t deadline;
-	int trials, generation, compile_failures, filtered;
+	int trials, generation, compile_failures;
+	tuner_search_drops drops; /* the search's, when it last proposed */
+	const char *filled; /* how the generation's proposing ended */
 	/* The plan of the version the job started from (NULL until there is
 	 * one), and the times of it and of the version now, measured side by
 	 * side in the same re-timing (its trial's time, alone, until then). */
 	json_t *first;
 	double first_ms, version_ms;
 	json_t *retimed;  /* what the last re-timing found, for the event */
-	candidate *cands;
+	candidate *cands;   /* the generation's, by the search's handles */
 	int ncands, open;
+	int room;           /* the candidates the generation may have */
 	struct runner_job *next;
 } runner_job;
 
@@ -102,7 +131,9 @@ typedef struct worker_thread {
 
 struct tuned_runner {
 	uv_mutex_t lock;
-	uv_cond_t compile_wake, measure_wake;
+	uv_cond_t compile_wake, measure_wake, search_wake;
+	uv_thread_t search_handle;
+	bool search_started;
 	uv_async_t *notify;
 	char backend[16];
 	char share[64];
@@ -224,7 +255,9 @@ static int count_active(const tuned_runner *r)
 	return n;
 }
 
-/* The job is over: said, and forgotten. */
+static void activate_jobs(tuned_runner *r);
+
+/* The job is over: said, and forgotten; a waiting job takes its place. */
 static void end_job(tuned_runner *r, runner_job *job, const char *error)
 {
 	tuned_result *end = result_new(job, TUNED_RESULT_END);
@@ -239,6 +272,7 @@ static void end_job(tuned_runner *r, runner_job *job, const char *error)
 	job_free(job);
 	if (!count_active(r))
 		kgen_empty_folder(r->share); /* no job needs its kernels */
+	activate_jobs(r);
 }
 
 /* No new candidate starts: cancelled, stopping, or out of budget (the
@@ -250,36 +284,41 @@ static bool expired(const tuned_runner *r, const runner_job *job)
 	       (job->max_trials > 0 && job->trials >= job->max_trials);
 }
 
-static void start_generation(tuned_runner *r, runner_job *job);
-
-/* The plan of each candidate, as many as the trial budget allows. */
-static void set_candidates(runner_job *job, json_t *plans)
+/* Plans the search proposed, as the generation's next candidates, as many
+ * as its room allows (the trial budget); the compile workers are woken. */
+static void add_candidates(tuned_runner *r, runner_job *job, json_t *plans)
 {
-	size_t n = json_array_size(plans), i;
+	size_t i;
 	json_t *plan;
 
-	if (job->max_trials > 0 && n > (size_t)(job->max_trials - job->trials))
-		n = (size_t)(job->max_trials - job->trials);
-	job->cands = calloc(n + 1, sizeof(candidate));
-	job->ncands = job->open = job->cands ? (int)n : 0;
 	json_array_foreach(plans, i, plan) {
-		if ((int)i >= job->ncands)
+		if (job->ncands >= job->room)
 			break;
-		job->cands[i] = (candidate){json_incref(plan), TO_COMPILE, INFINITY, NULL};
+		job->cands[job->ncands++] = (candidate){json_incref(plan), TO_COMPILE,
+							INFINITY, NULL};
+		job->open++;
 	}
+	if (json_array_size(plans))
+		uv_cond_broadcast(&r->compile_wake);
 }
 
 /* The counters of the generation just ended, for the generation event:
  * the best trial, and the gain of the version over the first, both as
- * the last re-timing measured them. */
+ * the last re-timing measured them; the plans it proposed, how its
+ * proposing ended, and why the search's genomes gave no plan so far. */
 static json_t *generation_data(const runner_job *job)
 {
-	double best = tuner_search_best(job->search);
+	double best = job->best_ms;
 
-	return json_pack("{s:I, s:i, s:i, s:i, s:i, s:i, s:o, s:o, s:o, s:o, s:o}",
+	return json_pack("{s:I, s:i, s:i, s:i, s:i, s:i, s:i, s:s?, s:{s:i, s:i, s:i, s:i, s:i},"
+			 " s:o, s:o, s:o, s:o, s:o}",
 			 "job", (json_int_t)job->id, "generation", job->generation - 1,
 			 "trials", job->trials, "compile_failures", job->compile_failures,
-			 "filtered", job->filtered, "quarantined", job->skipped,
+			 "filtered", job->drops.filtered, "quarantined", job->skipped,
+			 "proposed", job->ncands, "filled", job->filled,
+			 "dropped", "seen", job->drops.seen, "measured", job->drops.measured,
+			 "filtered", job->drops.filtered, "invalid", job->drops.invalid,
+			 "quarantined", job->skipped,
 			 "best_ms", isfinite(best) ? json_real(best) : json_null(),
 			 "first_ms", job->first_ms > 0 ? json_real(job->first_ms) : json_null(),
 			 "version_ms", job->version_ms > 0 ? json_real(job->version_ms) : json_null(),
@@ -339,7 +378,14 @@ static int best_candidate(const runner_job *job, double than, int kernels,
 	return best;
 }
 
-/* The generation event, then the next generation. */
+/* The search thread is to do "step" for the job. */
+static void want_search(tuned_runner *r, runner_job *job, enum search_step step)
+{
+	job->step = step;
+	uv_cond_signal(&r->search_wake);
+}
+
+/* The generation event, then the next generation (the search thread). */
 static void next_generation(tuned_runner *r, runner_job *job)
 {
 	tuned_result *event = result_new(job, TUNED_RESULT_GENERATION);
@@ -349,7 +395,7 @@ static void next_generation(tuned_runner *r, runner_job *job)
 	json_decref(job->retimed);
 	job->retimed = NULL;
 	push_result(r, event);
-	start_generation(r, job);
+	want_search(r, job, SEARCH_GENERATION);
 }
 
 /* The generation is over. The first version is published at once; a
@@ -374,31 +420,19 @@ static void end_generation(tuned_runner *r, runner_job *job)
 	next_generation(r, job);
 }
 
-/* The next generation, or the end of the job. */
-static void start_generation(tuned_runner *r, runner_job *job)
+static bool stopping(tuned_runner *r)
 {
-	json_t *plans = NULL;
-	int filtered_before = tuner_search_filtered(job->search);
+	bool stop;
 
-	free_candidates(job);
-	while (!expired(r, job) && (plans = tuner_search_generation(job->search)) &&
-	       !json_array_size(plans)) {
-		json_decref(plans);
-		plans = NULL;
-	}
-	job->generation = tuner_search_generations(job->search);
-	job->filtered += tuner_search_filtered(job->search) - filtered_before;
-	if (!plans)
-		return end_job(r, job, NULL);
-	set_candidates(job, plans);
-	json_decref(plans);
-	if (!job->ncands)
-		return end_job(r, job, "out of memory");
-	uv_cond_broadcast(&r->compile_wake);
+	uv_mutex_lock(&r->lock);
+	stop = r->stopping;
+	uv_mutex_unlock(&r->lock);
+	return stop;
 }
 
-/* Known trials, as cache_trials lists them, told to the search. */
-static void know_trials(tuner_search *search, const json_t *known)
+/* Known trials, as cache_trials lists them, told to the search (without
+ * the lock: there may be thousands), until the runner stops. */
+static void know_trials(tuned_runner *r, tuner_search *search, const json_t *known)
 {
 	size_t i;
 	json_t *trial;
@@ -407,6 +441,8 @@ static void know_trials(tuner_search *search, const json_t *known)
 		const char *outcome = json_string_value(json_object_get(trial, "outcome"));
 		double ms = json_number_value(json_object_get(trial, "median_ms"));
 
+		if (i % KNOWN_BETWEEN_LOOKS == KNOWN_BETWEEN_LOOKS - 1 && stopping(r))
+			return;
 		tuner_search_know(search, json_object_get(trial, "plan"),
 				  outcome && !strcmp(outcome, "ok") && ms > 0 ? ms : INFINITY);
 	}
@@ -469,35 +505,56 @@ static void drop_quarantined_incumbent(tuned_runner *r, runner_job *job)
 	job->incumbent = NULL;
 }
 
-static int activate(tuned_runner *r, runner_job *job)
+/* The job's graph read and its search started, told the key's trials
+ * and the neighbour's plan; without the lock (the job is the search
+ * thread's until it is done). NULL, or why it failed. */
+static const char *start_search(tuned_runner *r, runner_job *job, sched_error *err)
 {
 	tuner_search_options options = {.kind = TUNER_GENETIC, .seed = (unsigned)job->id,
 					.peaks = r->probed ? &r->peaks : NULL,
 					.cuda = r->cuda, .library = r->library};
-	sched_error err = {0};
+	tuner_search *search;
 
-	job->active = true;
-	push_result(r, result_new(job, TUNED_RESULT_STARTED));
-	if (read_canonical_graph(job, &err) < 0) {
-		end_job(r, job, err.message);
-		return -1;
-	}
-	if (!(job->search = tuner_search_new(job->graph, &options))) {
-		end_job(r, job, "cannot start the search: out of memory");
-		return -1;
-	}
-	know_trials(job->search, job->known);
-	drop_quarantined_incumbent(r, job);
+	if (read_canonical_graph(job, err) < 0)
+		return err->message;
+	if (!(search = tuner_search_new(job->graph, &options)))
+		return "cannot start the search: out of memory";
+	know_trials(r, search, job->known);
 	if (job->neighbour)
-		tuner_search_suggest(job->search, job->neighbour);
+		tuner_search_suggest(search, job->neighbour);
 	job->limit_s = tuner_time_limit(job->graph, r->backend);
+	job->search = search;
+	return NULL;
+}
+
+static void propose_generation(tuned_runner *r, runner_job *job);
+
+/* The search thread: the job's search started (the lock released
+ * meanwhile), then its first generation. */
+static void activate(tuned_runner *r, runner_job *job)
+{
+	sched_error err = {0};
+	const char *failed;
+
+	job->step = SEARCH_NONE;
+	if (expired(r, job))
+		return end_job(r, job, NULL);
+	job->proposing = true;
+	uv_mutex_unlock(&r->lock);
+	failed = start_search(r, job, &err);
+	uv_mutex_lock(&r->lock);
+	job->proposing = false;
+	if (failed)
+		return end_job(r, job, failed);
+	job->best_ms = tuner_search_best(job->search);
+	drop_quarantined_incumbent(r, job);
 	job->deadline = uv_hrtime() + (uint64_t)(job->budget_s * 1e9);
-	start_generation(r, job);
-	return 0;
+	propose_generation(r, job);
 }
 
 /* Fills the free places among active jobs, best job first, once the
- * device probe is over (the searches filter with its peaks). */
+ * device probe is over (the searches filter with its peaks): each is
+ * started, and the search thread activates it. */
 static void activate_jobs(tuned_runner *r)
 {
 	while (r->probe_done && !r->stopping && count_active(r) < r->active_jobs) {
@@ -508,8 +565,17 @@ static void activate_jobs(tuned_runner *r)
 				best = job;
 		if (!best)
 			return;
-		activate(r, best);
+		best->active = true;
+		push_result(r, result_new(best, TUNED_RESULT_STARTED));
+		want_search(r, best, SEARCH_ACTIVATE);
 	}
+}
+
+/* Whether the generation is over: every candidate done, and the search
+ * proposes no more. */
+static bool generation_over(const runner_job *job)
+{
+	return !job->open && !job->proposing && !job->retiming;
 }
 
 /* The candidates of an expired job that no worker holds are dropped; the
@@ -521,23 +587,149 @@ static void drop_pending(tuned_runner *r, runner_job *job)
 			job->cands[i].stage = DONE;
 			job->open--;
 		}
-	if (!job->open && !job->retiming)
+	if (generation_over(job))
 		end_generation(r, job);
 }
 
 /* One candidate finished, at "ms" (INFINITY: failed); the generation may
- * be over. */
+ * be over. The search is told when the next one starts. */
 static void candidate_done(tuned_runner *r, runner_job *job, candidate *c, double ms)
 {
 	c->stage = DONE;
 	c->ms = ms;
+	job->best_ms = ms < job->best_ms ? ms : job->best_ms;
 	job->open--;
-	tuner_search_record(job->search, (int)(c - job->cands), ms);
 	if (expired(r, job))
 		drop_pending(r, job);
-	else if (!job->open)
+	else if (generation_over(job))
 		end_generation(r, job);
 	activate_jobs(r);
+}
+
+/* The outcomes of the generation out told to the search, by handle,
+ * and the next generation opened, without the lock; false when the
+ * search is over. The candidates are freed. */
+static bool open_generation(tuned_runner *r, runner_job *job)
+{
+	int n = job->ncands;
+	double *ms = malloc((n + 1) * sizeof(double));
+	bool open;
+
+	for (int i = 0; ms && i < n; i++)
+		ms[i] = job->cands[i].ms;
+	free_candidates(job);
+	uv_mutex_unlock(&r->lock);
+	for (int i = 0; ms && i < n; i++)
+		tuner_search_record(job->search, i, ms[i]);
+	free(ms);
+	open = tuner_search_begin(job->search) == 0;
+	uv_mutex_lock(&r->lock);
+	return open;
+}
+
+/* How long the search may propose a generation. */
+static uint64_t time_share_ns(const runner_job *job)
+{
+	double share_s = job->budget_s / SHARE_OF_BUDGET;
+
+	return (uint64_t)((share_s > MIN_SHARE_S ? share_s : MIN_SHARE_S) * 1e9);
+}
+
+/* The generation's plans handed to the compile workers as the search
+ * proposes them, a few genomes at a time (without the lock), until it is
+ * full or has room for no more, its time share is spent, the search finds
+ * nothing new, or the job is over; job->filled says which. False when
+ * the job ended. */
+static bool fill_generation(tuned_runner *r, runner_job *job)
+{
+	uint64_t share_ends = uv_hrtime() + time_share_ns(job);
+	tuner_search *search = job->search;
+	tuner_search_drops drops;
+	json_t *plans;
+
+	for (;;) {
+		if (tuner_search_full(search) || job->ncands >= job->room)
+			job->filled = "full";
+		else if (expired(r, job))
+			job->filled = "ended";
+		else if (tuner_search_exhausted(search))
+			job->filled = "exhausted";
+		else if (uv_hrtime() > share_ends)
+			job->filled = "time_share";
+		else
+			job->filled = NULL;
+		if (job->filled)
+			return true;
+		uv_mutex_unlock(&r->lock);
+		plans = tuner_search_propose(search, PROPOSE_TRIES);
+		tuner_search_drops_get(search, &drops);
+		uv_mutex_lock(&r->lock);
+		job->drops = drops;
+		if (!plans) {
+			job->proposing = false;
+			end_job(r, job, "cannot propose plans: out of memory");
+			return false;
+		}
+		add_candidates(r, job, plans);
+		json_decref(plans);
+	}
+}
+
+/* The search thread: the next generation, proposed as fill_generation
+ * says, or the end of the job, when it is over or the search finds no
+ * new plan. */
+static void propose_generation(tuned_runner *r, runner_job *job)
+{
+	job->step = SEARCH_NONE;
+	if (expired(r, job))
+		return end_job(r, job, NULL);
+	job->proposing = true;
+	if (!open_generation(r, job)) {
+		job->proposing = false;
+		return end_job(r, job, NULL);
+	}
+	job->generation = tuner_search_generations(job->search);
+	job->room = job->max_trials > 0 ? job->max_trials - job->trials : TUNER_POPULATION;
+	job->room = job->room < TUNER_POPULATION ? job->room : TUNER_POPULATION;
+	if (!(job->cands = calloc(job->room + 1, sizeof(candidate)))) {
+		job->proposing = false;
+		return end_job(r, job, "out of memory");
+	}
+	if (!fill_generation(r, job))
+		return;
+	job->proposing = false;
+	if (!job->ncands && !strcmp(job->filled, "exhausted"))
+		return end_job(r, job, NULL);
+	if (generation_over(job))
+		end_generation(r, job);
+}
+
+/* The job the search thread serves first, in job order, or NULL. */
+static runner_job *search_job(tuned_runner *r)
+{
+	runner_job *best = NULL;
+
+	for (runner_job *job = r->jobs; job; job = job->next)
+		if (job->step != SEARCH_NONE && (!best || goes_before(job, best)))
+			best = job;
+	return best;
+}
+
+static void search_thread(void *arg)
+{
+	tuned_runner *r = arg;
+	runner_job *job;
+
+	uv_mutex_lock(&r->lock);
+	while (!r->stopping) {
+		if (!(job = search_job(r)))
+			uv_cond_wait(&r->search_wake, &r->lock);
+		else if (job->step == SEARCH_ACTIVATE)
+			activate(r, job);
+		else
+			propose_generation(r, job);
+	}
+	uv_mutex_unlock(&r->lock);
 }
 
 /* The first candidate at "stage" of the first job in order, or NULL. */
@@ -719,7 +911,7 @@ static void compile_thread(worker_thread *t)
 static void measure_one(tuned_runner *r, tuner_worker *worker, runner_job *job,
 			candidate *c)
 {
-	double best = tuner_search_best(job->search);
+	double best = job->best_ms;
 	json_t *request = json_pack("{s:s, s:O, s:I, s:{s:f}}", "graph", job->graph_text,
 				    "plan", c->plan, "seed", (json_int_t)job->id,
 				    "timing", "budget_ms", TRIAL_TIMING_MS);
@@ -1059,8 +1251,10 @@ tuned_runner *tuned_runner_start(uv_async_t *notify, int active_jobs,
 	snprintf(r->backend, sizeof(r->backend), "%s", backend);
 	snprintf(r->share, sizeof(r->share), "/tmp/tuned-share-%d-XXXXXX", (int)getpid());
 	if (uv_mutex_init(&r->lock) || uv_cond_init(&r->compile_wake) ||
-	    uv_cond_init(&r->measure_wake) || !mkdtemp(r->share) ||
+	    uv_cond_init(&r->measure_wake) || uv_cond_init(&r->search_wake) ||
+	    !mkdtemp(r->share) ||
 	    !(r->threads = calloc(r->nthreads, sizeof(worker_thread))) ||
+	    !(r->search_started = !uv_thread_create(&r->search_handle, search_thread, r)) ||
 	    start_threads(r, worker_path) < 0) {
 		tuned_runner_stop(r);
 		return NULL;
@@ -1144,10 +1338,13 @@ void tuned_runner_stop(tuned_runner *r)
 	r->stopping = true;
 	uv_cond_broadcast(&r->compile_wake);
 	uv_cond_broadcast(&r->measure_wake);
+	uv_cond_broadcast(&r->search_wake);
 	for (int i = 0; i < r->started; i++)
 		if (tuner_worker_pid(r->threads[i].worker) > 0)
 			kill(tuner_worker_pid(r->threads[i].worker), SIGKILL);
 	uv_mutex_unlock(&r->lock);
+	if (r->search_started)
+		uv_thread_join(&r->search_handle);
 	for (int i = 0; i < r->started; i++)
 		uv_thread_join(&r->threads[i].handle);
 	for (int i = 0; i < r->nthreads && r->threads; i++)
@@ -1167,6 +1364,7 @@ void tuned_runner_stop(tuned_runner *r)
 	free(r->threads);
 	uv_cond_destroy(&r->compile_wake);
 	uv_cond_destroy(&r->measure_wake);
+	uv_cond_destroy(&r->search_wake);
 	uv_mutex_destroy(&r->lock);
 	free(r);
 }

@@ -2,8 +2,9 @@
  * test_search.c: the daemon's search, end to end: versions only on real
  * improvement, seen by watchers once and in order, concurrent jobs
  * interleaved, priorities honoured, a speedup over the first version
- * only from times measured together, and a resubmitted key resumed
- * without measuring a plan twice.
+ * only from times measured together, a resubmitted key resumed
+ * without measuring a plan twice, the daemon answering while a search
+ * proposes, and a generation that comes back empty not ending its job.
  *
  * Most tests run tuned with the scripted worker (made-up times, exact
  * outcomes); the last one runs the real cpu worker.
@@ -14,6 +15,7 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fixture.h"
 #include "scripted_times.h"
@@ -35,11 +37,12 @@ static void start_scripted(fixture *f, const char *mode, const char *delay_ms,
 	fixture_start(f, extra);
 }
 
-static json_int_t submit(conn *c, const char *example, int trials, int priority)
+static json_int_t submit_for(conn *c, const char *example, double budget, int trials,
+			     int priority)
 {
 	char *text = example_text(example);
 	json_t *reply = conn_call(c, "submit", json_pack("{s:s, s:f, s:i, s:i}", "graph",
-							 text, "budget", 120.0, "trials",
+							 text, "budget", budget, "trials",
 							 trials, "priority", priority));
 	json_int_t job = json_integer_value(json_object_get(result_of(reply), "id"));
 
@@ -47,6 +50,19 @@ static json_int_t submit(conn *c, const char *example, int trials, int priority)
 	json_decref(reply);
 	free(text);
 	return job;
+}
+
+static json_int_t submit(conn *c, const char *example, int trials, int priority)
+{
+	return submit_for(c, example, 120.0, trials, priority);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static const char *event_name(json_t *event)
@@ -366,6 +382,105 @@ Test(search, two_concurrent_jobs_both_progress, .timeout = 120)
 		     (long long)b);
 	cr_expect_lt(index_of(events, "generation", a, false),
 		     index_of(events, "generation", b, true));
+	json_decref(events);
+	conn_close(&c);
+	stop(&f);
+}
+
+/* Whether "event" is job "job"'s generation event for generation "n" or a
+ * later one, or the event of its end. */
+static bool generation_reached(json_t *event, json_int_t job, int n)
+{
+	json_t *data = json_object_get(event, "data");
+
+	return event_job(event) == job &&
+	       (is_end(event) || (!strcmp(event_name(event), "generation") &&
+				  json_integer_value(json_object_get(data, "generation")) >= n));
+}
+
+/* The loop thread never waits on a search: while the first population of
+ * bert_qkv (full size) is proposed, which takes the search thread about
+ * a second, and measured, another client's stats come back at once. */
+Test(search, the_daemon_answers_while_a_search_proposes, .timeout = 120)
+{
+	fixture f;
+	conn c, other;
+	json_t *reply, *event;
+	json_int_t job;
+	double slowest = 0;
+	bool done = false;
+
+	start_scripted(&f, "hash", "0", NULL);
+	cr_assert(conn_open(&c, f.socket));
+	cr_assert(conn_open(&other, f.socket));
+	conn_hello(&c);
+	conn_hello(&other);
+	job = submit(&c, "bert_qkv", 40, 0);
+	for (int polls = 0; !done && polls < 5000; polls++) {
+		double asked = now_s(), took;
+
+		reply = conn_call(&other, "stats", NULL);
+		took = now_s() - asked;
+		slowest = took > slowest ? took : slowest;
+		cr_assert_not_null(result_of(reply), "stats failed: %s", json_dumps(reply, 0));
+		json_decref(reply);
+		while (!done && (event = conn_read(&c, 5))) {
+			done = generation_reached(event, job, 1);
+			json_decref(event);
+		}
+	}
+	cr_expect(done, "the first population was never measured");
+	cr_expect_lt(slowest, 0.3, "stats took %.0f ms while the search proposed",
+		     slowest * 1e3);
+	conn_close(&other);
+	conn_close(&c);
+	stop(&f);
+}
+
+/* A generation that the cost model empties (the first trial is far
+ * faster than any plan can be) does not end the job: the search proposes
+ * until the generation's time share ends, the generation comes back
+ * empty, its event says why its plans were dropped, and the job goes on
+ * until the search stalls, within its budget. */
+Test(search, an_empty_generation_does_not_end_the_job, .timeout = 120)
+{
+	fixture f;
+	conn c;
+	json_t *events, *event;
+	json_int_t job;
+	int generations = 0, empty = 0;
+	double started;
+	size_t i;
+
+	setenv("SCRIPTED_FIRST_MS", "0.000001", 1);
+	start_scripted(&f, "hash", "0", NULL);
+	unsetenv("SCRIPTED_FIRST_MS");
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	started = now_s();
+	job = submit_for(&c, "softmax_scores_small", 4.0, 200, 0);
+	events = events_until_done(&c, 1);
+	cr_expect_lt(now_s() - started, 4.0 + 5.0, "the job outlived its budget");
+	json_array_foreach(events, i, event) {
+		json_t *data = json_object_get(event, "data");
+		const char *filled = json_string_value(json_object_get(data, "filled"));
+		json_t *dropped = json_object_get(data, "dropped");
+
+		if (strcmp(event_name(event), "generation") || event_job(event) != job)
+			continue;
+		generations++;
+		if (json_integer_value(json_object_get(data, "generation")) == 0 ||
+		    json_integer_value(json_object_get(data, "proposed")) > 0)
+			continue;
+		empty++;
+		cr_expect(filled && (!strcmp(filled, "time_share") ||
+				     !strcmp(filled, "exhausted")),
+			  "an empty generation filled: %s", filled ? filled : "null");
+		cr_expect_gt(json_integer_value(json_object_get(dropped, "filtered")), 0,
+			     "no plan dropped by the filter: %s", json_dumps(data, 0));
+	}
+	cr_expect_geq(empty, 1, "no empty generation in %d", generations);
+	cr_expect_geq(generations, 2, "the job ended with its first generation");
 	json_decref(events);
 	conn_close(&c);
 	stop(&f);
