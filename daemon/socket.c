@@ -167,13 +167,14 @@ static int bind_socket(const char *path, tuned_socket_id *id, char *why, size_t 
 
 int tuned_socket_bind(const char *path, tuned_socket_id *id, char *why, size_t size)
 {
+	const size_t longest = sizeof(((struct sockaddr_un *)0)->sun_path) - 1;
 	char copy[256], dir[256], file[256];
 	int dir_fd, fd = -1, rc;
 
 	*id = (tuned_socket_id){0};
-	if (strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+	if (strlen(path) > longest) {
 		snprintf(why, size, "the path is longer than a socket's %zu "
-			 "characters", sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+			 "characters", longest);
 		return -1;
 	}
 	snprintf(copy, sizeof(copy), "%s", path);

@@ -213,6 +213,24 @@ Test(startstop, a_file_at_the_socket_path_is_left_alone, .timeout = 120)
 	fixture_cleanup(&f);
 }
 
+/* A path longer than a socket's address: refused, not cut short. */
+Test(startstop, a_socket_path_too_long_is_refused, .timeout = 120)
+{
+	const char *message = "the path is longer than a socket's 107 characters";
+	char name[91], path[200];
+	fixture f;
+
+	fixture_init(&f);
+	memset(name, 'x', sizeof(name) - 1);
+	name[sizeof(name) - 1] = 0;
+	snprintf(path, sizeof(path), "%s/run/%s.sock", f.dir, name);
+	cr_assert(strlen(path) > 107 && strlen(path) < sizeof(f.socket));
+	memcpy(f.socket, path, strlen(path) + 1);
+	cr_expect_eq(fixture_start_refused(&f, NULL, NULL), 1);
+	cr_expect(fixture_log_contains(&f, message), "the log lacks \"%s\"", message);
+	fixture_cleanup(&f);
+}
+
 /* Under umask 000 nothing tuned creates is open to others. */
 Test(startstop, new_files_keep_their_modes_under_umask_000, .timeout = 120)
 {
