@@ -128,10 +128,33 @@ static int open_db(cache *c, int flags, sqlite3 **db, cache_error *err)
 	return 0;
 }
 
+/* Makes a missing cache file 0600 (the umask may take more away, never
+ * add) before SQLite would make it 0644: its -wal and -shm take its mode.
+ * An existing file keeps its mode. */
+static int create_file(cache *c, cache_error *err)
+{
+	char why[128];
+	int fd = open(c->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+
+	if (fd >= 0) {
+		close(fd);
+		return 0;
+	}
+	if (errno == EEXIST)
+		return 0;
+	errno_text(errno, why, sizeof(why));
+	cache_set_error(err, CACHE_EIO, "cannot open cache '%s': cannot create "
+			"it: %s", c->path, why);
+	return CACHE_EIO;
+}
+
 static int open_writer(cache *c, cache_error *err)
 {
 	int rc;
 
+	rc = create_file(c, err);
+	if (rc)
+		return rc;
 	rc = open_db(c, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, &c->writer,
 		     err);
 	if (rc)

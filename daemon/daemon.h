@@ -57,16 +57,31 @@ typedef struct tuned_options {
  * printed. */
 int tuned_options_parse(int argc, char **argv, tuned_options *o);
 
-/* socket.c: the socket's folder made ready (created 0750 when missing; an
- * existing one keeps its mode but is refused when others may write to it
- * or another user owns it) and a stale socket removed. 0, or -1 with
+/* socket.c: the listening socket. Binds "path" 0660 and listens: the
+ * folder made ready (created 0750 when missing; an existing one keeps its
+ * mode but is refused when others may write to it or another user owns
+ * it), a stale socket (one that refuses connections) removed, and refused
+ * when a daemon listens there or something that is no socket is there
+ * (left as it is). The socket's fd and its identity in *id, or -1 with
  * "why" saying what is wrong and how to mend it. */
-int tuned_socket_prepare(const char *path, char *why, size_t size);
+typedef struct tuned_socket_id {
+	dev_t dev;
+	ino_t ino; /* 0: none bound */
+} tuned_socket_id;
+
+int tuned_socket_bind(const char *path, tuned_socket_id *id, char *why, size_t size);
+/* Removes "path" if it is still the socket "id" this process bound. */
+void tuned_socket_remove(const char *path, const tuned_socket_id *id);
 /* Reads the peer of "fd" with SO_PEERCRED into "peer"; true when it may
  * connect: root, the daemon's own uid, an allowed uid, or a peer whose
  * primary or supplementary groups include an allowed gid. */
 struct ucred;
 bool tuned_peer_allowed(const tuned_options *o, int fd, struct ucred *peer);
+
+/* share.c: removes the runner's shared folders that daemons which did not
+ * stop normally left behind (those of this uid whose pid is gone); call it
+ * before the runner starts. */
+void tuned_share_remove_stale(void);
 
 /* jobs.c: the job queue, kept in the cache (its jobs table). */
 enum tuned_job_state {

@@ -4,12 +4,14 @@
  * names: a changed job is written in one transaction, after the versions
  * it names were published. On load, jobs that were running go back to the
  * queue. A queue file of an older tuned ("<cache>.jobs.json") is moved
- * into the table once, then removed.
+ * into the table once, then removed; one that is not a queue is moved
+ * aside, with a warning.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -259,10 +261,37 @@ static tuned_job *job_from_json(json_t *obj)
 	return job;
 }
 
+/* Moves a queue file that does not read to "<path>.damaged-<time>" (with
+ * "-2", "-3"... when that exists), as a damaged cache is moved, and warns:
+ * the daemon starts without its jobs. 0, or a negative code with
+ * jobs->error saying why (the file is then left alone). */
+static int move_aside(tuned_jobs *jobs, const char *path, const char *damage)
+{
+	long long now = (long long)time(NULL);
+	char to[400];
+	struct stat st;
+	int rc;
+
+	snprintf(to, sizeof(to), "%s.damaged-%lld", path, now);
+	for (int n = 2; lstat(to, &st) == 0; n++)
+		snprintf(to, sizeof(to), "%s.damaged-%lld-%d", path, now, n);
+	if (rename(path, to) < 0) {
+		rc = -errno;
+		snprintf(jobs->error, sizeof(jobs->error), "'%s' is not a job queue "
+			 "(%s) and cannot be moved aside: %s", path, damage,
+			 strerror(-rc));
+		return rc;
+	}
+	tuned_log(TUNED_WARN, "'%s' is not a job queue (%s): moved it to '%s'; "
+		  "starting without its jobs", path, damage, to);
+	return 0;
+}
+
 /* Moves the jobs of an older tuned's queue file "path" into the cache
  * in one transaction, then removes the file: the number of jobs moved,
  * or a negative code with jobs->error saying why (the file is then left
- * alone). */
+ * alone). A file that cannot be read is reported; one that reads but is
+ * not a queue is moved aside. */
 static int move_queue_file(tuned_jobs *jobs, const char *path)
 {
 	json_error_t jerr;
@@ -273,11 +302,15 @@ static int move_queue_file(tuned_jobs *jobs, const char *path)
 
 	if (access(path, F_OK) != 0)
 		return 0;
-	if (!(list = json_load_file(path, 0, &jerr)) || !json_is_array(list)) {
-		snprintf(jobs->error, sizeof(jobs->error), "'%s' is not a job "
-			 "queue: %s", path, list ? "not a JSON array" : jerr.text);
+	list = json_load_file(path, 0, &jerr);
+	if (!list && json_error_code(&jerr) == json_error_cannot_open_file) {
+		snprintf(jobs->error, sizeof(jobs->error), "cannot read the queue "
+			 "file of an older tuned: %s", jerr.text);
+		return -EIO;
+	}
+	if (!json_is_array(list)) {
 		json_decref(list);
-		return -EINVAL;
+		return move_aside(jobs, path, list ? "not a JSON array" : jerr.text);
 	}
 	json_array_foreach(list, i, obj) {
 		tuned_job *job = job_from_json(obj);

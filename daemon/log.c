@@ -1,8 +1,10 @@
 /*
  * log.c: one line per event, "2026-11-22T10:32:27Z tuned[pid] level: text",
- * to stderr (journald adds its own time) or to a file reopened on SIGHUP.
+ * to stderr (journald adds its own time) or to a file reopened on SIGHUP
+ * (a new file made 0640).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -48,14 +50,22 @@ void tuned_log_write(enum tuned_level level, const char *fmt, ...)
 	fflush(out);
 }
 
+/* A new log file is made 0640, whatever the umask (which may take more
+ * away, never add); an existing one keeps its mode. */
 int tuned_log_open(const char *path)
 {
 	FILE *f;
+	int fd, e;
 
 	if (!path || !*path)
 		return 0;
-	if (!(f = fopen(path, "a")))
+	if ((fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640)) < 0)
 		return -errno;
+	if (!(f = fdopen(fd, "a"))) {
+		e = errno;
+		close(fd);
+		return -e;
+	}
 	if (log_file)
 		fclose(log_file);
 	log_file = f;

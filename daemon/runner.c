@@ -1249,7 +1249,8 @@ tuned_runner *tuned_runner_start(uv_async_t *notify, int active_jobs,
 			   (int)sysconf(_SC_NPROCESSORS_ONLN));
 	r->started_ns = uv_hrtime();
 	snprintf(r->backend, sizeof(r->backend), "%s", backend);
-	snprintf(r->share, sizeof(r->share), "/tmp/tuned-share-%d-XXXXXX", (int)getpid());
+	snprintf(r->share, sizeof(r->share), TUNED_SHARE_DIR "/" TUNED_SHARE_NAME
+		 "%d-XXXXXX", (int)getpid());
 	if (uv_mutex_init(&r->lock) || uv_cond_init(&r->compile_wake) ||
 	    uv_cond_init(&r->measure_wake) || uv_cond_init(&r->search_wake) ||
 	    !mkdtemp(r->share) ||

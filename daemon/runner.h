@@ -75,6 +75,11 @@ typedef struct tuned_job_spec {
 
 typedef struct tuned_runner tuned_runner;
 
+/* The runner's shared folder is "/tmp/tuned-share-<pid>-XXXXXX" (mkdtemp);
+ * share.c removes those of daemons that are gone. */
+#define TUNED_SHARE_DIR "/tmp"
+#define TUNED_SHARE_NAME "tuned-share-"
+
 /* Starts the measurement worker and "compile_workers" compile workers
  * (tuned-worker at "worker_path" on "backend", whose device is a GPU when
  * "cuda"); at most "active_jobs" jobs are searched at once. "notify" is

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "server.h"
 
@@ -207,21 +206,17 @@ static void on_connection(uv_stream_t *server, int status)
 	uv_read_start((uv_stream_t *)&client->pipe, on_alloc, on_read);
 }
 
-/* Binds under a umask that leaves the socket 0660, inside the folder
- * socket.c checked. */
+/* Listens on the socket socket.c binds. */
 int tuned_server_listen(tuned_daemon *d, char *why, size_t size)
 {
-	mode_t old;
+	int fd = tuned_socket_bind(d->options.socket_path, &d->bound, why, size);
 	int rc;
 
-	if (tuned_socket_prepare(d->options.socket_path, why, size) < 0)
+	if (fd < 0)
 		return -1;
 	uv_pipe_init(d->loop, &d->server, 0);
 	d->server.data = d;
-	old = umask(0117);
-	rc = uv_pipe_bind(&d->server, d->options.socket_path);
-	umask(old);
-	d->bound = rc == 0;
+	rc = uv_pipe_open(&d->server, fd);
 	if (rc == 0)
 		rc = uv_listen((uv_stream_t *)&d->server, 128, on_connection);
 	if (rc < 0)

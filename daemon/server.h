@@ -47,7 +47,7 @@ struct tuned_daemon {
 	tuned_options options;
 	proto_limits limits;
 	uv_pipe_t server;
-	bool bound; /* the socket is ours to remove at the end */
+	tuned_socket_id bound; /* the socket ours to remove at the end */
 	uv_signal_t sigterm, sigint, sighup;
 	uv_timer_t watchdog;
 	uv_async_t results;

@@ -6,16 +6,22 @@
  * folder that exists already keeps its mode (it may be /tmp or a folder
  * other programs share), and is refused when others may write to it or
  * another user owns it, since whoever can write to the folder can put a
- * socket of their own in place of the daemon's. Each peer's uid, gid and
- * pid are read with SO_PEERCRED, its supplementary groups with
- * SO_PEERGROUPS, and checked against the allowed uids and gids; root and
- * the daemon's own uid are always allowed.
+ * socket of their own in place of the daemon's. The path is taken only
+ * when it is free or holds a socket that refuses connections (left by a
+ * daemon that died); a daemon listening there, or a file that is no
+ * socket, refuses the start and is left as it is. At the end the socket
+ * is removed only if it is still the one this process bound. Each peer's
+ * uid, gid and pid are read with SO_PEERCRED, its supplementary groups
+ * with SO_PEERGROUPS, and checked against the allowed uids and gids; root
+ * and the daemon's own uid are always allowed.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -66,12 +72,111 @@ static int check_dir(const char *dir, const char *file, char *why, size_t size)
 	return 0;
 }
 
-int tuned_socket_prepare(const char *path, char *why, size_t size)
+/* Whether a daemon listens on the socket "path": 1 with *pid its pid (0
+ * when SO_PEERCRED does not tell), 0 when the connection is refused (a
+ * socket left by a daemon that died), -1 with errno when it cannot tell
+ * (a full backlog, no permission). */
+static int probe_socket(const char *path, pid_t *pid)
 {
-	char copy[256], dir[256], file[256];
-	struct stat st;
-	int rc;
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	struct ucred peer = {0};
+	socklen_t len = sizeof(peer);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int rc, e;
 
+	if (fd < 0)
+		return -1;
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0) {
+		getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len);
+		*pid = peer.pid;
+		rc = 1;
+	} else {
+		rc = errno == ECONNREFUSED ? 0 : -1;
+	}
+	e = errno;
+	close(fd);
+	errno = e;
+	return rc;
+}
+
+/* Clears the way for the socket at "path": nothing there; a socket nobody
+ * listens on, removed; anything else refused and left as it is. */
+static int clear_path(const char *path, char *why, size_t size)
+{
+	char who[32] = "";
+	struct stat st;
+	pid_t pid = 0;
+	int live;
+
+	if (lstat(path, &st) < 0)
+		return 0;
+	if (!S_ISSOCK(st.st_mode)) {
+		snprintf(why, size, "'%s' exists and is not a socket: tuned leaves "
+			 "it alone; remove it or choose another --socket", path);
+		return -1;
+	}
+	live = probe_socket(path, &pid);
+	if (live > 0) {
+		if (pid > 0)
+			snprintf(who, sizeof(who), " (pid %d)", (int)pid);
+		snprintf(why, size, "another daemon is listening on '%s'%s: stop "
+			 "it first, or choose another --socket", path, who);
+		return -1;
+	}
+	if (live < 0) {
+		snprintf(why, size, "cannot tell whether a daemon listens on '%s' "
+			 "(%s): tuned leaves it alone", path, strerror(errno));
+		return -1;
+	}
+	if (unlink(path) < 0) {
+		snprintf(why, size, "cannot remove the stale socket '%s': %s", path,
+			 strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* Binds and listens on "path", under a umask that leaves the socket 0660:
+ * listening at once, so no other daemon takes it for a stale one. */
+static int bind_socket(const char *path, tuned_socket_id *id, char *why, size_t size)
+{
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), rc;
+	struct stat st;
+	mode_t old;
+
+	if (fd < 0) {
+		snprintf(why, size, "cannot make a socket: %s", strerror(errno));
+		return -1;
+	}
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+	old = umask(0117);
+	rc = bind(fd, (struct sockaddr *)&addr, sizeof(addr));
+	umask(old);
+	if (rc == 0 && listen(fd, 128) == 0 && lstat(path, &st) == 0) {
+		*id = (tuned_socket_id){.dev = st.st_dev, .ino = st.st_ino};
+		return fd;
+	}
+	snprintf(why, size, "%s", strerror(errno));
+	if (rc == 0)
+		unlink(path);
+	close(fd);
+	return -1;
+}
+
+int tuned_socket_bind(const char *path, tuned_socket_id *id, char *why, size_t size)
+{
+	const size_t longest = sizeof(((struct sockaddr_un *)0)->sun_path) - 1;
+	char copy[256], dir[256], file[256];
+	int dir_fd, fd = -1, rc;
+
+	*id = (tuned_socket_id){0};
+	if (strlen(path) > longest) {
+		snprintf(why, size, "the path is longer than a socket's %zu "
+			 "characters", longest);
+		return -1;
+	}
 	snprintf(copy, sizeof(copy), "%s", path);
 	snprintf(dir, sizeof(dir), "%s", dirname(copy));
 	snprintf(copy, sizeof(copy), "%s", path);
@@ -83,18 +188,28 @@ int tuned_socket_prepare(const char *path, char *why, size_t size)
 	}
 	if (check_dir(dir, file, why, size) < 0)
 		return -1;
-	if (lstat(path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode)) {
-			snprintf(why, size, "'%s' exists and is not a socket", path);
-			return -1;
-		}
-		if (unlink(path) < 0) {
-			snprintf(why, size, "cannot remove the old socket '%s': %s", path,
-				 strerror(errno));
-			return -1;
-		}
+	/* One daemon at a time between looking at the path and listening. */
+	dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dir_fd < 0 || flock(dir_fd, LOCK_EX) < 0) {
+		snprintf(why, size, "cannot lock the socket's folder '%s': %s", dir,
+			 strerror(errno));
+		if (dir_fd >= 0)
+			close(dir_fd);
+		return -1;
 	}
-	return 0;
+	if (clear_path(path, why, size) == 0)
+		fd = bind_socket(path, id, why, size);
+	close(dir_fd);
+	return fd;
+}
+
+void tuned_socket_remove(const char *path, const tuned_socket_id *id)
+{
+	struct stat st;
+
+	if (id->ino && lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) &&
+	    st.st_dev == id->dev && st.st_ino == id->ino)
+		unlink(path);
 }
 
 static bool gid_allowed(const tuned_options *o, gid_t gid)

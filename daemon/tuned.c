@@ -201,10 +201,11 @@ static void finish(tuned_daemon *d)
 		tuned_log(TUNED_ERROR, "cannot save the job queue: %s", d->jobs.error);
 	if (d->cache && cache_checkpoint(d->cache, &err) < 0)
 		tuned_log(TUNED_WARN, "checkpoint: %s", err.message);
+	/* After a failed start: its workers stop and its share folder goes. */
+	tuned_runner_stop(d->runner);
 	cache_close(d->cache);
 	tuned_jobs_release(&d->jobs);
-	if (d->bound) /* else the path may be another program's */
-		unlink(d->options.socket_path);
+	tuned_socket_remove(d->options.socket_path, &d->bound);
 }
 
 static void apply_limits(tuned_daemon *d)
@@ -233,6 +234,7 @@ int main(int argc, char **argv)
 	d.started_ms = uv_now(d.loop);
 	apply_limits(&d);
 	tuner_worker_default_path(d.worker_path, sizeof(d.worker_path));
+	tuned_share_remove_stale();
 	if (start(&d) < 0) {
 		finish(&d);
 		return EXIT_FAILURE;

@@ -44,18 +44,27 @@ static bool accepts(const char *path)
 	return ok;
 }
 
-void fixture_start(fixture *f, const char *const *extra)
+/* Starts tuned on the fixture's socket, cache and log with "extra". */
+static pid_t spawn_tuned(const fixture *f, const char *const *extra)
 {
 	const char *argv[32] = {getenv("TUNED"), "--backend", "cpu", "--socket",
 				f->socket, "--cache", f->cache, "--log", f->log};
 	int n = 9;
-	double start = now_s();
+	pid_t pid;
 
 	for (int i = 0; extra && extra[i] && n < 31; i++)
 		argv[n++] = extra[i];
 	argv[n] = NULL;
-	cr_assert_eq(posix_spawn(&f->pid, argv[0], NULL, NULL, (char **)argv, environ), 0,
+	cr_assert_eq(posix_spawn(&pid, argv[0], NULL, NULL, (char **)argv, environ), 0,
 		     "cannot start %s", argv[0]);
+	return pid;
+}
+
+void fixture_start(fixture *f, const char *const *extra)
+{
+	double start = now_s();
+
+	f->pid = spawn_tuned(f, extra);
 	while (!accepts(f->socket)) {
 		int status;
 
@@ -64,6 +73,24 @@ void fixture_start(fixture *f, const char *const *extra)
 		cr_assert_lt(now_s() - start, 30, "tuned did not listen in 30 s");
 		usleep(20000);
 	}
+}
+
+int fixture_start_refused(const fixture *f, const char *const *extra, pid_t *pid)
+{
+	pid_t child = spawn_tuned(f, extra);
+	int status = 0;
+
+	if (pid)
+		*pid = child;
+	for (int i = 0; i < 600 && waitpid(child, &status, WNOHANG) == 0; i++)
+		usleep(50000);
+	if (waitpid(child, &status, WNOHANG) == 0) {
+		kill(child, SIGKILL);
+		waitpid(child, &status, 0);
+		cr_expect_fail("tuned started on %s", f->socket);
+		return -1;
+	}
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 int fixture_stop(fixture *f, int signum, double *seconds)
@@ -316,4 +343,17 @@ void fixture_print_log(const fixture *f)
 		fputs(line, stderr);
 	if (log)
 		fclose(log);
+}
+
+bool fixture_log_contains(const fixture *f, const char *text)
+{
+	FILE *log = fopen(f->log, "r");
+	char line[8192];
+	bool found = false;
+
+	while (log && !found && fgets(line, sizeof(line), log))
+		found = strstr(line, text) != NULL;
+	if (log)
+		fclose(log);
+	return found;
 }

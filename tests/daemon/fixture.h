@@ -23,12 +23,19 @@ void fixture_init(fixture *f);
 /* Starts tuned on the cpu backend with extra arguments (NULL-terminated)
  * and waits until it accepts connections. */
 void fixture_start(fixture *f, const char *const *extra);
+/* Starts tuned as fixture_start does, expecting it to refuse: waits for
+ * it to exit and returns its exit status; *pid (may be NULL) gets its
+ * pid. One still running after 30 s is killed, fails the test and gives
+ * -1 (the test goes on, to stop its other daemons). */
+int fixture_start_refused(const fixture *f, const char *const *extra, pid_t *pid);
 /* Sends "signum" and waits: the exit status (or 128 + signal), and the
  * seconds it took. */
 int fixture_stop(fixture *f, int signum, double *seconds);
 void fixture_cleanup(fixture *f);
 /* Copies the daemon's log to stderr (for a failing test). */
 void fixture_print_log(const fixture *f);
+/* Whether a line of the daemon's log contains "text". */
+bool fixture_log_contains(const fixture *f, const char *text);
 
 typedef struct conn {
 	int fd;
