@@ -31,6 +31,8 @@
 
 #define MAX_ARGS 32
 #define MAX_SAMPLES 200000
+/* Ops in the big graph: within the 4096 a graph may hold. */
+#define BIG_OPS 4000
 
 typedef struct options {
 	const char *tuned, *worker, *examples, *json;
@@ -262,24 +264,36 @@ static json_t *submit(const char *socket, json_t *graph, double budget_s, int tr
 	return reply;
 }
 
-/* A legal graph of about "mb" MB: independent elementwise ops over one
- * input, each writing an output of its own. */
+/* One op of about "bytes" bytes: y<k>[i] = x[i] * c + x[i] * c + ... */
+static char *long_op(int k, size_t bytes)
+{
+	size_t size = bytes + 64, len;
+	char *op = malloc(size);
+
+	len = (size_t)snprintf(op, size, "y%d[i] = x[i] * %d.5", k, k % 97);
+	for (int t = 1; len + 32 < bytes; t++)
+		len += (size_t)snprintf(op + len, size - len, " + x[i] * %d.25", (k + t) % 89);
+	return op;
+}
+
+/* A legal graph of about "mb" MB: BIG_OPS independent elementwise ops
+ * over one input, each a long sum writing an output of its own. */
 static json_t *big_graph(double mb)
 {
 	json_t *tensors = json_object(), *ops = json_array();
-	size_t bytes = 0;
-	char name[32], op[96];
+	char name[32];
 
 	json_object_set_new(tensors, "x", json_pack("{s:[i], s:s, s:s}", "shape", 256,
 						    "dtype", "f32", "role", "input"));
-	for (int k = 0; bytes < mb * 1e6; k++) {
+	for (int k = 0; k < BIG_OPS; k++) {
+		char *op = long_op(k, (size_t)(mb * 1e6 / BIG_OPS));
+
 		snprintf(name, sizeof(name), "y%d", k);
-		snprintf(op, sizeof(op), "y%d[i] = x[i] * %d.5 + %d", k, k % 97, k % 13);
 		json_object_set_new(tensors, name, json_pack("{s:[i], s:s, s:s}", "shape",
 							     256, "dtype", "f32",
 							     "role", "output"));
 		json_array_append_new(ops, json_string(op));
-		bytes += strlen(op) + strlen(name) + 60;
+		free(op);
 	}
 	return json_pack("{s:i, s:s, s:o, s:o}", "version", 1, "name", "big", "tensors",
 			 tensors, "ops", ops);
