@@ -18,6 +18,8 @@
  * while it does not exist creates it, says so on stderr and dies of
  * SIGSEGV, as a kernel that crashes its worker; later ones go on. With
  * $SCRIPTED_CRASH_OP=retime, the first re-timing does instead.
+ * $SCRIPTED_DEVICE, when set, is the device it describes (default
+ * "scripted"): "cuda: ..." makes tuned search with the cuda genes.
  * Arguments are accepted and ignored, as tuned passes them.
  */
 #include <jansson.h>
@@ -111,7 +113,8 @@ static json_t *handle(const json_t *request)
 	const char *op = json_string_value(json_object_get(request, "op"));
 
 	if (json_object_get(request, "describe"))
-		return json_pack("{s:s, s:s}", "backend", "cpu", "device", "scripted");
+		return json_pack("{s:s, s:s}", "backend", "cpu", "device",
+				 getenv("SCRIPTED_DEVICE") ?: "scripted");
 	if (!op || !strcmp(op, "measure"))
 		return measure(request);
 	if (!strcmp(op, "compile"))
