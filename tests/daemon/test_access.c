@@ -34,19 +34,6 @@ static void make_folder(const fixture *f, const char *name, mode_t mode, char *o
 	cr_assert_eq(chmod(out, mode), 0);
 }
 
-static bool log_contains(const fixture *f, const char *text)
-{
-	FILE *log = fopen(f->log, "r");
-	char line[2048];
-	bool found = false;
-
-	while (log && !found && fgets(line, sizeof(line), log))
-		found = strstr(line, text) != NULL;
-	if (log)
-		fclose(log);
-	return found;
-}
-
 /* Starts tuned on "socket", which must refuse it: its exit status. */
 static int start_refused(const fixture *f, const char *socket)
 {
@@ -116,12 +103,12 @@ Test(access, a_socket_folder_others_can_write_to_is_refused, .timeout = 120)
 			 "by others (mode %04o): put the socket in a folder of its own",
 			 open_dir, (unsigned)modes[i]);
 		cr_expect_neq(status, 0, "mode %04o: tuned exited 0", (unsigned)modes[i]);
-		cr_expect(log_contains(&f, message), "mode %04o: the log lacks \"%s\"",
+		cr_expect(fixture_log_contains(&f, message), "mode %04o: the log lacks \"%s\"",
 			  (unsigned)modes[i], message);
 		cr_expect_eq(mode_of(open_dir), modes[i], "the folder became %04o",
 			     mode_of(open_dir));
 		cr_expect_neq(access(socket, F_OK), 0, "a socket was made in %s", open_dir);
-		if (status == 0 || !log_contains(&f, message))
+		if (status == 0 || !fixture_log_contains(&f, message))
 			fixture_print_log(&f);
 		fixture_cleanup(&f);
 	}
@@ -139,7 +126,7 @@ Test(access, a_socket_folder_of_another_user_is_refused, .timeout = 120)
 	cr_assert_eq(chown(theirs, 65534, 65534), 0);
 	snprintf(socket, sizeof(socket), "%s/x.sock", theirs);
 	cr_expect_neq(start_refused(&f, socket), 0);
-	cr_expect(log_contains(&f, "belongs to uid 65534"), "the log does not say why");
+	cr_expect(fixture_log_contains(&f, "belongs to uid 65534"), "the log does not say why");
 	cr_expect_eq(mode_of(theirs), 0755);
 	fixture_cleanup(&f);
 }
