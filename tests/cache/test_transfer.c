@@ -96,6 +96,32 @@ Test(transfer, a_job_keeps_its_submitter)
 	cache_close(c);
 }
 
+/* Jobs queued before version 5 have no submitter: not known (-1). */
+Test(transfer, a_version_4_file_keeps_its_jobs_without_submitter)
+{
+	cache *c = fx_open();
+	cache_job queued = job(1, "queued", 0);
+	cache_error err = { 0 };
+	seen_jobs s = { 0 };
+	sqlite3 *db;
+
+	queued.uid = 1000;
+	cr_assert_eq(cache_put_jobs(c, &queued, 1, 1000, &err), 0, "%s", err.message);
+	cache_close(c);
+	db = raw_open(fx.path);
+	cr_assert_eq(sqlite3_exec(db, "ALTER TABLE jobs DROP COLUMN uid; "
+				  "PRAGMA user_version = 4", NULL, NULL, NULL), SQLITE_OK,
+		     "%s", sqlite3_errmsg(db));
+	sqlite3_close(db);
+	c = fx_open();
+	cr_expect(strstr(fx.last_log, "from version 4 to 5"), "%s", fx.last_log);
+	cr_assert_eq(cache_jobs(c, on_job, &s, &err), 1, "%s", err.message);
+	cr_expect_str_eq(s.states[0], "queued");
+	cr_expect_eq(s.first.uid, -1, "a job from before has a submitter: %lld",
+		     (long long)s.first.uid);
+	cache_close(c);
+}
+
 Test(transfer, only_the_newest_finished_jobs_are_kept)
 {
 	cache *c = fx_open();
@@ -377,7 +403,7 @@ Test(transfer, a_version_1_file_is_migrated_with_its_data)
 				  NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
 	sqlite3_close(db);
 	c = fx_open();
-	cr_expect(strstr(fx.last_log, "from version 1 to 4"), "%s", fx.last_log);
+	cr_expect(strstr(fx.last_log, "from version 1 to 5"), "%s", fx.last_log);
 	cr_expect_eq(cache_fetch_best(c, graph_key(1), DEVICE_CPU, CODEGEN, 0, NULL,
 				      NULL), 1, "the version 1 file's plan is gone");
 	cr_expect_eq(cache_jobs(c, on_job, &s, NULL), 0);

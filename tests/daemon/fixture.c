@@ -322,7 +322,7 @@ void fixture_print_log(const fixture *f)
 bool fixture_log_contains(const fixture *f, const char *text)
 {
 	FILE *log = fopen(f->log, "r");
-	char line[2048];
+	char line[8192];
 	bool found = false;
 
 	while (log && !found && fgets(line, sizeof(line), log))

@@ -122,19 +122,6 @@ static long long sql_count(const char *path, const char *query)
 	return n;
 }
 
-static bool log_contains(const fixture *f, const char *text)
-{
-	FILE *log = fopen(f->log, "r");
-	char line[8192];
-	bool found = false;
-
-	while (log && !found && fgets(line, sizeof(line), log))
-		found = strstr(line, text) != NULL;
-	if (log)
-		fclose(log);
-	return found;
-}
-
 /* The example's graph as the worker ran it: in its canonical form. */
 static char *canonical_example(void)
 {
@@ -286,7 +273,7 @@ Test(quarantine, a_crashed_plan_is_never_tried_again_even_once_its_trials_are_pr
 	expect_export(&f, job, key);
 	snprintf(pattern, sizeof(pattern), "job %lld: %s: worker crashed (worker killed "
 		 "by signal 11", (long long)job, key);
-	cr_expect(log_contains(&f, pattern), "the log lacks \"%s\"", pattern);
+	cr_expect(fixture_log_contains(&f, pattern), "the log lacks \"%s\"", pattern);
 	conn_close(&c);
 	cr_assert_eq(fixture_stop(&f, SIGTERM, NULL), 0);
 
@@ -301,7 +288,7 @@ Test(quarantine, a_crashed_plan_is_never_tried_again_even_once_its_trials_are_pr
 			       "(SELECT plan FROM quarantine)"), 0,
 		     "the quarantined plan was measured again");
 	cr_expect_eq(sql_count(f.cache, "SELECT count(*) FROM trials"), 1);
-	cr_expect(log_contains(&f, "is quarantined: not tried again"));
+	cr_expect(fixture_log_contains(&f, "is quarantined: not tried again"));
 	conn_close(&c);
 	fixture_stop(&f, SIGTERM, NULL);
 	fixture_cleanup(&f);
@@ -359,7 +346,7 @@ Test(quarantine, a_crash_while_retiming_is_logged_and_quarantines_nothing, .time
 	cr_assert_str_eq(run_job(&c, 0, 0, &job, &quarantined), "done");
 	/* with a version, the next generation is re-timed against it */
 	run_job(&c, 60, 3, &job, &quarantined);
-	cr_expect(log_contains(&f, "the worker died re-timing plans side by side (worker "
+	cr_expect(fixture_log_contains(&f, "the worker died re-timing plans side by side (worker "
 			       "killed by signal 11"), "the crash is not in the log");
 	cr_expect_eq(quarantine_size(&c), 0);
 	conn_close(&c);
