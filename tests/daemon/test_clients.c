@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "fixture.h"
+#include "tuned_client.h"
 
 #define EXAMPLE "softmax_scores_small"
 #define OTHER_EXAMPLE "bert_qkv_small"
@@ -158,6 +159,30 @@ Test(clients, an_idle_client_is_closed_but_not_a_watcher_nor_a_waiting_fetch,
 	conn_close(&submitter);
 	conn_close(&watcher);
 	conn_close(&fetcher);
+	fixture_stop(&f, SIGTERM, NULL);
+	fixture_cleanup(&f);
+}
+
+/* Through the client library, a call after the daemon closed the idle
+ * connection tells why, from the daemon's last line. */
+Test(clients, the_client_library_says_why_an_idle_connection_was_closed,
+     .timeout = 60)
+{
+	const char *const extra[] = {"--idle-timeout", "0.5", NULL};
+	tuned_client_error err = {0};
+	tuned_client *client;
+	fixture f;
+
+	fixture_init(&f);
+	fixture_start(&f, extra);
+	cr_assert_eq(tuned_client_connect(f.socket, NULL, &client, &err), 0, "%s",
+		     err.message);
+	usleep(1500000);
+	cr_expect_eq(tuned_client_call(client, PROTO_OP_PING, NULL, 0, NULL, &err),
+		     PROTO_ETIMEOUT, "%s", err.message);
+	cr_expect(strstr(err.message, "idle for 0.5 s"), "\"%s\" does not say why",
+		  err.message);
+	tuned_client_close(client);
 	fixture_stop(&f, SIGTERM, NULL);
 	fixture_cleanup(&f);
 }
