@@ -55,11 +55,12 @@ static void start_scripted(fixture *f, const char *const *extra)
 	fixture_start(f, extra);
 }
 
-/* The submit params of an example, tuned for 10 minutes. */
-static json_t *submit_params(const char *example)
+/* The submit params of an example, tuned for 10 minutes at "priority". */
+static json_t *submit_params(const char *example, int priority)
 {
 	char *text = example_text(example);
-	json_t *params = json_pack("{s:s, s:f}", "graph", text, "budget", 600.0);
+	json_t *params = json_pack("{s:s, s:f, s:i}", "graph", text, "budget", 600.0,
+				   "priority", priority);
 
 	free(text);
 	return params;
@@ -88,6 +89,11 @@ static void wait_clients(conn *c, int n)
 	cr_assert_fail("the daemon does not count %d clients", n);
 }
 
+static json_t *status_of(conn *c, json_int_t job)
+{
+	return conn_call(c, "status", json_pack("{s:I}", "job", job));
+}
+
 /* The line the daemon sends before it closes "c", asserted to be the
  * error "code" with "text" in its message, then the end of the stream. */
 static void expect_closed_with(conn *c, const char *code, const char *text)
@@ -110,23 +116,28 @@ Test(clients, an_idle_client_is_closed_but_not_a_watcher_nor_a_waiting_fetch,
 	const char *const extra[] = {"--idle-timeout", "1", "--jobs", "1",
 				     "--compile-workers", "1", NULL};
 	conn idle, idle_watcher, submitter, watcher, fetcher;
-	json_t *reply;
+	json_t *reply, *queued;
 	char request[300];
-	const char *key;
+	const char *key, *queued_key;
 	fixture f;
 
 	fixture_init(&f);
 	start_scripted(&f, extra);
 	hello_conn(&submitter, &f);
-	reply = conn_call(&submitter, "submit", submit_params(EXAMPLE));
+	reply = conn_call(&submitter, "submit", submit_params(EXAMPLE, 0));
 	key = json_string_value(json_object_get(result_of(reply), "key"));
 	cr_assert_not_null(key, "submit failed: %s", json_dumps(reply, 0));
+	/* Queued behind the first (--jobs 1), so its watcher gets no events:
+	 * only its job in progress keeps it. */
+	queued = conn_call(&submitter, "submit", submit_params(OTHER_EXAMPLE, -5));
+	queued_key = json_string_value(json_object_get(result_of(queued), "key"));
+	cr_assert_not_null(queued_key, "submit failed: %s", json_dumps(queued, 0));
 	hello_conn(&idle, &f);
 	hello_conn(&idle_watcher, &f);
 	json_decref(conn_call(&idle_watcher, "watch", json_pack("{s:s}", "key",
 								 NO_SUCH_KEY)));
 	hello_conn(&watcher, &f);
-	json_decref(conn_call(&watcher, "watch", json_pack("{s:s}", "key", key)));
+	json_decref(conn_call(&watcher, "watch", json_pack("{s:s}", "key", queued_key)));
 	hello_conn(&fetcher, &f);
 	snprintf(request, sizeof(request), "{\"id\": 99, \"op\": \"fetch\", \"params\": "
 		 "{\"key\": \"%s\", \"min_version\": 1000000, \"timeout_ms\": 4000}}\n",
@@ -143,8 +154,15 @@ Test(clients, an_idle_client_is_closed_but_not_a_watcher_nor_a_waiting_fetch,
 	cr_expect_not_null(result_of(reply), "the submitter, whose job runs, was closed");
 	json_decref(reply);
 	reply = conn_call(&watcher, "ping", NULL);
-	cr_expect_not_null(result_of(reply), "the watcher of a job in progress was closed");
+	cr_expect_not_null(result_of(reply), "the watcher of a queued job was closed");
 	json_decref(reply);
+	reply = status_of(&watcher, json_integer_value(json_object_get(result_of(queued),
+									"id")));
+	cr_expect_str_eq(json_string_value(json_object_get(result_of(reply), "state")),
+			 "queued", "the watched job did not stay queued: %s",
+			 json_dumps(reply, 0));
+	json_decref(reply);
+	json_decref(queued);
 	reply = conn_read(&fetcher, 5000);
 	cr_expect_eq(json_integer_value(json_object_get(reply, "id")), 99,
 		     "the waiting fetch did not end with its own timeout: %s",
@@ -350,7 +368,7 @@ static json_t *cancel_as(const fixture *f, user who, json_int_t job)
 
 static json_int_t submit_as(const fixture *f, user who, const char *example)
 {
-	json_t *reply = call_as(f, who, "submit", submit_params(example));
+	json_t *reply = call_as(f, who, "submit", submit_params(example, 0));
 	json_int_t job = json_integer_value(json_object_get(result_of(reply), "id"));
 
 	cr_assert_gt(job, 0, "uid %d could not submit: %s", (int)who.uid,
@@ -385,11 +403,6 @@ static void expect_not_admin(const fixture *f, user who, json_t *bundle)
 		       "cache.import needs an admin");
 	expect_refused(call_as(f, who, "cache.quarantine", NULL),
 		       "cache.quarantine needs an admin");
-}
-
-static json_t *status_of(conn *c, json_int_t job)
-{
-	return conn_call(c, "status", json_pack("{s:I}", "job", job));
 }
 
 /* The reply to a cancel of "job" was the job, and the job ends cancelled
