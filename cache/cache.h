@@ -41,7 +41,7 @@
 #define __cache_keep
 
 /* The schema version this build writes (PRAGMA user_version). */
-#define CACHE_SCHEMA_VERSION 4
+#define CACHE_SCHEMA_VERSION 5
 
 /* Trial details are cut to this many bytes (on a UTF-8 boundary). */
 #define CACHE_DETAIL_MAX 200
@@ -317,6 +317,7 @@ int cache_stat(__cache_keep cache *c, cache_stats *out, cache_error *err);
  * it. Texts are borrowed; in cache_jobs' callback they live for the call. */
 typedef struct cache_job {
 	int64_t id;          /* >= 1 */
+	int64_t uid;         /* who submitted it; < 0: not known */
 	const char *key;
 	const char *name;
 	const char *graph;   /* the graph.json text */

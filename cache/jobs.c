@@ -14,8 +14,8 @@
 static const char put_sql[] =
 	"INSERT OR REPLACE INTO jobs (id, key, name, graph, state, budget_s, "
 	"max_trials, priority, trials, best_ms, version, error, created_at, "
-	"finished_at, first_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
-	"?10, ?11, ?12, ?13, ?14, ?15)";
+	"finished_at, first_ms, uid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
+	"?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)";
 
 /* The finished jobs beyond the newest ?1 of them. */
 static const char forget_sql[] =
@@ -58,6 +58,10 @@ static int insert_job(cache *c, const cache_job *job, cache_error *err)
 	sqlite3_bind_double(stmt, 13, job->created_at);
 	cache_bind_real(stmt, 14, job->finished_at > 0 ? job->finished_at : NAN);
 	cache_bind_real(stmt, 15, job->first_ms > 0 ? job->first_ms : NAN);
+	if (job->uid >= 0)
+		sqlite3_bind_int64(stmt, 16, job->uid);
+	else
+		sqlite3_bind_null(stmt, 16);
 	return cache_run(c->writer, stmt, "cannot write a job", err);
 }
 
@@ -122,6 +126,8 @@ static bool job_from_row(sqlite3_stmt *stmt, cache_job *job)
 		.created_at = sqlite3_column_double(stmt, 12),
 		.finished_at = real_or_zero(stmt, 13),
 		.first_ms = real_or_zero(stmt, 14),
+		.uid = sqlite3_column_type(stmt, 15) == SQLITE_NULL ? -1 :
+		       sqlite3_column_int64(stmt, 15),
 	};
 	return job->key && job->name && job->graph && job->state && job->error;
 }
@@ -142,7 +148,7 @@ int cache_jobs(__cache_keep cache *c,
 	cache_read_end(c);
 	rc = cache_prepare(c->reader, "SELECT id, key, name, graph, state, "
 			   "budget_s, max_trials, priority, trials, best_ms, "
-			   "version, error, created_at, finished_at, first_ms FROM jobs "
+			   "version, error, created_at, finished_at, first_ms, uid FROM jobs "
 			   "ORDER BY id", &stmt, err);
 	if (rc)
 		return rc;

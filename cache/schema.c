@@ -100,6 +100,9 @@ static const char *const migrations[] = {
 	"ALTER TABLE quarantine ADD COLUMN graph_json TEXT;"
 	"ALTER TABLE quarantine ADD COLUMN sources TEXT;"
 	"ALTER TABLE quarantine ADD COLUMN worker_log TEXT;",
+	/* 5: who submitted each job (their uid), so that only they or an
+	 * admin may cancel it. NULL: not known (jobs queued before). */
+	"ALTER TABLE jobs ADD COLUMN uid INTEGER;",
 };
 
 #define MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))

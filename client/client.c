@@ -480,6 +480,30 @@ static int await_reply(tuned_client *client, int64_t id, const char *op,
 	return rc;
 }
 
+/* The daemon closed the connection before a request reached it: the
+ * error it said why with before closing (id null: idle for its
+ * --idle-timeout, ...) when that line is still unread, else
+ * TUNED_CLIENT_ECLOSED. Events read on the way are queued. */
+static int why_closed(tuned_client *client, tuned_client_error *err)
+{
+	int64_t now = deadline_after(0);
+	proto_reply reply;
+	int rc;
+
+	while (read_message(client, now, &reply, err) > 0) {
+		bool last_line = reply.kind == PROTO_REPLY_ERROR &&
+				 json_is_null(reply.id);
+
+		rc = last_line ? from_proto(err, &reply.error) : 0;
+		if (reply.kind == PROTO_REPLY_EVENT)
+			queue_event(client, &reply);
+		proto_reply_release(&reply);
+		if (last_line)
+			return rc;
+	}
+	return closed(client, err);
+}
+
 /* The request line of "op", or a negative code: a refusal of the
  * arguments is the caller's error, TUNED_CLIENT_EINVAL. */
 static int request_line(tuned_client *client, enum proto_op op, json_t *params,
@@ -522,6 +546,8 @@ static int call_within(tuned_client *client, enum proto_op op, json_t *params,
 		return rc;
 	rc = write_line(client, line, name, deadline, err);
 	free(line);
+	if (rc == TUNED_CLIENT_ECLOSED)
+		rc = why_closed(client, err);
 	if (rc == 0)
 		rc = await_reply(client, id, name, deadline, result, err);
 	return rc;

@@ -115,7 +115,10 @@ int tuned_client_fd(__tuned_client_keep const tuned_client *client);
 /* Sends the request "op" with "params" (taken; NULL for none) and waits
  * for its reply, at most the client's timeout plus "extra_ms". Returns 0
  * with *result the reply's result (given; "result" may be NULL to drop
- * it), or a negative code: the daemon's error, or the client's. Every
+ * it), or a negative code: the daemon's error, or the client's. A
+ * connection the daemon has closed gives the error it closed it with
+ * when one came (PROTO_ETIMEOUT for a connection idle past the daemon's
+ * --idle-timeout: connect again), else TUNED_CLIENT_ECLOSED. Every
  * call below is this one with its op's params. */
 int tuned_client_call(tuned_client *client, enum proto_op op,
 		      __tuned_client_take json_t *params, int extra_ms,

@@ -41,14 +41,17 @@ typedef struct tuned_options {
 	enum tuned_level log_level;
 	int jobs;
 	int compile_workers; /* 0: one per core */
-	int nallow_uids, nallow_gids;
+	int nallow_uids, nallow_gids, nadmin_gids;
 	uid_t allow_uids[TUNED_MAX_ALLOWED];
 	gid_t allow_gids[TUNED_MAX_ALLOWED];
+	gid_t admin_gids[TUNED_MAX_ALLOWED];
 	size_t max_frame;
 	size_t max_unread;
 	int max_clients;
+	int max_clients_per_uid; /* 0 before parsing: a quarter of max_clients */
 	int max_in_flight;
 	double hello_timeout_s;
+	double idle_timeout_s; /* 0: none */
 } tuned_options;
 
 /* Fills "o" from the defaults, the configuration file (--config, when
@@ -74,9 +77,13 @@ int tuned_socket_bind(const char *path, tuned_socket_id *id, char *why, size_t s
 void tuned_socket_remove(const char *path, const tuned_socket_id *id);
 /* Reads the peer of "fd" with SO_PEERCRED into "peer"; true when it may
  * connect: root, the daemon's own uid, an allowed uid, or a peer whose
- * primary or supplementary groups include an allowed gid. */
+ * primary or supplementary groups include an allowed or an admin gid. */
 struct ucred;
 bool tuned_peer_allowed(const tuned_options *o, int fd, struct ucred *peer);
+/* Whether that peer is an admin, who may cancel others' jobs, prune,
+ * import and read the quarantine: root, the daemon's own uid, or a peer
+ * whose primary or supplementary groups include an admin gid. */
+bool tuned_peer_is_admin(const tuned_options *o, int fd, const struct ucred *peer);
 
 /* share.c: removes the runner's shared folders that daemons which did not
  * stop normally left behind (those of this uid whose pid is gone); call it
@@ -89,8 +96,12 @@ enum tuned_job_state {
 	TUNED_JOB_CANCELLED,
 };
 
+#define TUNED_UID_UNKNOWN ((uid_t)-1)
+
 typedef struct tuned_job {
 	int64_t id;
+	uid_t uid; /* who submitted it; TUNED_UID_UNKNOWN for jobs queued
+		    * before submitters were kept */
 	char key[65];
 	char name[128];
 	char *graph; /* the graph.json text */
@@ -128,9 +139,9 @@ int tuned_jobs_load(tuned_jobs *jobs, struct cache *cache, const char *queue_fil
  * beyond 1000. 0, or a negative code with jobs->error saying why. */
 int tuned_jobs_save(tuned_jobs *jobs);
 void tuned_jobs_release(tuned_jobs *jobs);
-tuned_job *tuned_jobs_add(tuned_jobs *jobs, const char *key, const char *name,
-			  const char *graph, double budget_s, int max_trials,
-			  int priority);
+tuned_job *tuned_jobs_add(tuned_jobs *jobs, uid_t uid, const char *key,
+			  const char *name, const char *graph, double budget_s,
+			  int max_trials, int priority);
 tuned_job *tuned_jobs_find(const tuned_jobs *jobs, int64_t id);
 void tuned_job_finish(tuned_job *job, enum tuned_job_state state, const char *error);
 const char *tuned_job_state_name(enum tuned_job_state state);

@@ -35,7 +35,7 @@ static void reply_error(tuned_client *client, proto_request *req, int code,
 /* The parser has refused other versions already (version_mismatch). */
 static void on_hello(tuned_client *client, proto_request *req)
 {
-	uv_timer_stop(&client->hello_timer);
+	tuned_client_ready(client);
 	reply(client, req, proto_hello_result(TUNED_VERSION));
 }
 
@@ -93,16 +93,17 @@ static void keep_graph(tuned_daemon *d, const sched_graph *graph)
 	free(canonical);
 }
 
-/* A new job, or the one already queued or running for the same key. */
+/* A new job of "uid", or the one already queued or running for the same
+ * key (which stays its first submitter's). */
 static tuned_job *queue_job(tuned_daemon *d, const sched_graph *graph,
-			    const char *text, proto_request *req)
+			    const char *text, proto_request *req, uid_t uid)
 {
 	tuned_job *job = tuned_jobs_find_active(&d->jobs, sched_graph_key(graph));
 
 	keep_graph(d, graph);
 	if (job)
 		return job;
-	job = tuned_jobs_add(&d->jobs, sched_graph_key(graph), sched_graph_name(graph),
+	job = tuned_jobs_add(&d->jobs, uid, sched_graph_key(graph), sched_graph_name(graph),
 			     text, req->budget_s, (int)req->trials, (int)req->priority);
 	if (job && tuned_jobs_save(&d->jobs) < 0) {
 		tuned_log(TUNED_ERROR, "job %lld: cannot queue it: %s", (long long)job->id,
@@ -245,7 +246,7 @@ static void on_submit(tuned_client *client, proto_request *req)
 				   sched_graph_canonical(graph),
 				   sched_graph_name(graph), &cerr) < 0) {
 		reply_error(client, req, PROTO_EINTERNAL, cerr.message);
-	} else if (!(job = queue_job(d, graph, text, req))) {
+	} else if (!(job = queue_job(d, graph, text, req, client->peer.uid))) {
 		reply_error(client, req, PROTO_EINTERNAL, "cannot queue the job");
 	} else {
 		tuned_log(TUNED_INFO, "job %lld: '%s' %s submitted by pid %d",
@@ -291,12 +292,37 @@ static void on_list(tuned_client *client, proto_request *req)
 	reply(client, req, json_pack("{s:o}", "jobs", list));
 }
 
+/* What a client that is not an admin is told it needs. */
+#define ADMIN_IS "the daemon's own user, root, or a member of a group given " \
+		 "with tuned --admin-gid"
+
+/* Only its submitter (the first, when others submitted the same key
+ * since) and the admins may cancel a job: another's cancel is refused,
+ * saying so, and logged. */
+static bool may_cancel(tuned_client *client, proto_request *req,
+		       const tuned_job *job)
+{
+	char message[PROTO_MESSAGE_MAX], owner[48] = "an unknown user";
+
+	if (client->admin || (job->uid != TUNED_UID_UNKNOWN &&
+			      job->uid == client->peer.uid))
+		return true;
+	if (job->uid != TUNED_UID_UNKNOWN)
+		snprintf(owner, sizeof(owner), "uid %d", (int)job->uid);
+	snprintf(message, sizeof(message), "job %lld (%s) was submitted by %s: only "
+		 "its submitter or an admin (" ADMIN_IS ") may cancel it, not uid %d",
+		 (long long)job->id, job->key, owner, (int)client->peer.uid);
+	tuned_log(TUNED_WARN, "cancel refused: %s", message);
+	reply_error(client, req, PROTO_EUNAUTHORIZED, message);
+	return false;
+}
+
 static void on_cancel(tuned_client *client, proto_request *req)
 {
 	tuned_daemon *d = client->daemon;
 	tuned_job *job = find_job(client, req);
 
-	if (!job)
+	if (!job || !may_cancel(client, req, job))
 		return;
 	if (job->state == TUNED_JOB_QUEUED || job->state == TUNED_JOB_RUNNING) {
 		tuned_runner_cancel(d->runner, job->id);
@@ -309,7 +335,8 @@ static void on_cancel(tuned_client *client, proto_request *req)
 		if (tuned_jobs_save(&d->jobs) < 0)
 			tuned_log(TUNED_ERROR, "job %lld: cannot save its cancel: %s",
 				  (long long)job->id, d->jobs.error);
-		tuned_log(TUNED_INFO, "job %lld cancelled", (long long)job->id);
+		tuned_log(TUNED_INFO, "job %lld cancelled by uid %d", (long long)job->id,
+			  (int)client->peer.uid);
 	}
 	reply(client, req, tuned_job_json(job));
 }
@@ -714,8 +741,29 @@ static void on_cache_transfer(tuned_client *client, proto_request *req)
 	reply(client, req, out);
 }
 
+/* Ops that change or reveal the whole cache: pruning it, importing into
+ * it, and the quarantine, whose bundles hold every user's graphs,
+ * sources and worker logs. */
+static bool is_admin_op(enum proto_op op)
+{
+	return op == PROTO_OP_CACHE_PRUNE || op == PROTO_OP_CACHE_IMPORT ||
+	       op == PROTO_OP_CACHE_QUARANTINE;
+}
+
+static void refuse_admin_op(tuned_client *client, proto_request *req)
+{
+	char message[PROTO_MESSAGE_MAX];
+
+	snprintf(message, sizeof(message), "%s needs an admin (" ADMIN_IS "); "
+		 "uid %d is not one", proto_op_name(req->op), (int)client->peer.uid);
+	tuned_log(TUNED_WARN, "%s refused: %s", proto_op_name(req->op), message);
+	reply_error(client, req, PROTO_EUNAUTHORIZED, message);
+}
+
 void tuned_handle(tuned_client *client, proto_request *req)
 {
+	if (is_admin_op(req->op) && !client->admin)
+		return refuse_admin_op(client, req);
 	switch (req->op) {
 	case PROTO_OP_HELLO: return on_hello(client, req);
 	case PROTO_OP_PING: return reply(client, req, json_object());

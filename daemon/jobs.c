@@ -106,9 +106,9 @@ static void append(tuned_jobs *jobs, tuned_job *job)
 		jobs->next_id = job->id + 1;
 }
 
-tuned_job *tuned_jobs_add(tuned_jobs *jobs, const char *key, const char *name,
-			  const char *graph, double budget_s, int max_trials,
-			  int priority)
+tuned_job *tuned_jobs_add(tuned_jobs *jobs, uid_t uid, const char *key,
+			  const char *name, const char *graph, double budget_s,
+			  int max_trials, int priority)
 {
 	tuned_job *job = job_new();
 
@@ -117,6 +117,7 @@ tuned_job *tuned_jobs_add(tuned_jobs *jobs, const char *key, const char *name,
 		return NULL;
 	}
 	job->id = jobs->next_id > 0 ? jobs->next_id : 1;
+	job->uid = uid;
 	snprintf(job->key, sizeof(job->key), "%s", key);
 	snprintf(job->name, sizeof(job->name), "%s", name);
 	job->budget_s = budget_s;
@@ -177,6 +178,7 @@ static cache_job job_row(const tuned_job *job)
 {
 	return (cache_job){
 		.id = job->id, .key = job->key, .name = job->name,
+		.uid = job->uid == TUNED_UID_UNKNOWN ? -1 : (int64_t)job->uid,
 		.graph = job->graph, .state = state_names[job->state],
 		.budget_s = job->budget_s, .max_trials = job->max_trials,
 		.priority = job->priority, .trials = job->trials,
@@ -243,6 +245,7 @@ static tuned_job *job_from_json(json_t *obj)
 	}
 	job->dirty = true;
 	job->id = json_integer_value(json_object_get(obj, "id"));
+	job->uid = TUNED_UID_UNKNOWN; /* the queue file did not keep it */
 	snprintf(job->key, sizeof(job->key), "%s", json_string_value(json_object_get(obj, "key")) ?: "");
 	snprintf(job->name, sizeof(job->name), "%s", json_string_value(json_object_get(obj, "name")) ?: "");
 	snprintf(job->error, sizeof(job->error), "%s", json_string_value(json_object_get(obj, "error")) ?: "");
@@ -346,6 +349,7 @@ static int add_row(void *user, const cache_job *row)
 		return 1;
 	}
 	job->id = row->id;
+	job->uid = row->uid < 0 ? TUNED_UID_UNKNOWN : (uid_t)row->uid;
 	snprintf(job->key, sizeof(job->key), "%s", row->key);
 	snprintf(job->name, sizeof(job->name), "%s", row->name);
 	snprintf(job->error, sizeof(job->error), "%s", row->error);

@@ -38,13 +38,22 @@ static const char usage[] =
 	"  --allow-uid UID      also let this user connect (name or number; repeatable)\n"
 	"  --allow-gid GID      also let members of this group connect, as primary\n"
 	"                       or supplementary group (repeatable)\n"
+	"  --admin-gid GID      members of this group may connect, cancel others'\n"
+	"                       jobs, prune, import and read the quarantine, as\n"
+	"                       root and tuned's own user may (repeatable)\n"
 	"  --max-frame BYTES    the longest request line (default 16777216)\n"
 	"  --max-clients N      clients connected at once (default 256)\n"
+	"  --max-clients-per-uid N\n"
+	"                       clients of one uid at once (default: a quarter of\n"
+	"                       --max-clients)\n"
 	"  --max-in-flight N    requests in flight per client (default 64)\n"
 	"  --max-unread BYTES   close a client whose unread replies pass this\n"
 	"                       (default 67108864)\n"
 	"  --hello-timeout S    close connections silent this long before hello\n"
 	"                       (default 10)\n"
+	"  --idle-timeout S     close connections idle this long after hello: no\n"
+	"                       request, none in flight, no job watched (default\n"
+	"                       300; 0: never)\n"
 	"  -h, --help           show this help\n"
 	"  --version            show the version\n";
 
@@ -142,19 +151,31 @@ static int set_allow_uid(tuned_options *o, const char *v)
 	return 0;
 }
 
-static int set_allow_gid(tuned_options *o, const char *v)
+/* Adds the group named or numbered "v" to "gids" (at most
+ * TUNED_MAX_ALLOWED). */
+static int add_gid(gid_t *gids, int *n, const char *v)
 {
 	struct group *gr = getgrnam(v);
-	long long n;
+	long long gid;
 
-	if (o->nallow_gids == TUNED_MAX_ALLOWED)
+	if (*n == TUNED_MAX_ALLOWED)
 		return -1;
 	if (gr)
-		n = gr->gr_gid;
-	else if (parse_number(v, 0, 4294967294LL, &n) < 0)
+		gid = gr->gr_gid;
+	else if (parse_number(v, 0, 4294967294LL, &gid) < 0)
 		return -1;
-	o->allow_gids[o->nallow_gids++] = (gid_t)n;
+	gids[(*n)++] = (gid_t)gid;
 	return 0;
+}
+
+static int set_allow_gid(tuned_options *o, const char *v)
+{
+	return add_gid(o->allow_gids, &o->nallow_gids, v);
+}
+
+static int set_admin_gid(tuned_options *o, const char *v)
+{
+	return add_gid(o->admin_gids, &o->nadmin_gids, v);
 }
 
 static int set_max_frame(tuned_options *o, const char *v)
@@ -184,6 +205,15 @@ static int set_max_clients(tuned_options *o, const char *v)
 	return rc;
 }
 
+static int set_max_clients_per_uid(tuned_options *o, const char *v)
+{
+	long long n;
+	int rc = parse_number(v, 1, 65536, &n);
+
+	o->max_clients_per_uid = (int)n;
+	return rc;
+}
+
 static int set_max_in_flight(tuned_options *o, const char *v)
 {
 	long long n;
@@ -199,6 +229,15 @@ static int set_hello_timeout(tuned_options *o, const char *v)
 
 	o->hello_timeout_s = strtod(v, &end);
 	return *end || end == v || o->hello_timeout_s <= 0 ? -1 : 0;
+}
+
+static int set_idle_timeout(tuned_options *o, const char *v)
+{
+	char *end;
+
+	o->idle_timeout_s = strtod(v, &end);
+	return *end || end == v || !(o->idle_timeout_s >= 0) ||
+	       o->idle_timeout_s > 1e9 ? -1 : 0;
 }
 
 static const struct {
@@ -217,11 +256,14 @@ static const struct {
 	{"compile-workers", set_compile_workers, "a number from 1 to 256"},
 	{"allow-uid", set_allow_uid, "a user name or uid (at most 16)"},
 	{"allow-gid", set_allow_gid, "a group name or gid (at most 16)"},
+	{"admin-gid", set_admin_gid, "a group name or gid (at most 16)"},
 	{"max-frame", set_max_frame, "a byte count from 1024 to 2^30"},
 	{"max-unread", set_max_unread, "a byte count from 4096 to 2^34"},
 	{"max-clients", set_max_clients, "a number from 1 to 65536"},
+	{"max-clients-per-uid", set_max_clients_per_uid, "a number from 1 to 65536"},
 	{"max-in-flight", set_max_in_flight, "a number from 1 to 65536"},
 	{"hello-timeout", set_hello_timeout, "a positive number of seconds"},
+	{"idle-timeout", set_idle_timeout, "a number of seconds, 0 for none"},
 };
 
 #define NSETTINGS ((int)(sizeof(settings) / sizeof(settings[0])))
@@ -312,10 +354,14 @@ static void set_defaults(tuned_options *o)
 	*o = (tuned_options){.backend = "auto", .log_level = TUNED_INFO, .jobs = 4,
 			     .max_frame = 16u << 20, .max_unread = 64u << 20,
 			     .max_clients = 256,
-			     .max_in_flight = 64, .hello_timeout_s = 10};
+			     .max_in_flight = 64, .hello_timeout_s = 10,
+			     .idle_timeout_s = 300};
 }
 
-static void fill_default_paths(tuned_options *o)
+/* The defaults that depend on other settings: the paths, and the
+ * connections one uid may hold, a quarter of --max-clients (at least 1):
+ * whoever fills their share leaves three quarters to the others. */
+static void fill_defaults(tuned_options *o)
 {
 	char file[32];
 
@@ -326,6 +372,8 @@ static void fill_default_paths(tuned_options *o)
 	if (!o->cache_path[0])
 		default_path(o->cache_path, sizeof(o->cache_path), "/var/lib/tuned-gpu",
 			     "XDG_STATE_HOME", ".local/state", "cache.db");
+	if (!o->max_clients_per_uid)
+		o->max_clients_per_uid = o->max_clients / 4 > 0 ? o->max_clients / 4 : 1;
 }
 
 static const char *option_name(const char *arg)
@@ -365,6 +413,6 @@ int tuned_options_parse(int argc, char **argv, tuned_options *o)
 		if (apply(o, name, argv[++i], "command line") < 0)
 			return -1;
 	}
-	fill_default_paths(o);
+	fill_defaults(o);
 	return 0;
 }

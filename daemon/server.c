@@ -6,6 +6,12 @@
  * (libuv's rule). Malformed or oversized input gets an error reply; the
  * connection is closed when the protocol says so, and other clients are
  * never affected.
+ *
+ * No client can lock the others out: each uid holds at most
+ * --max-clients-per-uid connections, and a connection idle for
+ * --idle-timeout after hello is closed (one that waits for a fetch or
+ * watches a job in progress is not idle). Refusals are logged, at most
+ * one line a second for each reason, then how many more there were.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +51,7 @@ void tuned_client_close(tuned_client *client)
 	tuned_drop_waiters(client->daemon, client);
 	tuned_update_waited(client->daemon);
 	uv_read_stop((uv_stream_t *)&client->pipe);
-	uv_close((uv_handle_t *)&client->hello_timer, on_handle_closed);
+	uv_close((uv_handle_t *)&client->timer, on_handle_closed);
 	uv_close((uv_handle_t *)&client->pipe, on_handle_closed);
 }
 
@@ -77,6 +83,7 @@ void tuned_client_send(tuned_client *client, char *line)
 		free(send);
 		return tuned_client_close(client);
 	}
+	client->active_ms = uv_now(client->daemon->loop);
 	if (client->queued_bytes > client->daemon->options.max_unread) {
 		tuned_log(TUNED_WARN, "client pid %d does not read its replies: closed",
 			  (int)client->peer.pid);
@@ -97,6 +104,7 @@ static void handle_line(tuned_client *client, const char *line, size_t len)
 	proto_request req;
 	proto_error err = {0};
 
+	client->active_ms = uv_now(client->daemon->loop);
 	if (proto_parse_request(line, len, &req, &err) < 0 ||
 	    proto_session_admit(&client->session, &req, &err) < 0)
 		send_error(client, req.id, &err);
@@ -133,15 +141,117 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 	free(buf->base);
 }
 
-static void on_hello_timeout(uv_timer_t *timer)
+/* Whether the client waits for something, and so is not idle: a request
+ * in flight (a fetch waiting for a version is one), or a job queued or
+ * running for a key it watches. */
+static bool is_waiting(const tuned_client *client)
+{
+	if (client->session.in_flight > 0)
+		return true;
+	for (int i = 0; i < client->nwatches; i++)
+		if (tuned_jobs_find_active(&client->daemon->jobs, client->watches[i]))
+			return true;
+	return false;
+}
+
+/* --idle-timeout in ms; 0: none. */
+static uint64_t idle_ms(const tuned_daemon *d)
+{
+	double ms = d->limits.idle_timeout_s * 1000;
+
+	return ms <= 0 ? 0 : ms < 1 ? 1 : (uint64_t)ms;
+}
+
+/* Before hello: the hello timeout. After: the idle timeout, checked when
+ * it would end; a client found waiting is not idle from then on. */
+static void on_timer(uv_timer_t *timer)
 {
 	tuned_client *client = timer->data;
+	tuned_daemon *d = client->daemon;
+	uint64_t now = uv_now(d->loop), limit = idle_ms(d);
 	proto_error err = {0};
 
-	if (client->session.ready)
+	if (!client->session.ready) {
+		proto_error_hello_timeout(&err, &d->limits);
+		return send_error(client, NULL, &err);
+	}
+	if (is_waiting(client))
+		client->active_ms = now;
+	if (now - client->active_ms < limit) {
+		uv_timer_start(timer, on_timer, client->active_ms + limit - now, 0);
 		return;
-	proto_error_hello_timeout(&err, &client->daemon->limits);
+	}
+	tuned_log(TUNED_INFO, "client uid %d pid %d idle for %g s: closed "
+		  "(--idle-timeout)", (int)client->peer.uid, (int)client->peer.pid,
+		  d->limits.idle_timeout_s);
+	proto_error_idle_timeout(&err, &d->limits);
 	send_error(client, NULL, &err);
+}
+
+void tuned_client_ready(tuned_client *client)
+{
+	uint64_t limit = idle_ms(client->daemon);
+
+	client->active_ms = uv_now(client->daemon->loop);
+	if (limit > 0)
+		uv_timer_start(&client->timer, on_timer, limit, 0);
+	else
+		uv_timer_stop(&client->timer);
+}
+
+static const char *const refusal_names[TUNED_NREFUSALS] = {
+	[TUNED_REFUSED_PEER] = "not allowed to connect",
+	[TUNED_REFUSED_CLIENTS] = "over --max-clients",
+	[TUNED_REFUSED_UID] = "over --max-clients-per-uid",
+};
+
+/* The end of a second in which connections were refused: says how many
+ * were not logged one by one, and goes on counting another second for
+ * each reason that had some. */
+static void on_refusal_second(uv_timer_t *timer)
+{
+	tuned_daemon *d = timer->data;
+	bool again = false;
+
+	for (int r = 0; r < TUNED_NREFUSALS; r++) {
+		int unlogged = d->refusals.reason[r].unlogged;
+
+		d->refusals.reason[r].logging = unlogged > 0;
+		d->refusals.reason[r].unlogged = 0;
+		if (unlogged > 0)
+			tuned_log(TUNED_WARN, "%d more connection(s) refused in the last "
+				  "second (%s), not logged one by one", unlogged,
+				  refusal_names[r]);
+		again |= unlogged > 0;
+	}
+	if (again)
+		uv_timer_start(timer, on_refusal_second, 1000, 0);
+}
+
+/* Logs a refusal, unless one of the same reason was logged in the last
+ * second: then it is counted, and the count logged when the second ends. */
+static void log_refusal(tuned_daemon *d, enum tuned_refusal why,
+			const tuned_client *client, const char *detail)
+{
+	if (d->refusals.reason[why].logging) {
+		d->refusals.reason[why].unlogged++;
+		return;
+	}
+	d->refusals.reason[why].logging = true;
+	tuned_log(TUNED_WARN, "refused uid %d (pid %d): %s", (int)client->peer.uid,
+		  (int)client->peer.pid, detail);
+	if (!uv_is_active((uv_handle_t *)&d->refusals.timer))
+		uv_timer_start(&d->refusals.timer, on_refusal_second, 1000, 0);
+}
+
+/* The connections "client"'s uid holds besides it. */
+static int uid_connections(const tuned_daemon *d, const tuned_client *client)
+{
+	int n = 0;
+
+	for (const tuned_client *c = d->clients; c; c = c->next)
+		n += c != client && !c->closing && c->peer.uid == client->peer.uid;
+	return n;
 }
 
 /* Who may connect, how many: refusals get one error line, then close. */
@@ -149,18 +259,25 @@ static bool admit_client(tuned_client *client)
 {
 	tuned_daemon *d = client->daemon;
 	proto_error err = {0};
+	enum tuned_refusal why;
 	uv_os_fd_t fd;
 
 	if (uv_fileno((uv_handle_t *)&client->pipe, &fd) < 0 ||
 	    !tuned_peer_allowed(&d->options, fd, &client->peer)) {
-		tuned_log(TUNED_WARN, "refused uid %d (pid %d): not allowed",
-			  (int)client->peer.uid, (int)client->peer.pid);
 		proto_error_peer_refused(&err, (long)client->peer.uid);
+		why = TUNED_REFUSED_PEER;
 	} else if (d->nclients > d->limits.clients || d->stopping) {
 		proto_error_too_many_clients(&err, &d->limits);
+		why = TUNED_REFUSED_CLIENTS;
+	} else if (uid_connections(d, client) >= d->limits.clients_per_uid) {
+		proto_error_too_many_for_uid(&err, &d->limits, (long)client->peer.uid);
+		why = TUNED_REFUSED_UID;
 	} else {
+		client->admin = tuned_peer_is_admin(&d->options, fd, &client->peer);
 		return true;
 	}
+	log_refusal(d, why, client, why == TUNED_REFUSED_PEER ? "not allowed" :
+		    err.message);
 	err.closes = true;
 	send_error(client, NULL, &err);
 	return false;
@@ -177,8 +294,8 @@ static tuned_client *client_new(tuned_daemon *d)
 	client->daemon = d;
 	proto_session_init(&client->session, &d->limits);
 	uv_pipe_init(d->loop, &client->pipe, 0);
-	uv_timer_init(d->loop, &client->hello_timer);
-	client->pipe.data = client->hello_timer.data = client;
+	uv_timer_init(d->loop, &client->timer);
+	client->pipe.data = client->timer.data = client;
 	client->handles_open = 2;
 	client->next = d->clients;
 	d->clients = client;
@@ -201,7 +318,7 @@ static void on_connection(uv_stream_t *server, int status)
 		return;
 	tuned_log(TUNED_DEBUG, "client uid %d pid %d connected", (int)client->peer.uid,
 		  (int)client->peer.pid);
-	uv_timer_start(&client->hello_timer, on_hello_timeout,
+	uv_timer_start(&client->timer, on_timer,
 		       (uint64_t)(d->limits.hello_timeout_s * 1000), 0);
 	uv_read_start((uv_stream_t *)&client->pipe, on_alloc, on_read);
 }
@@ -212,6 +329,8 @@ int tuned_server_listen(tuned_daemon *d, char *why, size_t size)
 	int fd = tuned_socket_bind(d->options.socket_path, &d->bound, why, size);
 	int rc;
 
+	uv_timer_init(d->loop, &d->refusals.timer);
+	d->refusals.timer.data = d;
 	if (fd < 0)
 		return -1;
 	uv_pipe_init(d->loop, &d->server, 0);
@@ -229,6 +348,8 @@ void tuned_server_close(tuned_daemon *d)
 {
 	if (!uv_is_closing((uv_handle_t *)&d->server))
 		uv_close((uv_handle_t *)&d->server, NULL);
+	if (!uv_is_closing((uv_handle_t *)&d->refusals.timer))
+		uv_close((uv_handle_t *)&d->refusals.timer, NULL);
 	for (tuned_client *c = d->clients; c; c = c->next)
 		tuned_client_close(c);
 }

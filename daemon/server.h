@@ -19,11 +19,13 @@ typedef struct tuned_daemon tuned_daemon;
 
 typedef struct tuned_client {
 	uv_pipe_t pipe;
-	uv_timer_t hello_timer;
+	uv_timer_t timer; /* the hello timeout, then the idle timeout */
 	tuned_daemon *daemon;
 	proto_framer *framer;
 	proto_session session;
 	struct ucred peer;
+	bool admin;          /* tuned_peer_is_admin */
+	uint64_t active_ms;  /* the loop's time of its last request or reply */
 	size_t queued_bytes;
 	int handles_open;
 	bool closing;
@@ -42,6 +44,22 @@ typedef struct tuned_waiter {
 	struct tuned_waiter *next;
 } tuned_waiter;
 
+/* Why connections are refused, each logged at most once a second. */
+enum tuned_refusal {
+	TUNED_REFUSED_PEER,     /* not allowed to connect */
+	TUNED_REFUSED_CLIENTS,  /* over --max-clients, or stopping */
+	TUNED_REFUSED_UID,      /* over --max-clients-per-uid */
+	TUNED_NREFUSALS,
+};
+
+typedef struct tuned_refusals {
+	uv_timer_t timer; /* ends each second in which some were refused */
+	struct {
+		bool logging; /* one was logged less than a second ago */
+		int unlogged; /* refused since then, not logged one by one */
+	} reason[TUNED_NREFUSALS];
+} tuned_refusals;
+
 struct tuned_daemon {
 	uv_loop_t *loop;
 	tuned_options options;
@@ -58,6 +76,7 @@ struct tuned_daemon {
 	char worker_path[4096];
 	tuned_client *clients;
 	int nclients;
+	tuned_refusals refusals;
 	tuned_waiter *waiters;
 	bool stopping;
 	uint64_t started_ms;
@@ -72,6 +91,9 @@ void tuned_server_close(tuned_daemon *d);
  * past --max-unread bytes is closed. */
 void tuned_client_send(tuned_client *client, char *line);
 void tuned_client_close(tuned_client *client);
+/* The client said hello: from now on it is closed when idle for
+ * --idle-timeout (docs/operations.md, "Limits"). */
+void tuned_client_ready(tuned_client *client);
 
 /* handlers.c: one request, admitted by the session. */
 void tuned_handle(tuned_client *client, proto_request *req);

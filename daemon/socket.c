@@ -12,8 +12,9 @@
  * socket, refuses the start and is left as it is. At the end the socket
  * is removed only if it is still the one this process bound. Each peer's
  * uid, gid and pid are read with SO_PEERCRED, its supplementary groups
- * with SO_PEERGROUPS, and checked against the allowed uids and gids; root
- * and the daemon's own uid are always allowed.
+ * with SO_PEERGROUPS, and checked against the allowed uids and gids; root,
+ * the daemon's own uid and the members of the admin groups are always
+ * allowed, and are the admins.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -212,33 +213,48 @@ void tuned_socket_remove(const char *path, const tuned_socket_id *id)
 		unlink(path);
 }
 
-static bool gid_allowed(const tuned_options *o, gid_t gid)
+static bool gid_in(const gid_t *gids, int n, gid_t gid)
 {
-	for (int i = 0; i < o->nallow_gids; i++)
-		if (o->allow_gids[i] == gid)
+	for (int i = 0; i < n; i++)
+		if (gids[i] == gid)
 			return true;
 	return false;
 }
 
-/* Whether one of the peer's supplementary groups (SO_PEERGROUPS) is
- * allowed: a user added to the socket's group keeps a primary group of
+/* Whether one of the peer's supplementary groups (SO_PEERGROUPS) is in
+ * "gids": a user added to the socket's group keeps a primary group of
  * their own, and it is that membership which lets them through the
  * folder's permissions. */
-static bool peer_groups_allowed(const tuned_options *o, int fd)
+static bool peer_groups_in(const gid_t *gids, int n, int fd)
 {
 	gid_t fixed[64], *groups = fixed;
 	socklen_t len = sizeof(fixed);
-	bool allowed = false;
+	bool in = false;
 
+	if (n == 0)
+		return false;
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0 &&
 	    (errno != ERANGE || !(groups = malloc(len)) ||
 	     getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0))
 		len = 0;
-	for (size_t i = 0; i < len / sizeof(gid_t) && !allowed; i++)
-		allowed = gid_allowed(o, groups[i]);
+	for (size_t i = 0; i < len / sizeof(gid_t) && !in; i++)
+		in = gid_in(gids, n, groups[i]);
 	if (groups != fixed)
 		free(groups);
-	return allowed;
+	return in;
+}
+
+/* The peer's primary group or one of its supplementary groups is in
+ * "gids". */
+static bool peer_in_groups(const gid_t *gids, int n, int fd, const struct ucred *peer)
+{
+	return gid_in(gids, n, peer->gid) || peer_groups_in(gids, n, fd);
+}
+
+bool tuned_peer_is_admin(const tuned_options *o, int fd, const struct ucred *peer)
+{
+	return peer->uid == geteuid() || peer->uid == 0 ||
+	       peer_in_groups(o->admin_gids, o->nadmin_gids, fd, peer);
 }
 
 bool tuned_peer_allowed(const tuned_options *o, int fd, struct ucred *peer)
@@ -247,11 +263,9 @@ bool tuned_peer_allowed(const tuned_options *o, int fd, struct ucred *peer)
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, peer, &len) < 0)
 		return false;
-	if (peer->uid == geteuid() || peer->uid == 0)
-		return true;
 	for (int i = 0; i < o->nallow_uids; i++)
 		if (o->allow_uids[i] == peer->uid)
 			return true;
-	return gid_allowed(o, peer->gid) ||
-	       (o->nallow_gids > 0 && peer_groups_allowed(o, fd));
+	return peer_in_groups(o->allow_gids, o->nallow_gids, fd, peer) ||
+	       tuned_peer_is_admin(o, fd, peer);
 }

@@ -215,6 +215,8 @@ static void apply_limits(tuned_daemon *d)
 	d->limits.clients = d->options.max_clients;
 	d->limits.in_flight = d->options.max_in_flight;
 	d->limits.hello_timeout_s = d->options.hello_timeout_s;
+	d->limits.idle_timeout_s = d->options.idle_timeout_s;
+	d->limits.clients_per_uid = d->options.max_clients_per_uid;
 }
 
 int main(int argc, char **argv)

@@ -12,6 +12,8 @@ void proto_limits_init(proto_limits *limits)
 	limits->in_flight = PROTO_IN_FLIGHT_DEFAULT;
 	limits->clients = PROTO_CLIENTS_DEFAULT;
 	limits->hello_timeout_s = PROTO_HELLO_TIMEOUT_DEFAULT_S;
+	limits->idle_timeout_s = PROTO_IDLE_TIMEOUT_DEFAULT_S;
+	limits->clients_per_uid = PROTO_CLIENTS_PER_UID_DEFAULT;
 }
 
 int proto_limits_check(const proto_limits *limits, proto_error *err)
@@ -32,6 +34,13 @@ int proto_limits_check(const proto_limits *limits, proto_error *err)
 	if (!(limits->hello_timeout_s > 0) || !isfinite(limits->hello_timeout_s))
 		return proto_error_set(err, PROTO_EBAD_REQUEST,
 				       "hello_timeout_s must be a positive number");
+	if (!(limits->idle_timeout_s >= 0) || !isfinite(limits->idle_timeout_s))
+		return proto_error_set(err, PROTO_EBAD_REQUEST,
+				       "idle_timeout_s must be a number >= 0");
+	if (limits->clients_per_uid < 1 || limits->clients_per_uid > PROTO_COUNT_MAX)
+		return proto_error_set(err, PROTO_EBAD_REQUEST,
+				       "clients_per_uid must be from 1 to %d",
+				       PROTO_COUNT_MAX);
 	return 0;
 }
 
@@ -48,6 +57,29 @@ int proto_error_hello_timeout(proto_error *err, const proto_limits *limits)
 {
 	proto_error_set(err, PROTO_ETIMEOUT, "no hello within %g s",
 			limits->hello_timeout_s);
+	if (err)
+		err->closes = true;
+	return PROTO_ETIMEOUT;
+}
+
+int proto_error_too_many_for_uid(proto_error *err, const proto_limits *limits,
+				 long uid)
+{
+	proto_error_set(err, PROTO_ETOO_MANY, "uid %ld holds %d connections "
+			"already, the most one uid may (tuned "
+			"--max-clients-per-uid %d): close one", uid,
+			limits->clients_per_uid, limits->clients_per_uid);
+	if (err)
+		err->closes = true;
+	return PROTO_ETOO_MANY;
+}
+
+int proto_error_idle_timeout(proto_error *err, const proto_limits *limits)
+{
+	proto_error_set(err, PROTO_ETIMEOUT, "idle for %g s: no request, none in "
+			"flight and no job watched (tuned --idle-timeout %g); "
+			"connect again", limits->idle_timeout_s,
+			limits->idle_timeout_s);
 	if (err)
 		err->closes = true;
 	return PROTO_ETIMEOUT;

@@ -59,6 +59,8 @@ typedef struct proto_limits {
 	int in_flight;          /* requests in flight per client */
 	int clients;            /* connections at once */
 	double hello_timeout_s; /* a connection without hello is closed then */
+	double idle_timeout_s;  /* an idle connection is closed then; 0: never */
+	int clients_per_uid;    /* connections at once of one uid */
 } proto_limits;
 
 /* Fills "limits" with the defaults above. */
@@ -75,6 +77,13 @@ int proto_error_too_many_clients(proto_error *err,
 				 __proto_keep const proto_limits *limits);
 int proto_error_hello_timeout(proto_error *err,
 			      __proto_keep const proto_limits *limits);
+/* The same for a client of "uid" that holds limits->clients_per_uid
+ * connections already (too_many), and for a connection idle for
+ * limits->idle_timeout_s after hello (timeout). */
+int proto_error_too_many_for_uid(proto_error *err,
+				 __proto_keep const proto_limits *limits, long uid);
+int proto_error_idle_timeout(proto_error *err,
+			     __proto_keep const proto_limits *limits);
 /* The error for a peer the daemon does not allow, sent at connect before
  * closing (unauthorized); "uid" is the peer's. Returns the code. */
 int proto_error_peer_refused(proto_error *err, long uid);

@@ -29,6 +29,8 @@
 #define PROTO_CLIENTS_DEFAULT 256
 #define PROTO_COUNT_MAX 65536 /* in flight, clients */
 #define PROTO_HELLO_TIMEOUT_DEFAULT_S 10.0
+#define PROTO_IDLE_TIMEOUT_DEFAULT_S 300.0 /* 0: none */
+#define PROTO_CLIENTS_PER_UID_DEFAULT 64  /* a quarter of the clients */
 
 /* Error codes: 0 or negative, as functions return them; on the wire each
  * is its name, e.g. "bad_request" (tuned_client_code_name gives it). */
@@ -42,7 +44,9 @@ enum proto_code {
 	PROTO_ETOO_LARGE = -5,        /* a line over the frame limit; closes */
 	PROTO_ETOO_MANY = -6,         /* requests in flight, or clients */
 	PROTO_ENOT_FOUND = -7,        /* no such job or key */
-	PROTO_EUNAUTHORIZED = -8,     /* the peer may not do this */
+	PROTO_EUNAUTHORIZED = -8,     /* the peer may not connect, or may not
+				       * do this (another's job, an admin's
+				       * op) */
 	PROTO_EBUSY = -9,             /* the daemon cannot take it now */
 	PROTO_ECANCELLED = -10,       /* the job was cancelled */
 	PROTO_ETIMEOUT = -11,         /* a wait ran out */

@@ -1,6 +1,6 @@
 /*
- * test_transfer.c: what schema versions 2 and 3 added: the daemon's job
- * queue (cache_put_jobs, cache_jobs), the graph.json kept for a key,
+ * test_transfer.c: what schema versions 2, 3 and 5 added: the daemon's job
+ * queue (cache_put_jobs, cache_jobs) with each job's submitter, the graph.json kept for a key,
  * export and import between two caches, and the bytes of a listed entry;
  * and a version-1 file migrated with its data.
  */
@@ -34,6 +34,7 @@ typedef struct seen_jobs {
 	char states[8][16];
 	cache_job first;
 	char first_key[65], first_graph[128];
+	int64_t last_uid;
 } seen_jobs;
 
 static int on_job(void *user, const cache_job *j)
@@ -45,6 +46,7 @@ static int on_job(void *user, const cache_job *j)
 		snprintf(s->first_key, sizeof(s->first_key), "%s", j->key);
 		snprintf(s->first_graph, sizeof(s->first_graph), "%s", j->graph);
 	}
+	s->last_uid = j->uid;
 	s->ids[s->n] = j->id;
 	snprintf(s->states[s->n++], 16, "%s", j->state);
 	return 0;
@@ -74,6 +76,49 @@ Test(transfer, jobs_are_written_whole_replaced_by_id_and_read_in_order)
 	cr_expect_eq(s.first.best_ms, 0, "no best time reads back as 0");
 	cr_expect_eq(s.first.created_at, 1700000000.25);
 	cr_expect_eq(s.first.finished_at, 0);
+	cache_close(c);
+}
+
+/* Schema version 5: who submitted a job, or not known (-1, stored NULL). */
+Test(transfer, a_job_keeps_its_submitter)
+{
+	cache *c = fx_open();
+	cache_job jobs[2] = {job(1, "queued", 0), job(2, "queued", 0)};
+	cache_error err = { 0 };
+	seen_jobs s = { 0 };
+
+	jobs[0].uid = 1000;
+	jobs[1].uid = -1;
+	cr_assert_eq(cache_put_jobs(c, jobs, 2, 1000, &err), 0, "%s", err.message);
+	cr_assert_eq(cache_jobs(c, on_job, &s, &err), 2, "%s", err.message);
+	cr_expect_eq(s.first.uid, 1000);
+	cr_expect_eq(s.last_uid, -1, "an unknown submitter reads back as -1");
+	cache_close(c);
+}
+
+/* Jobs queued before version 5 have no submitter: not known (-1). */
+Test(transfer, a_version_4_file_keeps_its_jobs_without_submitter)
+{
+	cache *c = fx_open();
+	cache_job queued = job(1, "queued", 0);
+	cache_error err = { 0 };
+	seen_jobs s = { 0 };
+	sqlite3 *db;
+
+	queued.uid = 1000;
+	cr_assert_eq(cache_put_jobs(c, &queued, 1, 1000, &err), 0, "%s", err.message);
+	cache_close(c);
+	db = raw_open(fx.path);
+	cr_assert_eq(sqlite3_exec(db, "ALTER TABLE jobs DROP COLUMN uid; "
+				  "PRAGMA user_version = 4", NULL, NULL, NULL), SQLITE_OK,
+		     "%s", sqlite3_errmsg(db));
+	sqlite3_close(db);
+	c = fx_open();
+	cr_expect(strstr(fx.last_log, "from version 4 to 5"), "%s", fx.last_log);
+	cr_assert_eq(cache_jobs(c, on_job, &s, &err), 1, "%s", err.message);
+	cr_expect_str_eq(s.states[0], "queued");
+	cr_expect_eq(s.first.uid, -1, "a job from before has a submitter: %lld",
+		     (long long)s.first.uid);
 	cache_close(c);
 }
 
@@ -358,7 +403,7 @@ Test(transfer, a_version_1_file_is_migrated_with_its_data)
 				  NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
 	sqlite3_close(db);
 	c = fx_open();
-	cr_expect(strstr(fx.last_log, "from version 1 to 4"), "%s", fx.last_log);
+	cr_expect(strstr(fx.last_log, "from version 1 to 5"), "%s", fx.last_log);
 	cr_expect_eq(cache_fetch_best(c, graph_key(1), DEVICE_CPU, CODEGEN, 0, NULL,
 				      NULL), 1, "the version 1 file's plan is gone");
 	cr_expect_eq(cache_jobs(c, on_job, &s, NULL), 0);

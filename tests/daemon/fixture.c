@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -356,4 +357,14 @@ bool fixture_log_contains(const fixture *f, const char *text)
 	if (log)
 		fclose(log);
 	return found;
+}
+
+void fixture_open_folders(const fixture *f)
+{
+	char run_dir[160];
+
+	snprintf(run_dir, sizeof(run_dir), "%s/run", f->dir);
+	chmod(f->dir, 0755);
+	chmod(run_dir, 0755);
+	chmod(f->socket, 0666);
 }

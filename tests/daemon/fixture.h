@@ -34,8 +34,11 @@ int fixture_stop(fixture *f, int signum, double *seconds);
 void fixture_cleanup(fixture *f);
 /* Copies the daemon's log to stderr (for a failing test). */
 void fixture_print_log(const fixture *f);
-/* Whether a line of the daemon's log contains "text". */
+/* Whether the daemon's log has a line containing "text". */
 bool fixture_log_contains(const fixture *f, const char *text);
+/* Lets every user reach the socket through the folders, so that the
+ * daemon's own check is what admits or refuses other uids (as root). */
+void fixture_open_folders(const fixture *f);
 
 typedef struct conn {
 	int fd;

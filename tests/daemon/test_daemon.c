@@ -369,18 +369,6 @@ Test(daemon, kill_9_during_writes_loses_nothing_acknowledged, .timeout = 900)
 	fixture_cleanup(&f);
 }
 
-/* Lets others through the fixture's folders, as the socket's group would
- * let its members through: the daemon's own check is what is tested. */
-static void open_folders(const fixture *f)
-{
-	char run_dir[160];
-
-	snprintf(run_dir, sizeof(run_dir), "%s/run", f->dir);
-	chmod(f->dir, 0755);
-	chmod(run_dir, 0755);
-	chmod(f->socket, 0666);
-}
-
 /* A client of uid and primary gid 65534 that is a member of "group" (a
  * supplementary group, as "usermod -aG" makes one): exits 0 when its hello
  * is answered, 1 when it is refused, more when something else failed. */
@@ -421,7 +409,7 @@ Test(daemon, other_users_are_refused, .timeout = 120)
 	fixture_start(&f, extra);
 	/* The daemon's own check must refuse others even when the folders
 	 * let them through. */
-	open_folders(&f);
+	fixture_open_folders(&f);
 	if ((child = fork()) == 0) {
 		conn c;
 		json_t *reply;
@@ -450,7 +438,7 @@ Test(daemon, members_of_an_allowed_group_connect, .timeout = 120)
 			     "groups; skipped");
 	fixture_init(&f);
 	fixture_start(&f, allow);
-	open_folders(&f);
+	fixture_open_folders(&f);
 	cr_expect_eq(connect_as_member(&f, 4242), 0,
 		     "a member of the allowed group 4242 was not let in");
 	cr_expect_eq(connect_as_member(&f, 4343), 1,

@@ -333,6 +333,18 @@ Test(limits, defaults_and_ranges)
 	limits.hello_timeout_s = 0;
 	cr_expect_eq(proto_limits_check(&limits, &err), PROTO_EBAD_REQUEST);
 	cr_expect_str_eq(err.message, "hello_timeout_s must be a positive number");
+	limits.hello_timeout_s = 1;
+	cr_expect_float_eq(limits.idle_timeout_s, 300.0, 1e-12);
+	limits.idle_timeout_s = 0;
+	cr_expect_eq(proto_limits_check(&limits, &err), 0, "0: no idle timeout");
+	limits.idle_timeout_s = -1;
+	cr_expect_eq(proto_limits_check(&limits, &err), PROTO_EBAD_REQUEST);
+	cr_expect_str_eq(err.message, "idle_timeout_s must be a number >= 0");
+	limits.idle_timeout_s = 0;
+	cr_expect_eq(limits.clients_per_uid, 64);
+	limits.clients_per_uid = 0;
+	cr_expect_eq(proto_limits_check(&limits, &err), PROTO_EBAD_REQUEST);
+	cr_expect_str_eq(err.message, "clients_per_uid must be from 1 to 65536");
 }
 
 Test(limits, errors_that_close)
@@ -356,6 +368,16 @@ Test(limits, errors_that_close)
 	cr_expect_eq(proto_error_peer_refused(&err, 1001), PROTO_EUNAUTHORIZED);
 	cr_expect(err.closes);
 	cr_expect_str_eq(err.message, "uid 1001 may not connect");
+	limits.clients_per_uid = 2;
+	cr_expect_eq(proto_error_too_many_for_uid(&err, &limits, 1001), PROTO_ETOO_MANY);
+	cr_expect(err.closes);
+	cr_expect_str_eq(err.message, "uid 1001 holds 2 connections already, the most "
+			 "one uid may (tuned --max-clients-per-uid 2): close one");
+	limits.idle_timeout_s = 300;
+	cr_expect_eq(proto_error_idle_timeout(&err, &limits), PROTO_ETIMEOUT);
+	cr_expect(err.closes);
+	cr_expect_str_eq(err.message, "idle for 300 s: no request, none in flight and "
+			 "no job watched (tuned --idle-timeout 300); connect again");
 }
 
 static void request_of(proto_request *req, const char *line)
