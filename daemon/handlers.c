@@ -299,13 +299,12 @@ static void on_cancel(tuned_client *client, proto_request *req)
 	if (!job)
 		return;
 	if (job->state == TUNED_JOB_QUEUED || job->state == TUNED_JOB_RUNNING) {
+		/* cancelled now, not when the runner ends it: what it still
+		 * finds is dropped (results.c), so no version follows the reply */
 		tuned_runner_cancel(d->runner, job->id);
-		if (job->state == TUNED_JOB_QUEUED) {
-			tuned_job_finish(job, TUNED_JOB_CANCELLED, "cancelled");
-			tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
-			tuned_fail_waiters(d, job->key, PROTO_ECANCELLED,
-					   "the job was cancelled");
-		}
+		tuned_job_finish(job, TUNED_JOB_CANCELLED, "cancelled");
+		tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
+		tuned_fail_waiters(d, job->key, PROTO_ECANCELLED, "the job was cancelled");
 		if (tuned_jobs_save(&d->jobs) < 0)
 			tuned_log(TUNED_ERROR, "job %lld: cannot save its cancel: %s",
 				  (long long)job->id, d->jobs.error);

@@ -28,6 +28,38 @@ static char *plan_text(const tuned_result *r)
 			  JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
 }
 
+/* The name the log gives a plan: the first PLAN_HASH_HEX hex digits of
+ * the SHA-256 of its canonical text (compact, keys sorted), so that the
+ * lines about one plan can be found together (docs/operations.md). */
+#define PLAN_HASH_HEX 12
+
+static void plan_hash(const char *plan, char hash[PLAN_HASH_HEX + 1])
+{
+	char hex[SCHED_KEY_HEX + 1];
+
+	sched_sha256_hex(plan, strlen(plan), hex);
+	memcpy(hash, hex, PLAN_HASH_HEX);
+	hash[PLAN_HASH_HEX] = 0;
+}
+
+/* How the worker died, for the log: the signal that killed it, or the
+ * time limit it ran past. */
+static void log_worker_death(const tuned_job *job, const tuned_result *r,
+			     const char *hash)
+{
+	if (!strcmp(r->outcome, "timeout"))
+		tuned_log(TUNED_WARN, "job %lld: %s: worker hung on plan %s: no answer "
+			  "within its time limit of %.1f s (%s)", (long long)job->id,
+			  job->key, hash, r->limit_s, r->detail);
+	else if (r->term_signal)
+		tuned_log(TUNED_WARN, "job %lld: %s: worker crashed on plan %s: killed by "
+			  "signal %d (%s)", (long long)job->id, job->key, hash,
+			  r->term_signal, strsignal(r->term_signal));
+	else
+		tuned_log(TUNED_WARN, "job %lld: %s: worker crashed on plan %s: %s",
+			  (long long)job->id, job->key, hash, r->detail);
+}
+
 /* A plan that crashed or hung its worker: logged, and quarantined with
  * its repro bundle so that it is never tried again. */
 static void quarantine(tuned_daemon *d, tuned_job *job, const tuned_result *r,
@@ -42,15 +74,17 @@ static void quarantine(tuned_daemon *d, tuned_job *job, const tuned_result *r,
 		.seed = job->id, .graph_json = r->graph, .sources = sources,
 		.worker_log = r->worker_log};
 	cache_error err = {0};
+	char hash[PLAN_HASH_HEX + 1];
 
-	tuned_log(TUNED_ERROR, "job %lld: %s: worker %s (%s) on plan %s", (long long)job->id,
-		  job->key, hung ? "hung" : "crashed", r->detail, plan);
+	plan_hash(plan, hash);
+	log_worker_death(job, r, hash);
 	if (cache_quarantine(d->cache, &q, &err) < 0)
 		tuned_log(TUNED_ERROR, "job %lld: %s: cannot quarantine plan %s: %s",
-			  (long long)job->id, job->key, plan, err.message);
+			  (long long)job->id, job->key, hash, err.message);
 	else
-		tuned_log(TUNED_WARN, "job %lld: %s: plan quarantined, never to be tried "
-			  "again (tunectl cache quarantine)", (long long)job->id, job->key);
+		tuned_log(TUNED_WARN, "job %lld: %s: plan %s quarantined (%s), never to be "
+			  "tried again (tunectl cache quarantine)", (long long)job->id,
+			  job->key, hash, hung ? "hung" : "crashed");
 	free(sources);
 }
 
@@ -161,9 +195,12 @@ static void on_trial(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 static void on_skipped(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 {
 	char *plan = plan_text(r);
+	char hash[PLAN_HASH_HEX + 1] = "?";
 
+	if (plan)
+		plan_hash(plan, hash);
 	tuned_log(TUNED_INFO, "job %lld: %s: plan %s is quarantined: not tried again",
-		  (long long)job->id, job->key, plan ? plan : "(out of memory)");
+		  (long long)job->id, job->key, hash);
 	broadcast_progress(d, job, r->quarantined);
 	free(plan);
 }
@@ -196,12 +233,17 @@ static void on_generation(tuned_daemon *d, tuned_job *job, const tuned_result *r
 	tuned_broadcast(d, job->key, PROTO_EVENT_GENERATION, data);
 }
 
+static bool is_active(const tuned_job *job)
+{
+	return job->state == TUNED_JOB_QUEUED || job->state == TUNED_JOB_RUNNING;
+}
+
 /* The job is over: done when the key has a version (this job's or an
  * earlier one), failed otherwise; left running when the daemon is
  * stopping, so that it resumes. */
 static void on_end(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 {
-	if (r->stopped || (job->state != TUNED_JOB_QUEUED && job->state != TUNED_JOB_RUNNING))
+	if (r->stopped || !is_active(job))
 		return;
 	if (r->cancelled)
 		tuned_job_finish(job, TUNED_JOB_CANCELLED, "cancelled");
@@ -221,8 +263,29 @@ static void on_end(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 		tuned_fail_waiters(d, job->key, PROTO_EINTERNAL, job->error);
 }
 
+/* What the runner still sends for a job cancelled while it ran (it ends
+ * after the trials in flight): the trials are kept, as what the plans
+ * did, but the job is not changed and nothing is published, for cancel
+ * promised that no version comes after its reply. */
+static void on_result_after_cancel(tuned_daemon *d, tuned_job *job,
+				   const tuned_result *r)
+{
+	char *plan;
+
+	if (r->kind == TUNED_RESULT_VERSION)
+		tuned_log(TUNED_INFO, "job %lld: %s: a version found after the job was "
+			  "cancelled is dropped", (long long)job->id, job->key);
+	if (r->kind != TUNED_RESULT_TRIAL)
+		return;
+	plan = plan_text(r);
+	record_trial(d, job, r, plan ? plan : "null");
+	free(plan);
+}
+
 static void on_result(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 {
+	if (!is_active(job) && r->kind != TUNED_RESULT_END)
+		return on_result_after_cancel(d, job, r);
 	switch (r->kind) {
 	case TUNED_RESULT_STARTED:
 		if (job->state != TUNED_JOB_QUEUED)

@@ -284,8 +284,10 @@ Test(quarantine, a_crashed_plan_is_never_tried_again_even_once_its_trials_are_pr
 	job_key(&c, job, key);
 	expect_bundle(&c, job, key);
 	expect_export(&f, job, key);
-	snprintf(pattern, sizeof(pattern), "job %lld: %s: worker crashed (worker killed "
-		 "by signal 11", (long long)job, key);
+	snprintf(pattern, sizeof(pattern), "job %lld: %s: worker crashed on plan ",
+		 (long long)job, key);
+	cr_expect(log_contains(&f, pattern), "the log lacks \"%s\"", pattern);
+	snprintf(pattern, sizeof(pattern), "killed by signal 11 (Segmentation fault)");
 	cr_expect(log_contains(&f, pattern), "the log lacks \"%s\"", pattern);
 	conn_close(&c);
 	cr_assert_eq(fixture_stop(&f, SIGTERM, NULL), 0);

@@ -1,0 +1,283 @@
+/*
+ * test_failures.c: every failure says why, through the real tuned with
+ * the scripted worker: a failed job's reason reaches its status and a
+ * waiting fetch, a worker's crash or hang is logged with the plan's hash
+ * and the signal or time limit, a full cache is named as the cause, a
+ * cancelled job publishes nothing after the reply, and a stored version
+ * edited behind the cache's back is not served.
+ */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fixture.h"
+#include "scheduler.h"
+
+#define EXAMPLE "softmax_scores_small"
+
+static json_t *result_of(json_t *reply)
+{
+	return json_object_get(reply, "result");
+}
+
+static const char *error_message(json_t *reply)
+{
+	return json_string_value(json_object_get(json_object_get(reply, "error"),
+						 "message")) ?: "";
+}
+
+static const char *error_code(json_t *reply)
+{
+	return json_string_value(json_object_get(json_object_get(reply, "error"),
+						 "code")) ?: "";
+}
+
+static const char *event_name(json_t *event)
+{
+	return json_string_value(json_object_get(event, "event")) ?: "";
+}
+
+/* Starts tuned on the scripted worker with times "mode", each measurement
+ * taking "delay_ms"; its first measurement dies ("crash") or hangs
+ * ("hang") when "how" is not NULL. */
+static void start_scripted(fixture *f, const char *mode, const char *delay_ms,
+			   const char *how)
+{
+	const char *const extra[] = {"--compile-workers", "1", NULL};
+	char marker[160];
+
+	snprintf(marker, sizeof(marker), "%s/crashed", f->dir);
+	setenv("TUNED_WORKER", getenv("SCRIPTED_WORKER"), 1);
+	setenv("SCRIPTED_TIMES", mode, 1);
+	setenv("SCRIPTED_DELAY_MS", delay_ms, 1);
+	unsetenv("SCRIPTED_CRASH_OP");
+	if (how) {
+		setenv("SCRIPTED_CRASH", marker, 1);
+		setenv("SCRIPTED_CRASH_HOW", how, 1);
+	} else {
+		unsetenv("SCRIPTED_CRASH");
+		unsetenv("SCRIPTED_CRASH_HOW");
+	}
+	fixture_start(f, extra);
+}
+
+static void connect_to(const fixture *f, conn *c)
+{
+	cr_assert(conn_open(c, f->socket));
+	conn_hello(c);
+}
+
+/* Submits the example: no budget (one trial), or "budget" seconds and at
+ * most "trials" trials. */
+static json_int_t submit(conn *c, double budget, int trials)
+{
+	char *text = example_text(EXAMPLE);
+	json_t *params = json_pack("{s:s}", "graph", text), *reply;
+	json_int_t job;
+
+	if (budget > 0)
+		json_object_update_new(params, json_pack("{s:f, s:i}", "budget", budget,
+							 "trials", trials));
+	reply = conn_call(c, "submit", params);
+	job = json_integer_value(json_object_get(result_of(reply), "id"));
+	cr_assert_gt(job, 0, "submit failed: %s", json_dumps(reply, 0));
+	json_decref(reply);
+	free(text);
+	return job;
+}
+
+static json_t *status(conn *c, json_int_t job)
+{
+	return conn_call(c, "status", json_pack("{s:I}", "job", job));
+}
+
+static const char *field(json_t *reply, const char *name)
+{
+	return json_string_value(json_object_get(result_of(reply), name)) ?: "";
+}
+
+static bool log_contains(const fixture *f, const char *text)
+{
+	FILE *log = fopen(f->log, "r");
+	char line[8192];
+	bool found = false;
+
+	while (log && !found && fgets(line, sizeof(line), log))
+		found = strstr(line, text) != NULL;
+	if (log)
+		fclose(log);
+	return found;
+}
+
+/* The hash the log names a plan by: the first 12 hex digits of the
+ * SHA-256 of its compact text with sorted keys. */
+static void plan_hash(const json_t *plan, char hash[13])
+{
+	char *text = json_dumps(plan, JSON_COMPACT | JSON_SORT_KEYS);
+	char hex[SCHED_KEY_HEX + 1];
+
+	cr_assert_not_null(text);
+	sched_sha256_hex(text, strlen(text), hex);
+	snprintf(hash, 13, "%.12s", hex);
+	free(text);
+}
+
+/* The plan of the one quarantine entry, hashed. */
+static void quarantined_hash(conn *c, char hash[13])
+{
+	json_t *reply = conn_call(c, "cache.quarantine", NULL);
+	json_t *entries = json_object_get(result_of(reply), "entries");
+
+	cr_assert_eq(json_array_size(entries), 1, "%s", json_dumps(reply, 0));
+	plan_hash(json_object_get(json_array_get(entries, 0), "plan"), hash);
+	json_decref(reply);
+}
+
+static void stop(fixture *f)
+{
+	cr_expect_eq(fixture_stop(f, SIGTERM, NULL), 0);
+	fixture_cleanup(f);
+}
+
+/* The job's one trial crashes its worker: the job fails saying so, and
+ * the fetch that waited on it gets that reason, not an empty message. */
+Test(failures, a_failed_job_and_its_waiting_fetch_say_why, .timeout = 120)
+{
+	fixture f;
+	conn c, waiter;
+	json_t *reply;
+	json_int_t job;
+	char hash[13], line[256];
+
+	fixture_init(&f);
+	start_scripted(&f, "flat", "0", "crash");
+	connect_to(&f, &c);
+	connect_to(&f, &waiter);
+	job = submit(&c, 0, 0);
+	reply = conn_call(&waiter, "fetch", json_pack("{s:I, s:i}", "job", job,
+						      "timeout_ms", 60000));
+	cr_expect_str_eq(error_code(reply), "internal", "%s", json_dumps(reply, 0));
+	cr_expect(strstr(error_message(reply), "crash") &&
+		  strstr(error_message(reply), "signal 11"),
+		  "the waiting fetch was told: %s", json_dumps(reply, 0));
+	json_decref(reply);
+	reply = wait_job(&c, job, 60);
+	cr_expect_str_eq(field(reply, "state"), "failed");
+	cr_expect(strstr(field(reply, "error"), "signal 11"), "status says: %s",
+		  json_dumps(reply, 0));
+	json_decref(reply);
+
+	/* the crash and the quarantine are in the log, by key and plan */
+	quarantined_hash(&c, hash);
+	reply = status(&c, job);
+	snprintf(line, sizeof(line), "warning: job %lld: %s: worker crashed on plan %s: "
+		 "killed by signal 11", (long long)job, field(reply, "key"), hash);
+	cr_expect(log_contains(&f, line), "the log lacks \"%s\"", line);
+	snprintf(line, sizeof(line), "warning: job %lld: %s: plan %s quarantined (crashed)",
+		 (long long)job, field(reply, "key"), hash);
+	cr_expect(log_contains(&f, line), "the log lacks \"%s\"", line);
+	json_decref(reply);
+	conn_close(&waiter);
+	conn_close(&c);
+	stop(&f);
+}
+
+/* The job's one trial hangs its worker: killed at the time limit, which
+ * the log names with the plan. */
+Test(failures, a_hung_worker_is_logged_with_its_time_limit, .timeout = 180)
+{
+	fixture f;
+	conn c;
+	json_t *reply;
+	json_int_t job;
+	char hash[13], line[256];
+
+	fixture_init(&f);
+	start_scripted(&f, "flat", "0", "hang");
+	connect_to(&f, &c);
+	job = submit(&c, 0, 0);
+	reply = wait_job(&c, job, 150);
+	cr_expect_str_eq(field(reply, "state"), "failed");
+	cr_expect(strstr(field(reply, "error"), "timeout"), "status says: %s",
+		  json_dumps(reply, 0));
+	json_decref(reply);
+	quarantined_hash(&c, hash);
+	reply = status(&c, job);
+	snprintf(line, sizeof(line), "warning: job %lld: %s: worker hung on plan %s: no "
+		 "answer within its time limit of ", (long long)job, field(reply, "key"),
+		 hash);
+	cr_expect(log_contains(&f, line), "the log lacks \"%s\"", line);
+	snprintf(line, sizeof(line), "warning: job %lld: %s: plan %s quarantined (hung)",
+		 (long long)job, field(reply, "key"), hash);
+	cr_expect(log_contains(&f, line), "the log lacks \"%s\"", line);
+	json_decref(reply);
+	conn_close(&c);
+	stop(&f);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The version fetch serves for the job's key now (0: none). */
+static json_int_t served_version(conn *c, json_int_t job)
+{
+	json_t *reply = conn_call(c, "fetch", json_pack("{s:I}", "job", job));
+	json_int_t version = json_integer_value(json_object_get(result_of(reply),
+								"version"));
+
+	json_decref(reply);
+	return version;
+}
+
+/* A running job with slow trials, cancelled by tunectl: the reply says
+ * cancelled, and for the next seconds no version is published and the
+ * job stays cancelled, though the runner finishes its trials in flight. */
+Test(failures, a_cancelled_job_publishes_nothing_after_the_reply, .timeout = 180)
+{
+	fixture f;
+	conn c;
+	json_t *reply, *event;
+	json_int_t job, version;
+	char id[32], expected[64], *output = NULL;
+	const char *const cancel[] = {"cancel", id, NULL};
+	double until;
+
+	fixture_init(&f);
+	start_scripted(&f, "hash", "400", NULL);
+	connect_to(&f, &c);
+	job = submit(&c, 120, 500);
+	/* running, with a first version (the default plan's) */
+	while ((event = conn_read(&c, 60000)) && strcmp(event_name(event), "version"))
+		json_decref(event);
+	cr_assert_not_null(event, "no version came");
+	json_decref(event);
+
+	snprintf(id, sizeof(id), "%lld", (long long)job);
+	cr_assert_eq(fixture_tunectl(&f, &output, cancel), 0, "%s", output);
+	snprintf(expected, sizeof(expected), "job %lld cancelled\n", (long long)job);
+	cr_expect_str_eq(output, expected);
+	free(output);
+	version = served_version(&c, job);
+
+	for (until = now_s() + 4; now_s() < until &&
+	     (event = conn_read(&c, (int)((until - now_s()) * 1000) + 1));) {
+		cr_expect_str_neq(event_name(event), "version",
+				  "a version came after the cancel: %s", json_dumps(event, 0));
+		json_decref(event);
+	}
+	reply = status(&c, job);
+	cr_expect_str_eq(field(reply, "state"), "cancelled", "%s", json_dumps(reply, 0));
+	json_decref(reply);
+	cr_expect_eq(served_version(&c, job), version, "the cache got a version");
+	conn_close(&c);
+	stop(&f);
+}
