@@ -12,6 +12,27 @@
 #include "kgen.h"
 #include "server.h"
 
+static bool is_active(const tuned_job *job)
+{
+	return job->state == TUNED_JOB_QUEUED || job->state == TUNED_JOB_RUNNING;
+}
+
+/* The cache could not store "what" the job found (a full disk, an I/O
+ * error): the job fails with that cause, for what it found is lost. The
+ * first such failure is the job's error; the log has each. */
+static void store_failed(tuned_job *job, const char *what, const cache_error *err)
+{
+	const char *cause = strstr(err->message, ": ");
+
+	tuned_log(TUNED_ERROR, "job %lld: %s: the cache cannot store %s: %s",
+		  (long long)job->id, job->key, what, err->message);
+	if (job->store_failed || !is_active(job))
+		return;
+	job->store_failed = true;
+	snprintf(job->error, sizeof(job->error), "the cache cannot store %s: %.200s",
+		 what, cause ? cause + 2 : err->message);
+}
+
 static enum cache_outcome outcome_of(const char *name)
 {
 	for (int o = 0; o < CACHE_TRIAL_OUTCOMES; o++)
@@ -79,8 +100,7 @@ static void quarantine(tuned_daemon *d, tuned_job *job, const tuned_result *r,
 	plan_hash(plan, hash);
 	log_worker_death(job, r, hash);
 	if (cache_quarantine(d->cache, &q, &err) < 0)
-		tuned_log(TUNED_ERROR, "job %lld: %s: cannot quarantine plan %s: %s",
-			  (long long)job->id, job->key, hash, err.message);
+		store_failed(job, "a quarantined plan", &err);
 	else
 		tuned_log(TUNED_WARN, "job %lld: %s: plan %s quarantined (%s), never to be "
 			  "tried again (tunectl cache quarantine)", (long long)job->id,
@@ -98,8 +118,7 @@ static void record_trial(tuned_daemon *d, tuned_job *job, const tuned_result *r,
 	cache_error err = {0};
 
 	if (cache_record_trial(d->cache, &trial, &err) < 0)
-		tuned_log(TUNED_ERROR, "job %lld: cannot record a trial: %s",
-			  (long long)job->id, err.message);
+		store_failed(job, "a trial", &err);
 	if (trial.outcome == CACHE_TRIAL_CRASH || trial.outcome == CACHE_TRIAL_TIMEOUT)
 		quarantine(d, job, r, plan);
 }
@@ -143,10 +162,11 @@ static void on_version(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 	int version;
 
 	snprintf(found_by, sizeof(found_by), "generation %d", r->generation);
-	if (!plan || !sources || !launch ||
-	    cache_publish(d->cache, &p, &version, &err) < 0) {
-		tuned_log(TUNED_ERROR, "job %lld: cannot publish: %s", (long long)job->id,
-			  plan && sources && launch ? err.message : "out of memory");
+	if (!plan || !sources || !launch) {
+		tuned_log(TUNED_ERROR, "job %lld: cannot publish: out of memory",
+			  (long long)job->id);
+	} else if (cache_publish(d->cache, &p, &version, &err) < 0) {
+		store_failed(job, "the new version", &err);
 	} else {
 		job->best_ms = r->median_ms;
 		job->first_ms = r->first_ms;
@@ -185,7 +205,7 @@ static void on_trial(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 
 	job->trials++;
 	record_trial(d, job, r, plan ? plan : "null");
-	if (strcmp(r->outcome, "ok"))
+	if (strcmp(r->outcome, "ok") && !job->store_failed)
 		snprintf(job->error, sizeof(job->error), "%.15s: %.230s", r->outcome, r->detail);
 	broadcast_progress(d, job, r->quarantined);
 	free(plan);
@@ -233,14 +253,10 @@ static void on_generation(tuned_daemon *d, tuned_job *job, const tuned_result *r
 	tuned_broadcast(d, job->key, PROTO_EVENT_GENERATION, data);
 }
 
-static bool is_active(const tuned_job *job)
-{
-	return job->state == TUNED_JOB_QUEUED || job->state == TUNED_JOB_RUNNING;
-}
-
 /* The job is over: done when the key has a version (this job's or an
- * earlier one), failed otherwise; left running when the daemon is
- * stopping, so that it resumes. */
+ * earlier one), failed otherwise or when the cache could not store what
+ * it found; left running when the daemon is stopping, so that it
+ * resumes. */
 static void on_end(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 {
 	if (r->stopped || !is_active(job))
@@ -249,6 +265,8 @@ static void on_end(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 		tuned_job_finish(job, TUNED_JOB_CANCELLED, "cancelled");
 	else if (r->detail[0])
 		tuned_job_finish(job, TUNED_JOB_FAILED, r->detail);
+	else if (job->store_failed)
+		tuned_job_finish(job, TUNED_JOB_FAILED, job->error);
 	else if (job->version > 0 || tuned_cached_version(d, job->key) > 0)
 		tuned_job_finish(job, TUNED_JOB_DONE, NULL);
 	else

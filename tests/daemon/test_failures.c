@@ -7,12 +7,17 @@
  * edited behind the cache's back is not served.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fixture.h"
 #include "scheduler.h"
@@ -280,4 +285,71 @@ Test(failures, a_cancelled_job_publishes_nothing_after_the_reply, .timeout = 180
 	cr_expect_eq(served_version(&c, job), version, "the cache got a version");
 	conn_close(&c);
 	stop(&f);
+}
+
+/* Mounts a small tmpfs where the fixture keeps its cache; false when it
+ * cannot be (not root). */
+static bool mount_small_disk(const fixture *f, char *dir, size_t size)
+{
+	snprintf(dir, size, "%s/state", f->dir);
+	cr_assert(mkdir(dir, 0750) == 0 || errno == EEXIST);
+	return mount("tuned-test", dir, "tmpfs", 0, "size=2m") == 0;
+}
+
+/* Fills the file system of "dir" with DIR/filler until it is full. */
+static void fill(const char *dir)
+{
+	static const char block[65536];
+	char path[200];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/filler", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	cr_assert_geq(fd, 0);
+	while (write(fd, block, sizeof(block)) > 0)
+		;
+	cr_assert_eq(errno, ENOSPC, "filling %s: %s", path, strerror(errno));
+	close(fd);
+}
+
+/* The disk fills between the submit and the job's trial: the job fails
+ * saying that the cache cannot store, and why, not that no candidate was
+ * verified; so does the fetch that waited on it. */
+Test(failures, a_full_disk_is_named_as_the_cause, .timeout = 120)
+{
+	fixture f;
+	conn c, waiter;
+	json_t *reply;
+	json_int_t job;
+	char dir[160], filler[200];
+
+	fixture_init(&f);
+	if (!mount_small_disk(&f, dir, sizeof(dir))) {
+		fixture_cleanup(&f);
+		cr_skip_test("cannot mount a tmpfs (not root?): %s", strerror(errno));
+	}
+	start_scripted(&f, "flat", "900", NULL);
+	connect_to(&f, &c);
+	connect_to(&f, &waiter);
+	job = submit(&c, 0, 0);
+	fill(dir);
+	reply = conn_call(&waiter, "fetch", json_pack("{s:I, s:i}", "job", job,
+						      "timeout_ms", 60000));
+	cr_expect(strstr(error_message(reply), "the cache cannot store") &&
+		  strstr(error_message(reply), ": database or disk is full"),
+		  "the waiting fetch was told: %s", json_dumps(reply, 0));
+	json_decref(reply);
+	reply = wait_job(&c, job, 60);
+	cr_expect_str_eq(field(reply, "state"), "failed");
+	cr_expect(strstr(field(reply, "error"), "the cache cannot store") &&
+		  strstr(field(reply, "error"), ": database or disk is full"),
+		  "status says: %s", json_dumps(reply, 0));
+	json_decref(reply);
+	conn_close(&waiter);
+	conn_close(&c);
+	snprintf(filler, sizeof(filler), "%s/filler", dir);
+	unlink(filler);
+	fixture_stop(&f, SIGTERM, NULL);
+	umount(dir);
+	fixture_cleanup(&f);
 }
