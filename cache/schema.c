@@ -100,6 +100,13 @@ static const char *const migrations[] = {
 	"ALTER TABLE quarantine ADD COLUMN graph_json TEXT;"
 	"ALTER TABLE quarantine ADD COLUMN sources TEXT;"
 	"ALTER TABLE quarantine ADD COLUMN worker_log TEXT;",
+	/* 5: each version's checksum (checksum.c), checked whenever it is
+	 * served, and "bad": why a version that failed it is never served
+	 * again, NULL while it is good. Versions stored before were trusted
+	 * until now: they get the checksum of what they hold. */
+	"ALTER TABLE plans ADD COLUMN checksum TEXT;"
+	"ALTER TABLE plans ADD COLUMN bad TEXT;"
+	"UPDATE plans SET checksum = plan_checksum(plan, sources, launch);",
 };
 
 #define MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))

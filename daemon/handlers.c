@@ -333,16 +333,17 @@ static json_t *plan_of_key(const char *text, const char *key)
 	return plan;
 }
 
-/* The fetch result: the newest plan of "key" on this daemon's device and
- * code generator, if it is at least "min_version". NULL when none. */
-static json_t *fetch_result(tuned_daemon *d, const char *key, int64_t min_version)
+/* The fetch result: the newest good plan of "key" on this daemon's device
+ * and code generator, if it is at least "min_version". NULL when none,
+ * with *err (may be NULL) saying why. */
+static json_t *fetch_result(tuned_daemon *d, const char *key, int64_t min_version,
+			    cache_error *err)
 {
 	cache_plan *plan = NULL;
-	cache_error err = {0};
 	json_t *result;
 
 	if (cache_fetch_best(d->cache, key, d->device, KGEN_CODEGEN_VERSION,
-			     (int)min_version, &plan, &err) < 0)
+			     (int)min_version, &plan, err) < 0)
 		return NULL;
 	result = json_pack("{s:s, s:i, s:s, s:s, s:o, s:o, s:s, s:o, s:o, s:o}",
 			   "key", key, "version", plan->version, "device", d->device,
@@ -415,7 +416,7 @@ void tuned_wake_waiters(tuned_daemon *d, const char *key, int version)
 
 		next = w->next;
 		if (strcmp(w->key, key) || version < w->min_version ||
-		    !(result = fetch_result(d, key, w->min_version)))
+		    !(result = fetch_result(d, key, w->min_version, NULL)))
 			continue;
 		tuned_client_send(w->client, proto_reply_result(w->id, result));
 		proto_session_done(&w->client->session);
@@ -449,6 +450,7 @@ static void on_fetch(tuned_client *client, proto_request *req)
 {
 	tuned_daemon *d = client->daemon;
 	const char *key = req->key;
+	cache_error err = {0};
 	json_t *result;
 
 	if (req->job > 0) {
@@ -458,15 +460,17 @@ static void on_fetch(tuned_client *client, proto_request *req)
 			return;
 		key = job->key;
 	}
-	if ((result = fetch_result(d, key, req->min_version))) {
+	if ((result = fetch_result(d, key, req->min_version, &err))) {
 		d->fetch_hits++;
 		return reply(client, req, result);
 	}
 	d->fetch_misses++;
+	/* the cache's message when it names a version that failed its checksum */
 	if (!tuned_jobs_find_active(&d->jobs, key) && !tuned_cached_version(d, key) &&
 	    req->job <= 0)
-		reply_error(client, req, PROTO_ENOT_FOUND, "no job and no cached "
-			    "kernel for this key");
+		reply_error(client, req, PROTO_ENOT_FOUND,
+			    strstr(err.message, "failed its checksum") ? err.message :
+			    "no job and no cached kernel for this key");
 	else if (req->timeout_ms > 0)
 		add_waiter(client, req, key);
 	else

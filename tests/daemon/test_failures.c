@@ -353,3 +353,78 @@ Test(failures, a_full_disk_is_named_as_the_cause, .timeout = 120)
 	umount(dir);
 	fixture_cleanup(&f);
 }
+
+static void sql(const char *path, const char *statement)
+{
+	sqlite3 *db;
+
+	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+	sqlite3_busy_timeout(db, 5000);
+	cr_assert_eq(sqlite3_exec(db, statement, NULL, NULL, NULL), SQLITE_OK, "%s: %s",
+		     statement, sqlite3_errmsg(db));
+	sqlite3_close(db);
+}
+
+static long long sql_count(const char *path, const char *query)
+{
+	sqlite3 *db;
+	sqlite3_stmt *stmt;
+	long long n = -1;
+
+	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+	sqlite3_busy_timeout(db, 5000);
+	cr_assert_eq(sqlite3_prepare_v2(db, query, -1, &stmt, NULL), SQLITE_OK, "%s: %s",
+		     query, sqlite3_errmsg(db));
+	if (sqlite3_step(stmt) == SQLITE_ROW)
+		n = sqlite3_column_int64(stmt, 0);
+	sqlite3_finalize(stmt);
+	sqlite3_close(db);
+	return n;
+}
+
+/* A version's kernel source edited in place through sqlite3 while tuned
+ * serves it (same length: integrity_check passes it): the fetch does not
+ * serve it and says why, the log names the key and version, and the
+ * version is marked bad. With the real cpu worker, for real sources. */
+Test(failures, a_source_edited_behind_the_cache_is_not_served, .timeout = 300)
+{
+	fixture f;
+	conn c;
+	json_t *reply;
+	json_int_t job;
+	char key[65], line[200];
+
+	fixture_init(&f);
+	fixture_start(&f, NULL);
+	connect_to(&f, &c);
+	job = submit(&c, 0, 0);
+	reply = wait_job(&c, job, 240);
+	cr_assert_str_eq(field(reply, "state"), "done", "%s", json_dumps(reply, 0));
+	snprintf(key, sizeof(key), "%s", field(reply, "key"));
+	json_decref(reply);
+	reply = conn_call(&c, "fetch", json_pack("{s:s}", "key", key));
+	cr_assert_eq(json_integer_value(json_object_get(result_of(reply), "version")), 1);
+	cr_assert(strstr(json_dumps(json_object_get(result_of(reply), "sources"), 0),
+			 "void"), "no kernel source: %s", json_dumps(reply, 0));
+	json_decref(reply);
+
+	/* "void" becomes "vOid" in the first kernel's source */
+	sql(f.cache, "UPDATE plans SET sources = substr(sources, 1, instr(sources, "
+		     "'void')) || 'O' || substr(sources, instr(sources, 'void') + 2) "
+		     "WHERE version = 1");
+	cr_assert_eq(sql_count(f.cache, "SELECT count(*) FROM pragma_integrity_check "
+			       "WHERE integrity_check = 'ok'"), 1);
+	reply = conn_call(&c, "fetch", json_pack("{s:s}", "key", key));
+	cr_expect_str_eq(error_code(reply), "not_found", "the edited version was served: "
+			 "%s", json_dumps(reply, 0));
+	cr_expect(strstr(error_message(reply), "version 1 failed its checksum"),
+		  "the fetch was told: %s", error_message(reply));
+	json_decref(reply);
+	snprintf(line, sizeof(line), "error: cache: graph '%s' version 1 on ", key);
+	cr_expect(log_contains(&f, line), "the log lacks \"%s\"", line);
+	cr_expect(log_contains(&f, "fails its checksum"));
+	cr_expect_eq(sql_count(f.cache, "SELECT count(*) FROM plans WHERE version = 1 "
+			       "AND bad LIKE 'fails its checksum%'"), 1);
+	conn_close(&c);
+	stop(&f);
+}
