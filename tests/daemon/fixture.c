@@ -317,3 +317,16 @@ void fixture_print_log(const fixture *f)
 	if (log)
 		fclose(log);
 }
+
+bool fixture_log_contains(const fixture *f, const char *text)
+{
+	FILE *log = fopen(f->log, "r");
+	char line[8192];
+	bool found = false;
+
+	while (log && !found && fgets(line, sizeof(line), log))
+		found = strstr(line, text) != NULL;
+	if (log)
+		fclose(log);
+	return found;
+}

@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,19 +104,6 @@ static const char *field(json_t *reply, const char *name)
 	return json_string_value(json_object_get(result_of(reply), name)) ?: "";
 }
 
-static bool log_contains(const fixture *f, const char *text)
-{
-	FILE *log = fopen(f->log, "r");
-	char line[8192];
-	bool found = false;
-
-	while (log && !found && fgets(line, sizeof(line), log))
-		found = strstr(line, text) != NULL;
-	if (log)
-		fclose(log);
-	return found;
-}
-
 /* The hash the log names a plan by: the first 12 hex digits of the
  * SHA-256 of its compact text with sorted keys. */
 static void plan_hash(const json_t *plan, char hash[13])
@@ -142,6 +128,43 @@ static void quarantined_hash(conn *c, char hash[13])
 	json_decref(reply);
 }
 
+/* The job fails, and both its status and the fetch that waits on it (on
+ * "waiter") say why: with "why" and "more" in the message. */
+static void expect_failure_told(conn *c, conn *waiter, json_int_t job, const char *why,
+				const char *more)
+{
+	json_t *reply = conn_call(waiter, "fetch", json_pack("{s:I, s:i}", "job", job,
+							     "timeout_ms", 60000));
+
+	cr_expect_str_eq(error_code(reply), "internal", "%s", json_dumps(reply, 0));
+	cr_expect(strstr(error_message(reply), why) && strstr(error_message(reply), more),
+		  "the waiting fetch was told: %s", json_dumps(reply, 0));
+	json_decref(reply);
+	reply = wait_job(c, job, 60);
+	cr_expect_str_eq(field(reply, "state"), "failed");
+	cr_expect(strstr(field(reply, "error"), why) && strstr(field(reply, "error"), more),
+		  "status says: %s", json_dumps(reply, 0));
+	json_decref(reply);
+}
+
+/* The log has the worker's death ("crashed" or "hung") on the job's
+ * quarantined plan, "how" after the plan's hash, then its quarantine. */
+static void expect_death_logged(const fixture *f, conn *c, json_int_t job,
+				const char *died, const char *how)
+{
+	json_t *reply = status(c, job);
+	char hash[13], line[256];
+
+	quarantined_hash(c, hash);
+	snprintf(line, sizeof(line), "warning: job %lld: %s: worker %s on plan %s: %s",
+		 (long long)job, field(reply, "key"), died, hash, how);
+	cr_expect(fixture_log_contains(f, line), "the log lacks \"%s\"", line);
+	snprintf(line, sizeof(line), "warning: job %lld: %s: plan %s quarantined (%s)",
+		 (long long)job, field(reply, "key"), hash, died);
+	cr_expect(fixture_log_contains(f, line), "the log lacks \"%s\"", line);
+	json_decref(reply);
+}
+
 static void stop(fixture *f)
 {
 	cr_expect_eq(fixture_stop(f, SIGTERM, NULL), 0);
@@ -154,38 +177,16 @@ Test(failures, a_failed_job_and_its_waiting_fetch_say_why, .timeout = 120)
 {
 	fixture f;
 	conn c, waiter;
-	json_t *reply;
 	json_int_t job;
-	char hash[13], line[256];
 
 	fixture_init(&f);
 	start_scripted(&f, "flat", "0", "crash");
 	connect_to(&f, &c);
 	connect_to(&f, &waiter);
 	job = submit(&c, 0, 0);
-	reply = conn_call(&waiter, "fetch", json_pack("{s:I, s:i}", "job", job,
-						      "timeout_ms", 60000));
-	cr_expect_str_eq(error_code(reply), "internal", "%s", json_dumps(reply, 0));
-	cr_expect(strstr(error_message(reply), "crash") &&
-		  strstr(error_message(reply), "signal 11"),
-		  "the waiting fetch was told: %s", json_dumps(reply, 0));
-	json_decref(reply);
-	reply = wait_job(&c, job, 60);
-	cr_expect_str_eq(field(reply, "state"), "failed");
-	cr_expect(strstr(field(reply, "error"), "signal 11"), "status says: %s",
-		  json_dumps(reply, 0));
-	json_decref(reply);
-
-	/* the crash and the quarantine are in the log, by key and plan */
-	quarantined_hash(&c, hash);
-	reply = status(&c, job);
-	snprintf(line, sizeof(line), "warning: job %lld: %s: worker crashed on plan %s: "
-		 "killed by signal 11", (long long)job, field(reply, "key"), hash);
-	cr_expect(log_contains(&f, line), "the log lacks \"%s\"", line);
-	snprintf(line, sizeof(line), "warning: job %lld: %s: plan %s quarantined (crashed)",
-		 (long long)job, field(reply, "key"), hash);
-	cr_expect(log_contains(&f, line), "the log lacks \"%s\"", line);
-	json_decref(reply);
+	expect_failure_told(&c, &waiter, job, "crash: ", "signal 11");
+	expect_death_logged(&f, &c, job, "crashed", "killed by signal 11 (Segmentation "
+			    "fault)");
 	conn_close(&waiter);
 	conn_close(&c);
 	stop(&f);
@@ -199,7 +200,6 @@ Test(failures, a_hung_worker_is_logged_with_its_time_limit, .timeout = 180)
 	conn c;
 	json_t *reply;
 	json_int_t job;
-	char hash[13], line[256];
 
 	fixture_init(&f);
 	start_scripted(&f, "flat", "0", "hang");
@@ -210,16 +210,7 @@ Test(failures, a_hung_worker_is_logged_with_its_time_limit, .timeout = 180)
 	cr_expect(strstr(field(reply, "error"), "timeout"), "status says: %s",
 		  json_dumps(reply, 0));
 	json_decref(reply);
-	quarantined_hash(&c, hash);
-	reply = status(&c, job);
-	snprintf(line, sizeof(line), "warning: job %lld: %s: worker hung on plan %s: no "
-		 "answer within its time limit of ", (long long)job, field(reply, "key"),
-		 hash);
-	cr_expect(log_contains(&f, line), "the log lacks \"%s\"", line);
-	snprintf(line, sizeof(line), "warning: job %lld: %s: plan %s quarantined (hung)",
-		 (long long)job, field(reply, "key"), hash);
-	cr_expect(log_contains(&f, line), "the log lacks \"%s\"", line);
-	json_decref(reply);
+	expect_death_logged(&f, &c, job, "hung", "no answer within its time limit of ");
 	conn_close(&c);
 	stop(&f);
 }
@@ -319,7 +310,6 @@ Test(failures, a_full_disk_is_named_as_the_cause, .timeout = 120)
 {
 	fixture f;
 	conn c, waiter;
-	json_t *reply;
 	json_int_t job;
 	char dir[160], filler[200];
 
@@ -333,18 +323,8 @@ Test(failures, a_full_disk_is_named_as_the_cause, .timeout = 120)
 	connect_to(&f, &waiter);
 	job = submit(&c, 0, 0);
 	fill(dir);
-	reply = conn_call(&waiter, "fetch", json_pack("{s:I, s:i}", "job", job,
-						      "timeout_ms", 60000));
-	cr_expect(strstr(error_message(reply), "the cache cannot store") &&
-		  strstr(error_message(reply), ": database or disk is full"),
-		  "the waiting fetch was told: %s", json_dumps(reply, 0));
-	json_decref(reply);
-	reply = wait_job(&c, job, 60);
-	cr_expect_str_eq(field(reply, "state"), "failed");
-	cr_expect(strstr(field(reply, "error"), "the cache cannot store") &&
-		  strstr(field(reply, "error"), ": database or disk is full"),
-		  "status says: %s", json_dumps(reply, 0));
-	json_decref(reply);
+	expect_failure_told(&c, &waiter, job, "the cache cannot store ",
+			    ": database or disk is full");
 	conn_close(&waiter);
 	conn_close(&c);
 	snprintf(filler, sizeof(filler), "%s/filler", dir);
@@ -352,34 +332,6 @@ Test(failures, a_full_disk_is_named_as_the_cause, .timeout = 120)
 	fixture_stop(&f, SIGTERM, NULL);
 	umount(dir);
 	fixture_cleanup(&f);
-}
-
-static void sql(const char *path, const char *statement)
-{
-	sqlite3 *db;
-
-	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-	sqlite3_busy_timeout(db, 5000);
-	cr_assert_eq(sqlite3_exec(db, statement, NULL, NULL, NULL), SQLITE_OK, "%s: %s",
-		     statement, sqlite3_errmsg(db));
-	sqlite3_close(db);
-}
-
-static long long sql_count(const char *path, const char *query)
-{
-	sqlite3 *db;
-	sqlite3_stmt *stmt;
-	long long n = -1;
-
-	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-	sqlite3_busy_timeout(db, 5000);
-	cr_assert_eq(sqlite3_prepare_v2(db, query, -1, &stmt, NULL), SQLITE_OK, "%s: %s",
-		     query, sqlite3_errmsg(db));
-	if (sqlite3_step(stmt) == SQLITE_ROW)
-		n = sqlite3_column_int64(stmt, 0);
-	sqlite3_finalize(stmt);
-	sqlite3_close(db);
-	return n;
 }
 
 /* A version's kernel source edited in place through sqlite3 while tuned
@@ -409,10 +361,10 @@ Test(failures, a_source_edited_behind_the_cache_is_not_served, .timeout = 300)
 	json_decref(reply);
 
 	/* "void" becomes "vOid" in the first kernel's source */
-	sql(f.cache, "UPDATE plans SET sources = substr(sources, 1, instr(sources, "
+	fixture_sql(f.cache, "UPDATE plans SET sources = substr(sources, 1, instr(sources, "
 		     "'void')) || 'O' || substr(sources, instr(sources, 'void') + 2) "
 		     "WHERE version = 1");
-	cr_assert_eq(sql_count(f.cache, "SELECT count(*) FROM pragma_integrity_check "
+	cr_assert_eq(fixture_sql_count(f.cache, "SELECT count(*) FROM pragma_integrity_check "
 			       "WHERE integrity_check = 'ok'"), 1);
 	reply = conn_call(&c, "fetch", json_pack("{s:s}", "key", key));
 	cr_expect_str_eq(error_code(reply), "not_found", "the edited version was served: "
@@ -421,9 +373,9 @@ Test(failures, a_source_edited_behind_the_cache_is_not_served, .timeout = 300)
 		  "the fetch was told: %s", error_message(reply));
 	json_decref(reply);
 	snprintf(line, sizeof(line), "error: cache: graph '%s' version 1 on ", key);
-	cr_expect(log_contains(&f, line), "the log lacks \"%s\"", line);
-	cr_expect(log_contains(&f, "fails its checksum"));
-	cr_expect_eq(sql_count(f.cache, "SELECT count(*) FROM plans WHERE version = 1 "
+	cr_expect(fixture_log_contains(&f, line), "the log lacks \"%s\"", line);
+	cr_expect(fixture_log_contains(&f, "fails its checksum"));
+	cr_expect_eq(fixture_sql_count(f.cache, "SELECT count(*) FROM plans WHERE version = 1 "
 			       "AND bad LIKE 'fails its checksum%'"), 1);
 	conn_close(&c);
 	stop(&f);
