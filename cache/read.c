@@ -139,22 +139,23 @@ out:
 			  err.message);
 }
 
-/* Version "version" of (graph, device, codegen), in the current row of
- * fetch_sql, fails its checksum: logged, never served, and marked bad
- * when the caller owns the cache (a reader on another thread cannot
- * write; it skips the version until the owner marks it). */
+/* The version of (graph, device, codegen) in the current row of
+ * fetch_sql fails its checksum: logged, not served, and marked bad when
+ * the caller owns the cache (a reader on another thread cannot write; it
+ * skips the version until the owner marks it). */
 static void version_failed(cache *c, sqlite3_stmt *stmt, const char *graph,
 			   const char *device, const char *codegen)
 {
-	int version = sqlite3_column_int(stmt, 0);
+	bool owner = pthread_equal(pthread_self(), c->owner);
 	char why[160];
 
 	snprintf(why, sizeof(why), "fails its checksum (found at %lld): its plan, "
 		 "sources or launch changed after it was stored", (long long)cache_now(c));
 	cache_log(&c->options, CACHE_LOG_ERR, "graph '%s' version %d on '%s' "
-		  "(codegen '%s') %s; it is marked bad and never served", graph,
-		  version, device, codegen, why);
-	if (pthread_equal(pthread_self(), c->owner))
+		  "(codegen '%s') %s; it is %s", graph, sqlite3_column_int(stmt, 0),
+		  device, codegen, why, owner ? "marked bad and never served" :
+		  "not served");
+	if (owner)
 		mark_bad(c, sqlite3_column_int64(stmt, 10), why);
 }
 
