@@ -344,7 +344,7 @@ Test(failures, a_source_edited_behind_the_cache_is_not_served, .timeout = 300)
 	conn c;
 	json_t *reply;
 	json_int_t job;
-	char key[65], line[200];
+	char key[65], line[200], *sources;
 
 	fixture_init(&f);
 	fixture_start(&f, NULL);
@@ -356,8 +356,9 @@ Test(failures, a_source_edited_behind_the_cache_is_not_served, .timeout = 300)
 	json_decref(reply);
 	reply = conn_call(&c, "fetch", json_pack("{s:s}", "key", key));
 	cr_assert_eq(json_integer_value(json_object_get(result_of(reply), "version")), 1);
-	cr_assert(strstr(json_dumps(json_object_get(result_of(reply), "sources"), 0),
-			 "void"), "no kernel source: %s", json_dumps(reply, 0));
+	sources = json_dumps(json_object_get(result_of(reply), "sources"), 0);
+	cr_assert(sources && strstr(sources, "void"), "no kernel source: %s", sources);
+	free(sources);
 	json_decref(reply);
 
 	/* "void" becomes "vOid" in the first kernel's source */
