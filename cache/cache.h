@@ -41,7 +41,7 @@
 #define __cache_keep
 
 /* The schema version this build writes (PRAGMA user_version). */
-#define CACHE_SCHEMA_VERSION 5
+#define CACHE_SCHEMA_VERSION 6
 
 /* Trial details are cut to this many bytes (on a UTF-8 boundary). */
 #define CACHE_DETAIL_MAX 200
@@ -232,7 +232,14 @@ int cache_checkpoint(__cache_keep cache *c, cache_error *err);
 /* The newest version of the plan for (graph, device, codegen) when it is at
  * least "min_version" (a client that holds version n asks for n + 1):
  * returns that version and, when "out" is not NULL, sets *out to the plan.
- * CACHE_NOT_FOUND when there is none, or none that new. */
+ * CACHE_NOT_FOUND when there is none, or none that new.
+ *
+ * Each version stores a checksum of its plan, sources and launch, written
+ * with it; a version whose texts no longer match it (changed behind the
+ * cache's back) is skipped for the next older one, told to the log
+ * callback (CACHE_LOG_ERR, naming graph, device, codegen and version) and,
+ * when the caller is the owner, marked bad for good (cache_show lists
+ * why). The CACHE_NOT_FOUND message names a version skipped so. */
 int cache_fetch_best(__cache_keep cache *c, const char *graph,
 		     const char *device, const char *codegen, int min_version,
 		     __cache_give cache_plan **out, cache_error *err);
@@ -276,7 +283,8 @@ typedef struct cache_entry {
 			     * plans and details, and its graph's texts */
 } cache_entry;
 
-/* Calls "fn" for the latest version of every (graph, device, codegen), in
+/* Calls "fn" for the latest good version (not marked bad) of every
+ * (graph, device, codegen), in
  * order of graph key, device and codegen, until "fn" returns nonzero.
  * Returns the number of calls. "fn" may write (from the owner) but must not
  * read through "c". */
@@ -287,7 +295,8 @@ int cache_list(__cache_keep cache *c,
 /* Everything about graph "key" as JSON: {"graph", "name", "canonical",
  * "first_seen", "last_used", "plans": [every version: "device", "codegen",
  * "version", "plan", "kernels", "binary_bytes", "median_ms", "spread_ms",
- * "found_by", "created_at"], "trials": [per device and codegen: "device",
+ * "found_by", "created_at", "bad" (why it is not served: it failed its
+ * checksum; null for a good version)], "trials": [per device and codegen: "device",
  * "codegen", "total", "outcomes": {"ok": n, ...}], "quarantined": n}.
  * CACHE_NOT_FOUND for an unknown key. */
 int cache_show(__cache_keep cache *c, const char *key,
@@ -360,8 +369,9 @@ int cache_keep_graph_json(__cache_keep cache *c, const char *key,
 /* Graph "key" as an entry of an export file: {"key", "name", "graph"
  * (the kept graph.json, parsed), "versions": [every version: "device",
  * "codegen", "version", "plan", "sources", "launch", "binaries" (base64
- * or null), "median_ms", "spread_ms", "found_by", "created_at"]}.
- * CACHE_NOT_FOUND for a key not cached; CACHE_EINVAL, saying so, for one
+ * or null), "median_ms", "spread_ms", "found_by", "created_at"]}, less
+ * the versions marked bad or failing their checksum (see
+ * cache_fetch_best). CACHE_NOT_FOUND for a key not cached; CACHE_EINVAL, saying so, for one
  * with no graph.json kept (put before the cache kept them). */
 int cache_export_graph(__cache_keep cache *c, const char *key,
 		       __cache_give json_t **out, cache_error *err);

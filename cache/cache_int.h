@@ -4,7 +4,8 @@
  * open.c opens, checks and recovers the file; schema.c holds the
  * migrations; write.c the writes; read.c the reads; prune.c pruning and
  * checkpoints; jobs.c the daemon's job queue; transfer.c export and
- * import; util.c errors, statements, transactions and JSON.
+ * import; util.c errors, statements, transactions and JSON; checksum.c
+ * the checksum of published versions.
  *
  * Memory of our own comes from sqlite3_malloc64 and goes back with
  * sqlite3_free, so that tests that fail SQLite's allocations fail ours too.
@@ -95,6 +96,9 @@ size_t cache_utf8_cut(const char *text, size_t max);
 /* write.c */
 int cache_device_id(cache *c, const char *signature, int64_t now,
 		    int64_t *id, cache_error *err);
+
+/* checksum.c: plan_checksum(plan, sources, launch) in SQL on "db" */
+int cache_add_functions(sqlite3 *db, cache_error *err);
 
 /* schema.c */
 int cache_migrate(cache *c, cache_error *err);

@@ -106,8 +106,8 @@ static int take_lock(cache *c, cache_error *err)
 	return rc;
 }
 
-/* Opens "path" with "flags" into *db, with extended codes and the busy
- * timeout. */
+/* Opens "path" with "flags" into *db, with extended codes, the busy
+ * timeout and the cache's SQL functions. */
 static int open_db(cache *c, int flags, sqlite3 **db, cache_error *err)
 {
 	char why[128] = "";
@@ -125,7 +125,7 @@ static int open_db(cache *c, int flags, sqlite3 **db, cache_error *err)
 	}
 	sqlite3_extended_result_codes(*db, 1);
 	sqlite3_busy_timeout(*db, c->options.busy_timeout_ms);
-	return 0;
+	return cache_add_functions(*db, err);
 }
 
 /* Makes a missing cache file 0600 (the umask may take more away, never

@@ -5,6 +5,7 @@
  * transaction, so it sees one snapshot whatever the writer commits.
  */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -103,19 +104,67 @@ static int plan_from_row(sqlite3_stmt *stmt, const char *graph,
 	return 0;
 }
 
+/* The versions a fetch may serve, newest first: those not marked bad,
+ * each with whether it still matches its checksum (column 9) and its row
+ * (column 10). */
 static const char fetch_sql[] =
 	"SELECT p.version, p.plan, p.sources, p.binaries, p.launch, "
-	"p.median_ms, p.spread_ms, p.found_by, p.created_at "
+	"p.median_ms, p.spread_ms, p.found_by, p.created_at, "
+	"p.checksum IS plan_checksum(p.plan, p.sources, p.launch), p.id "
 	"FROM plans p JOIN devices d ON d.id = p.device "
 	"WHERE p.graph = ?1 AND d.signature = ?2 AND p.codegen = ?3 "
-	"ORDER BY p.version DESC LIMIT 1";
+	"AND p.bad IS NULL ORDER BY p.version DESC";
+
+/* Marks the version in row "id" bad, saying "why"; only the owner can. */
+static void mark_bad(cache *c, int64_t id, const char *why)
+{
+	sqlite3_stmt *stmt = NULL;
+	cache_error err = {0};
+	int rc;
+
+	rc = cache_begin(c, &err);
+	if (rc)
+		goto out;
+	rc = cache_prepare(c->writer, "UPDATE plans SET bad = ?2 WHERE id = ?1",
+			   &stmt, &err);
+	if (rc == 0) {
+		sqlite3_bind_int64(stmt, 1, id);
+		cache_bind_text(stmt, 2, why);
+		rc = cache_run(c->writer, stmt, "cannot mark a version bad", &err);
+	}
+	rc = cache_end(c, rc, &err);
+out:
+	if (rc)
+		cache_log(&c->options, CACHE_LOG_ERR, "cache '%s': %s", c->path,
+			  err.message);
+}
+
+/* The version of (graph, device, codegen) in the current row of
+ * fetch_sql fails its checksum: logged, not served, and marked bad when
+ * the caller owns the cache (a reader on another thread cannot write; it
+ * skips the version until the owner marks it). */
+static void version_failed(cache *c, sqlite3_stmt *stmt, const char *graph,
+			   const char *device, const char *codegen)
+{
+	bool owner = pthread_equal(pthread_self(), c->owner);
+	char why[160];
+
+	snprintf(why, sizeof(why), "fails its checksum (found at %lld): its plan, "
+		 "sources or launch changed after it was stored", (long long)cache_now(c));
+	cache_log(&c->options, CACHE_LOG_ERR, "graph '%s' version %d on '%s' "
+		  "(codegen '%s') %s; it is %s", graph, sqlite3_column_int(stmt, 0),
+		  device, codegen, why, owner ? "marked bad and never served" :
+		  "not served");
+	if (owner)
+		mark_bad(c, sqlite3_column_int64(stmt, 10), why);
+}
 
 int cache_fetch_best(__cache_keep cache *c, const char *graph,
 		     const char *device, const char *codegen, int min_version,
 		     __cache_give cache_plan **out, cache_error *err)
 {
 	sqlite3_stmt *stmt = NULL;
-	int rc;
+	int rc, failed = 0;
 
 	if (out)
 		*out = NULL;
@@ -129,15 +178,25 @@ int cache_fetch_best(__cache_keep cache *c, const char *graph,
 	cache_bind_text(stmt, 1, graph);
 	cache_bind_text(stmt, 2, device);
 	cache_bind_text(stmt, 3, codegen);
-	rc = sqlite3_step(stmt);
+	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW &&
+	       sqlite3_column_int(stmt, 0) >= min_version &&
+	       !sqlite3_column_int(stmt, 9)) {
+		version_failed(c, stmt, graph, device, codegen);
+		failed = sqlite3_column_int(stmt, 0);
+	}
 	if (rc == SQLITE_ROW && sqlite3_column_int(stmt, 0) >= min_version) {
 		rc = sqlite3_column_int(stmt, 0);
 		if (out && plan_from_row(stmt, graph, device, codegen, out, err))
 			rc = CACHE_ENOMEM;
 	} else if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
+		char why[96] = "";
+
+		if (failed)
+			snprintf(why, sizeof(why), " (version %d failed its checksum "
+				 "and is not served)", failed);
 		cache_set_error(err, CACHE_NOT_FOUND, "no plan for graph '%s' "
-				"on '%s' with codegen '%s'%s", graph, device,
-				codegen, rc == SQLITE_ROW ? " newer" : "");
+				"on '%s' with codegen '%s'%s%s", graph, device,
+				codegen, rc == SQLITE_ROW ? " newer" : "", why);
 		rc = CACHE_NOT_FOUND;
 	} else {
 		rc = cache_db_error(c->reader, rc, err, "cannot fetch a plan");
@@ -219,7 +278,7 @@ static const char list_sql[] =
 	"JOIN devices d ON d.id = p.device "
 	"WHERE p.version = (SELECT max(q.version) FROM plans q "
 	" WHERE q.graph = p.graph AND q.device = p.device "
-	" AND q.codegen = p.codegen) "
+	" AND q.codegen = p.codegen AND q.bad IS NULL) "
 	"ORDER BY p.graph, d.signature, p.codegen";
 
 int cache_list(__cache_keep cache *c,
@@ -318,7 +377,7 @@ static int show_graph(cache *c, const char *key, json_t **out,
 
 static json_t *plan_row(sqlite3_stmt *stmt)
 {
-	return json_pack("{s:s?, s:s?, s:i, s:o, s:I, s:I, s:o, s:o, s:s?, s:I}",
+	return json_pack("{s:s?, s:s?, s:i, s:o, s:I, s:I, s:o, s:o, s:s?, s:I, s:s?}",
 			 "device", column(stmt, 0), "codegen", column(stmt, 1),
 			 "version", sqlite3_column_int(stmt, 2),
 			 "plan", stored_json(column(stmt, 3)),
@@ -327,10 +386,13 @@ static json_t *plan_row(sqlite3_stmt *stmt)
 			 "median_ms", real_or_null(cache_column_real(stmt, 6)),
 			 "spread_ms", real_or_null(cache_column_real(stmt, 7)),
 			 "found_by", column(stmt, 8),
-			 "created_at", (json_int_t)sqlite3_column_int64(stmt, 9));
+			 "created_at", (json_int_t)sqlite3_column_int64(stmt, 9),
+			 "bad", column(stmt, 10));
 }
 
-/* Appends every version of every plan of graph "key" to "plans". */
+/* Appends every version of every plan of graph "key" to "plans", each
+ * with why it is not served ("bad"): marked so, or failing its checksum
+ * now (a fetch marks it). */
 static int show_plans(cache *c, const char *key, json_t *plans,
 		      cache_error *err)
 {
@@ -340,7 +402,10 @@ static int show_plans(cache *c, const char *key, json_t *plans,
 	rc = cache_prepare(c->reader, "SELECT d.signature, p.codegen, "
 			   "p.version, p.plan, json_array_length(p.sources), "
 			   "coalesce(length(p.binaries), 0), p.median_ms, "
-			   "p.spread_ms, p.found_by, p.created_at FROM plans p "
+			   "p.spread_ms, p.found_by, p.created_at, coalesce(p.bad, "
+			   "CASE WHEN p.checksum IS NOT plan_checksum(p.plan, "
+			   "p.sources, p.launch) THEN 'fails its checksum' END) "
+			   "FROM plans p "
 			   "JOIN devices d ON d.id = p.device WHERE p.graph = ?1 "
 			   "ORDER BY d.signature, p.codegen, p.version",
 			   &stmt, err);

@@ -103,6 +103,13 @@ static const char *const migrations[] = {
 	/* 5: who submitted each job (their uid), so that only they or an
 	 * admin may cancel it. NULL: not known (jobs queued before). */
 	"ALTER TABLE jobs ADD COLUMN uid INTEGER;",
+	/* 6: each version's checksum (checksum.c), checked whenever it is
+	 * served, and "bad": why a version that failed it is never served
+	 * again, NULL while it is good. Versions stored before were trusted
+	 * until now: they get the checksum of what they hold. */
+	"ALTER TABLE plans ADD COLUMN checksum TEXT;"
+	"ALTER TABLE plans ADD COLUMN bad TEXT;"
+	"UPDATE plans SET checksum = plan_checksum(plan, sources, launch);",
 };
 
 #define MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))

@@ -132,11 +132,13 @@ static json_t *binaries_at(sqlite3_stmt *stmt, int i)
 	return value;
 }
 
+/* A version marked bad, or failing its checksum, is not exported. */
 static const char versions_sql[] =
 	"SELECT d.signature, p.codegen, p.version, p.plan, p.sources, p.launch, "
 	"p.binaries, p.median_ms, p.spread_ms, p.found_by, p.created_at "
 	"FROM plans p JOIN devices d ON d.id = p.device WHERE p.graph = ?1 "
-	"ORDER BY d.signature, p.codegen, p.version";
+	"AND p.bad IS NULL AND p.checksum IS plan_checksum(p.plan, p.sources, "
+	"p.launch) ORDER BY d.signature, p.codegen, p.version";
 
 static json_t *version_row(sqlite3_stmt *stmt)
 {
@@ -410,8 +412,9 @@ static int insert_version(cache *c, const char *key, int64_t device,
 		rc = cache_prepare(c->writer, "INSERT INTO plans (graph, device, "
 				   "codegen, version, plan, sources, binaries, "
 				   "launch, median_ms, spread_ms, found_by, "
-				   "created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
-				   "?7, ?8, ?9, ?10, ?11, ?12)", &stmt, err);
+				   "created_at, checksum) VALUES (?1, ?2, ?3, ?4, "
+				   "?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+				   "plan_checksum(?5, ?6, ?8))", &stmt, err);
 	if (rc == 0) {
 		cache_bind_text(stmt, 1, key);
 		sqlite3_bind_int64(stmt, 2, device);

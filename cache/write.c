@@ -251,9 +251,9 @@ static int insert_plan(cache *c, const cache_plan *p, const plan_texts *t,
 		rc = cache_prepare(c->writer, "INSERT INTO plans (graph, "
 				   "device, codegen, version, plan, sources, "
 				   "binaries, launch, median_ms, spread_ms, "
-				   "found_by, created_at) VALUES (?1, ?2, ?3, "
-				   "?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-				   &stmt, err);
+				   "found_by, created_at, checksum) VALUES (?1, "
+				   "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+				   "plan_checksum(?5, ?6, ?8))", &stmt, err);
 	if (rc)
 		return rc;
 	cache_bind_text(stmt, 1, p->graph);

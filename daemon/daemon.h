@@ -114,6 +114,8 @@ typedef struct tuned_job {
 	double first_ms; /* the version the job started from, timed beside it */
 	int version;
 	char error[256];
+	bool store_failed; /* the cache could not store what it found: error
+			    * says why, and the job fails with it */
 	double created_at, finished_at;
 	bool dirty; /* changed since it was last written */
 	struct tuned_job *next;

@@ -325,13 +325,12 @@ static void on_cancel(tuned_client *client, proto_request *req)
 	if (!job || !may_cancel(client, req, job))
 		return;
 	if (job->state == TUNED_JOB_QUEUED || job->state == TUNED_JOB_RUNNING) {
+		/* cancelled now, not when the runner ends it: what it still
+		 * finds is dropped (results.c), so no version follows the reply */
 		tuned_runner_cancel(d->runner, job->id);
-		if (job->state == TUNED_JOB_QUEUED) {
-			tuned_job_finish(job, TUNED_JOB_CANCELLED, "cancelled");
-			tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
-			tuned_fail_waiters(d, job->key, PROTO_ECANCELLED,
-					   "the job was cancelled");
-		}
+		tuned_job_finish(job, TUNED_JOB_CANCELLED, "cancelled");
+		tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
+		tuned_fail_waiters(d, job->key, PROTO_ECANCELLED, "the job was cancelled");
 		if (tuned_jobs_save(&d->jobs) < 0)
 			tuned_log(TUNED_ERROR, "job %lld: cannot save its cancel: %s",
 				  (long long)job->id, d->jobs.error);
@@ -361,16 +360,17 @@ static json_t *plan_of_key(const char *text, const char *key)
 	return plan;
 }
 
-/* The fetch result: the newest plan of "key" on this daemon's device and
- * code generator, if it is at least "min_version". NULL when none. */
-static json_t *fetch_result(tuned_daemon *d, const char *key, int64_t min_version)
+/* The fetch result: the newest good plan of "key" on this daemon's device
+ * and code generator, if it is at least "min_version". NULL when none,
+ * with *err (may be NULL) saying why. */
+static json_t *fetch_result(tuned_daemon *d, const char *key, int64_t min_version,
+			    cache_error *err)
 {
 	cache_plan *plan = NULL;
-	cache_error err = {0};
 	json_t *result;
 
 	if (cache_fetch_best(d->cache, key, d->device, KGEN_CODEGEN_VERSION,
-			     (int)min_version, &plan, &err) < 0)
+			     (int)min_version, &plan, err) < 0)
 		return NULL;
 	result = json_pack("{s:s, s:i, s:s, s:s, s:o, s:o, s:s, s:o, s:o, s:o}",
 			   "key", key, "version", plan->version, "device", d->device,
@@ -443,7 +443,7 @@ void tuned_wake_waiters(tuned_daemon *d, const char *key, int version)
 
 		next = w->next;
 		if (strcmp(w->key, key) || version < w->min_version ||
-		    !(result = fetch_result(d, key, w->min_version)))
+		    !(result = fetch_result(d, key, w->min_version, NULL)))
 			continue;
 		tuned_client_send(w->client, proto_reply_result(w->id, result));
 		proto_session_done(&w->client->session);
@@ -477,6 +477,7 @@ static void on_fetch(tuned_client *client, proto_request *req)
 {
 	tuned_daemon *d = client->daemon;
 	const char *key = req->key;
+	cache_error err = {0};
 	json_t *result;
 
 	if (req->job > 0) {
@@ -486,15 +487,17 @@ static void on_fetch(tuned_client *client, proto_request *req)
 			return;
 		key = job->key;
 	}
-	if ((result = fetch_result(d, key, req->min_version))) {
+	if ((result = fetch_result(d, key, req->min_version, &err))) {
 		d->fetch_hits++;
 		return reply(client, req, result);
 	}
 	d->fetch_misses++;
+	/* the cache's message when it names a version that failed its checksum */
 	if (!tuned_jobs_find_active(&d->jobs, key) && !tuned_cached_version(d, key) &&
 	    req->job <= 0)
-		reply_error(client, req, PROTO_ENOT_FOUND, "no job and no cached "
-			    "kernel for this key");
+		reply_error(client, req, PROTO_ENOT_FOUND,
+			    strstr(err.message, "failed its checksum") ? err.message :
+			    "no job and no cached kernel for this key");
 	else if (req->timeout_ms > 0)
 		add_waiter(client, req, key);
 	else

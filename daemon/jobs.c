@@ -150,7 +150,9 @@ void tuned_job_finish(tuned_job *job, enum tuned_job_state state, const char *er
 	job->state = state;
 	job->finished_at = now_s();
 	job->dirty = true;
-	snprintf(job->error, sizeof(job->error), "%s", error ? error : "");
+	/* "error" may be job->error itself: the reason found during the job */
+	if (error != job->error)
+		snprintf(job->error, sizeof(job->error), "%s", error ? error : "");
 }
 
 /* Drops the oldest finished jobs beyond KEEP_FINISHED. */

@@ -12,6 +12,27 @@
 #include "kgen.h"
 #include "server.h"
 
+static bool is_active(const tuned_job *job)
+{
+	return job->state == TUNED_JOB_QUEUED || job->state == TUNED_JOB_RUNNING;
+}
+
+/* The cache could not store "what" the job found (a full disk, an I/O
+ * error): the job fails with that cause, for what it found is lost. The
+ * first such failure is the job's error; the log has each. */
+static void store_failed(tuned_job *job, const char *what, const cache_error *err)
+{
+	const char *cause = strstr(err->message, ": ");
+
+	tuned_log(TUNED_ERROR, "job %lld: %s: the cache cannot store %s: %s",
+		  (long long)job->id, job->key, what, err->message);
+	if (job->store_failed || !is_active(job))
+		return;
+	job->store_failed = true;
+	snprintf(job->error, sizeof(job->error), "the cache cannot store %s: %.200s",
+		 what, cause ? cause + 2 : err->message);
+}
+
 static enum cache_outcome outcome_of(const char *name)
 {
 	for (int o = 0; o < CACHE_TRIAL_OUTCOMES; o++)
@@ -28,6 +49,38 @@ static char *plan_text(const tuned_result *r)
 			  JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
 }
 
+/* The name the log gives a plan: the first PLAN_HASH_HEX hex digits of
+ * the SHA-256 of its canonical text (compact, keys sorted), so that the
+ * lines about one plan can be found together (docs/operations.md). */
+#define PLAN_HASH_HEX 12
+
+static void plan_hash(const char *plan, char hash[PLAN_HASH_HEX + 1])
+{
+	char hex[SCHED_KEY_HEX + 1];
+
+	sched_sha256_hex(plan, strlen(plan), hex);
+	memcpy(hash, hex, PLAN_HASH_HEX);
+	hash[PLAN_HASH_HEX] = 0;
+}
+
+/* How the worker died, for the log: the signal that killed it, or the
+ * time limit it ran past. */
+static void log_worker_death(const tuned_job *job, const tuned_result *r,
+			     const char *hash)
+{
+	if (!strcmp(r->outcome, "timeout"))
+		tuned_log(TUNED_WARN, "job %lld: %s: worker hung on plan %s: no answer "
+			  "within its time limit of %.1f s (%s)", (long long)job->id,
+			  job->key, hash, r->limit_s, r->detail);
+	else if (r->term_signal)
+		tuned_log(TUNED_WARN, "job %lld: %s: worker crashed on plan %s: killed by "
+			  "signal %d (%s)", (long long)job->id, job->key, hash,
+			  r->term_signal, strsignal(r->term_signal));
+	else
+		tuned_log(TUNED_WARN, "job %lld: %s: worker crashed on plan %s: %s",
+			  (long long)job->id, job->key, hash, r->detail);
+}
+
 /* A plan that crashed or hung its worker: logged, and quarantined with
  * its repro bundle so that it is never tried again. */
 static void quarantine(tuned_daemon *d, tuned_job *job, const tuned_result *r,
@@ -42,15 +95,16 @@ static void quarantine(tuned_daemon *d, tuned_job *job, const tuned_result *r,
 		.seed = job->id, .graph_json = r->graph, .sources = sources,
 		.worker_log = r->worker_log};
 	cache_error err = {0};
+	char hash[PLAN_HASH_HEX + 1];
 
-	tuned_log(TUNED_ERROR, "job %lld: %s: worker %s (%s) on plan %s", (long long)job->id,
-		  job->key, hung ? "hung" : "crashed", r->detail, plan);
+	plan_hash(plan, hash);
+	log_worker_death(job, r, hash);
 	if (cache_quarantine(d->cache, &q, &err) < 0)
-		tuned_log(TUNED_ERROR, "job %lld: %s: cannot quarantine plan %s: %s",
-			  (long long)job->id, job->key, plan, err.message);
+		store_failed(job, "a quarantined plan", &err);
 	else
-		tuned_log(TUNED_WARN, "job %lld: %s: plan quarantined, never to be tried "
-			  "again (tunectl cache quarantine)", (long long)job->id, job->key);
+		tuned_log(TUNED_WARN, "job %lld: %s: plan %s quarantined (%s), never to be "
+			  "tried again (tunectl cache quarantine)", (long long)job->id,
+			  job->key, hash, hung ? "hung" : "crashed");
 	free(sources);
 }
 
@@ -64,8 +118,7 @@ static void record_trial(tuned_daemon *d, tuned_job *job, const tuned_result *r,
 	cache_error err = {0};
 
 	if (cache_record_trial(d->cache, &trial, &err) < 0)
-		tuned_log(TUNED_ERROR, "job %lld: cannot record a trial: %s",
-			  (long long)job->id, err.message);
+		store_failed(job, "a trial", &err);
 	if (trial.outcome == CACHE_TRIAL_CRASH || trial.outcome == CACHE_TRIAL_TIMEOUT)
 		quarantine(d, job, r, plan);
 }
@@ -109,10 +162,11 @@ static void on_version(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 	int version;
 
 	snprintf(found_by, sizeof(found_by), "generation %d", r->generation);
-	if (!plan || !sources || !launch ||
-	    cache_publish(d->cache, &p, &version, &err) < 0) {
-		tuned_log(TUNED_ERROR, "job %lld: cannot publish: %s", (long long)job->id,
-			  plan && sources && launch ? err.message : "out of memory");
+	if (!plan || !sources || !launch) {
+		tuned_log(TUNED_ERROR, "job %lld: cannot publish: out of memory",
+			  (long long)job->id);
+	} else if (cache_publish(d->cache, &p, &version, &err) < 0) {
+		store_failed(job, "the new version", &err);
 	} else {
 		job->best_ms = r->median_ms;
 		job->first_ms = r->first_ms;
@@ -151,7 +205,7 @@ static void on_trial(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 
 	job->trials++;
 	record_trial(d, job, r, plan ? plan : "null");
-	if (strcmp(r->outcome, "ok"))
+	if (strcmp(r->outcome, "ok") && !job->store_failed)
 		snprintf(job->error, sizeof(job->error), "%.15s: %.230s", r->outcome, r->detail);
 	broadcast_progress(d, job, r->quarantined);
 	free(plan);
@@ -161,9 +215,12 @@ static void on_trial(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 static void on_skipped(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 {
 	char *plan = plan_text(r);
+	char hash[PLAN_HASH_HEX + 1] = "?";
 
+	if (plan)
+		plan_hash(plan, hash);
 	tuned_log(TUNED_INFO, "job %lld: %s: plan %s is quarantined: not tried again",
-		  (long long)job->id, job->key, plan ? plan : "(out of memory)");
+		  (long long)job->id, job->key, hash);
 	broadcast_progress(d, job, r->quarantined);
 	free(plan);
 }
@@ -197,16 +254,19 @@ static void on_generation(tuned_daemon *d, tuned_job *job, const tuned_result *r
 }
 
 /* The job is over: done when the key has a version (this job's or an
- * earlier one), failed otherwise; left running when the daemon is
- * stopping, so that it resumes. */
+ * earlier one), failed otherwise or when the cache could not store what
+ * it found; left running when the daemon is stopping, so that it
+ * resumes. */
 static void on_end(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 {
-	if (r->stopped || (job->state != TUNED_JOB_QUEUED && job->state != TUNED_JOB_RUNNING))
+	if (r->stopped || !is_active(job))
 		return;
 	if (r->cancelled)
 		tuned_job_finish(job, TUNED_JOB_CANCELLED, "cancelled");
 	else if (r->detail[0])
 		tuned_job_finish(job, TUNED_JOB_FAILED, r->detail);
+	else if (job->store_failed)
+		tuned_job_finish(job, TUNED_JOB_FAILED, job->error);
 	else if (job->version > 0 || tuned_cached_version(d, job->key) > 0)
 		tuned_job_finish(job, TUNED_JOB_DONE, NULL);
 	else
@@ -221,8 +281,29 @@ static void on_end(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 		tuned_fail_waiters(d, job->key, PROTO_EINTERNAL, job->error);
 }
 
+/* What the runner still sends for a job cancelled while it ran (it ends
+ * after the trials in flight): the trials are kept, as what the plans
+ * did, but the job is not changed and nothing is published, for cancel
+ * promised that no version comes after its reply. */
+static void on_result_after_cancel(tuned_daemon *d, tuned_job *job,
+				   const tuned_result *r)
+{
+	char *plan;
+
+	if (r->kind == TUNED_RESULT_VERSION)
+		tuned_log(TUNED_INFO, "job %lld: %s: a version found after the job was "
+			  "cancelled is dropped", (long long)job->id, job->key);
+	if (r->kind != TUNED_RESULT_TRIAL)
+		return;
+	plan = plan_text(r);
+	record_trial(d, job, r, plan ? plan : "null");
+	free(plan);
+}
+
 static void on_result(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 {
+	if (!is_active(job) && r->kind != TUNED_RESULT_END)
+		return on_result_after_cancel(d, job, r);
 	switch (r->kind) {
 	case TUNED_RESULT_STARTED:
 		if (job->state != TUNED_JOB_QUEUED)

@@ -22,7 +22,7 @@ Test(cache, migrates_a_new_file_and_reopens_idempotently)
 
 	cr_expect_eq(fx.logs, 1);
 	cr_expect_eq(fx.last_level, CACHE_LOG_INFO);
-	cr_expect(strstr(fx.last_log, "from version 0 to 5"), "%s", fx.last_log);
+	cr_expect(strstr(fx.last_log, "from version 0 to 6"), "%s", fx.last_log);
 	put_graph(c, 1, "bert_qkv");
 	cache_close(c);
 

@@ -72,4 +72,12 @@ char *example_text(const char *name);
 /* Polls status until the job is no longer queued or running. */
 json_t *wait_job(conn *c, json_int_t job, int timeout_s);
 
+/* Whether a line of the daemon's log contains "text". */
+bool fixture_log_contains(const fixture *f, const char *text);
+/* fixture_sql.c (link it, and sqlite, to use them): runs "statement" on
+ * the SQLite file "path", asserted to succeed. */
+void fixture_sql(const char *path, const char *statement);
+/* The first column of the first row of "query" on "path", or -1. */
+long long fixture_sql_count(const char *path, const char *query);
+
 #endif

@@ -17,7 +17,9 @@
  * $SCRIPTED_CRASH, when set, names a file: the first measurement made
  * while it does not exist creates it, says so on stderr and dies of
  * SIGSEGV, as a kernel that crashes its worker; later ones go on. With
- * $SCRIPTED_CRASH_OP=retime, the first re-timing does instead.
+ * $SCRIPTED_CRASH_OP=retime, the first re-timing does instead. With
+ * $SCRIPTED_CRASH_HOW=hang it hangs instead of dying, as a kernel that
+ * never returns, until the daemon kills it at the time limit.
  * $SCRIPTED_DEVICE, when set, is the device it describes (default
  * "scripted"): "cuda: ..." makes tuned search with the cuda genes.
  * Arguments are accepted and ignored, as tuned passes them.
@@ -29,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "scripted_times.h"
 
@@ -58,6 +61,12 @@ static void crash_once(const char *op)
 	if (!marker || strcmp(op, when ? when : "measure") || !(f = fopen(marker, "wx")))
 		return;
 	fclose(f);
+	if (getenv("SCRIPTED_CRASH_HOW") && !strcmp(getenv("SCRIPTED_CRASH_HOW"), "hang")) {
+		fprintf(stderr, "scripted worker: hanging on purpose\n");
+		fflush(stderr);
+		for (;;)
+			pause();
+	}
 	fprintf(stderr, "scripted worker: crashing on purpose\n");
 	fflush(stderr);
 	signal(SIGSEGV, SIG_DFL);
