@@ -82,7 +82,9 @@
 #define KNOWN_BETWEEN_LOOKS 256
 
 enum stage { TO_COMPILE, COMPILING, READY, MEASURING, DONE };
-enum search_step { SEARCH_NONE, SEARCH_ACTIVATE, SEARCH_GENERATION };
+/* SEARCH_FILL: go on proposing the generation, after another job went
+ * first. */
+enum search_step { SEARCH_NONE, SEARCH_ACTIVATE, SEARCH_GENERATION, SEARCH_FILL };
 
 typedef struct candidate {
 	json_t *plan;
@@ -110,6 +112,9 @@ typedef struct runner_job {
 	int trials, generation, compile_failures;
 	tuner_search_drops drops; /* the search's, when it last proposed */
 	const char *filled; /* how the generation's proposing ended */
+	uint64_t share_ends; /* when its time share to propose ends */
+	const char *failed; /* why the search cannot go on, or NULL: the job
+			     * ends once no worker holds a candidate */
 	/* The plan of the version the job started from (NULL until there is
 	 * one), and the times of it and of the version now, measured side by
 	 * side in the same re-timing (its trial's time, alone, until then). */
@@ -257,29 +262,34 @@ static int count_active(const tuned_runner *r)
 
 static void activate_jobs(tuned_runner *r);
 
-/* The job is over: said, and forgotten; a waiting job takes its place. */
+/* The search thread: the job is over (why: "error", else its failure,
+ * if any), said, and forgotten; a waiting job takes its place. The job is
+ * freed without the lock: its search and known trials may be large. */
 static void end_job(tuned_runner *r, runner_job *job, const char *error)
 {
 	tuned_result *end = result_new(job, TUNED_RESULT_END);
+	const char *why = error ? error : job->failed;
 
 	if (end) {
 		end->cancelled = job->cancelled && !r->stopping;
 		end->stopped = r->stopping;
-		snprintf(end->detail, sizeof(end->detail), "%s", error ? error : "");
+		snprintf(end->detail, sizeof(end->detail), "%s", why ? why : "");
 	}
 	push_result(r, end);
 	unlink_job(r, job);
-	job_free(job);
 	if (!count_active(r))
 		kgen_empty_folder(r->share); /* no job needs its kernels */
 	activate_jobs(r);
+	uv_mutex_unlock(&r->lock);
+	job_free(job);
+	uv_mutex_lock(&r->lock);
 }
 
-/* No new candidate starts: cancelled, stopping, or out of budget (the
- * first trial always runs). */
+/* No new candidate starts: cancelled, failed, stopping, or out of budget
+ * (the first trial always runs). */
 static bool expired(const tuned_runner *r, const runner_job *job)
 {
-	return job->cancelled || r->stopping ||
+	return job->cancelled || job->failed || r->stopping ||
 	       (job->budget_s > 0 && job->trials > 0 && uv_hrtime() > job->deadline) ||
 	       (job->max_trials > 0 && job->trials >= job->max_trials);
 }
@@ -597,7 +607,8 @@ static void candidate_done(tuned_runner *r, runner_job *job, candidate *c, doubl
 {
 	c->stage = DONE;
 	c->ms = ms;
-	job->best_ms = ms < job->best_ms ? ms : job->best_ms;
+	if (ms > 0 && ms < job->best_ms)
+		job->best_ms = ms;
 	job->open--;
 	if (expired(r, job))
 		drop_pending(r, job);
@@ -627,6 +638,25 @@ static bool open_generation(tuned_runner *r, runner_job *job)
 	return open;
 }
 
+/* The job the search thread serves first, in job order, or NULL. */
+static runner_job *search_job(tuned_runner *r)
+{
+	runner_job *best = NULL;
+
+	for (runner_job *job = r->jobs; job; job = job->next)
+		if (job->step != SEARCH_NONE && (!best || goes_before(job, best)))
+			best = job;
+	return best;
+}
+
+/* Whether another job waits on the search thread and goes before "job". */
+static bool goes_first(tuned_runner *r, const runner_job *job)
+{
+	runner_job *next = search_job(r);
+
+	return next && next != job && goes_before(next, job);
+}
+
 /* How long the search may propose a generation. */
 static uint64_t time_share_ns(const runner_job *job)
 {
@@ -638,11 +668,11 @@ static uint64_t time_share_ns(const runner_job *job)
 /* The generation's plans handed to the compile workers as the search
  * proposes them, a few genomes at a time (without the lock), until it is
  * full or has room for no more, its time share is spent, the search finds
- * nothing new, or the job is over; job->filled says which. False when
- * the job ended. */
+ * nothing new, or the job is over; job->filled says which. Plans
+ * proposed while the job expired are dropped. False when it stopped for
+ * another job that goes first: it goes on later (SEARCH_FILL). */
 static bool fill_generation(tuned_runner *r, runner_job *job)
 {
-	uint64_t share_ends = uv_hrtime() + time_share_ns(job);
 	tuner_search *search = job->search;
 	tuner_search_drops drops;
 	json_t *plans;
@@ -654,30 +684,45 @@ static bool fill_generation(tuned_runner *r, runner_job *job)
 			job->filled = "ended";
 		else if (tuner_search_exhausted(search))
 			job->filled = "exhausted";
-		else if (uv_hrtime() > share_ends)
+		else if (uv_hrtime() > job->share_ends)
 			job->filled = "time_share";
 		else
 			job->filled = NULL;
 		if (job->filled)
 			return true;
+		if (goes_first(r, job))
+			return false;
 		uv_mutex_unlock(&r->lock);
 		plans = tuner_search_propose(search, PROPOSE_TRIES);
 		tuner_search_drops_get(search, &drops);
 		uv_mutex_lock(&r->lock);
 		job->drops = drops;
-		if (!plans) {
-			job->proposing = false;
-			end_job(r, job, "cannot propose plans: out of memory");
-			return false;
-		}
-		add_candidates(r, job, plans);
+		if (!plans)
+			job->failed = "cannot propose plans: out of memory";
+		else if (!expired(r, job))
+			add_candidates(r, job, plans);
 		json_decref(plans);
 	}
 }
 
-/* The search thread: the next generation, proposed as fill_generation
- * says, or the end of the job, when it is over or the search finds no
- * new plan. */
+/* The search thread: the generation proposed on, as fill_generation
+ * says; the job ends when the search finds no new plan. */
+static void fill(tuned_runner *r, runner_job *job)
+{
+	job->step = SEARCH_NONE;
+	if (!fill_generation(r, job))
+		return want_search(r, job, SEARCH_FILL);
+	job->proposing = false;
+	if (!job->ncands && !strcmp(job->filled, "exhausted"))
+		return end_job(r, job, NULL);
+	if (expired(r, job))
+		drop_pending(r, job);
+	else if (generation_over(job))
+		end_generation(r, job);
+}
+
+/* The search thread: the next generation, or the end of the job when it
+ * is over. */
 static void propose_generation(tuned_runner *r, runner_job *job)
 {
 	job->step = SEARCH_NONE;
@@ -695,25 +740,10 @@ static void propose_generation(tuned_runner *r, runner_job *job)
 		job->proposing = false;
 		return end_job(r, job, "out of memory");
 	}
-	if (!fill_generation(r, job))
-		return;
-	job->proposing = false;
-	if (!job->ncands && !strcmp(job->filled, "exhausted"))
-		return end_job(r, job, NULL);
-	if (generation_over(job))
-		end_generation(r, job);
+	job->share_ends = uv_hrtime() + time_share_ns(job);
+	fill(r, job);
 }
 
-/* The job the search thread serves first, in job order, or NULL. */
-static runner_job *search_job(tuned_runner *r)
-{
-	runner_job *best = NULL;
-
-	for (runner_job *job = r->jobs; job; job = job->next)
-		if (job->step != SEARCH_NONE && (!best || goes_before(job, best)))
-			best = job;
-	return best;
-}
 
 static void search_thread(void *arg)
 {
@@ -726,6 +756,8 @@ static void search_thread(void *arg)
 			uv_cond_wait(&r->search_wake, &r->lock);
 		else if (job->step == SEARCH_ACTIVATE)
 			activate(r, job);
+		else if (job->step == SEARCH_FILL)
+			fill(r, job);
 		else
 			propose_generation(r, job);
 	}
