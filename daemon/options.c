@@ -45,6 +45,15 @@ static const char usage[] =
 	"                       (default 67108864)\n"
 	"  --hello-timeout S    close connections silent this long before hello\n"
 	"                       (default 10)\n"
+	"  --max-graph-bytes BYTES\n"
+	"                       the longest graph.json a submit may carry\n"
+	"                       (default 1048576)\n"
+	"  --max-graph-ops N    the most ops in one graph (default 1024)\n"
+	"  --max-tensor-elements N\n"
+	"                       the most elements of one tensor (default 2^32)\n"
+	"  --max-graph-elements N\n"
+	"                       the most elements of a graph's tensors together\n"
+	"                       (default 2^34)\n"
 	"  -h, --help           show this help\n"
 	"  --version            show the version\n";
 
@@ -193,6 +202,42 @@ static int set_max_in_flight(tuned_options *o, const char *v)
 	return rc;
 }
 
+static int set_max_graph_bytes(tuned_options *o, const char *v)
+{
+	long long n;
+	int rc = parse_number(v, 1024, 1LL << 30, &n);
+
+	o->max_graph_bytes = n;
+	return rc;
+}
+
+static int set_max_graph_ops(tuned_options *o, const char *v)
+{
+	long long n;
+	int rc = parse_number(v, 1, 4096, &n);
+
+	o->max_graph_ops = n;
+	return rc;
+}
+
+static int set_max_tensor_elements(tuned_options *o, const char *v)
+{
+	long long n;
+	int rc = parse_number(v, 1, 1LL << 40, &n);
+
+	o->max_tensor_elements = n;
+	return rc;
+}
+
+static int set_max_graph_elements(tuned_options *o, const char *v)
+{
+	long long n;
+	int rc = parse_number(v, 1, 1LL << 50, &n);
+
+	o->max_graph_elements = n;
+	return rc;
+}
+
 static int set_hello_timeout(tuned_options *o, const char *v)
 {
 	char *end;
@@ -222,6 +267,10 @@ static const struct {
 	{"max-clients", set_max_clients, "a number from 1 to 65536"},
 	{"max-in-flight", set_max_in_flight, "a number from 1 to 65536"},
 	{"hello-timeout", set_hello_timeout, "a positive number of seconds"},
+	{"max-graph-bytes", set_max_graph_bytes, "a byte count from 1024 to 2^30"},
+	{"max-graph-ops", set_max_graph_ops, "a number from 1 to 4096"},
+	{"max-tensor-elements", set_max_tensor_elements, "a number from 1 to 2^40"},
+	{"max-graph-elements", set_max_graph_elements, "a number from 1 to 2^50"},
 };
 
 #define NSETTINGS ((int)(sizeof(settings) / sizeof(settings[0])))
@@ -312,7 +361,10 @@ static void set_defaults(tuned_options *o)
 	*o = (tuned_options){.backend = "auto", .log_level = TUNED_INFO, .jobs = 4,
 			     .max_frame = 16u << 20, .max_unread = 64u << 20,
 			     .max_clients = 256,
-			     .max_in_flight = 64, .hello_timeout_s = 10};
+			     .max_in_flight = 64, .hello_timeout_s = 10,
+			     .max_graph_bytes = 1 << 20, .max_graph_ops = 1024,
+			     .max_tensor_elements = INT64_C(1) << 32,
+			     .max_graph_elements = INT64_C(1) << 34};
 }
 
 static void fill_default_paths(tuned_options *o)
