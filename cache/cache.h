@@ -110,6 +110,13 @@ typedef struct cache cache;
 int cache_open(const char *path, const cache_options *options,
 	       __cache_give cache **out, cache_error *err);
 
+/* A second read-only handle of the open cache "c", for reads on another
+ * thread that must not wait for the reads of "c" (the daemon looks for a
+ * job's nearest key on one): only the reads below, no writes, and its own
+ * "one call at a time". Close it with cache_close before "c". */
+int cache_open_reader(__cache_keep const cache *c, __cache_give cache **out,
+		      cache_error *err);
+
 /* Closes both connections and frees "c"; call it from the owner once no
  * read is in flight. NULL does nothing. */
 void cache_close(__cache_take cache *c);
