@@ -284,19 +284,34 @@ void tuned_run_job(tuned_daemon *d, const tuned_job *job)
 	uv_queue_work(d->loop, &w->work, prepare_job, on_job_prepared);
 }
 
-/* A new job, or the one already queued or running for the same key;
- * "canonical" is the graph.json of the key, to keep. */
-static tuned_job *queue_job(tuned_daemon *d, const sched_graph *graph,
-			    const char *canonical, const char *text,
-			    const proto_request *req)
-{
-	tuned_job *job = tuned_jobs_find_active(&d->jobs, sched_graph_key(graph));
+/* A submit, read off the loop thread (read_submit, on libuv's
+ * threadpool): its graph parsed and checked within the daemon's limits,
+ * its key and canonical forms; on the loop (on_submit_read), the graph
+ * is cached, the job queued and the client answered. */
+typedef struct submit_work {
+	uv_work_t work;
+	tuned_client *client; /* held until the reply */
+	proto_request req;    /* its own references to id and params */
+	sched_limits limits;
+	char *text;           /* the graph.json text */
+	char key[PROTO_KEY_HEX + 1];
+	char *name;
+	char *canonical;      /* the canonical text */
+	char *canonical_json; /* the graph.json of the key */
+	sched_error err;      /* when the graph is refused (no canonical) */
+} submit_work;
 
-	keep_graph(d, sched_graph_key(graph), canonical);
+/* A new job, or the one already queued or running for the same key. */
+static tuned_job *queue_job(tuned_daemon *d, const submit_work *w)
+{
+	const proto_request *req = &w->req;
+	tuned_job *job = tuned_jobs_find_active(&d->jobs, w->key);
+
+	keep_graph(d, w->key, w->canonical_json);
 	if (job)
 		return job;
-	job = tuned_jobs_add(&d->jobs, sched_graph_key(graph), sched_graph_name(graph),
-			     text, req->budget_s, (int)req->trials, (int)req->priority);
+	job = tuned_jobs_add(&d->jobs, w->key, w->name, w->text, req->budget_s,
+			     (int)req->trials, (int)req->priority);
 	if (job && tuned_jobs_save(&d->jobs) < 0) {
 		tuned_log(TUNED_ERROR, "job %lld: cannot queue it: %s", (long long)job->id,
 			  d->jobs.error);
@@ -307,38 +322,39 @@ static tuned_job *queue_job(tuned_daemon *d, const sched_graph *graph,
 	return job;
 }
 
-/* A submit, read off the loop thread (read_submit, on libuv's
- * threadpool): its graph parsed and checked within the daemon's limits,
- * its key and canonical forms; on the loop (on_submit_read), the graph
- * is cached, the job queued and the client answered. */
-typedef struct submit_work {
-	uv_work_t work;
-	tuned_client *client; /* held until the reply */
-	proto_request req;    /* its own references to id and params */
-	sched_limits limits;
-	char *text;
-	sched_graph *graph;
-	char *canonical;      /* the graph.json of the key */
-	sched_error err;
-} submit_work;
-
+/* What the loop needs of the graph, copied out of it: the graph itself
+ * (hundreds of megabytes for the largest) is freed here too. */
 static void read_submit(uv_work_t *work)
 {
 	submit_work *w = work->data;
+	sched_graph *graph = NULL;
 
-	if (!(w->text = graph_text(w->req.graph)))
+	if (!(w->text = graph_text(w->req.graph))) {
 		snprintf(w->err.message, sizeof(w->err.message), "out of memory");
-	else if (sched_graph_read_limited(w->text, &w->limits, &w->graph, &w->err) == 0)
-		w->canonical = sched_graph_canonical_json(w->graph);
+		return;
+	}
+	if (sched_graph_read_limited(w->text, &w->limits, &graph, &w->err) < 0)
+		return;
+	snprintf(w->key, sizeof(w->key), "%s", sched_graph_key(graph));
+	w->name = strdup(sched_graph_name(graph));
+	w->canonical = strdup(sched_graph_canonical(graph));
+	w->canonical_json = sched_graph_canonical_json(graph);
+	if (!w->name || !w->canonical) {
+		free(w->canonical);
+		w->canonical = NULL;
+		snprintf(w->err.message, sizeof(w->err.message), "out of memory");
+	}
+	sched_graph_free(graph);
 }
 
 static void submit_work_free(submit_work *w)
 {
 	tuned_client_release(w->client);
 	proto_request_release(&w->req);
-	sched_graph_free(w->graph);
-	free(w->canonical);
 	free(w->text);
+	free(w->name);
+	free(w->canonical);
+	free(w->canonical_json);
 	free(w);
 }
 
@@ -350,11 +366,9 @@ static void queue_submitted(tuned_client *client, submit_work *w)
 	tuned_job *job;
 	json_t *result;
 
-	if (cache_put_graph(d->cache, sched_graph_key(w->graph),
-			    sched_graph_canonical(w->graph), sched_graph_name(w->graph),
-			    &cerr) < 0)
+	if (cache_put_graph(d->cache, w->key, w->canonical, w->name, &cerr) < 0)
 		return reply_error(client, req, PROTO_EINTERNAL, cerr.message);
-	if (!(job = queue_job(d, w->graph, w->canonical, w->text, req)))
+	if (!(job = queue_job(d, w)))
 		return reply_error(client, req, PROTO_EINTERNAL, "cannot queue the job");
 	tuned_log(TUNED_INFO, "job %lld: '%s' %s submitted by pid %d",
 		  (long long)job->id, job->name, job->key, (int)client->peer.pid);
@@ -374,7 +388,7 @@ static void on_submit_read(uv_work_t *work, int status)
 
 	if (status < 0 || client->daemon->stopping) {
 		/* not queued: the client is gone with the daemon */
-	} else if (!w->graph) {
+	} else if (!w->canonical) {
 		snprintf(message, sizeof(message), "params.graph: %s", w->err.message);
 		if (w->err.code == SCHED_ELIMIT)
 			tuned_log(TUNED_WARN, "submit by pid %d refused: %s",
