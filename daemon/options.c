@@ -202,40 +202,34 @@ static int set_max_in_flight(tuned_options *o, const char *v)
 	return rc;
 }
 
-static int set_max_graph_bytes(tuned_options *o, const char *v)
+/* A count in [lo, hi] into "field". */
+static int set_count(int64_t *field, const char *v, long long lo, long long hi)
 {
 	long long n;
-	int rc = parse_number(v, 1024, 1LL << 30, &n);
+	int rc = parse_number(v, lo, hi, &n);
 
-	o->max_graph_bytes = n;
+	*field = n;
 	return rc;
+}
+
+static int set_max_graph_bytes(tuned_options *o, const char *v)
+{
+	return set_count(&o->max_graph_bytes, v, 1024, 1LL << 30);
 }
 
 static int set_max_graph_ops(tuned_options *o, const char *v)
 {
-	long long n;
-	int rc = parse_number(v, 1, 4096, &n);
-
-	o->max_graph_ops = n;
-	return rc;
+	return set_count(&o->max_graph_ops, v, 1, 4096);
 }
 
 static int set_max_tensor_elements(tuned_options *o, const char *v)
 {
-	long long n;
-	int rc = parse_number(v, 1, 1LL << 40, &n);
-
-	o->max_tensor_elements = n;
-	return rc;
+	return set_count(&o->max_tensor_elements, v, 1, 1LL << 40);
 }
 
 static int set_max_graph_elements(tuned_options *o, const char *v)
 {
-	long long n;
-	int rc = parse_number(v, 1, 1LL << 50, &n);
-
-	o->max_graph_elements = n;
-	return rc;
+	return set_count(&o->max_graph_elements, v, 1, 1LL << 50);
 }
 
 static int set_hello_timeout(tuned_options *o, const char *v)

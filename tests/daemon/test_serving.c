@@ -98,6 +98,18 @@ static json_int_t submit_example(conn *c, const char *name)
 	return job;
 }
 
+/* tuned started with "extra", two clients said hello, and the second
+ * submitted a small job: its id, for statuses. */
+static json_int_t start_two_clients(fixture *f, const char *const *extra, conn *a,
+				    conn *b)
+{
+	start_held(f, extra);
+	cr_assert(conn_open(a, f->socket) && conn_open(b, f->socket));
+	conn_hello(a);
+	conn_hello(b);
+	return submit_example(b, "gpt3_mlp_small");
+}
+
 /* Status of "job", asserted to come; the seconds it took. */
 static double timed_status(conn *c, json_int_t job)
 {
@@ -122,11 +134,7 @@ Test(serving, a_big_graph_does_not_stall_other_clients)
 	fixture f;
 	conn a, b;
 
-	start_held(&f, extra);
-	cr_assert(conn_open(&a, f.socket) && conn_open(&b, f.socket));
-	conn_hello(&a);
-	conn_hello(&b);
-	job = submit_example(&b, "gpt3_mlp_small");
+	job = start_two_clients(&f, extra, &a, &b);
 	send_line(&a, line);
 	start = now_s();
 	while (!(reply = conn_read(&a, 10))) {
@@ -174,11 +182,7 @@ Test(serving, a_client_that_closes_during_its_submit)
 	fixture f;
 	conn a, b, c;
 
-	start_held(&f, extra);
-	cr_assert(conn_open(&a, f.socket) && conn_open(&b, f.socket));
-	conn_hello(&a);
-	conn_hello(&b);
-	job = submit_example(&b, "gpt3_mlp_small");
+	job = start_two_clients(&f, extra, &a, &b);
 	send_line(&a, line);
 	usleep(100000);
 	conn_close(&a);
