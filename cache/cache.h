@@ -17,7 +17,8 @@
  * cache_trials and cache_stat; any thread may call those, one call at a
  * time: the caller guards them (one mutex for the reads of one cache), and
  * a read may run while the owner writes. A second cache_open of the same file, from this
- * process or another, fails with CACHE_EBUSY while the first is open.
+ * process or another, fails with CACHE_EBUSY while the first is open;
+ * cache_open_reader gives a second read-only handle, with its own reader.
  *
  * Errors. Functions return 0 (or a count or version) on success and a
  * negative cache_code on failure; then the optional "err" says what went
