@@ -17,7 +17,8 @@
  * cache_trials and cache_stat; any thread may call those, one call at a
  * time: the caller guards them (one mutex for the reads of one cache), and
  * a read may run while the owner writes. A second cache_open of the same file, from this
- * process or another, fails with CACHE_EBUSY while the first is open.
+ * process or another, fails with CACHE_EBUSY while the first is open;
+ * cache_open_reader gives a second read-only handle, with its own reader.
  *
  * Errors. Functions return 0 (or a count or version) on success and a
  * negative cache_code on failure; then the optional "err" says what went
@@ -109,6 +110,13 @@ typedef struct cache cache;
  * alone: a negative code and *out NULL. */
 int cache_open(const char *path, const cache_options *options,
 	       __cache_give cache **out, cache_error *err);
+
+/* A second read-only handle of the open cache "c", for reads on another
+ * thread that must not wait for the reads of "c" (the daemon looks for a
+ * job's nearest key on one): only the reads below, no writes, and its own
+ * "one call at a time". Close it with cache_close before "c". */
+int cache_open_reader(__cache_keep const cache *c, __cache_give cache **out,
+		      cache_error *err);
 
 /* Closes both connections and frees "c"; call it from the owner once no
  * read is in flight. NULL does nothing. */

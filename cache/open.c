@@ -404,6 +404,25 @@ fail:
 	return rc;
 }
 
+int cache_open_reader(__cache_keep const cache *c, __cache_give cache **out,
+		      cache_error *err)
+{
+	cache *r = NULL;
+	int rc = cache_new(c->path, &c->options, &r, err);
+
+	if (rc)
+		return rc;
+	rc = open_db(r, SQLITE_OPEN_READONLY, &r->reader, err);
+	if (!rc)
+		rc = cache_prepare_txn(r, true, err);
+	if (rc) {
+		cache_close(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
+}
+
 void cache_close(__cache_take cache *c)
 {
 	if (!c)

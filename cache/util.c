@@ -195,6 +195,11 @@ int cache_check_owner(const cache *c, const char *what, cache_error *err)
 				"thread that opened it", what, c->path);
 		return CACHE_ETHREAD;
 	}
+	if (!c->writer) {
+		cache_set_error(err, CACHE_ETHREAD, "cannot %s: this handle of "
+				"cache '%s' only reads", what, c->path);
+		return CACHE_ETHREAD;
+	}
 	return 0;
 }
 

@@ -52,6 +52,11 @@ typedef struct tuned_options {
 	int max_in_flight;
 	double hello_timeout_s;
 	double idle_timeout_s; /* 0: none */
+	/* what one submitted graph may cost (sched_limits) */
+	int64_t max_graph_bytes;
+	int64_t max_graph_ops;
+	int64_t max_tensor_elements;
+	int64_t max_graph_elements;
 } tuned_options;
 
 /* Fills "o" from the defaults, the configuration file (--config, when

@@ -79,54 +79,32 @@ static void subscribe(tuned_client *client, const char *key)
 }
 
 /* The graph.json the key's plans number their ops by, its canonical
- * form, for an export; the key is tuned without it, so a failure is only
- * logged. */
-static void keep_graph(tuned_daemon *d, const sched_graph *graph)
+ * form ("canonical", NULL when memory ran out), for an export; the key is
+ * tuned without it, so a failure is only logged. */
+static void keep_graph(tuned_daemon *d, const char *key, const char *canonical)
 {
-	char *canonical = sched_graph_canonical_json(graph);
 	cache_error err = {0};
 
-	if (!canonical || cache_keep_graph_json(d->cache, sched_graph_key(graph),
-						canonical, &err) < 0)
-		tuned_log(TUNED_WARN, "%s: cannot keep its graph.json: %s",
-			  sched_graph_key(graph), canonical ? err.message : "out of memory");
-	free(canonical);
+	if (!canonical || cache_keep_graph_json(d->cache, key, canonical, &err) < 0)
+		tuned_log(TUNED_WARN, "%s: cannot keep its graph.json: %s", key,
+			  canonical ? err.message : "out of memory");
 }
 
-/* A new job of "uid", or the one already queued or running for the same
- * key (which stays its first submitter's). */
-static tuned_job *queue_job(tuned_daemon *d, const sched_graph *graph,
-			    const char *text, proto_request *req, uid_t uid)
+/* The plan of the key's best version on "c" (the daemon's cache or its
+ * reader), or NULL. */
+static json_t *incumbent_plan(tuned_daemon *d, cache *c, const char *key)
 {
-	tuned_job *job = tuned_jobs_find_active(&d->jobs, sched_graph_key(graph));
+	cache_plan *plan = NULL;
+	json_t *json = NULL;
 
-	keep_graph(d, graph);
-	if (job)
-		return job;
-	job = tuned_jobs_add(&d->jobs, uid, sched_graph_key(graph), sched_graph_name(graph),
-			     text, req->budget_s, (int)req->trials, (int)req->priority);
-	if (job && tuned_jobs_save(&d->jobs) < 0) {
-		tuned_log(TUNED_ERROR, "job %lld: cannot queue it: %s", (long long)job->id,
-			  d->jobs.error);
-		return NULL;
-	}
-	if (!job || tuned_run_job(d, job) < 0)
-		return NULL;
-	return job;
-}
-
-/* The plan of the key's best version, or NULL. */
-static json_t *incumbent_plan(tuned_daemon *d, const char *key)
-{
-	cache_plan *plan = best_version(d, key);
-	json_t *json = plan ? json_loads(plan->plan, JSON_DECODE_ANY, NULL) : NULL;
-
+	if (cache_fetch_best(c, key, d->device, KGEN_CODEGEN_VERSION, 0, &plan, NULL) > 0)
+		json = json_loads(plan->plan, JSON_DECODE_ANY, NULL);
 	cache_plan_free(plan);
 	return json;
 }
 
 /* Keys with a version on this device and code generator, at most
- * MAX_NEIGHBOURS, for nearest_plan (which cannot read the cache inside
+ * MAX_NEIGHBOURS, for nearest_key (which cannot read the cache inside
  * cache_list). */
 typedef struct neighbours {
 	const tuned_daemon *d;
@@ -143,57 +121,71 @@ static int add_neighbour(void *user, const cache_entry *e)
 	return nb->n == MAX_NEIGHBOURS;
 }
 
-/* How far the graph of "key" is from "canonical" (INFINITY: not of the
- * same form). */
-static double distance_to(tuned_daemon *d, const char *key, const char *canonical)
+/* The canonical text of "key" in the cache "c", or NULL (free it). */
+static char *canonical_of(cache *c, const char *key)
 {
 	json_t *shown = NULL;
+	char *canonical = NULL;
+
+	if (cache_show(c, key, &shown, NULL) == 0 &&
+	    json_string_value(json_object_get(shown, "canonical")))
+		canonical = strdup(json_string_value(json_object_get(shown, "canonical")));
+	json_decref(shown);
+	return canonical;
+}
+
+/* How far the graph of "key" is from "canonical" (INFINITY: not of the
+ * same form). */
+static double distance_to(cache *c, const char *key, const char *canonical)
+{
+	char *theirs = canonical_of(c, key);
 	double distance = INFINITY;
 
-	if (cache_show(d->cache, key, &shown, NULL) == 0 &&
-	    !sched_canonical_distance(json_string_value(json_object_get(shown, "canonical")) ?: "",
-				      canonical, &distance))
+	if (!theirs || !sched_canonical_distance(theirs, canonical, &distance))
 		distance = INFINITY;
-	json_decref(shown);
+	free(theirs);
 	return distance;
 }
 
-/* The best plan of the key nearest "job" of the same form (the same ops
- * on other shapes), or NULL: its first version can start from there. */
-static json_t *nearest_plan(tuned_daemon *d, const tuned_job *job)
+/* The key nearest "key" of the same form (the same ops on other shapes)
+ * among those tuned on this device, into "nearest"; false when none. */
+static bool nearest_key(tuned_daemon *d, cache *c, const char *key,
+			char nearest[PROTO_KEY_HEX + 1])
 {
 	neighbours *nb = calloc(1, sizeof(*nb));
-	sched_graph *graph = NULL;
+	char *canonical = canonical_of(c, key);
 	double best = INFINITY;
-	int nearest = -1;
-	json_t *plan;
 
-	if (!nb || sched_graph_read_string(job->graph, &graph, NULL) < 0) {
-		free(nb);
-		return NULL;
+	if (nb && canonical) {
+		nb->d = d;
+		cache_list(c, add_neighbour, nb, NULL);
 	}
-	nb->d = d;
-	cache_list(d->cache, add_neighbour, nb, NULL);
-
-	for (int i = 0; i < nb->n; i++) {
-		double distance = strcmp(nb->keys[i], job->key) ?
-				  distance_to(d, nb->keys[i], sched_graph_canonical(graph)) :
-				  INFINITY;
+	for (int i = 0; nb && canonical && i < nb->n; i++) {
+		double distance = strcmp(nb->keys[i], key) ?
+				  distance_to(c, nb->keys[i], canonical) : INFINITY;
 
 		if (distance < best) {
 			best = distance;
-			nearest = i;
+			snprintf(nearest, PROTO_KEY_HEX + 1, "%s", nb->keys[i]);
 		}
 	}
-	plan = nearest >= 0 ? incumbent_plan(d, nb->keys[nearest]) : NULL;
-	if (plan)
-		tuned_log(TUNED_INFO, "job %lld: %s starts from the plan of %s, the nearest "
-			  "key of the same form", (long long)job->id, job->key,
-			  nb->keys[nearest]);
-	sched_graph_free(graph);
+	free(canonical);
 	free(nb);
-	return plan;
+	return best < INFINITY;
 }
+
+/* What the runner is told of a queued job, read from the cache off the
+ * loop thread (prepare_job) and handed over on it (on_job_prepared). */
+typedef struct job_work {
+	uv_work_t work;
+	tuned_daemon *d;
+	int64_t job;
+	char key[PROTO_KEY_HEX + 1];
+	tuned_job_spec spec;
+	char nearest[PROTO_KEY_HEX + 1]; /* the key spec.neighbour is of */
+	char why[300]; /* set: the job cannot run, and why */
+	char trials_error[220]; /* set: it runs without its trials, and why */
+} job_work;
 
 /* The runner searches from what this device measured of the key before:
  * no plan is measured twice, and the best ones seed the search; a key
@@ -201,65 +193,233 @@ static json_t *nearest_plan(tuned_daemon *d, const tuned_job *job)
  * that crashed or hung a worker are never tried again, even once their
  * trials are pruned: a job whose quarantine cannot be read fails, saying
  * so. */
-int tuned_run_job(tuned_daemon *d, tuned_job *job)
+static void prepare_job(uv_work_t *work)
 {
-	tuned_job_spec spec = {job->id, job->graph, job->budget_s, job->max_trials,
-			       job->priority, NULL, NULL, NULL, NULL};
+	job_work *w = work->data;
+	tuned_daemon *d = w->d;
 	cache_error err = {0};
-	char why[300];
 
-	if (cache_quarantined_plans(d->cache, job->key, d->device, KGEN_CODEGEN_VERSION,
-				    &spec.quarantined, &err) < 0) {
-		snprintf(why, sizeof(why), "the quarantine cannot be read: %.200s",
+	uv_mutex_lock(&d->reader_lock);
+	if (cache_quarantined_plans(d->reader, w->key, d->device, KGEN_CODEGEN_VERSION,
+				    &w->spec.quarantined, &err) < 0) {
+		snprintf(w->why, sizeof(w->why), "the quarantine cannot be read: %.200s",
 			 err.message);
-		tuned_log(TUNED_ERROR, "job %lld: %s: %s", (long long)job->id, job->key, why);
-		tuned_job_finish(job, TUNED_JOB_FAILED, why);
-		return 0;
+		uv_mutex_unlock(&d->reader_lock);
+		return;
 	}
-	spec.incumbent = incumbent_plan(d, job->key);
-	if (!spec.incumbent)
-		spec.neighbour = nearest_plan(d, job);
-	if (cache_trials(d->cache, job->key, d->device, KGEN_CODEGEN_VERSION,
-			 MAX_KNOWN_TRIALS, &spec.known, &err) < 0)
-		tuned_log(TUNED_WARN, "job %lld: the trials of %s cannot be read: %s",
-			  (long long)job->id, job->key, err.message);
-	return tuned_runner_submit(d->runner, &spec);
+	w->spec.incumbent = incumbent_plan(d, d->reader, w->key);
+	if (!w->spec.incumbent && nearest_key(d, d->reader, w->key, w->nearest))
+		w->spec.neighbour = incumbent_plan(d, d->reader, w->nearest);
+	if (cache_trials(d->reader, w->key, d->device, KGEN_CODEGEN_VERSION,
+			 MAX_KNOWN_TRIALS, &w->spec.known, &err) < 0)
+		snprintf(w->trials_error, sizeof(w->trials_error), "%.200s", err.message);
+	uv_mutex_unlock(&d->reader_lock);
 }
 
-static void on_submit(tuned_client *client, proto_request *req)
+static void job_work_free(job_work *w)
+{
+	json_decref(w->spec.known);
+	json_decref(w->spec.incumbent);
+	json_decref(w->spec.neighbour);
+	json_decref(w->spec.quarantined);
+	free(w);
+}
+
+/* The job failed before it started: its waiters and watchers are told. */
+static void fail_job(tuned_daemon *d, tuned_job *job, const char *why)
+{
+	tuned_log(TUNED_ERROR, "job %lld: %s: %s", (long long)job->id, job->key, why);
+	tuned_job_finish(job, TUNED_JOB_FAILED, why);
+	if (tuned_jobs_save(&d->jobs) < 0)
+		tuned_log(TUNED_ERROR, "job %lld: cannot save its failure: %s",
+			  (long long)job->id, d->jobs.error);
+	tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
+	tuned_fail_waiters(d, job->key, PROTO_EINTERNAL, why);
+}
+
+/* Back on the loop: the job goes to the runner if it is still queued
+ * (not cancelled meanwhile, the daemon not stopping). */
+static void on_job_prepared(uv_work_t *work, int status)
+{
+	job_work *w = work->data;
+	tuned_daemon *d = w->d;
+	tuned_job *job = tuned_jobs_find(&d->jobs, w->job);
+
+	if (status < 0 || d->stopping || !job || job->state != TUNED_JOB_QUEUED)
+		return job_work_free(w);
+	if (w->why[0]) {
+		fail_job(d, job, w->why);
+		return job_work_free(w);
+	}
+	if (w->trials_error[0])
+		tuned_log(TUNED_WARN, "job %lld: the trials of %s cannot be read: %s",
+			  (long long)job->id, job->key, w->trials_error);
+	if (w->spec.neighbour)
+		tuned_log(TUNED_INFO, "job %lld: %s starts from the plan of %s, the nearest "
+			  "key of the same form", (long long)job->id, job->key, w->nearest);
+	w->spec.graph = job->graph;
+	if (tuned_runner_submit(d->runner, &w->spec) < 0)
+		fail_job(d, job, "cannot hand it to the runner: out of memory");
+	else
+		tuned_update_waited(d);
+	free(w); /* the runner took the spec's parts */
+}
+
+void tuned_run_job(tuned_daemon *d, const tuned_job *job)
+{
+	job_work *w = calloc(1, sizeof(*w));
+
+	if (!w) {
+		tuned_log(TUNED_ERROR, "job %lld: cannot prepare it: out of memory",
+			  (long long)job->id);
+		return;
+	}
+	w->work.data = w;
+	w->d = d;
+	w->spec = (tuned_job_spec){.job = job->id, .budget_s = job->budget_s,
+				   .max_trials = job->max_trials,
+				   .priority = job->priority};
+	w->job = job->id;
+	snprintf(w->key, sizeof(w->key), "%s", job->key);
+	uv_queue_work(d->loop, &w->work, prepare_job, on_job_prepared);
+}
+
+/* A submit, read off the loop thread (read_submit, on libuv's
+ * threadpool): its graph parsed and checked within the daemon's limits,
+ * its key and canonical forms; on the loop (on_submit_read), the graph
+ * is cached, the job queued and the client answered. */
+typedef struct submit_work {
+	uv_work_t work;
+	tuned_client *client; /* held until the reply */
+	proto_request req;    /* its own references to id and params */
+	sched_limits limits;
+	char *text;           /* the graph.json text */
+	char key[PROTO_KEY_HEX + 1];
+	char *name;
+	char *canonical;      /* the canonical text */
+	char *canonical_json; /* the graph.json of the key */
+	sched_error err;      /* when the graph is refused (no canonical) */
+} submit_work;
+
+/* A new job of "uid", or the one already queued or running for the same
+ * key (which stays its first submitter's). */
+static tuned_job *queue_job(tuned_daemon *d, const submit_work *w, uid_t uid)
+{
+	const proto_request *req = &w->req;
+	tuned_job *job = tuned_jobs_find_active(&d->jobs, w->key);
+
+	keep_graph(d, w->key, w->canonical_json);
+	if (job)
+		return job;
+	job = tuned_jobs_add(&d->jobs, uid, w->key, w->name, w->text, req->budget_s,
+			     (int)req->trials, (int)req->priority);
+	if (job && tuned_jobs_save(&d->jobs) < 0) {
+		tuned_log(TUNED_ERROR, "job %lld: cannot queue it: %s", (long long)job->id,
+			  d->jobs.error);
+		return NULL;
+	}
+	if (job)
+		tuned_run_job(d, job);
+	return job;
+}
+
+/* What the loop needs of the graph, copied out of it: the graph itself
+ * (hundreds of megabytes for the largest) is freed here too. */
+static void read_submit(uv_work_t *work)
+{
+	submit_work *w = work->data;
+	sched_graph *graph = NULL;
+
+	if (!(w->text = graph_text(w->req.graph))) {
+		snprintf(w->err.message, sizeof(w->err.message), "out of memory");
+		return;
+	}
+	if (sched_graph_read_limited(w->text, &w->limits, &graph, &w->err) < 0)
+		return;
+	snprintf(w->key, sizeof(w->key), "%s", sched_graph_key(graph));
+	w->name = strdup(sched_graph_name(graph));
+	w->canonical = strdup(sched_graph_canonical(graph));
+	w->canonical_json = sched_graph_canonical_json(graph);
+	if (!w->name || !w->canonical) {
+		free(w->canonical);
+		w->canonical = NULL;
+		snprintf(w->err.message, sizeof(w->err.message), "out of memory");
+	}
+	sched_graph_free(graph);
+}
+
+static void submit_work_free(submit_work *w)
+{
+	tuned_client_release(w->client);
+	proto_request_release(&w->req);
+	free(w->text);
+	free(w->name);
+	free(w->canonical);
+	free(w->canonical_json);
+	free(w);
+}
+
+static void queue_submitted(tuned_client *client, submit_work *w)
 {
 	tuned_daemon *d = client->daemon;
-	char *text = graph_text(req->graph);
-	sched_graph *graph = NULL;
-	sched_error err = {0};
+	proto_request *req = &w->req;
 	cache_error cerr = {0};
 	tuned_job *job;
 	json_t *result;
 
-	if (!text || sched_graph_read_string(text, &graph, &err) < 0) {
-		char message[600];
+	if (cache_put_graph(d->cache, w->key, w->canonical, w->name, &cerr) < 0)
+		return reply_error(client, req, PROTO_EINTERNAL, cerr.message);
+	if (!(job = queue_job(d, w, client->peer.uid)))
+		return reply_error(client, req, PROTO_EINTERNAL, "cannot queue the job");
+	tuned_log(TUNED_INFO, "job %lld: '%s' %s submitted by pid %d",
+		  (long long)job->id, job->name, job->key, (int)client->peer.pid);
+	subscribe(client, job->key);
+	tuned_update_waited(d);
+	result = tuned_job_json(job);
+	json_object_set_new(result, "cached_version",
+			    json_integer(tuned_cached_version(d, job->key)));
+	reply(client, req, result);
+}
 
-		snprintf(message, sizeof(message), "params.graph: %s",
-			 text ? err.message : "out of memory");
-		reply_error(client, req, PROTO_EBAD_REQUEST, message);
-	} else if (cache_put_graph(d->cache, sched_graph_key(graph),
-				   sched_graph_canonical(graph),
-				   sched_graph_name(graph), &cerr) < 0) {
-		reply_error(client, req, PROTO_EINTERNAL, cerr.message);
-	} else if (!(job = queue_job(d, graph, text, req, client->peer.uid))) {
-		reply_error(client, req, PROTO_EINTERNAL, "cannot queue the job");
+static void on_submit_read(uv_work_t *work, int status)
+{
+	submit_work *w = work->data;
+	tuned_client *client = w->client;
+	char message[600];
+
+	if (status < 0 || client->daemon->stopping) {
+		/* not queued: the client is gone with the daemon */
+	} else if (!w->canonical) {
+		snprintf(message, sizeof(message), "params.graph: %s", w->err.message);
+		if (w->err.code == SCHED_ELIMIT)
+			tuned_log(TUNED_WARN, "submit by pid %d refused: %s",
+				  (int)client->peer.pid, w->err.message);
+		reply_error(client, &w->req, PROTO_EBAD_REQUEST, message);
 	} else {
-		tuned_log(TUNED_INFO, "job %lld: '%s' %s submitted by pid %d",
-			  (long long)job->id, job->name, job->key, (int)client->peer.pid);
-		subscribe(client, job->key);
-		tuned_update_waited(d);
-		result = tuned_job_json(job);
-		json_object_set_new(result, "cached_version",
-				    json_integer(tuned_cached_version(d, job->key)));
-		reply(client, req, result);
+		queue_submitted(client, w);
 	}
-	sched_graph_free(graph);
-	free(text);
+	submit_work_free(w);
+}
+
+static void on_submit(tuned_client *client, proto_request *req)
+{
+	const tuned_options *o = &client->daemon->options;
+	submit_work *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return reply_error(client, req, PROTO_EINTERNAL, "out of memory");
+	w->work.data = w;
+	w->client = client;
+	w->req = *req;
+	json_incref(w->req.id);
+	json_incref(w->req.params);
+	w->limits = (sched_limits){
+		{o->max_graph_bytes, "tuned --max-graph-bytes"},
+		{o->max_graph_ops, "tuned --max-graph-ops"},
+		{o->max_tensor_elements, "tuned --max-tensor-elements"},
+		{o->max_graph_elements, "tuned --max-graph-elements"}};
+	tuned_client_hold(client);
+	uv_queue_work(client->daemon->loop, &w->work, read_submit, on_submit_read);
 }
 
 static tuned_job *find_job(tuned_client *client, proto_request *req)

@@ -54,6 +54,15 @@ static const char usage[] =
 	"  --idle-timeout S     close connections idle this long after hello: no\n"
 	"                       request, none in flight, no job watched (default\n"
 	"                       300; 0: never)\n"
+	"  --max-graph-bytes BYTES\n"
+	"                       the longest graph.json a submit may carry\n"
+	"                       (default 1048576)\n"
+	"  --max-graph-ops N    the most ops in one graph (default 1024)\n"
+	"  --max-tensor-elements N\n"
+	"                       the most elements of one tensor (default 2^32)\n"
+	"  --max-graph-elements N\n"
+	"                       the most elements of a graph's tensors together\n"
+	"                       (default 2^34)\n"
 	"  -h, --help           show this help\n"
 	"  --version            show the version\n";
 
@@ -223,6 +232,36 @@ static int set_max_in_flight(tuned_options *o, const char *v)
 	return rc;
 }
 
+/* A count in [lo, hi] into "field". */
+static int set_count(int64_t *field, const char *v, long long lo, long long hi)
+{
+	long long n;
+	int rc = parse_number(v, lo, hi, &n);
+
+	*field = n;
+	return rc;
+}
+
+static int set_max_graph_bytes(tuned_options *o, const char *v)
+{
+	return set_count(&o->max_graph_bytes, v, 1024, 1LL << 30);
+}
+
+static int set_max_graph_ops(tuned_options *o, const char *v)
+{
+	return set_count(&o->max_graph_ops, v, 1, 4096);
+}
+
+static int set_max_tensor_elements(tuned_options *o, const char *v)
+{
+	return set_count(&o->max_tensor_elements, v, 1, 1LL << 40);
+}
+
+static int set_max_graph_elements(tuned_options *o, const char *v)
+{
+	return set_count(&o->max_graph_elements, v, 1, 1LL << 50);
+}
+
 static int set_hello_timeout(tuned_options *o, const char *v)
 {
 	char *end;
@@ -264,6 +303,10 @@ static const struct {
 	{"max-in-flight", set_max_in_flight, "a number from 1 to 65536"},
 	{"hello-timeout", set_hello_timeout, "a positive number of seconds"},
 	{"idle-timeout", set_idle_timeout, "a number of seconds, 0 for none"},
+	{"max-graph-bytes", set_max_graph_bytes, "a byte count from 1024 to 2^30"},
+	{"max-graph-ops", set_max_graph_ops, "a number from 1 to 4096"},
+	{"max-tensor-elements", set_max_tensor_elements, "a number from 1 to 2^40"},
+	{"max-graph-elements", set_max_graph_elements, "a number from 1 to 2^50"},
 };
 
 #define NSETTINGS ((int)(sizeof(settings) / sizeof(settings[0])))
@@ -355,7 +398,10 @@ static void set_defaults(tuned_options *o)
 			     .max_frame = 16u << 20, .max_unread = 64u << 20,
 			     .max_clients = 256,
 			     .max_in_flight = 64, .hello_timeout_s = 10,
-			     .idle_timeout_s = 300};
+			     .idle_timeout_s = 300,
+			     .max_graph_bytes = 1 << 20, .max_graph_ops = 1024,
+			     .max_tensor_elements = INT64_C(1) << 32,
+			     .max_graph_elements = INT64_C(1) << 34};
 }
 
 /* The defaults that depend on other settings: the paths, and the

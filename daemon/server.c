@@ -26,12 +26,12 @@ typedef struct send_req {
 	size_t len;
 } send_req;
 
-static void on_handle_closed(uv_handle_t *handle)
+/* Frees a client once its handles are closed and no work holds it. */
+static void free_if_done(tuned_client *client)
 {
-	tuned_client *client = handle->data;
 	tuned_daemon *d = client->daemon;
 
-	if (--client->handles_open > 0)
+	if (client->handles_open > 0 || client->holds > 0)
 		return;
 	for (tuned_client **at = &d->clients; *at; at = &(*at)->next)
 		if (*at == client) {
@@ -41,6 +41,25 @@ static void on_handle_closed(uv_handle_t *handle)
 	d->nclients--;
 	proto_framer_free(client->framer);
 	free(client);
+}
+
+static void on_handle_closed(uv_handle_t *handle)
+{
+	tuned_client *client = handle->data;
+
+	client->handles_open--;
+	free_if_done(client);
+}
+
+void tuned_client_hold(tuned_client *client)
+{
+	client->holds++;
+}
+
+void tuned_client_release(tuned_client *client)
+{
+	client->holds--;
+	free_if_done(client);
 }
 
 void tuned_client_close(tuned_client *client)

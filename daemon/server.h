@@ -28,6 +28,7 @@ typedef struct tuned_client {
 	uint64_t active_ms;  /* the loop's time of its last request or reply */
 	size_t queued_bytes;
 	int handles_open;
+	int holds; /* work off the loop that will answer it (tuned_client_hold) */
 	bool closing;
 	int nwatches;
 	char watches[TUNED_MAX_WATCHES][PROTO_KEY_HEX + 1];
@@ -72,6 +73,10 @@ struct tuned_daemon {
 	tuned_runner *runner;
 	tuned_jobs jobs;
 	cache *cache;
+	/* a second handle of the cache, for the reads that prepare a job off
+	 * the loop thread (libuv's threadpool), one at a time under the lock */
+	cache *reader;
+	uv_mutex_t reader_lock;
 	char device[384];
 	char worker_path[4096];
 	tuned_client *clients;
@@ -94,6 +99,10 @@ void tuned_client_close(tuned_client *client);
 /* The client said hello: from now on it is closed when idle for
  * --idle-timeout (docs/operations.md, "Limits"). */
 void tuned_client_ready(tuned_client *client);
+/* Keeps "client" allocated, though it may close, until as many
+ * tuned_client_release: for work off the loop that answers it. */
+void tuned_client_hold(tuned_client *client);
+void tuned_client_release(tuned_client *client);
 
 /* handlers.c: one request, admitted by the session. */
 void tuned_handle(tuned_client *client, proto_request *req);
@@ -113,8 +122,10 @@ int tuned_cached_version(tuned_daemon *d, const char *key);
 /* Tells the runner which jobs a client waits on (watch, or a fetch for a
  * newer version): they go first. */
 void tuned_update_waited(tuned_daemon *d);
-/* Hands a queued job to the runner, with what the cache knows of its key. */
-int tuned_run_job(tuned_daemon *d, tuned_job *job);
+/* Hands a queued job to the runner, with what the cache knows of its key,
+ * read off the loop thread: the job goes to the runner later, on the loop,
+ * if it is still queued then. */
+void tuned_run_job(tuned_daemon *d, const tuned_job *job);
 
 /* results.c: the runner's results, on the loop thread. */
 void tuned_on_results(uv_async_t *async);

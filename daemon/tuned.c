@@ -82,6 +82,11 @@ static int open_cache(tuned_daemon *d)
 			  d->options.cache_path, err.message);
 		return -1;
 	}
+	if (cache_open_reader(d->cache, &d->reader, &err) < 0) {
+		tuned_log(TUNED_ERROR, "cannot open a reader of the cache '%s': %s",
+			  d->options.cache_path, err.message);
+		return -1;
+	}
 	snprintf(jobs_path, sizeof(jobs_path), "%s.jobs.json", d->options.cache_path);
 	if ((rc = tuned_jobs_load(&d->jobs, d->cache, jobs_path)) < 0) {
 		tuned_log(TUNED_ERROR, "cannot load the job queue: %s", d->jobs.error);
@@ -95,6 +100,8 @@ static int open_cache(tuned_daemon *d)
 	return 0;
 }
 
+/* Once the socket is open: what each job needs from the cache is read
+ * off the loop thread (tuned_run_job). */
 static void resume_jobs(tuned_daemon *d)
 {
 	for (tuned_job *job = d->jobs.head; job; job = job->next)
@@ -182,12 +189,12 @@ static int start(tuned_daemon *d)
 		tuned_log(TUNED_ERROR, "cannot start the worker threads");
 		return -1;
 	}
-	resume_jobs(d);
 	if (tuned_server_listen(d, why, sizeof(why)) < 0) {
 		tuned_log(TUNED_ERROR, "cannot listen on '%s': %s", d->options.socket_path,
 			  why);
 		return -1;
 	}
+	resume_jobs(d);
 	start_signals(d);
 	start_watchdog(d);
 	return 0;
@@ -203,6 +210,7 @@ static void finish(tuned_daemon *d)
 		tuned_log(TUNED_WARN, "checkpoint: %s", err.message);
 	/* After a failed start: its workers stop and its share folder goes. */
 	tuned_runner_stop(d->runner);
+	cache_close(d->reader);
 	cache_close(d->cache);
 	tuned_jobs_release(&d->jobs);
 	tuned_socket_remove(d->options.socket_path, &d->bound);
@@ -233,6 +241,7 @@ int main(int argc, char **argv)
 		return EXIT_FAILURE;
 	}
 	d.loop = uv_default_loop();
+	uv_mutex_init(&d.reader_lock);
 	d.started_ms = uv_now(d.loop);
 	apply_limits(&d);
 	tuner_worker_default_path(d.worker_path, sizeof(d.worker_path));

@@ -150,10 +150,41 @@ static int read_tensor(sched_graph *graph, sched_tensor *t, const char *name,
 	return read_role(t, json_object_get(decl, "role"), err);
 }
 
-static int read_tensors(sched_graph *graph, json_t *tensors, sched_error *err)
+/* Fails when "value" is over "limit": "what" says what was counted, as
+ * in "the graph has 5000 ops". */
+static int check_limit(const sched_limit *limit, int64_t value, const char *what,
+		       sched_error *err)
+{
+	if (limit->max <= 0 || value <= limit->max)
+		return SCHED_OK;
+	return sched_fail(err, SCHED_ELIMIT, -1, 0, "%s, over the limit of %lld%s%s%s",
+			  what, (long long)limit->max,
+			  limit->option ? " (raise it with " : "",
+			  limit->option ? limit->option : "", limit->option ? ")" : "");
+}
+
+/* The tensor's elements, and all of them so far, within "limits". */
+static int check_elements(const sched_tensor *t, int64_t total,
+			  const sched_limits *limits, sched_error *err)
+{
+	char what[160];
+	int rc;
+
+	snprintf(what, sizeof(what), "tensor '%s' has %lld elements", t->name,
+		 (long long)t->size);
+	if ((rc = check_limit(&limits->tensor_elements, t->size, what, err)) < 0)
+		return rc;
+	snprintf(what, sizeof(what), "the graph's tensors have %lld elements or more "
+		 "in all", (long long)total);
+	return check_limit(&limits->total_elements, total, what, err);
+}
+
+static int read_tensors(sched_graph *graph, json_t *tensors,
+			const sched_limits *limits, sched_error *err)
 {
 	const char *name;
 	json_t *decl;
+	int64_t total = 0;
 	int rc, i = 0;
 
 	if (!json_is_object(tensors) || json_object_size(tensors) == 0)
@@ -164,9 +195,15 @@ static int read_tensors(sched_graph *graph, json_t *tensors, sched_error *err)
 					   graph->ntensors * sizeof(sched_tensor));
 	if (!graph->tensors)
 		return SCHED_ENOMEM;
-	json_object_foreach(tensors, name, decl)
-		if ((rc = read_tensor(graph, &graph->tensors[i++], name, decl, err)) < 0)
+	json_object_foreach(tensors, name, decl) {
+		sched_tensor *t = &graph->tensors[i++];
+
+		if ((rc = read_tensor(graph, t, name, decl, err)) < 0)
 			return rc;
+		total += t->size;
+		if ((rc = check_elements(t, total, limits, err)) < 0)
+			return rc;
+	}
 	return SCHED_OK;
 }
 
@@ -184,12 +221,18 @@ static int read_op_text(json_t *text, int index, sched_error *err)
 	return SCHED_OK;
 }
 
-static int read_ops(sched_graph *graph, json_t *ops, sched_error *err)
+static int read_ops(sched_graph *graph, json_t *ops, const sched_limits *limits,
+		    sched_error *err)
 {
+	char what[64];
 	size_t i;
 	json_t *text;
 	int rc;
 
+	snprintf(what, sizeof(what), "the graph has %zu ops", json_array_size(ops));
+	if (json_is_array(ops) &&
+	    (rc = check_limit(&limits->ops, (int64_t)json_array_size(ops), what, err)) < 0)
+		return rc;
 	if (!json_is_array(ops) || json_array_size(ops) == 0 ||
 	    json_array_size(ops) > MAX_OPS)
 		return sched_fail(err, SCHED_ESCHEMA, -1, 0,
@@ -257,7 +300,8 @@ static int read_header(sched_graph *graph, json_t *root, sched_error *err)
 	return graph->name ? SCHED_OK : SCHED_ENOMEM;
 }
 
-static int load_graph(sched_graph *graph, json_t *root, sched_error *err)
+static int load_graph(sched_graph *graph, json_t *root, const sched_limits *limits,
+		      sched_error *err)
 {
 	int rc;
 
@@ -266,23 +310,28 @@ static int load_graph(sched_graph *graph, json_t *root, sched_error *err)
 				  "the graph must be a JSON object");
 	if ((rc = read_header(graph, root, err)) < 0 ||
 	    (rc = read_options(graph, json_object_get(root, "options"), err)) < 0 ||
-	    (rc = read_tensors(graph, json_object_get(root, "tensors"), err)) < 0 ||
-	    (rc = read_ops(graph, json_object_get(root, "ops"), err)) < 0 ||
+	    (rc = read_tensors(graph, json_object_get(root, "tensors"), limits, err)) < 0 ||
+	    (rc = read_ops(graph, json_object_get(root, "ops"), limits, err)) < 0 ||
 	    (rc = sched_graph_check_dataflow(graph, err)) < 0 ||
 	    (rc = sched_graph_check_bounds(graph, err)) < 0)
 		return rc;
 	return sched_graph_canonicalize(graph);
 }
 
-int sched_graph_read_string(const char *text, sched_graph **out,
-			    sched_error *err)
+int sched_graph_read_limited(const char *text, const sched_limits *limits,
+			     sched_graph **out, sched_error *err)
 {
 	json_error_t jerr;
-	json_t *root = json_loads(text, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+	json_t *root;
 	sched_graph *graph;
+	char what[64];
 	int rc;
 
 	*out = NULL;
+	snprintf(what, sizeof(what), "the graph's text is %zu bytes", strlen(text));
+	if ((rc = check_limit(&limits->text_bytes, (int64_t)strlen(text), what, err)) < 0)
+		return rc;
+	root = json_loads(text, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
 	if (!root)
 		return sched_fail(err, SCHED_EJSON, -1, 0,
 				  "line %d, column %d: %s", jerr.line, jerr.column,
@@ -291,7 +340,7 @@ int sched_graph_read_string(const char *text, sched_graph **out,
 		json_decref(root);
 		return sched_fail(err, SCHED_ENOMEM, -1, 0, "out of memory");
 	}
-	rc = load_graph(graph, root, err);
+	rc = load_graph(graph, root, limits, err);
 	json_decref(root);
 	if (rc == SCHED_ENOMEM)
 		sched_fail(err, rc, -1, 0, "out of memory");
@@ -301,6 +350,14 @@ int sched_graph_read_string(const char *text, sched_graph **out,
 	}
 	*out = graph;
 	return SCHED_OK;
+}
+
+int sched_graph_read_string(const char *text, sched_graph **out,
+			    sched_error *err)
+{
+	static const sched_limits none;
+
+	return sched_graph_read_limited(text, &none, out, err);
 }
 
 static char *read_whole_file(const char *path)

@@ -39,6 +39,7 @@ enum sched_code {
 	SCHED_EBOUNDS = -7, /* an access leaves its tensor */
 	SCHED_ENOMEM = -8,
 	SCHED_EINTERNAL = -9,
+	SCHED_ELIMIT = -10, /* over a limit of sched_limits */
 };
 
 enum sched_dtype { SCHED_F32, SCHED_F16, SCHED_BF16, SCHED_I32 };
@@ -62,6 +63,28 @@ int sched_graph_read_file(const char *path, __sched_give sched_graph **out,
 int sched_graph_read_string(const char *text, __sched_give sched_graph **out,
 			    sched_error *err);
 void sched_graph_free(__sched_take sched_graph *graph);
+
+/* What reading one graph may cost, checked as it is read, before the
+ * expensive checks: each a maximum (0: none beyond the format's own), with
+ * the option that raises it, named in the error (may be NULL). */
+typedef struct sched_limit {
+	int64_t max;
+	const char *option;
+} sched_limit;
+
+typedef struct sched_limits {
+	sched_limit text_bytes;      /* the graph.json text */
+	sched_limit ops;             /* entries of "ops" */
+	sched_limit tensor_elements; /* the elements of any one tensor */
+	sched_limit total_elements;  /* the elements of all tensors together */
+} sched_limits;
+
+/* sched_graph_read_string within "limits": a graph over one fails with
+ * SCHED_ELIMIT, the message naming the limit, the graph's value and the
+ * option. */
+int sched_graph_read_limited(const char *text,
+			     __sched_keep const sched_limits *limits,
+			     __sched_give sched_graph **out, sched_error *err);
 
 const char *sched_graph_name(__sched_keep const sched_graph *graph);
 int sched_graph_tensor_count(__sched_keep const sched_graph *graph);

@@ -807,3 +807,36 @@ Test(cache, reads_from_another_thread_while_the_owner_writes)
 				      NULL, NULL), 30);
 	cache_close(c);
 }
+
+/* A second handle (cache_open_reader) reads on its own thread while the
+ * owner writes and reads on the first; it writes nothing. */
+Test(cache, a_second_reader_reads_beside_the_first)
+{
+	cache *c = fx_open(), *r = NULL;
+	reader_job job = { 0 };
+	cache_error err = { 0 };
+	pthread_t thread;
+
+	put_graph(c, 1, NULL);
+	cr_assert_eq(cache_open_reader(c, &r, &err), 0, "%s", err.message);
+	job.c = r;
+	snprintf(job.key, sizeof(job.key), "%s", graph_key(1));
+	cr_assert_eq(pthread_create(&thread, NULL, read_while_writing, &job), 0);
+	for (int v = 1; v <= 30; v++) {
+		cr_expect_eq(publish(c, 1, DEVICE_CPU, CODEGEN, v, 5000), v);
+		cr_expect_eq(cache_fetch_best(c, graph_key(1), DEVICE_CPU, CODEGEN, 0,
+					      NULL, NULL), v);
+	}
+	job.stop = 1;
+	pthread_join(thread, NULL);
+	cr_expect_eq(job.errors, 0);
+	cr_expect_eq(job.backwards, 0);
+	cr_expect_gt(job.reads, 0);
+	cr_expect_eq(cache_fetch_best(r, graph_key(1), DEVICE_CPU, CODEGEN, 0,
+				      NULL, NULL), 30);
+	cr_expect_eq(cache_put_graph(r, graph_key(2), graph_canonical(2), NULL, &err),
+		     CACHE_ETHREAD);
+	cr_expect(strstr(err.message, "only reads"), "%s", err.message);
+	cache_close(r);
+	cache_close(c);
+}

@@ -7,6 +7,9 @@
  * depends on $SCRIPTED_TIMES: "flat", "hash" or "kernels"
  * (scripted_times.h).
  * $SCRIPTED_DELAY_MS, when set, is slept before each measurement.
+ * $SCRIPTED_PROBE_DELAY_MS, when set, is slept before the answer to the
+ * probe: until then the runner starts no job, so a test sees the loop
+ * thread's own work alone.
  * $SCRIPTED_CLOSE, when set, makes every other re-timing (the first, the
  * third...) a close call: the challengers lose its first two rounds.
  * $SCRIPTED_FIRST_MS, when set, is the time of the first measurement (the
@@ -40,15 +43,19 @@ static double plan_ms(const json_t *plan)
 	return scripted_ms(plan, getenv("SCRIPTED_TIMES"));
 }
 
+static void sleep_ms(long ms)
+{
+	struct timespec ts = {ms / 1000, ms % 1000 * 1000000L};
+
+	nanosleep(&ts, NULL);
+}
+
 static void pause_a_little(void)
 {
 	const char *ms = getenv("SCRIPTED_DELAY_MS");
-	struct timespec ts = {0, 0};
 
-	if (!ms)
-		return;
-	ts.tv_nsec = atol(ms) % 1000 * 1000000L;
-	nanosleep(&ts, NULL);
+	if (ms)
+		sleep_ms(atol(ms) % 1000);
 }
 
 /* Dies once in "op", as $SCRIPTED_CRASH and $SCRIPTED_CRASH_OP say. */
@@ -129,6 +136,8 @@ static json_t *handle(const json_t *request)
 	if (!strcmp(op, "compile"))
 		return json_pack("{s:s, s:O}", "kind", "ok", "plan",
 				 json_object_get(request, "plan"));
+	if (!strcmp(op, "probe") && getenv("SCRIPTED_PROBE_DELAY_MS"))
+		sleep_ms(atol(getenv("SCRIPTED_PROBE_DELAY_MS")));
 	if (!strcmp(op, "probe"))
 		return json_pack("{s:s, s:f, s:f, s:f, s:i}", "kind", "ok",
 				 "bandwidth_gbs", 10.0, "gflops", 100.0,
