@@ -31,8 +31,9 @@
 
 #define MAX_ARGS 32
 #define MAX_SAMPLES 200000
-/* Ops in the big graph: within the 4096 a graph may hold. */
-#define BIG_OPS 4000
+/* Ops in the big graph: within the 1024 tuned allows by default. */
+#define BIG_OPS 1000
+#define GROUP_TERMS 16
 
 typedef struct options {
 	const char *tuned, *worker, *examples, *json;
@@ -186,7 +187,7 @@ static bool hello(conn *c)
 
 static void start_daemon(const options *o, daemon_proc *d)
 {
-	char cache[160], log[160];
+	char cache[160], log[160], graph_bytes[32];
 	const char *argv[MAX_ARGS + 16];
 	int n = 0;
 
@@ -196,8 +197,11 @@ static void start_daemon(const options *o, daemon_proc *d)
 	snprintf(d->socket, sizeof(d->socket), "%s/tuned.sock", d->dir);
 	snprintf(cache, sizeof(cache), "%s/cache.db", d->dir);
 	snprintf(log, sizeof(log), "%s/tuned.log", d->dir);
+	/* The big graph, within the text a submit may carry. */
+	snprintf(graph_bytes, sizeof(graph_bytes), "%.0f", o->graph_mb * 1.2e6 + (1 << 20));
 	for (const char *a[] = {o->tuned, "--backend", "cpu", "--socket", d->socket,
-				"--cache", cache, "--log", log, "--jobs", "4", NULL},
+				"--cache", cache, "--log", log, "--jobs", "4",
+				"--max-graph-bytes", graph_bytes, NULL},
 	     **p = a; *p; p++)
 		argv[n++] = *p;
 	for (int i = 0; i < o->nextra; i++)
@@ -264,15 +268,20 @@ static json_t *submit(const char *socket, json_t *graph, double budget_s, int tr
 	return reply;
 }
 
-/* One op of about "bytes" bytes: y<k>[i] = x[i] * c + x[i] * c + ... */
+/* One op of about "bytes" bytes, a sum of groups of GROUP_TERMS terms
+ * (a chain of terms alone would nest deeper than an op may):
+ * y<k>[i] = (x[i] * c + ... + x[i] * c) + (...) + ... */
 static char *long_op(int k, size_t bytes)
 {
-	size_t size = bytes + 64, len;
+	size_t size = bytes + 256, len;
 	char *op = malloc(size);
 
-	len = (size_t)snprintf(op, size, "y%d[i] = x[i] * %d.5", k, k % 97);
-	for (int t = 1; len + 32 < bytes; t++)
-		len += (size_t)snprintf(op + len, size - len, " + x[i] * %d.25", (k + t) % 89);
+	len = (size_t)snprintf(op, size, "y%d[i] = (x[i] * %d.5", k, k % 97);
+	for (int t = 1; len + 64 < bytes; t++)
+		len += (size_t)snprintf(op + len, size - len, t % GROUP_TERMS ?
+					" + x[i] * %d.25" : ") + (x[i] * %d.25",
+					(k + t) % 89);
+	snprintf(op + len, size - len, ")");
 	return op;
 }
 
