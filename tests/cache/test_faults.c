@@ -20,7 +20,7 @@
 
 #include "cache_test.h"
 
-TestSuite(faults, .init = fx_setup, .fini = fx_teardown, .timeout = 120);
+TestSuite(faults, .init = fx_setup, .fini = fx_teardown, .timeout = 300);
 
 /* ---- damaged and foreign files ---- */
 
