@@ -887,12 +887,16 @@ static int draw_mutants(tuner_search *s, const int *parent, json_t *out, int *in
 	return n;
 }
 
-/* "genes" proposed into out and, when new, into the population. */
+/* "genes" proposed into out and, when new, into the population; not
+ * proposed once the population is full (a population smaller than the
+ * seeds of the first one: bench/tuning_curve --population 2). */
 static void join_population(tuner_search *s, const int *genes, json_t *out)
 {
-	int index = propose(s, genes, out);
+	int index;
 
-	if (index >= 0)
+	if (s->npop >= s->o.population)
+		return;
+	if ((index = propose(s, genes, out)) >= 0)
 		s->pop[s->npop++] = index;
 }
 
