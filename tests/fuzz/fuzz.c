@@ -195,6 +195,7 @@ void fuzz_corpus_add(fuzz_corpus *c, const char *text)
 void fuzz_corpus_add_word(fuzz_corpus *c, const char *word)
 {
 	words_add(&c->strings, word);
+	words_add(&c->keys, word);
 }
 
 char *fuzz_read_source(const char *path)

@@ -57,7 +57,8 @@ void fuzz_corpus_add(fuzz_corpus *corpus, const char *text);
 int fuzz_corpus_add_dir(fuzz_corpus *corpus, const char *dir, const char *suffix);
 /* The text of file "path" (under the source root), or NULL; caller frees. */
 char *fuzz_read_source(const char *path);
-/* Adds a word to draw from (a graph's name, say). */
+/* Adds a word to draw from as a string or a key (a graph's name, a key
+ * the seeds lack). */
 void fuzz_corpus_add_word(fuzz_corpus *corpus, const char *word);
 
 typedef struct fuzz_stats {

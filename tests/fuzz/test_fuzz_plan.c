@@ -213,6 +213,16 @@ static void add_gpu_plans(fuzz_corpus *corpus)
 	}
 }
 
+/* What a plan may say that its seeds may not. */
+static const char *const plan_words[] = {
+	"name", "ops", "lanes", "schedule", "sync", "library", "tile", "threads",
+	"parallel", "unroll", "vector", "split", "parts", "shared", "micro", "mma",
+	"mr", "nr", "kc", "mc", "nc", "pack", "bm", "bn", "bk", "wm", "wn",
+	"stages", "raster", "rotated", "split_k", "after", "policy",
+	"wait_kernel", "ordered", "early_loads", "key", "thread", "warp",
+	"block", "row", "strided", "conv2d",
+};
+
 Test(fuzz, plan_reader)
 {
 	fuzz_corpus *corpus = fuzz_corpus_new();
@@ -220,6 +230,8 @@ Test(fuzz, plan_reader)
 	fuzz_target target = {"plan", read_plan, &all, 1};
 	fuzz_stats stats;
 
+	for (size_t i = 0; i < sizeof(plan_words) / sizeof(plan_words[0]); i++)
+		fuzz_corpus_add_word(corpus, plan_words[i]);
 	add_examples(&all, corpus);
 	add_gpu_plans(corpus);
 	fuzz_corpus_add_dir(corpus, "tests/fuzz/corpus/plan", ".json");
