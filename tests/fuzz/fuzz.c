@@ -701,7 +701,10 @@ const char *fuzz_excerpt(const char *s)
 	size_t n = 0;
 
 	for (; *s && n < sizeof(out) - 4; s++)
-		out[n++] = *s == '\n' ? ' ' : *s;
+		if (!isspace((unsigned char)*s))
+			out[n++] = *s;
+		else if (n && out[n - 1] != ' ') /* spaces and lines as one space */
+			out[n++] = ' ';
 	strcpy(out + n, *s ? "..." : "");
 	return out;
 }

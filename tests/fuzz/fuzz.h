@@ -74,7 +74,8 @@ typedef struct fuzz_stats {
  * (default 1); logs and returns the counts. */
 fuzz_stats fuzz_run(const fuzz_target *target, fuzz_corpus *corpus);
 
-/* The first bytes of "text" on one line, for an assertion's message. */
+/* The first bytes of "text" on one line, its spaces and line breaks
+ * squeezed, for an assertion's message. */
 const char *fuzz_excerpt(const char *text);
 
 #endif
