@@ -19,6 +19,7 @@
 #define WORD_MAX 256	/* longer strings are not drawn as words */
 #define TEXT_MAX (1 << 20) /* mutants grow no longer */
 #define DUPLICATE_MARK "__fuzz_duplicate__"
+#define MIN_MUTANTS 500
 
 typedef struct entry {
 	char *text;
@@ -763,7 +764,9 @@ fuzz_stats fuzz_run(const fuzz_target *target, fuzz_corpus *c)
 		    seconds, last);
 	for (size_t i = 0; i < c->seeds; i++)
 		run_one(target, c->entries[i].text, fd, &stats);
-	while (now() - start < seconds) {
+	/* the time, and at least MIN_MUTANTS: slow seeds on a loaded machine
+	 * leave mutants to run */
+	for (long n = 0; n < MIN_MUTANTS || now() - start < seconds; n++) {
 		text t = make_mutant(target, c, &rng);
 
 		if (run_one(target, t.s, fd, &stats) == FUZZ_ACCEPTED)

@@ -70,8 +70,9 @@ typedef struct fuzz_stats {
 } fuzz_stats;
 
 /* Runs every text of the corpus as it is, then mutants of them until
- * TUNED_FUZZ_SECONDS (default 20) have passed, from seed TUNED_FUZZ_SEED
- * (default 1); logs and returns the counts. */
+ * TUNED_FUZZ_SECONDS (default 20) have passed and 500 mutants at least
+ * ran, from seed TUNED_FUZZ_SEED (default 1); logs and returns the
+ * counts. */
 fuzz_stats fuzz_run(const fuzz_target *target, fuzz_corpus *corpus);
 
 /* The first bytes of "text" on one line, its spaces and line breaks

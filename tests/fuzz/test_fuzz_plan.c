@@ -174,7 +174,7 @@ static void add_examples(graphs *all, fuzz_corpus *corpus)
 		"llama_mlp_small.json", "lstm_cell_small.json", "ln_residual_small.json",
 		"softmax_scores_small.json", "ln_grad_params_small.json",
 		"mi_lstm_cell_small.json", "gpt3_mlp_m256.json", "bert_qkv.json",
-		"conv_pair.json", "llama_mlp_m512.json", "gpt3_mlp_m2048.json",
+		"conv_pair.json", "llama_mlp_m512.json",
 	};
 
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
@@ -187,7 +187,7 @@ static void add_gpu_plans(fuzz_corpus *corpus)
 	static const char *const files[] = {
 		"bert_qkv.epilogue", "bert_qkv.mma", "bert_qkv_small.epilogue",
 		"bert_qkv_small.mma", "bert_qkv_small.sync", "conv_pair.sync",
-		"conv_pair_small.sync", "gpt3_mlp_m2048.sync",
+		"conv_pair_small.sync",
 		"gpt3_mlp_m256.epilogue", "gpt3_mlp_m256.library",
 		"gpt3_mlp_m256.library_epilogue", "gpt3_mlp_m256.mma",
 		"gpt3_mlp_m256.split_k", "gpt3_mlp_m256.sync",
