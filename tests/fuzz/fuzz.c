@@ -9,6 +9,9 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +42,12 @@ struct fuzz_corpus {
 	words strings, keys, idents;
 };
 
-uint64_t fuzz_next(fuzz_rng *rng)
+/* splitmix64 */
+typedef struct fuzz_rng {
+	uint64_t state;
+} fuzz_rng;
+
+static uint64_t fuzz_next(fuzz_rng *rng)
 {
 	uint64_t z = (rng->state += 0x9e3779b97f4a7c15ULL);
 
@@ -48,7 +56,8 @@ uint64_t fuzz_next(fuzz_rng *rng)
 	return z ^ (z >> 31);
 }
 
-size_t fuzz_below(fuzz_rng *rng, size_t n)
+/* A number in [0, n); n > 0. */
+static size_t fuzz_below(fuzz_rng *rng, size_t n)
 {
 	return (size_t)(fuzz_next(rng) % n);
 }

@@ -18,20 +18,6 @@
 #ifndef FUZZ_H
 #define FUZZ_H
 
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-
-#include <jansson.h>
-
-typedef struct fuzz_rng {
-	uint64_t state;
-} fuzz_rng;
-
-uint64_t fuzz_next(fuzz_rng *rng);
-/* A number in [0, n); n > 0. */
-size_t fuzz_below(fuzz_rng *rng, size_t n);
-
 /* What a target made of one input. */
 enum fuzz_outcome { FUZZ_REFUSED, FUZZ_ACCEPTED };
 
