@@ -8,7 +8,8 @@
  * through kgen_graph_for_plan and kgen_plan_from_json as every consumer
  * of a plan does. A refusal is KGEN_EPLAN with a message of one line; an
  * accepted plan writes itself as JSON that reads back to the same plan,
- * and each of its kernels prints as C and as CUDA.
+ * each of its kernels prints as C and as CUDA, and the cost model gives
+ * it a positive time.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -36,7 +37,24 @@ static void check_refusal(int rc, kgen_error *err, const char *text)
 	kgen_error_release(err);
 }
 
-/* "plan" writes itself as JSON that reads back the same, and prints. */
+/* The cost model's estimate of "plan" on a device like an H100 and on a
+ * cpu of 4 cores: the search estimates every plan it knows. */
+static void check_estimates(const sched_graph *g, const kgen_plan *plan,
+			    const char *text)
+{
+	static const kgen_peaks gpu = {.bandwidth_gbs = 3000, .gflops = 50000,
+				       .launch_ms = 0.005, .cores = 132};
+	static const kgen_peaks cpu = {.bandwidth_gbs = 20, .gflops = 100,
+				       .launch_ms = 0.002, .cores = 4};
+	double on_gpu = tuner_optimistic_ms(g, plan, &gpu, 1);
+	double on_cpu = tuner_optimistic_ms(g, plan, &cpu, 0);
+
+	cr_assert(on_gpu > 0 && on_cpu > 0, "estimates %g ms and %g ms for %s",
+		  on_gpu, on_cpu, fuzz_excerpt(text));
+}
+
+/* "plan" writes itself as JSON that reads back the same, prints, and has
+ * an estimate. */
 static void check_accepted(const sched_graph *g, const kgen_plan *plan,
 			   const char *text)
 {
@@ -60,6 +78,7 @@ static void check_accepted(const sched_graph *g, const kgen_plan *plan,
 		free(c_source);
 		free(cuda_source);
 	}
+	check_estimates(g, plan, text);
 	json_decref(json);
 	json_decref(json2);
 	kgen_plan_free(again);
