@@ -547,10 +547,10 @@ static json_t *donor(json_t *tree, fuzz_rng *rng, const fuzz_corpus *c)
 	return copy;
 }
 
-/* A new value for an array or object: its elements cut, repeated, grown
- * or reordered; NULL when it changed in place. */
-static json_t *mutate_container(json_t *v, json_t *tree, fuzz_rng *rng,
-				const fuzz_corpus *c, char *duplicate)
+/* Array "v" cut, cleared or grown; or object "v" with a key dropped,
+ * given twice, added or renamed. In place. */
+static void mutate_container(json_t *v, json_t *tree, fuzz_rng *rng,
+			     const fuzz_corpus *c, char *duplicate)
 {
 	size_t n = json_is_array(v) ? json_array_size(v) : json_object_size(v);
 	size_t i = n ? fuzz_below(rng, n) : 0;
@@ -572,7 +572,7 @@ static json_t *mutate_container(json_t *v, json_t *tree, fuzz_rng *rng,
 		default:
 			json_array_clear(v);
 		}
-		return NULL;
+		return;
 	}
 	while (i-- && iter)
 		iter = json_object_iter_next(v, iter);
@@ -600,7 +600,6 @@ static json_t *mutate_container(json_t *v, json_t *tree, fuzz_rng *rng,
 			json_object_set_new(v, words_draw(&c->keys, rng, "x"), value);
 		}
 	}
-	return NULL;
 }
 
 /* One structural mutation of "tree"; the tree, or the new root. */
@@ -629,7 +628,7 @@ static json_t *mutate_tree(json_t *tree, fuzz_rng *rng, const fuzz_corpus *c,
 		else if (json_is_string(at.value))
 			with = mutate_string(at.value, rng, c);
 		else if (json_is_array(at.value) || json_is_object(at.value))
-			with = mutate_container(at.value, tree, rng, c, duplicate);
+			mutate_container(at.value, tree, rng, c, duplicate);
 	}
 	if (!with)
 		return tree;
