@@ -746,8 +746,7 @@ static enum fuzz_outcome run_one(const fuzz_target *target, const char *s, int f
 	ms = (now() - start) * 1e3;
 	if (ms > stats->slowest_ms) {
 		stats->slowest_ms = ms;
-		free(stats->slowest);
-		stats->slowest = must(strdup(s));
+		snprintf(stats->slowest, sizeof(stats->slowest), "%s", fuzz_excerpt(s));
 	}
 	stats->executions++;
 	stats->accepted += outcome == FUZZ_ACCEPTED;
@@ -786,9 +785,6 @@ fuzz_stats fuzz_run(const fuzz_target *target, fuzz_corpus *c)
 	stats.seconds = now() - start;
 	cr_log_info("fuzz %s: %ld executions clean (%ld accepted) in %.1f s, "
 		    "slowest %.1f ms: %s", target->name, stats.executions,
-		    stats.accepted, stats.seconds, stats.slowest_ms,
-		    fuzz_excerpt(stats.slowest));
-	free(stats.slowest);
-	stats.slowest = NULL;
+		    stats.accepted, stats.seconds, stats.slowest_ms, stats.slowest);
 	return stats;
 }

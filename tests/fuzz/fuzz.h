@@ -52,7 +52,7 @@ typedef struct fuzz_stats {
 	long accepted;
 	double seconds;
 	double slowest_ms;
-	char *slowest; /* the input, while running */
+	char slowest[400]; /* its input, cut (fuzz_excerpt) */
 } fuzz_stats;
 
 /* Runs every text of the corpus as it is, then mutants of them until
