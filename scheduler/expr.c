@@ -397,6 +397,10 @@ static sched_node *parse_primary(parser *p)
 	int pos = p->tok.pos;
 
 	if (p->tok.kind == TOK_NUM) {
+		if (!isfinite(p->tok.num)) /* 1e999: no double holds it */
+			return parse_error(p, SCHED_ESYNTAX, pos,
+					   "number '%.*s' is out of range",
+					   p->tok.len < 40 ? p->tok.len : 40, p->text + pos);
 		if (!(node = node_new(p, SCHED_NODE_NUM, pos, 0)))
 			return NULL;
 		node->num = p->tok.num;

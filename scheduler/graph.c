@@ -75,11 +75,11 @@ static int read_shape(sched_tensor *t, json_t *shape, sched_error *err)
 					  "tensor '%s': dim %zu of the shape must be "
 					  "a positive integer", t->name, i);
 		t->shape[i] = json_integer_value(dim);
-		t->size *= t->shape[i];
-		if (t->size > MAX_ELEMENTS)
+		if (t->shape[i] > MAX_ELEMENTS / t->size) /* before it overflows */
 			return sched_fail(err, SCHED_ESCHEMA, -1, 0,
 					  "tensor '%s' has more than 2^40 elements",
 					  t->name);
+		t->size *= t->shape[i];
 	}
 	return SCHED_OK;
 }

@@ -908,12 +908,16 @@ static void mutate(tuner_search *s)
 			s->genes[i] = rng_below(s, s->domain[i]);
 }
 
-/* "genes" proposed into out and, when new, into the population. */
+/* "genes" proposed into out and, when new, into the population; not
+ * proposed once the population is full (a population smaller than the
+ * seeds of the first one: bench/tuning_curve --population 2). */
 static void join_population(tuner_search *s, const int *genes, json_t *out)
 {
-	int index = propose(s, genes, out);
+	int index;
 
-	if (index >= 0)
+	if (s->npop >= s->o.population)
+		return;
+	if ((index = propose(s, genes, out)) >= 0)
 		s->pop[s->npop++] = index;
 }
 

@@ -1504,3 +1504,30 @@ Test(search, batches_and_convolutions_get_tensor_cores_on_cuda)
 		sched_graph_free(g);
 	}
 }
+
+/* A population smaller than the seeds of the first one (the blocked,
+ * fused, library, synced and cut defaults on cuda): a generation holds at
+ * most the population, and the seeds do not overrun it (a heap overflow
+ * found by the plan fuzzer, tests/fuzz). */
+Test(search, a_population_smaller_than_the_seeds)
+{
+	sched_graph *g = example("gpt3_mlp_small");
+
+	for (int population = 1; population <= 8; population++) {
+		tuner_search *s = tuner_search_new(g, &(tuner_search_options){
+			.seed = 7, .population = population, .cuda = 1, .library = 1});
+		json_t *g0, *g1;
+
+		cr_assert_not_null(s);
+		g0 = tuner_search_generation(s);
+		tuner_search_record(s, 0, 1);
+		g1 = tuner_search_generation(s);
+		cr_assert_not_null(g1);
+		cr_expect_leq(json_array_size(g1), (size_t)population,
+			      "population %d: %zu plans", population, json_array_size(g1));
+		json_decref(g0);
+		json_decref(g1);
+		tuner_search_free(s);
+	}
+	sched_graph_free(g);
+}
