@@ -222,6 +222,27 @@ void conn_hello(conn *c)
 	json_decref(reply);
 }
 
+json_t *result_of(json_t *reply)
+{
+	return json_object_get(reply, "result");
+}
+
+static const char *error_field(json_t *reply, const char *field)
+{
+	return json_string_value(json_object_get(json_object_get(reply, "error"), field))
+	       ?: "";
+}
+
+const char *error_code(json_t *reply)
+{
+	return error_field(reply, "code");
+}
+
+const char *error_message(json_t *reply)
+{
+	return error_field(reply, "message");
+}
+
 /* Runs tunectl with "args" and the socket, its stdout into "out" and its
  * stderr into "err" (open files); the exit status. */
 static int run_tunectl(const fixture *f, const char *const *args, int out, int err)

@@ -59,6 +59,11 @@ json_t *conn_read(conn *c, int timeout_ms);
 json_t *conn_call(conn *c, const char *op, json_t *params);
 /* hello, asserted to succeed. */
 void conn_hello(conn *c);
+/* A reply's result, or NULL when it is an error. */
+json_t *result_of(json_t *reply);
+/* A reply's error code and message, "" when it has none. */
+const char *error_code(json_t *reply);
+const char *error_message(json_t *reply);
 
 /* Runs tunectl ($TUNECTL) with "args" (NULL-terminated) and "--socket"
  * the daemon's socket ("f" NULL: no socket); *output (may be NULL) gets

@@ -13,11 +13,6 @@
 
 #include "fixture.h"
 
-static json_t *result_of(json_t *reply)
-{
-	return json_object_get(reply, "result");
-}
-
 /* Submits examples/NAME.json and waits for its job to be done; its key. */
 static char *tune(conn *c, const char *example)
 {

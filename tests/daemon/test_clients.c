@@ -28,23 +28,6 @@
 #define OTHER_EXAMPLE "bert_qkv_small"
 #define NO_SUCH_KEY "0000000000000000000000000000000000000000000000000000000000000000"
 
-static json_t *result_of(json_t *reply)
-{
-	return json_object_get(reply, "result");
-}
-
-static const char *error_code(json_t *reply)
-{
-	return json_string_value(json_object_get(json_object_get(reply, "error"),
-						 "code")) ?: "";
-}
-
-static const char *error_message(json_t *reply)
-{
-	return json_string_value(json_object_get(json_object_get(reply, "error"),
-						 "message")) ?: "";
-}
-
 /* tuned on the scripted worker, each measurement slowed so that a job
  * with a budget stays in progress for the whole test. */
 static void start_scripted(fixture *f, const char *const *extra)

@@ -23,23 +23,6 @@
 
 #define EXAMPLE "softmax_scores_small"
 
-static json_t *result_of(json_t *reply)
-{
-	return json_object_get(reply, "result");
-}
-
-static const char *error_message(json_t *reply)
-{
-	return json_string_value(json_object_get(json_object_get(reply, "error"),
-						 "message")) ?: "";
-}
-
-static const char *error_code(json_t *reply)
-{
-	return json_string_value(json_object_get(json_object_get(reply, "error"),
-						 "code")) ?: "";
-}
-
 static const char *event_name(json_t *event)
 {
 	return json_string_value(json_object_get(event, "event")) ?: "";

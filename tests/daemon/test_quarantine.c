@@ -21,11 +21,6 @@ extern char **environ;
 
 #define EXAMPLE "softmax_scores_small"
 
-static json_t *result_of(json_t *reply)
-{
-	return json_object_get(reply, "result");
-}
-
 /* Starts tuned with the scripted worker at "worker" (NULL: the built
  * one), whose first "crash_op" (NULL: none) dies of SIGSEGV. */
 static void start_scripted_at(fixture *f, const char *worker, const char *crash_op)

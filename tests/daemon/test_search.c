@@ -20,11 +20,6 @@
 #include "fixture.h"
 #include "scripted_times.h"
 
-static json_t *result_of(json_t *reply)
-{
-	return json_object_get(reply, "result");
-}
-
 /* Runs tuned with the scripted worker timing plans "mode" ("flat" or
  * "hash"), each measurement taking "delay_ms". */
 static void start_scripted(fixture *f, const char *mode, const char *delay_ms,
