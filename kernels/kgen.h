@@ -252,6 +252,11 @@ int kgen_kernel_tiling(__sched_keep const sched_graph *graph,
 int kgen_sync_analyse(__sched_keep const sched_graph *graph,
 		      __sched_keep const kgen_plan *plan, int k,
 		      __sched_give sched_sync **out, kgen_error *err);
+/* The same offering only policy "want" when the dependence offers it,
+ * else every one (sched_sync_new_for). */
+int kgen_sync_analyse_for(__sched_keep const sched_graph *graph,
+			  __sched_keep const kgen_plan *plan, int k, int want,
+			  __sched_give sched_sync **out, kgen_error *err);
 /* Whether a producer and a consumer grid, blocks_p and blocks_c blocks
  * of which per_sm_p and per_sm_c fit on a multiprocessor, fit on "sms"
  * multiprocessors at once: then no consumer block can hold a

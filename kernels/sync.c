@@ -83,6 +83,12 @@ static int read_untiled(const sched_graph *graph, const kgen_kernel *p,
 int kgen_sync_analyse(const sched_graph *graph, const kgen_plan *plan, int k,
 		      sched_sync **out, kgen_error *err)
 {
+	return kgen_sync_analyse_for(graph, plan, k, -1, out, err);
+}
+
+int kgen_sync_analyse_for(const sched_graph *graph, const kgen_plan *plan, int k, int want,
+			  sched_sync **out, kgen_error *err)
+{
 	const kgen_kernel *producer = &plan->kernels[k - 1], *consumer = &plan->kernels[k];
 	sched_sync_pair pair = {.nconsumer_ops = consumer->nops, .consumer_ops = consumer->ops};
 	sched_error why = {0};
@@ -97,7 +103,7 @@ int kgen_sync_analyse(const sched_graph *graph, const kgen_plan *plan, int k,
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s' reads '%s', which kernel "
 				 "'%s' writes outside its tiles", consumer->name,
 				 graph->tensors[untiled].name, producer->name);
-	if (sched_sync_new(graph, &pair, out, &why) < 0)
+	if (sched_sync_new_for(graph, &pair, want, out, &why) < 0)
 		return kgen_fail(err, why.code == SCHED_ENOMEM ? KGEN_ENOMEM : KGEN_EPLAN,
 				 "kernel '%s' after '%s': %s", consumer->name,
 				 producer->name, why.message);

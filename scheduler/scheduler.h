@@ -375,6 +375,7 @@ typedef struct sched_sync_policy {
 	char *wait;
 	isl_map *posts;  /* Tp[p] -> Sem[s] */
 	isl_map *waits;  /* Tc[c] -> Sem[s] */
+	int64_t *posted; /* the posts each semaphore receives, counted once */
 } sched_sync_policy;
 
 typedef struct sched_sync {
@@ -393,6 +394,12 @@ typedef struct sched_sync {
 int sched_sync_new(__sched_keep const sched_graph *graph,
 		   const sched_sync_pair *pair, __sched_give sched_sync **out,
 		   sched_error *err);
+/* The same offering only policy "want" when it applies, else every one
+ * (all of them for "want" < 0): what a caller that will use one policy
+ * needs, without the isl work of the others. */
+int sched_sync_new_for(__sched_keep const sched_graph *graph,
+		       const sched_sync_pair *pair, int want,
+		       __sched_give sched_sync **out, sched_error *err);
 void sched_sync_free(__sched_take sched_sync *sync);
 /* The policy of "kind" offered for "sync", or NULL. */
 const sched_sync_policy *sched_sync_policy_of(__sched_keep const sched_sync *sync,

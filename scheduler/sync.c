@@ -458,6 +458,7 @@ static void policy_release(sched_sync_policy *policy)
 {
 	free(policy->post);
 	free(policy->wait);
+	free(policy->posted);
 	isl_map_free(policy->posts);
 	isl_map_free(policy->waits);
 	memset(policy, 0, sizeof(*policy));
@@ -517,17 +518,15 @@ static int64_t *count_posts(isl_map *posts, const int64_t *extent, int rank)
 			    isl_map_dim(posts, isl_dim_in), extent, rank);
 }
 
-/* The posts' common count, or 0 when semaphores get different counts. */
-static int64_t uniform_posts(isl_map *posts, const int64_t *extent, int rank)
+/* The common count of "posted" over "n" semaphores, or 0 when they get
+ * different counts. */
+static int64_t uniform_posts(const int64_t *posted, int64_t n)
 {
-	int64_t n = product(extent, rank);
-	int64_t *count = count_posts(posts, extent, rank);
-	int64_t target = count ? count[0] : 0;
+	int64_t target = posted ? posted[0] : 0;
 
-	for (int64_t s = 1; count && s < n; s++)
-		if (count[s] != target)
+	for (int64_t s = 1; posted && s < n; s++)
+		if (posted[s] != target)
 			target = 0;
-	free(count);
 	return target;
 }
 
@@ -542,7 +541,8 @@ static bool make_policy(sched_sync *sync, enum sched_sync_kind kind, int64_t str
 	*policy = (sched_sync_policy){.kind = kind, .stride = stride, .posts = posts};
 	ok = semaphore_grid(posts, policy->extent, &policy->rank);
 	policy->semaphores = product(policy->extent, policy->rank);
-	policy->target = ok ? uniform_posts(posts, policy->extent, policy->rank) : 0;
+	policy->posted = ok ? count_posts(posts, policy->extent, policy->rank) : NULL;
+	policy->target = uniform_posts(policy->posted, policy->semaphores);
 	ok = ok && policy->target > 0;
 	policy->waits = isl_map_apply_range(isl_map_copy(sync->needs), isl_map_copy(posts));
 	ok = ok && c_expressions(isl_map_copy(posts), "p", isl_set_copy(sync->producer_grid),
@@ -578,16 +578,32 @@ static void offer(sched_sync *sync, enum sched_sync_kind kind, int64_t stride)
 		sync->npolicies++;
 }
 
-static void offer_policies(sched_sync *sync)
+/* Offers "kind" when it applies; the stride is measured only for
+ * STRIDED, which needs one of at least 2. */
+static void offer_kind(sched_sync *sync, enum sched_sync_kind kind)
 {
-	int rank = sync->producer.rank;
-	int64_t stride = needed_stride(sync->needs, rank);
+	int64_t stride = 0;
 
-	offer(sync, SCHED_SYNC_TILE, 0);
-	offer(sync, SCHED_SYNC_ROW, 0);
-	if (stride > 1)
-		offer(sync, SCHED_SYNC_STRIDED, stride);
-	offer(sync, SCHED_SYNC_CONV2D, 0);
+	if (kind == SCHED_SYNC_STRIDED &&
+	    (stride = needed_stride(sync->needs, sync->producer.rank)) < 2)
+		return;
+	offer(sync, kind, stride);
+}
+
+/* Offers "want" alone when it applies, else (and for "want" < 0) every
+ * kind in the order of sched_sync_kind: each offer is made
+ * independently of the others, so the policies offered are those of a
+ * full analysis, less the ones not asked for. */
+static void offer_policies(sched_sync *sync, int want)
+{
+	if (want >= 0 && want < SCHED_SYNC_KINDS) {
+		offer_kind(sync, want);
+		if (sync->npolicies)
+			return;
+	}
+	for (int kind = 0; kind < SCHED_SYNC_KINDS; kind++)
+		if (kind != want)
+			offer_kind(sync, kind);
 }
 
 static bool tiling_valid(const sched_graph *graph, const sched_tiling *t)
@@ -605,7 +621,7 @@ static bool tiling_valid(const sched_graph *graph, const sched_tiling *t)
 	return elements == sched_tensor_size(graph, t->tensor);
 }
 
-static int analyse(const sched_graph *graph, const sched_sync_pair *pair,
+static int analyse(const sched_graph *graph, const sched_sync_pair *pair, int want,
 		   sched_sync *sync, sched_error *err)
 {
 	int root = consumer_root(graph, pair);
@@ -628,12 +644,18 @@ static int analyse(const sched_graph *graph, const sched_sync_pair *pair,
 	if (none)
 		return refuse(err, "the consumer does not read '%s'",
 			      graph->tensors[pair->producer.tensor].name);
-	offer_policies(sync);
+	offer_policies(sync, want);
 	return sync->npolicies ? SCHED_OK : refuse(err, "no policy could be printed");
 }
 
 int sched_sync_new(const sched_graph *graph, const sched_sync_pair *pair,
 		   sched_sync **out, sched_error *err)
+{
+	return sched_sync_new_for(graph, pair, -1, out, err);
+}
+
+int sched_sync_new_for(const sched_graph *graph, const sched_sync_pair *pair, int want,
+		       sched_sync **out, sched_error *err)
 {
 	sched_sync *sync = calloc(1, sizeof(*sync));
 	int rc;
@@ -645,7 +667,7 @@ int sched_sync_new(const sched_graph *graph, const sched_sync_pair *pair,
 	}
 	sync->producer = pair->producer;
 	sync->consumer = pair->consumer;
-	rc = analyse(graph, pair, sync, err);
+	rc = analyse(graph, pair, want, sync, err);
 	if (rc) {
 		sched_sync_free(sync);
 		return rc;
@@ -682,7 +704,7 @@ const sched_sync_policy *sched_sync_policy_of(const sched_sync *sync,
  * posts: fewer, and the wait never ends; more, and it ends early. */
 static int check_targets(const sched_sync_policy *policy, sched_error *err)
 {
-	int64_t *posts = count_posts(policy->posts, policy->extent, policy->rank);
+	const int64_t *posts = policy->posted;
 	int64_t *waits = count_points(isl_map_range(isl_map_copy(policy->waits)), 0,
 				      policy->extent, policy->rank);
 	int rc = posts && waits ? SCHED_OK : refuse(err, "isl failed counting posts");
@@ -695,7 +717,6 @@ static int check_targets(const sched_sync_policy *policy, sched_error *err)
 			    (long long)s, (long long)posts[s], (long long)policy->target,
 			    posts[s] < policy->target ? "hang" : "end early (a race)");
 	}
-	free(posts);
 	free(waits);
 	return rc;
 }

@@ -596,7 +596,8 @@ static void decode_kernel(const tuner_search *s, int k, const int *genes,
  * its root's base kernel say, repaired: the policy when its dependence
  * offers it, else the most grouped one offered (offers come in the order
  * of sched_sync_kind); early loads only where they are legal; stream
- * order where no sync is. The dependence is analysed once. A kernel
+ * order where no sync is. The dependence is analysed once, offering the
+ * policy asked for alone when it fits (all only when it does not). A kernel
  * that syncs keeps K and its reductions whole; one that cannot sync keeps
  * them as its genes cut them. */
 static void decode_sync(tuner_search *s, int k, const int *genes)
@@ -614,7 +615,7 @@ static void decode_sync(tuner_search *s, int k, const int *genes)
 		return;
 	kernel->schedule.mma.split_k = 0;
 	kernel->schedule.parts = 1;
-	if (kgen_sync_analyse(s->graph, s->plan, k, &sync, NULL) == 0) {
+	if (kgen_sync_analyse_for(s->graph, s->plan, k, at[0] - 1, &sync, NULL) == 0) {
 		kind = sched_sync_policy_of(sync, at[0] - 1) ? (enum sched_sync_kind)(at[0] - 1)
 							      : sync->policies[sync->npolicies - 1].kind;
 		kernel->sync = (kgen_sync){true, kind, !at[1], !at[2], at[3]};

@@ -30,18 +30,26 @@ static sched_tiling tiles_of(const sched_graph *g, const char *name, const int64
 	return tiling;
 }
 
-/* The sync of a kernel of the single op "op" (writing "written", cut in
- * "tile_c") on the kernel writing "produced" (cut in "tile_p"). */
+/* A kernel of the single op "*op" (writing "written", cut in "tile_c")
+ * after the kernel writing "produced" (cut in "tile_p"). */
+static sched_sync_pair pair_of(const sched_graph *g, const char *produced,
+			       const int64_t *tile_p, const int *op, const char *written,
+			       const int64_t *tile_c)
+{
+	return (sched_sync_pair){
+		.producer = tiles_of(g, produced, tile_p), .nconsumer_ops = 1,
+		.consumer_ops = op, .consumer = tiles_of(g, written, tile_c),
+	};
+}
+
+/* The sync of that pair. */
 static sched_sync *sync_of(const sched_graph *g, const char *produced,
 			   const int64_t *tile_p, int op, const char *written,
 			   const int64_t *tile_c)
 {
 	sched_sync *sync = NULL;
 	sched_error err = {0};
-	sched_sync_pair pair = {
-		.producer = tiles_of(g, produced, tile_p), .nconsumer_ops = 1,
-		.consumer_ops = &op, .consumer = tiles_of(g, written, tile_c),
-	};
+	sched_sync_pair pair = pair_of(g, produced, tile_p, &op, written, tile_c);
 
 	cr_assert_eq(sched_sync_new(g, &pair, &sync, &err), SCHED_OK, "%s", err.message);
 	return sync;
@@ -235,4 +243,59 @@ Test(sync, waits_that_miss_a_needed_tile_are_refused)
 	isl_map_free(planted.waits);
 	sched_sync_free(sync);
 	sched_graph_free(g);
+}
+
+static void expect_same_policy(const sched_sync_policy *a, const sched_sync_policy *b)
+{
+	const char *kind = sched_sync_kind_name(a->kind);
+
+	cr_expect_eq(a->kind, b->kind, "%s", kind);
+	cr_expect_eq(a->stride, b->stride, "%s", kind);
+	cr_expect_eq(a->semaphores, b->semaphores, "%s", kind);
+	cr_expect_eq(a->target, b->target, "%s", kind);
+	cr_expect_str_eq(a->post, b->post, "%s", kind);
+	cr_expect_str_eq(a->wait, b->wait, "%s", kind);
+}
+
+/* Asked for each kind, sched_sync_new_for offers that one alone, the
+ * same as the full analysis's, when it fits, and else all the full
+ * analysis offers, in its order. */
+static void expect_wanted_policies(const sched_graph *g, sched_sync_pair pair)
+{
+	sched_sync *full = NULL;
+	sched_error err = {0};
+
+	cr_assert_eq(sched_sync_new(g, &pair, &full, &err), SCHED_OK, "%s", err.message);
+	for (int want = 0; want < SCHED_SYNC_KINDS; want++) {
+		const sched_sync_policy *offered = sched_sync_policy_of(full, want);
+		sched_sync *part = NULL;
+
+		cr_assert_eq(sched_sync_new_for(g, &pair, want, &part, &err), SCHED_OK,
+			     "%s", err.message);
+		cr_expect_eq(part->npolicies, offered ? 1 : full->npolicies,
+			     "asked for %s", sched_sync_kind_name(want));
+		for (int i = 0; i < part->npolicies && i < full->npolicies; i++)
+			expect_same_policy(&part->policies[i],
+					   offered ? offered : &full->policies[i]);
+		expect_proved(part);
+		sched_sync_free(part);
+	}
+	sched_sync_free(full);
+}
+
+Test(sync, a_wanted_policy_is_analysed_alone_when_it_fits)
+{
+	sched_graph *gemm = graph_of(GEMM_GEMM), *qkv = graph_of(QKV);
+	sched_graph *conv = graph_of(CONV_CONV);
+	int second = 1;
+
+	expect_wanted_policies(gemm, pair_of(gemm, "h", (int64_t[]){32, 32}, &second, "y",
+					     (int64_t[]){32, 32}));
+	expect_wanted_policies(qkv, pair_of(qkv, "qkv", (int64_t[]){16, 32}, &second, "o",
+					    (int64_t[]){16, 32}));
+	expect_wanted_policies(conv, pair_of(conv, "y1", (int64_t[]){1, 8, 2, 8}, &second,
+					     "y2", (int64_t[]){1, 8, 2, 8}));
+	sched_graph_free(gemm);
+	sched_graph_free(qkv);
+	sched_graph_free(conv);
 }
