@@ -39,6 +39,7 @@ static void free_if_done(tuned_client *client)
 			break;
 		}
 	d->nclients--;
+	free(client->feed);
 	proto_framer_free(client->framer);
 	free(client);
 }
@@ -117,19 +118,112 @@ static void send_error(tuned_client *client, json_t *id, const proto_error *err)
 		tuned_client_close(client);
 }
 
+/* A request parsed (rc 0) or refused ("err"): admitted, then handled. */
+static void handle_request(tuned_client *client, int rc, proto_request *req,
+			   proto_error *err)
+{
+	client->active_ms = uv_now(client->daemon->loop);
+	if (rc < 0 || proto_session_admit(&client->session, req, err) < 0)
+		send_error(client, req->id, err);
+	else
+		tuned_handle(client, req);
+	proto_request_release(req);
+}
+
 /* One line: parse, admit, handle. */
 static void handle_line(tuned_client *client, const char *line, size_t len)
 {
 	proto_request req;
 	proto_error err = {0};
+	int rc = proto_parse_request(line, len, &req, &err);
 
-	client->active_ms = uv_now(client->daemon->loop);
-	if (proto_parse_request(line, len, &req, &err) < 0 ||
-	    proto_session_admit(&client->session, &req, &err) < 0)
-		send_error(client, req.id, &err);
-	else
-		tuned_handle(client, &req);
-	proto_request_release(&req);
+	handle_request(client, rc, &req, &err);
+}
+
+/* A line this long (a submitted graph) is parsed on libuv's threadpool:
+ * its JSON takes the loop tens of milliseconds a megabyte. */
+#define OFF_LOOP_LINE_BYTES (64 * 1024)
+
+/* A long line parsed off the loop (parse_long_line); the client reads
+ * nothing more until it is handled (on_long_line_parsed), so that its
+ * requests are still handled in the order it sent them. */
+typedef struct line_work {
+	uv_work_t work;
+	tuned_client *client;
+	const char *line; /* in the client's feed or its framer, both kept */
+	size_t len;
+	int rc;
+	proto_request req;
+	proto_error err;
+} line_work;
+
+static void read_lines(tuned_client *client);
+static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
+
+static void parse_long_line(uv_work_t *work)
+{
+	line_work *w = work->data;
+
+	w->rc = proto_parse_request(w->line, w->len, &w->req, &w->err);
+}
+
+static void on_long_line_parsed(uv_work_t *work, int status)
+{
+	line_work *w = work->data;
+	tuned_client *client = w->client;
+
+	if (status < 0 || client->closing || client->daemon->stopping) {
+		if (status == 0)
+			proto_request_release(&w->req);
+	} else {
+		handle_request(client, w->rc, &w->req, &w->err);
+		read_lines(client);
+		if (!client->closing && !client->feed)
+			uv_read_start((uv_stream_t *)&client->pipe, on_alloc, on_read);
+	}
+	free(w);
+	tuned_client_release(client);
+}
+
+/* Hands the long line to the threadpool, pausing the client's reads;
+ * false when it cannot (out of memory): the caller parses it. */
+static bool parse_off_loop(tuned_client *client, const char *line, size_t len)
+{
+	line_work *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return false;
+	*w = (line_work){.work.data = w, .client = client, .line = line, .len = len};
+	if (uv_queue_work(client->daemon->loop, &w->work, parse_long_line,
+			  on_long_line_parsed) < 0) {
+		free(w);
+		return false;
+	}
+	uv_read_stop((uv_stream_t *)&client->pipe);
+	tuned_client_hold(client);
+	return true;
+}
+
+/* Handles the lines of the client's feed, until it is read or a long
+ * line goes off the loop (the feed is kept for the lines after it). */
+static void read_lines(tuned_client *client)
+{
+	proto_error err = {0};
+	const char *line;
+	size_t len;
+	int rc = 0;
+
+	while (!client->closing &&
+	       (rc = proto_framer_next(client->framer, &line, &len, &err)) == 1) {
+		if (len >= OFF_LOOP_LINE_BYTES && parse_off_loop(client, line, len))
+			return;
+		handle_line(client, line, len);
+	}
+	if (!client->closing && rc < 0)
+		send_error(client, NULL, &err);
+	free(client->feed);
+	client->feed = NULL;
 }
 
 static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
@@ -142,22 +236,14 @@ static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
 	tuned_client *client = stream->data;
-	proto_error err = {0};
-	const char *line;
-	size_t len;
-	int rc = 0;
 
 	if (nread < 0) {
 		free(buf->base);
 		return tuned_client_close(client);
 	}
 	proto_framer_feed(client->framer, buf->base, (size_t)nread);
-	while (!client->closing &&
-	       (rc = proto_framer_next(client->framer, &line, &len, &err)) == 1)
-		handle_line(client, line, len);
-	if (!client->closing && rc < 0)
-		send_error(client, NULL, &err);
-	free(buf->base);
+	client->feed = buf->base;
+	read_lines(client);
 }
 
 /* Whether the client waits for something, and so is not idle: a request

@@ -22,6 +22,7 @@ typedef struct tuned_client {
 	uv_timer_t timer; /* the hello timeout, then the idle timeout */
 	tuned_daemon *daemon;
 	proto_framer *framer;
+	char *feed; /* the read whose lines the framer hands out, until read */
 	proto_session session;
 	struct ucred peer;
 	bool admin;          /* tuned_peer_is_admin */

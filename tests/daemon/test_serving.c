@@ -288,6 +288,54 @@ Test(serving, graphs_over_a_limit_are_refused)
 	fixture_cleanup(&f);
 }
 
+/* The reply to the next line of "c", asserted to have id "id"; its
+ * error's message, or "" for a result. */
+static const char *expect_reply(conn *c, int id, json_t **reply)
+{
+	*reply = conn_read(c, 10000);
+	cr_assert_not_null(*reply, "no reply %d", id);
+	cr_assert_eq(json_integer_value(json_object_get(*reply, "id")), id,
+		     "reply %d came out of order: %s", id, json_dumps(*reply, 0));
+	return json_string_value(json_object_get(json_object_get(*reply, "error"),
+						 "message")) ?: "";
+}
+
+/* A line long enough to be parsed off the loop keeps its place: the
+ * lines sent with it and after it are answered after it, in order, and
+ * its error names the cause. */
+Test(serving, requests_after_a_long_line_keep_their_order)
+{
+	size_t size = 257 * 1024;
+	char *pad = calloc(1, 256 * 1024), *text = malloc(size);
+	json_t *reply;
+	fixture f;
+	conn c;
+
+	cr_assert(pad && text);
+	memset(pad, 'x', 256 * 1024 - 1);
+	snprintf(text, size, "{\"id\": 1, \"op\": \"ping\"}\n"
+			   "{\"id\": 2, \"op\": \"ping\", \"params\": {\"pad\": \"%s\"}}\n"
+			   "{\"id\": 3, \"op\": \"ping\"}\n", pad);
+	start_held(&f, NULL);
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	conn_send(&c, text);
+	cr_expect_str_eq(expect_reply(&c, 1, &reply), "");
+	json_decref(reply);
+	cr_expect(strstr(expect_reply(&c, 2, &reply), "unknown key 'pad'"),
+		  "the long line's error: %s", json_dumps(reply, 0));
+	json_decref(reply);
+	cr_expect_str_eq(expect_reply(&c, 3, &reply), "");
+	json_decref(reply);
+	send_line(&c, "{\"id\": 4, \"op\": \"ping\"}");
+	cr_expect_str_eq(expect_reply(&c, 4, &reply), "", "reads did not resume");
+	json_decref(reply);
+	conn_close(&c);
+	free(text);
+	free(pad);
+	fixture_cleanup(&f);
+}
+
 /* With the big graph queued, a restart opens the socket and answers
  * hello and status at once: the job's reads come after, off the loop. */
 Test(serving, a_restart_with_a_big_job_queued_answers_at_once)
