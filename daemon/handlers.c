@@ -79,15 +79,14 @@ static void subscribe(tuned_client *client, const char *key)
 }
 
 /* The graph.json the key's plans number their ops by, its canonical
- * form ("canonical", NULL when memory ran out), for an export; the key is
- * tuned without it, so a failure is only logged. */
+ * form, for an export; the key is tuned without it, so a failure is only
+ * logged. */
 static void keep_graph(tuned_daemon *d, const char *key, const char *canonical)
 {
 	cache_error err = {0};
 
-	if (!canonical || cache_keep_graph_json(d->cache, key, canonical, &err) < 0)
-		tuned_log(TUNED_WARN, "%s: cannot keep its graph.json: %s", key,
-			  canonical ? err.message : "out of memory");
+	if (cache_keep_graph_json(d->cache, key, canonical, &err) < 0)
+		tuned_log(TUNED_WARN, "%s: cannot keep its graph.json: %s", key, err.message);
 }
 
 /* The plan of the key's best version on "c" (the daemon's cache or its
@@ -293,7 +292,6 @@ typedef struct submit_work {
 	tuned_client *client; /* held until the reply */
 	proto_request req;    /* its own references to id and params */
 	sched_limits limits;
-	char *text;           /* the graph.json text */
 	char key[PROTO_KEY_HEX + 1];
 	char *name;
 	char *canonical;      /* the canonical text */
@@ -311,7 +309,7 @@ static tuned_job *queue_job(tuned_daemon *d, const submit_work *w, uid_t uid)
 	keep_graph(d, w->key, w->canonical_json);
 	if (job)
 		return job;
-	job = tuned_jobs_add(&d->jobs, uid, w->key, w->name, w->text, req->budget_s,
+	job = tuned_jobs_add(&d->jobs, uid, w->key, w->name, w->canonical_json, req->budget_s,
 			     (int)req->trials, (int)req->priority);
 	if (job && tuned_jobs_save(&d->jobs) < 0) {
 		tuned_log(TUNED_ERROR, "job %lld: cannot queue it: %s", (long long)job->id,
@@ -324,23 +322,29 @@ static tuned_job *queue_job(tuned_daemon *d, const submit_work *w, uid_t uid)
 }
 
 /* What the loop needs of the graph, copied out of it: the graph itself
- * (hundreds of megabytes for the largest) is freed here too. */
+ * (hundreds of megabytes for the largest) is freed here too. The job
+ * runs the key's canonical graph.json, which the runner then reads once
+ * (docs/cache.md, "Canonical numbering"). */
 static void read_submit(uv_work_t *work)
 {
 	submit_work *w = work->data;
 	sched_graph *graph = NULL;
+	char *text = graph_text(w->req.graph);
+	int rc;
 
-	if (!(w->text = graph_text(w->req.graph))) {
+	if (!text) {
 		snprintf(w->err.message, sizeof(w->err.message), "out of memory");
 		return;
 	}
-	if (sched_graph_read_limited(w->text, &w->limits, &graph, &w->err) < 0)
+	rc = sched_graph_read_limited(text, &w->limits, &graph, &w->err);
+	free(text);
+	if (rc < 0)
 		return;
 	snprintf(w->key, sizeof(w->key), "%s", sched_graph_key(graph));
 	w->name = strdup(sched_graph_name(graph));
 	w->canonical = strdup(sched_graph_canonical(graph));
 	w->canonical_json = sched_graph_canonical_json(graph);
-	if (!w->name || !w->canonical) {
+	if (!w->name || !w->canonical || !w->canonical_json) {
 		free(w->canonical);
 		w->canonical = NULL;
 		snprintf(w->err.message, sizeof(w->err.message), "out of memory");
@@ -352,7 +356,6 @@ static void submit_work_free(submit_work *w)
 {
 	tuned_client_release(w->client);
 	proto_request_release(&w->req);
-	free(w->text);
 	free(w->name);
 	free(w->canonical);
 	free(w->canonical_json);

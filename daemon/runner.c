@@ -461,7 +461,8 @@ static void know_trials(tuned_runner *r, tuner_search *search, const json_t *kno
 /* Reads the job's graph in its canonical form, whatever names and order
  * it was submitted with: the plans, sources, launches and trials the job
  * stores then mean the same ops and tensors for every client of its key
- * (docs/cache.md, "Canonical numbering"). */
+ * (docs/cache.md, "Canonical numbering"). A submit queues the canonical
+ * form, read once here; a job an older tuned queued is converted. */
 static int read_canonical_graph(runner_job *job, sched_error *err)
 {
 	sched_graph *submitted = NULL;
@@ -470,6 +471,11 @@ static int read_canonical_graph(runner_job *job, sched_error *err)
 	if (sched_graph_read_string(job->graph_text, &submitted, err) < 0)
 		return -1;
 	canonical = sched_graph_canonical_json(submitted);
+	if (canonical && !strcmp(canonical, job->graph_text)) {
+		free(canonical); /* queued in canonical form already: read once */
+		job->graph = submitted;
+		return 0;
+	}
 	sched_graph_free(submitted);
 	if (!canonical) {
 		snprintf(err->message, sizeof(err->message), "out of memory");
