@@ -31,6 +31,7 @@
 #ifndef CACHE_H
 #define CACHE_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -117,6 +118,22 @@ int cache_open(const char *path, const cache_options *options,
  * "one call at a time". Close it with cache_close before "c". */
 int cache_open_reader(__cache_keep const cache *c, __cache_give cache **out,
 		      cache_error *err);
+
+/* Makes "thread" the owner of "c", the one thread that writes it. Called
+ * by the owner, which writes no more (or once the owner has ended): the
+ * daemon opens the cache on its main thread and hands it to its writer
+ * thread, which hands it back when it ends. Whatever orders the two
+ * threads' writes (a mutex, a join) must come between the call and the
+ * new owner's first write. */
+void cache_hand_over(__cache_keep cache *c, pthread_t thread);
+
+/* A version that fails its checksum when read by a thread that cannot
+ * write (not the owner, or a cache_open_reader handle) is not served, and
+ * left for the owner to mark bad: cache_found_bad_waiting (any thread)
+ * says whether some wait; cache_mark_found_bad (the owner) marks them,
+ * returning how many. */
+bool cache_found_bad_waiting(__cache_keep cache *c);
+int cache_mark_found_bad(__cache_keep cache *c, cache_error *err);
 
 /* Closes both connections and frees "c"; call it from the owner once no
  * read is in flight. NULL does nothing. */
@@ -337,7 +354,8 @@ typedef struct cache_job {
 	int64_t uid;         /* who submitted it; < 0: not known */
 	const char *key;
 	const char *name;
-	const char *graph;   /* the graph.json text */
+	const char *graph;   /* the graph.json text; NULL when writing a job
+			      * written before, whose graph is kept */
 	const char *state;   /* "queued", "running", "done", "failed",
 			      * "cancelled" */
 	double budget_s;
@@ -353,9 +371,12 @@ typedef struct cache_job {
 	double finished_at;  /* <= 0: not finished */
 } cache_job;
 
-/* Writes the "n" jobs (each inserted, or replacing the row of its id) and
- * forgets the oldest finished jobs beyond "keep_finished", in one write
- * transaction. */
+/* Writes the "n" jobs (each with its graph inserted, or replacing the
+ * row of its id; each without updating the row of its id, which must
+ * exist: CACHE_NOT_FOUND otherwise) and forgets the oldest finished jobs
+ * beyond "keep_finished", in one write transaction. A job's graph (the
+ * biggest text by far) is so written once, not at each change of its
+ * state. */
 int cache_put_jobs(__cache_keep cache *c, __cache_keep const cache_job *jobs,
 		   int n, int keep_finished, cache_error *err);
 

@@ -42,12 +42,27 @@ enum cache_txn {
 	CACHE_TXN_STMTS
 };
 
+/* Versions found failing their checksum by a thread that cannot write
+ * (a reader on another thread), left for the owner to mark bad: shared by
+ * a cache and its readers (cache_open_reader), under its lock. */
+#define CACHE_FOUND_BAD_MAX 64
+
+typedef struct cache_found_bad {
+	pthread_mutex_t lock;
+	int n;
+	int64_t ids[CACHE_FOUND_BAD_MAX]; /* rows of plans */
+	int64_t found_at[CACHE_FOUND_BAD_MAX];
+} cache_found_bad;
+
 struct cache {
 	sqlite3 *writer;   /* the owner's; every write and checkpoint */
 	sqlite3 *reader;   /* SQLITE_OPEN_READONLY; reads, any thread */
 	sqlite3_stmt *txn[CACHE_TXN_STMTS];
-	pthread_t owner;   /* the thread that opened the cache */
+	pthread_t owner;   /* the thread that writes: the opener, or the one it
+			    * was handed to (cache_hand_over) */
 	char *path;        /* sqlite3_malloc'd copy */
+	cache_found_bad *found_bad; /* its own, or its cache's for a reader */
+	bool borrows_found_bad;
 	int lock_fd;       /* flock'd "<path>-lock", or -1 */
 	cache_options options;
 };

@@ -17,6 +17,13 @@ static const char put_sql[] =
 	"finished_at, first_ms, uid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
 	"?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)";
 
+/* A job written before: everything but its key, name, graph, uid and
+ * creation time, which never change. */
+static const char update_sql[] =
+	"UPDATE jobs SET state = ?5, budget_s = ?6, max_trials = ?7, "
+	"priority = ?8, trials = ?9, best_ms = ?10, version = ?11, error = ?12, "
+	"finished_at = ?14, first_ms = ?15 WHERE id = ?1";
+
 /* The finished jobs beyond the newest ?1 of them. */
 static const char forget_sql[] =
 	"DELETE FROM jobs WHERE state IN ('done', 'failed', 'cancelled') AND "
@@ -25,8 +32,7 @@ static const char forget_sql[] =
 
 static int check_job(const cache_job *job, cache_error *err)
 {
-	if (!job || job->id < 1 || !job->key || !job->name || !job->graph ||
-	    !job->state) {
+	if (!job || job->id < 1 || !job->key || !job->name || !job->state) {
 		cache_set_error(err, CACHE_EINVAL, "cannot write a job: %s",
 				!job ? "no job" : job->id < 1 ? "its id is not "
 				"positive" : "a field is missing");
@@ -35,18 +41,21 @@ static int check_job(const cache_job *job, cache_error *err)
 	return 0;
 }
 
-static int insert_job(cache *c, const cache_job *job, cache_error *err)
+/* Inserts the job, or replaces its row, when it comes with its graph;
+ * updates its row otherwise (CACHE_NOT_FOUND when it has none). */
+static int write_job(cache *c, const cache_job *job, cache_error *err)
 {
 	sqlite3_stmt *stmt = NULL;
 	int rc;
 
-	rc = cache_prepare(c->writer, put_sql, &stmt, err);
+	rc = cache_prepare(c->writer, job->graph ? put_sql : update_sql, &stmt, err);
 	if (rc)
 		return rc;
 	sqlite3_bind_int64(stmt, 1, job->id);
 	cache_bind_text(stmt, 2, job->key);
 	cache_bind_text(stmt, 3, job->name);
-	cache_bind_text(stmt, 4, job->graph);
+	if (job->graph)
+		cache_bind_text(stmt, 4, job->graph);
 	cache_bind_text(stmt, 5, job->state);
 	sqlite3_bind_double(stmt, 6, job->budget_s);
 	sqlite3_bind_int(stmt, 7, job->max_trials);
@@ -62,7 +71,14 @@ static int insert_job(cache *c, const cache_job *job, cache_error *err)
 		sqlite3_bind_int64(stmt, 16, job->uid);
 	else
 		sqlite3_bind_null(stmt, 16);
-	return cache_run(c->writer, stmt, "cannot write a job", err);
+	rc = cache_run(c->writer, stmt, "cannot write a job", err);
+	if (rc == 0 && sqlite3_changes(c->writer) == 0) {
+		rc = CACHE_NOT_FOUND;
+		cache_set_error(err, rc, "cannot update job %lld: it was never "
+				"written (write it with its graph first)",
+				(long long)job->id);
+	}
+	return rc;
 }
 
 static int forget_finished(cache *c, int keep, cache_error *err)
@@ -94,7 +110,7 @@ int cache_put_jobs(__cache_keep cache *c, __cache_keep const cache_job *jobs,
 	if (rc)
 		return rc;
 	for (int i = 0; rc == 0 && i < n; i++)
-		rc = insert_job(c, &jobs[i], err);
+		rc = write_job(c, &jobs[i], err);
 	if (rc == 0)
 		rc = forget_finished(c, keep_finished, err);
 	return cache_end(c, rc, err);

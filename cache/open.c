@@ -34,7 +34,13 @@ static int cache_new(const char *path, const cache_options *options,
 	cache *c = sqlite3_malloc64(sizeof(*c));
 
 	*out = NULL;
+	if (c && !(c->found_bad = sqlite3_malloc64(sizeof(*c->found_bad)))) {
+		sqlite3_free(c);
+		c = NULL;
+	}
 	if (!c || !(c->path = sqlite3_mprintf("%s", path))) {
+		if (c)
+			sqlite3_free(c->found_bad);
 		sqlite3_free(c);
 		cache_set_error(err, CACHE_ENOMEM, "cannot open cache '%s': "
 				"out of memory", path);
@@ -42,6 +48,9 @@ static int cache_new(const char *path, const cache_options *options,
 	}
 	c->writer = c->reader = NULL;
 	memset(c->txn, 0, sizeof(c->txn));
+	pthread_mutex_init(&c->found_bad->lock, NULL);
+	c->found_bad->n = 0;
+	c->borrows_found_bad = false;
 	c->owner = pthread_self();
 	c->lock_fd = -1;
 	memset(&c->options, 0, sizeof(c->options));
@@ -412,6 +421,10 @@ int cache_open_reader(__cache_keep const cache *c, __cache_give cache **out,
 
 	if (rc)
 		return rc;
+	pthread_mutex_destroy(&r->found_bad->lock);
+	sqlite3_free(r->found_bad);
+	r->found_bad = c->found_bad; /* what it finds, its cache's owner marks */
+	r->borrows_found_bad = true;
 	rc = open_db(r, SQLITE_OPEN_READONLY, &r->reader, err);
 	if (!rc)
 		rc = cache_prepare_txn(r, true, err);
@@ -434,5 +447,9 @@ void cache_close(__cache_take cache *c)
 	if (c->lock_fd >= 0)
 		close(c->lock_fd);
 	sqlite3_free(c->path);
+	if (!c->borrows_found_bad) {
+		pthread_mutex_destroy(&c->found_bad->lock);
+		sqlite3_free(c->found_bad);
+	}
 	sqlite3_free(c);
 }

@@ -139,24 +139,80 @@ out:
 			  err.message);
 }
 
+/* Left for the owner (cache_mark_found_bad); beyond CACHE_FOUND_BAD_MAX
+ * waiting, it is found again at a later fetch. */
+static void leave_for_owner(cache *c, int64_t id)
+{
+	cache_found_bad *f = c->found_bad;
+
+	pthread_mutex_lock(&f->lock);
+	for (int i = 0; i < f->n; i++)
+		if (f->ids[i] == id)
+			goto out;
+	if (f->n < CACHE_FOUND_BAD_MAX) {
+		f->ids[f->n] = id;
+		f->found_at[f->n++] = cache_now(c);
+	}
+out:
+	pthread_mutex_unlock(&f->lock);
+}
+
+static void checksum_failure(int64_t found_at, char *why, size_t size)
+{
+	snprintf(why, size, "fails its checksum (found at %lld): its plan, sources "
+		 "or launch changed after it was stored", (long long)found_at);
+}
+
 /* The version of (graph, device, codegen) in the current row of
  * fetch_sql fails its checksum: logged, not served, and marked bad when
- * the caller owns the cache (a reader on another thread cannot write; it
- * skips the version until the owner marks it). */
+ * the caller owns the cache, or left for the owner to mark. */
 static void version_failed(cache *c, sqlite3_stmt *stmt, const char *graph,
 			   const char *device, const char *codegen)
 {
-	bool owner = pthread_equal(pthread_self(), c->owner);
+	bool owner = pthread_equal(pthread_self(), c->owner) && c->writer;
 	char why[160];
 
-	snprintf(why, sizeof(why), "fails its checksum (found at %lld): its plan, "
-		 "sources or launch changed after it was stored", (long long)cache_now(c));
+	checksum_failure(cache_now(c), why, sizeof(why));
 	cache_log(&c->options, CACHE_LOG_ERR, "graph '%s' version %d on '%s' "
 		  "(codegen '%s') %s; it is %s", graph, sqlite3_column_int(stmt, 0),
 		  device, codegen, why, owner ? "marked bad and never served" :
-		  "not served");
+		  "not served, and marked bad by the cache's writer");
 	if (owner)
 		mark_bad(c, sqlite3_column_int64(stmt, 10), why);
+	else
+		leave_for_owner(c, sqlite3_column_int64(stmt, 10));
+}
+
+bool cache_found_bad_waiting(__cache_keep cache *c)
+{
+	bool waiting;
+
+	pthread_mutex_lock(&c->found_bad->lock);
+	waiting = c->found_bad->n > 0;
+	pthread_mutex_unlock(&c->found_bad->lock);
+	return waiting;
+}
+
+int cache_mark_found_bad(__cache_keep cache *c, cache_error *err)
+{
+	cache_found_bad *f = c->found_bad;
+	int64_t ids[CACHE_FOUND_BAD_MAX], found_at[CACHE_FOUND_BAD_MAX];
+	char why[160];
+	int rc = cache_check_owner(c, "mark versions bad", err), n;
+
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&f->lock);
+	n = f->n;
+	memcpy(ids, f->ids, sizeof(ids));
+	memcpy(found_at, f->found_at, sizeof(found_at));
+	f->n = 0;
+	pthread_mutex_unlock(&f->lock);
+	for (int i = 0; i < n; i++) {
+		checksum_failure(found_at[i], why, sizeof(why));
+		mark_bad(c, ids[i], why);
+	}
+	return n;
 }
 
 int cache_fetch_best(__cache_keep cache *c, const char *graph,

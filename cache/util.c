@@ -181,8 +181,15 @@ double cache_column_real(sqlite3_stmt *stmt, int i)
 	return sqlite3_column_double(stmt, i);
 }
 
-/* The single-writer rule: writes come only from the thread that opened
- * "c". "what" names the refused write. */
+/* The single-writer rule: writes come only from the owner, the thread
+ * that opened "c" or the one it was handed to. "what" names the refused
+ * write. */
+void cache_hand_over(cache *c, pthread_t thread)
+{
+	if (!NEVER(!c))
+		c->owner = thread;
+}
+
 int cache_check_owner(const cache *c, const char *what, cache_error *err)
 {
 	if (NEVER(!c)) {
@@ -192,7 +199,7 @@ int cache_check_owner(const cache *c, const char *what, cache_error *err)
 	if (NEVER(!pthread_equal(pthread_self(), c->owner))) {
 		cache_set_error(err, CACHE_ETHREAD,
 				"cannot %s: cache '%s' is written only by the "
-				"thread that opened it", what, c->path);
+				"thread that owns it", what, c->path);
 		return CACHE_ETHREAD;
 	}
 	if (!c->writer) {

@@ -11,6 +11,12 @@
 
 #define TUNED_VERSION "0.1.0"
 
+/* priority.c: called by a background thread (the search's, or one of
+ * libuv's threadpool when it starts off-loop work), which then runs at
+ * nice TUNED_BACKGROUND_NICE, below the loop thread. */
+#define TUNED_BACKGROUND_NICE 10
+void tuned_thread_background(void);
+
 /* log.c: a level-checked log, to stderr or a file that SIGHUP reopens. */
 enum tuned_level { TUNED_ERROR, TUNED_WARN, TUNED_INFO, TUNED_DEBUG };
 
@@ -122,7 +128,8 @@ typedef struct tuned_job {
 	bool store_failed; /* the cache could not store what it found: error
 			    * says why, and the job fails with it */
 	double created_at, finished_at;
-	bool dirty; /* changed since it was last written */
+	bool dirty;  /* changed since it was last written */
+	bool stored; /* its row (with its graph) is written */
 	struct tuned_job *next;
 } tuned_job;
 
@@ -143,8 +150,22 @@ typedef struct tuned_jobs {
 int tuned_jobs_load(tuned_jobs *jobs, struct cache *cache, const char *queue_file);
 /* Writes the jobs marked dirty, in one transaction (the versions they
  * name must be published before), and forgets the oldest finished jobs
- * beyond 1000. 0, or a negative code with jobs->error saying why. */
+ * beyond 1000. 0, or a negative code with jobs->error saying why. From
+ * the cache's owner: at start, and at the end once the writer thread is
+ * gone; the loop writes through the writer thread, in three steps: */
 int tuned_jobs_save(tuned_jobs *jobs);
+/* The rows of the jobs changed since they were last written, copied, each
+ * job's graph only for its first write; the jobs are no longer dirty.
+ * NULL when out of memory. */
+typedef struct tuned_jobs_changes tuned_jobs_changes;
+tuned_jobs_changes *tuned_jobs_take_changes(tuned_jobs *jobs);
+/* Writes them in one transaction (from the cache's owner): 0, or a
+ * negative code with "why" saying why. */
+int tuned_jobs_changes_write(const tuned_jobs_changes *changes, struct cache *c,
+			     char *why, size_t why_size);
+/* A write that failed: its jobs are dirty again, for the next save. */
+void tuned_jobs_changes_lost(tuned_jobs *jobs, const tuned_jobs_changes *changes);
+void tuned_jobs_changes_free(tuned_jobs_changes *changes);
 void tuned_jobs_release(tuned_jobs *jobs);
 tuned_job *tuned_jobs_add(tuned_jobs *jobs, uid_t uid, const char *key,
 			  const char *name, const char *graph, double budget_s,

@@ -13,6 +13,7 @@
 #include "scheduler.h"
 #include "server.h"
 #include "transfer.h"
+#include "writer.h"
 
 /* Trials read back for a job from the cache, newest first, at most. */
 #define MAX_KNOWN_TRIALS 20000
@@ -30,6 +31,83 @@ static void reply_error(tuned_client *client, proto_request *req, int code,
 {
 	tuned_client_send(client, proto_reply_error(req->id, code, "%s", message));
 	proto_session_done(&client->session);
+}
+
+/* A reply held until the writes handed to the writer thread before it
+ * are over: what it says is stored then. */
+typedef struct held_reply {
+	tuned_client *client;
+	proto_request req; /* its own references to id and params */
+	json_t *result;
+} held_reply;
+
+static void send_held(void *data)
+{
+	held_reply *h = data;
+
+	reply(h->client, &h->req, h->result);
+	tuned_client_release(h->client);
+	proto_request_release(&h->req);
+	free(h);
+}
+
+static void reply_once_stored(tuned_client *client, proto_request *req, json_t *result)
+{
+	held_reply *h = malloc(sizeof(*h));
+
+	if (!h)
+		return reply(client, req, result);
+	*h = (held_reply){.client = client, .req = *req, .result = result};
+	if (tuned_write(client->daemon->writer, NULL, send_held, h) < 0) {
+		free(h);
+		return reply(client, req, result);
+	}
+	json_incref(h->req.id);
+	json_incref(h->req.params);
+	tuned_client_hold(client);
+}
+
+/* A write of the job queue (tuned_save_jobs). */
+typedef struct jobs_write {
+	tuned_daemon *d;
+	tuned_jobs_changes *changes;
+	int rc;
+	char why[600];
+} jobs_write;
+
+static void write_jobs(cache *c, void *data)
+{
+	jobs_write *j = data;
+
+	j->rc = tuned_jobs_changes_write(j->changes, c, j->why, sizeof(j->why));
+}
+
+static void wrote_jobs(void *data)
+{
+	jobs_write *j = data;
+
+	if (j->rc < 0) {
+		tuned_log(TUNED_ERROR, "cannot save the job queue: %s", j->why);
+		tuned_jobs_changes_lost(&j->d->jobs, j->changes);
+	}
+	tuned_jobs_changes_free(j->changes);
+	free(j);
+}
+
+void tuned_save_jobs(tuned_daemon *d)
+{
+	jobs_write *j = calloc(1, sizeof(*j));
+
+	if (j && (j->changes = tuned_jobs_take_changes(&d->jobs))) {
+		j->d = d;
+		if (tuned_write(d->writer, write_jobs, wrote_jobs, j) == 0)
+			return;
+		tuned_jobs_changes_lost(&d->jobs, j->changes);
+		tuned_jobs_changes_free(j->changes);
+	}
+	free(j);
+	tuned_log(TUNED_ERROR, "cannot save the job queue: out of memory (it is "
+		  "saved at the next change)");
 }
 
 /* The parser has refused other versions already (version_mismatch). */
@@ -76,17 +154,6 @@ static void subscribe(tuned_client *client, const char *key)
 			return;
 	if (client->nwatches < TUNED_MAX_WATCHES)
 		snprintf(client->watches[client->nwatches++], PROTO_KEY_HEX + 1, "%s", key);
-}
-
-/* The graph.json the key's plans number their ops by, its canonical
- * form, for an export; the key is tuned without it, so a failure is only
- * logged. */
-static void keep_graph(tuned_daemon *d, const char *key, const char *canonical)
-{
-	cache_error err = {0};
-
-	if (cache_keep_graph_json(d->cache, key, canonical, &err) < 0)
-		tuned_log(TUNED_WARN, "%s: cannot keep its graph.json: %s", key, err.message);
 }
 
 /* The plan of the key's best version on "c" (the daemon's cache or its
@@ -186,6 +253,14 @@ typedef struct job_work {
 	char trials_error[220]; /* set: it runs without its trials, and why */
 } job_work;
 
+/* Versions a read found failing their checksum are marked bad by the
+ * writer thread, which this wakes. */
+static void mark_found_bad(tuned_daemon *d)
+{
+	if (cache_found_bad_waiting(d->cache))
+		tuned_write(d->writer, NULL, NULL, NULL);
+}
+
 /* The runner searches from what this device measured of the key before:
  * no plan is measured twice, and the best ones seed the search; a key
  * never tuned starts from the plan of the nearest key of its form. Plans
@@ -198,6 +273,7 @@ static void prepare_job(uv_work_t *work)
 	tuned_daemon *d = w->d;
 	cache_error err = {0};
 
+	tuned_thread_background();
 	uv_mutex_lock(&d->reader_lock);
 	if (cache_quarantined_plans(d->reader, w->key, d->device, KGEN_CODEGEN_VERSION,
 				    &w->spec.quarantined, &err) < 0) {
@@ -229,9 +305,7 @@ static void fail_job(tuned_daemon *d, tuned_job *job, const char *why)
 {
 	tuned_log(TUNED_ERROR, "job %lld: %s: %s", (long long)job->id, job->key, why);
 	tuned_job_finish(job, TUNED_JOB_FAILED, why);
-	if (tuned_jobs_save(&d->jobs) < 0)
-		tuned_log(TUNED_ERROR, "job %lld: cannot save its failure: %s",
-			  (long long)job->id, d->jobs.error);
+	tuned_save_jobs(d);
 	tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
 	tuned_fail_waiters(d, job->key, PROTO_EINTERNAL, why);
 }
@@ -256,6 +330,7 @@ static void on_job_prepared(uv_work_t *work, int status)
 	if (w->spec.neighbour)
 		tuned_log(TUNED_INFO, "job %lld: %s starts from the plan of %s, the nearest "
 			  "key of the same form", (long long)job->id, job->key, w->nearest);
+	mark_found_bad(d);
 	w->spec.graph = job->graph;
 	if (tuned_runner_submit(d->runner, &w->spec) < 0)
 		fail_job(d, job, "cannot hand it to the runner: out of memory");
@@ -285,8 +360,10 @@ void tuned_run_job(tuned_daemon *d, const tuned_job *job)
 
 /* A submit, read off the loop thread (read_submit, on libuv's
  * threadpool): its graph parsed and checked within the daemon's limits,
- * its key and canonical forms; on the loop (on_submit_read), the graph
- * is cached, the job queued and the client answered. */
+ * its key and canonical forms; on the loop (queue_submitted), the job is
+ * queued; on the writer thread (store_submitted), the graph and the job
+ * are stored; back on the loop (submitted), the job runs and the client
+ * is answered. */
 typedef struct submit_work {
 	uv_work_t work;
 	tuned_client *client; /* held until the reply */
@@ -297,29 +374,12 @@ typedef struct submit_work {
 	char *canonical;      /* the canonical text */
 	char *canonical_json; /* the graph.json of the key */
 	sched_error err;      /* when the graph is refused (no canonical) */
+	int64_t job;          /* the job it queued, or the key's active one */
+	bool new_job;         /* it queued the job */
+	tuned_jobs_changes *changes; /* the queue's changes, the new job's row */
+	cache_error stored;   /* code < 0: the graph or the job was not stored */
+	cache_error kept;     /* code < 0: the graph.json was not kept */
 } submit_work;
-
-/* A new job of "uid", or the one already queued or running for the same
- * key (which stays its first submitter's). */
-static tuned_job *queue_job(tuned_daemon *d, const submit_work *w, uid_t uid)
-{
-	const proto_request *req = &w->req;
-	tuned_job *job = tuned_jobs_find_active(&d->jobs, w->key);
-
-	keep_graph(d, w->key, w->canonical_json);
-	if (job)
-		return job;
-	job = tuned_jobs_add(&d->jobs, uid, w->key, w->name, w->canonical_json, req->budget_s,
-			     (int)req->trials, (int)req->priority);
-	if (job && tuned_jobs_save(&d->jobs) < 0) {
-		tuned_log(TUNED_ERROR, "job %lld: cannot queue it: %s", (long long)job->id,
-			  d->jobs.error);
-		return NULL;
-	}
-	if (job)
-		tuned_run_job(d, job);
-	return job;
-}
 
 /* What the loop needs of the graph, copied out of it: the graph itself
  * (hundreds of megabytes for the largest) is freed here too. The job
@@ -329,10 +389,11 @@ static void read_submit(uv_work_t *work)
 {
 	submit_work *w = work->data;
 	sched_graph *graph = NULL;
-	char *text = graph_text(w->req.graph);
+	char *text;
 	int rc;
 
-	if (!text) {
+	tuned_thread_background();
+	if (!(text = graph_text(w->req.graph))) {
 		snprintf(w->err.message, sizeof(w->err.message), "out of memory");
 		return;
 	}
@@ -356,32 +417,100 @@ static void submit_work_free(submit_work *w)
 {
 	tuned_client_release(w->client);
 	proto_request_release(&w->req);
+	tuned_jobs_changes_free(w->changes);
 	free(w->name);
 	free(w->canonical);
 	free(w->canonical_json);
 	free(w);
 }
 
-static void queue_submitted(tuned_client *client, submit_work *w)
+/* On the writer thread: the graph (its canonical text, and the graph.json
+ * an export carries), then the queue with the job. */
+static void store_submitted(cache *c, void *data)
 {
+	submit_work *w = data;
+	char why[sizeof(w->stored.message)];
+	int rc;
+
+	if (cache_put_graph(c, w->key, w->canonical, w->name, &w->stored) < 0)
+		return;
+	cache_keep_graph_json(c, w->key, w->canonical_json, &w->kept);
+	rc = tuned_jobs_changes_write(w->changes, c, why, sizeof(why));
+	if (rc < 0) {
+		w->stored.code = rc;
+		snprintf(w->stored.message, sizeof(w->stored.message),
+			 "cannot queue the job: %.480s", why);
+	}
+}
+
+/* The job could not be stored: it fails, saying why, so that no job runs
+ * that a restart would lose. */
+static void submit_failed(tuned_daemon *d, submit_work *w, tuned_job *job)
+{
+	tuned_log(TUNED_ERROR, "submit of %s by pid %d: %s", w->key,
+		  (int)w->client->peer.pid, w->stored.message);
+	if (w->changes)
+		tuned_jobs_changes_lost(&d->jobs, w->changes);
+	if (job && w->new_job && job->state == TUNED_JOB_QUEUED) {
+		tuned_job_finish(job, TUNED_JOB_FAILED, w->stored.message);
+		tuned_save_jobs(d);
+	}
+	reply_error(w->client, &w->req, PROTO_EINTERNAL, w->stored.message);
+}
+
+static void submitted(void *data)
+{
+	submit_work *w = data;
+	tuned_client *client = w->client;
 	tuned_daemon *d = client->daemon;
-	proto_request *req = &w->req;
-	cache_error cerr = {0};
-	tuned_job *job;
+	tuned_job *job = tuned_jobs_find(&d->jobs, w->job);
 	json_t *result;
 
-	if (cache_put_graph(d->cache, w->key, w->canonical, w->name, &cerr) < 0)
-		return reply_error(client, req, PROTO_EINTERNAL, cerr.message);
-	if (!(job = queue_job(d, w, client->peer.uid)))
-		return reply_error(client, req, PROTO_EINTERNAL, "cannot queue the job");
+	if (w->kept.code < 0)
+		tuned_log(TUNED_WARN, "%s: cannot keep its graph.json: %s", w->key,
+			  w->kept.message);
+	if (w->stored.code < 0 || !job) {
+		if (!w->stored.code)
+			snprintf(w->stored.message, sizeof(w->stored.message),
+				 "job %lld was forgotten meanwhile", (long long)w->job);
+		submit_failed(d, w, job);
+		return submit_work_free(w);
+	}
+	if (w->new_job && job->state == TUNED_JOB_QUEUED && !d->stopping)
+		tuned_run_job(d, job);
 	tuned_log(TUNED_INFO, "job %lld: '%s' %s submitted by pid %d",
 		  (long long)job->id, job->name, job->key, (int)client->peer.pid);
 	subscribe(client, job->key);
-	tuned_update_waited(d);
+	if (!d->stopping)
+		tuned_update_waited(d);
 	result = tuned_job_json(job);
 	json_object_set_new(result, "cached_version",
 			    json_integer(tuned_cached_version(d, job->key)));
-	reply(client, req, result);
+	reply(client, &w->req, result);
+	submit_work_free(w);
+}
+
+/* A new job of the client's uid, or the one already queued or running for
+ * the same key (which stays its first submitter's), stored by the writer
+ * thread before the client is answered. */
+static void queue_submitted(tuned_client *client, submit_work *w)
+{
+	tuned_daemon *d = client->daemon;
+	const proto_request *req = &w->req;
+	tuned_job *job = tuned_jobs_find_active(&d->jobs, w->key);
+
+	if (!job) {
+		job = tuned_jobs_add(&d->jobs, client->peer.uid, w->key, w->name,
+				     w->canonical_json, req->budget_s, (int)req->trials,
+				     (int)req->priority);
+		w->new_job = true;
+	}
+	if (!job || !(w->changes = tuned_jobs_take_changes(&d->jobs)) ||
+	    (w->job = job->id, tuned_write(d->writer, store_submitted, submitted, w) < 0)) {
+		w->stored = (cache_error){CACHE_ENOMEM, "cannot queue the job: out of memory"};
+		submit_failed(d, w, job);
+		return submit_work_free(w);
+	}
 }
 
 static void on_submit_read(uv_work_t *work, int status)
@@ -399,7 +528,7 @@ static void on_submit_read(uv_work_t *work, int status)
 				  (int)client->peer.pid, w->err.message);
 		reply_error(client, &w->req, PROTO_EBAD_REQUEST, message);
 	} else {
-		queue_submitted(client, w);
+		return queue_submitted(client, w);
 	}
 	submit_work_free(w);
 }
@@ -489,18 +618,17 @@ static void on_cancel(tuned_client *client, proto_request *req)
 		return;
 	if (job->state == TUNED_JOB_QUEUED || job->state == TUNED_JOB_RUNNING) {
 		/* cancelled now, not when the runner ends it: what it still
-		 * finds is dropped (results.c), so no version follows the reply */
+		 * finds is dropped (results.c), and the reply waits for the
+		 * versions being stored, so no version follows the reply */
 		tuned_runner_cancel(d->runner, job->id);
 		tuned_job_finish(job, TUNED_JOB_CANCELLED, "cancelled");
 		tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
 		tuned_fail_waiters(d, job->key, PROTO_ECANCELLED, "the job was cancelled");
-		if (tuned_jobs_save(&d->jobs) < 0)
-			tuned_log(TUNED_ERROR, "job %lld: cannot save its cancel: %s",
-				  (long long)job->id, d->jobs.error);
+		tuned_save_jobs(d);
 		tuned_log(TUNED_INFO, "job %lld cancelled by uid %d", (long long)job->id,
 			  (int)client->peer.uid);
 	}
-	reply(client, req, tuned_job_json(job));
+	reply_once_stored(client, req, tuned_job_json(job));
 }
 
 /* A number, or null for the cache's NaN (unknown); JSON has no NaN. */
@@ -797,21 +925,69 @@ static json_t *prune_result(tuned_daemon *d, const cache_prune_stats *ps)
 			 "versions_removed", (json_int_t)ps->plans);
 }
 
-static int cache_prune_request(tuned_daemon *d, proto_request *req, json_t **out,
-			       cache_error *err)
-{
-	int64_t max_age_s = prune_limit(req->max_age_s), max_bytes = prune_limit(req->max_bytes);
-	cache_prune_stats ps = {0};
-	int rc = cache_prune(d->cache, max_age_s, max_bytes, &ps, err);
+/* A prune or an import, run on the writer thread; the client is answered
+ * back on the loop. */
+typedef struct cache_write {
+	tuned_client *client; /* held until the reply */
+	proto_request req;    /* its own references to id and params */
+	int rc;
+	cache_prune_stats pruned;
+	json_t *imported;
+	char why[PROTO_MESSAGE_MAX];
+} cache_write;
 
-	if (rc == 0) {
-		*out = prune_result(d, &ps);
-		tuned_log(TUNED_INFO, "cache pruned (max age %lld s, max %lld bytes; 0: no "
-			  "limit): %lld keys, %lld versions, %lld trials removed",
-			  (long long)max_age_s, (long long)max_bytes, (long long)ps.graphs,
-			  (long long)ps.plans, (long long)ps.trials);
+static void cache_write_free(cache_write *w)
+{
+	tuned_client_release(w->client);
+	proto_request_release(&w->req);
+	json_decref(w->imported);
+	free(w);
+}
+
+static void hand_cache_write(tuned_client *client, proto_request *req,
+			     tuned_write_fn *run, tuned_write_done *done)
+{
+	cache_write *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return reply_error(client, req, PROTO_EINTERNAL, "out of memory");
+	w->client = client;
+	w->req = *req;
+	json_incref(w->req.id);
+	json_incref(w->req.params);
+	tuned_client_hold(client);
+	if (tuned_write(client->daemon->writer, run, done, w) < 0) {
+		reply_error(client, req, PROTO_EINTERNAL, "out of memory");
+		cache_write_free(w);
 	}
-	return rc;
+}
+
+static void prune(cache *c, void *data)
+{
+	cache_write *w = data;
+	cache_error err = {0};
+
+	w->rc = cache_prune(c, prune_limit(w->req.max_age_s), prune_limit(w->req.max_bytes),
+			    &w->pruned, &err);
+	snprintf(w->why, sizeof(w->why), "%s", err.message);
+}
+
+static void pruned(void *data)
+{
+	cache_write *w = data;
+	const cache_prune_stats *ps = &w->pruned;
+
+	if (w->rc < 0) {
+		reply_error(w->client, &w->req, PROTO_EINTERNAL, w->why);
+		return cache_write_free(w);
+	}
+	tuned_log(TUNED_INFO, "cache pruned (max age %lld s, max %lld bytes; 0: no "
+		  "limit): %lld keys, %lld versions, %lld trials removed",
+		  (long long)prune_limit(w->req.max_age_s),
+		  (long long)prune_limit(w->req.max_bytes), (long long)ps->graphs,
+		  (long long)ps->plans, (long long)ps->trials);
+	reply(w->client, &w->req, prune_result(w->client->daemon, ps));
+	cache_write_free(w);
 }
 
 /* The quarantine, each entry's "created_at" in RFC 3339. */
@@ -845,7 +1021,7 @@ static void on_cache(tuned_client *client, proto_request *req)
 	} else if (req->op == PROTO_OP_CACHE_QUARANTINE) {
 		rc = quarantine_entries(d, req->key[0] ? req->key : NULL, &out, &err);
 	} else {
-		rc = cache_prune_request(d, req, &out, &err);
+		return hand_cache_write(client, req, prune, pruned);
 	}
 	if (rc < 0) {
 		json_decref(out);
@@ -877,33 +1053,44 @@ static void imported(tuned_daemon *d, json_t *result)
 			  json_string_value(json_object_get(entry, "reason")));
 }
 
-static void on_cache_transfer(tuned_client *client, proto_request *req)
+/* On the writer thread: the bundle is read and checked there too. */
+static void import(cache *c, void *data)
+{
+	cache_write *w = data;
+
+	w->rc = tuned_import(c, w->req.bundle, &w->imported, w->why, sizeof(w->why));
+}
+
+static void on_imported(void *data)
+{
+	cache_write *w = data;
+	char message[sizeof(w->why) + 16];
+
+	if (w->rc < 0) {
+		snprintf(message, sizeof(message), "params.export: %s", w->why);
+		tuned_log(TUNED_WARN, "cache.import refused: %s", message);
+		reply_error(w->client, &w->req, w->rc, message);
+		return cache_write_free(w);
+	}
+	imported(w->client->daemon, w->imported);
+	reply(w->client, &w->req, json_incref(w->imported));
+	cache_write_free(w);
+}
+
+static void on_cache_export(tuned_client *client, proto_request *req)
 {
 	tuned_daemon *d = client->daemon;
 	char why[PROTO_MESSAGE_MAX] = "";
 	json_t *out = NULL;
-	int rc;
+	int rc = tuned_export(d->cache, "tuned " TUNED_VERSION, d->device, req->keys,
+			      &out, why, sizeof(why));
 
-	if (req->op == PROTO_OP_CACHE_EXPORT)
-		rc = tuned_export(d->cache, "tuned " TUNED_VERSION, d->device, req->keys,
-				  &out, why, sizeof(why));
-	else
-		rc = tuned_import(d->cache, req->bundle, &out, why, sizeof(why));
-	if (rc < 0 && req->op == PROTO_OP_CACHE_IMPORT) {
-		char message[sizeof(why)];
-
-		snprintf(message, sizeof(message), "params.export: %s", why);
-		memcpy(why, message, sizeof(why));
-	}
 	if (rc < 0) {
-		tuned_log(TUNED_WARN, "%s refused: %s", proto_op_name(req->op), why);
+		tuned_log(TUNED_WARN, "cache.export refused: %s", why);
 		return reply_error(client, req, rc, why);
 	}
-	if (req->op == PROTO_OP_CACHE_EXPORT)
-		tuned_log(TUNED_INFO, "cache export: %zu key(s)",
-			  json_array_size(json_object_get(out, "entries")));
-	else
-		imported(d, out);
+	tuned_log(TUNED_INFO, "cache export: %zu key(s)",
+		  json_array_size(json_object_get(out, "entries")));
 	reply(client, req, out);
 }
 
@@ -926,10 +1113,8 @@ static void refuse_admin_op(tuned_client *client, proto_request *req)
 	reply_error(client, req, PROTO_EUNAUTHORIZED, message);
 }
 
-void tuned_handle(tuned_client *client, proto_request *req)
+static void dispatch(tuned_client *client, proto_request *req)
 {
-	if (is_admin_op(req->op) && !client->admin)
-		return refuse_admin_op(client, req);
 	switch (req->op) {
 	case PROTO_OP_HELLO: return on_hello(client, req);
 	case PROTO_OP_PING: return reply(client, req, json_object());
@@ -940,8 +1125,17 @@ void tuned_handle(tuned_client *client, proto_request *req)
 	case PROTO_OP_FETCH: return on_fetch(client, req);
 	case PROTO_OP_WATCH: return on_watch(client, req);
 	case PROTO_OP_STATS: return on_stats(client, req);
-	case PROTO_OP_CACHE_EXPORT:
-	case PROTO_OP_CACHE_IMPORT: return on_cache_transfer(client, req);
+	case PROTO_OP_CACHE_EXPORT: return on_cache_export(client, req);
+	case PROTO_OP_CACHE_IMPORT:
+		return hand_cache_write(client, req, import, on_imported);
 	default: return on_cache(client, req);
 	}
+}
+
+void tuned_handle(tuned_client *client, proto_request *req)
+{
+	if (is_admin_op(req->op) && !client->admin)
+		return refuse_admin_op(client, req);
+	dispatch(client, req);
+	mark_found_bad(client->daemon);
 }

@@ -175,21 +175,38 @@ static void forget_old(tuned_jobs *jobs)
 	}
 }
 
-/* "job" as the cache stores it (texts borrowed). */
-static cache_job job_row(const tuned_job *job)
+/* "job" as the cache stores it, with copies of its texts (the loop
+ * changes and frees jobs while the writer thread writes them): its graph
+ * only while its row has not been written, for the graph never changes. */
+static bool copy_row(const tuned_job *job, cache_job *row)
 {
-	return (cache_job){
-		.id = job->id, .key = job->key, .name = job->name,
+	*row = (cache_job){
+		.id = job->id,
 		.uid = job->uid == TUNED_UID_UNKNOWN ? -1 : (int64_t)job->uid,
-		.graph = job->graph, .state = state_names[job->state],
+		.key = strdup(job->key), .name = strdup(job->name),
+		.graph = job->stored ? NULL : strdup(job->graph),
+		.state = state_names[job->state],
 		.budget_s = job->budget_s, .max_trials = job->max_trials,
 		.priority = job->priority, .trials = job->trials,
 		.best_ms = job->best_ms, .first_ms = job->first_ms,
-		.version = job->version,
-		.error = job->error, .created_at = job->created_at,
-		.finished_at = job->finished_at,
+		.version = job->version, .error = strdup(job->error),
+		.created_at = job->created_at, .finished_at = job->finished_at,
 	};
+	return row->key && row->name && row->error && (job->stored || row->graph);
 }
+
+static void free_row(cache_job *row)
+{
+	free((char *)row->key);
+	free((char *)row->name);
+	free((char *)row->graph);
+	free((char *)row->error);
+}
+
+struct tuned_jobs_changes {
+	cache_job *rows;
+	int n;
+};
 
 static int count_dirty(const tuned_jobs *jobs)
 {
@@ -200,31 +217,82 @@ static int count_dirty(const tuned_jobs *jobs)
 	return n;
 }
 
-int tuned_jobs_save(tuned_jobs *jobs)
+void tuned_jobs_changes_free(tuned_jobs_changes *changes)
 {
-	cache_error err = {0};
-	cache_job *rows;
-	int n, i = 0, rc;
+	if (!changes)
+		return;
+	for (int i = 0; i < changes->n; i++)
+		free_row(&changes->rows[i]);
+	free(changes->rows);
+	free(changes);
+}
+
+tuned_jobs_changes *tuned_jobs_take_changes(tuned_jobs *jobs)
+{
+	tuned_jobs_changes *changes = calloc(1, sizeof(*changes));
+	int n;
 
 	forget_old(jobs);
-	if ((n = count_dirty(jobs)) == 0)
-		return 0;
-	if (!(rows = calloc((size_t)n, sizeof(*rows)))) {
-		snprintf(jobs->error, sizeof(jobs->error), "out of memory");
-		return -ENOMEM;
+	n = count_dirty(jobs);
+	if (!changes || !(changes->rows = calloc((size_t)n + 1, sizeof(cache_job)))) {
+		free(changes);
+		return NULL;
+	}
+	for (tuned_job *job = jobs->head; job; job = job->next) {
+		if (!job->dirty)
+			continue;
+		if (!copy_row(job, &changes->rows[changes->n++])) {
+			tuned_jobs_changes_free(changes);
+			return NULL;
+		}
 	}
 	for (tuned_job *job = jobs->head; job; job = job->next)
 		if (job->dirty)
-			rows[i++] = job_row(job);
-	rc = cache_put_jobs(jobs->cache, rows, i, KEEP_FINISHED, &err);
-	free(rows);
-	if (rc < 0) {
-		snprintf(jobs->error, sizeof(jobs->error), "%s", err.message);
-		return rc;
+			job->dirty = false, job->stored = true;
+	return changes;
+}
+
+int tuned_jobs_changes_write(const tuned_jobs_changes *changes, cache *c,
+			     char *why, size_t why_size)
+{
+	cache_error err = {0};
+
+	if (changes->n == 0)
+		return 0;
+	if (cache_put_jobs(c, changes->rows, changes->n, KEEP_FINISHED, &err) < 0) {
+		snprintf(why, why_size, "%s", err.message);
+		return err.code < 0 ? err.code : -EIO;
 	}
-	for (tuned_job *job = jobs->head; job; job = job->next)
-		job->dirty = false;
 	return 0;
+}
+
+void tuned_jobs_changes_lost(tuned_jobs *jobs, const tuned_jobs_changes *changes)
+{
+	for (int i = 0; i < changes->n; i++) {
+		tuned_job *job = tuned_jobs_find(jobs, changes->rows[i].id);
+
+		if (job) {
+			job->dirty = true;
+			job->stored &= !changes->rows[i].graph;
+		}
+	}
+}
+
+int tuned_jobs_save(tuned_jobs *jobs)
+{
+	tuned_jobs_changes *changes = tuned_jobs_take_changes(jobs);
+	int rc;
+
+	if (!changes) {
+		snprintf(jobs->error, sizeof(jobs->error), "out of memory");
+		return -ENOMEM;
+	}
+	rc = tuned_jobs_changes_write(changes, jobs->cache, jobs->error,
+				      sizeof(jobs->error));
+	if (rc < 0)
+		tuned_jobs_changes_lost(jobs, changes);
+	tuned_jobs_changes_free(changes);
+	return rc;
 }
 
 static enum tuned_job_state state_of(const char *name)
@@ -365,6 +433,7 @@ static int add_row(void *user, const cache_job *row)
 	job->version = row->version;
 	job->created_at = row->created_at;
 	job->finished_at = row->finished_at;
+	job->stored = true;
 	if (job->state == TUNED_JOB_RUNNING)
 		job->state = TUNED_JOB_QUEUED;
 	append(jobs, job);

@@ -42,12 +42,14 @@ void tuned_log_write(enum tuned_level level, const char *fmt, ...)
 	va_list ap;
 
 	strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+	flockfile(out); /* one line whole, whichever thread logs */
 	fprintf(out, "%s tuned[%d] %s: ", stamp, (int)getpid(), level_names[level]);
 	va_start(ap, fmt);
 	vfprintf(out, fmt, ap);
 	va_end(ap);
 	fputc('\n', out);
 	fflush(out);
+	funlockfile(out);
 }
 
 /* A new log file is made 0640, whatever the umask (which may take more

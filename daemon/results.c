@@ -1,7 +1,8 @@
 /*
- * results.c: the runner's results on the loop thread: trials recorded in
- * the cache, better plans published as new versions, crashes and hangs
- * quarantined, jobs finished, watchers and waiting fetches told.
+ * results.c: the runner's results: trials recorded in the cache, better
+ * plans published as new versions, crashes and hangs quarantined (on the
+ * writer thread, writer.h), then, back on the loop thread, jobs updated
+ * and finished, watchers and waiting fetches told.
  */
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 
 #include "kgen.h"
 #include "server.h"
+#include "writer.h"
 
 static bool is_active(const tuned_job *job)
 {
@@ -81,46 +83,81 @@ static void log_worker_death(const tuned_job *job, const tuned_result *r,
 			  (long long)job->id, job->key, hash, r->detail);
 }
 
-/* A plan that crashed or hung its worker: logged, and quarantined with
- * its repro bundle so that it is never tried again. */
-static void quarantine(tuned_daemon *d, tuned_job *job, const tuned_result *r,
-		       const char *plan)
+/* What the writer thread stores of one result, decided on the loop when
+ * the results came (a version of a job cancelled by then is dropped), and
+ * what came of it. */
+typedef struct result_store {
+	tuned_result *r;
+	tuned_daemon *d;
+	int64_t job;
+	char key[PROTO_KEY_HEX + 1];
+	bool publish;            /* VERSION: the job was active */
+	int version;             /* VERSION: published as this version, or 0 */
+	cache_error trial_err, quarantine_err, publish_err; /* code < 0: failed */
+} result_store;
+
+/* A plan that crashed or hung its worker, quarantined with its repro
+ * bundle so that it is never tried again. */
+static void store_quarantine(cache *c, result_store *st, const char *plan)
 {
+	const tuned_result *r = st->r;
 	char *sources = r->sources ? json_dumps(r->sources, JSON_COMPACT) : NULL;
 	bool hung = !strcmp(r->outcome, "timeout");
 	cache_quarantine_entry q = {
-		.graph = job->key, .device = d->device, .codegen = KGEN_CODEGEN_VERSION,
-		.plan = plan, .reason = r->detail, .cause = r->outcome,
-		.signal = r->term_signal, .time_limit_s = hung ? r->limit_s : 0,
-		.seed = job->id, .graph_json = r->graph, .sources = sources,
+		.graph = st->key, .device = st->d->device,
+		.codegen = KGEN_CODEGEN_VERSION, .plan = plan, .reason = r->detail,
+		.cause = r->outcome, .signal = r->term_signal,
+		.time_limit_s = hung ? r->limit_s : 0, .seed = st->job,
+		.graph_json = r->graph, .sources = sources,
 		.worker_log = r->worker_log};
-	cache_error err = {0};
-	char hash[PLAN_HASH_HEX + 1];
 
-	plan_hash(plan, hash);
-	log_worker_death(job, r, hash);
-	if (cache_quarantine(d->cache, &q, &err) < 0)
-		store_failed(job, "a quarantined plan", &err);
-	else
-		tuned_log(TUNED_WARN, "job %lld: %s: plan %s quarantined (%s), never to be "
-			  "tried again (tunectl cache quarantine)", (long long)job->id,
-			  job->key, hash, hung ? "hung" : "crashed");
+	cache_quarantine(c, &q, &st->quarantine_err);
 	free(sources);
 }
 
-static void record_trial(tuned_daemon *d, tuned_job *job, const tuned_result *r,
-			 const char *plan)
+static bool killed_worker(const tuned_result *r)
 {
-	cache_trial trial = {job->key, d->device, KGEN_CODEGEN_VERSION, plan,
-			     outcome_of(r->outcome),
+	return !strcmp(r->outcome, "crash") || !strcmp(r->outcome, "timeout");
+}
+
+static void store_trial(cache *c, result_store *st)
+{
+	const tuned_result *r = st->r;
+	char *plan = plan_text(r);
+	cache_trial trial = {st->key, st->d->device, KGEN_CODEGEN_VERSION,
+			     plan ? plan : "null", outcome_of(r->outcome),
 			     json_number_value(json_object_get(r->answer, "total_ms")),
 			     r->detail};
-	cache_error err = {0};
 
-	if (cache_record_trial(d->cache, &trial, &err) < 0)
-		store_failed(job, "a trial", &err);
-	if (trial.outcome == CACHE_TRIAL_CRASH || trial.outcome == CACHE_TRIAL_TIMEOUT)
-		quarantine(d, job, r, plan);
+	cache_record_trial(c, &trial, &st->trial_err);
+	if (killed_worker(r))
+		store_quarantine(c, st, trial.plan);
+	free(plan);
+}
+
+/* The log and the job's error after a plan killed its worker. */
+static void told_quarantine(tuned_job *job, const result_store *st)
+{
+	const tuned_result *r = st->r;
+	char *plan = plan_text(r), hash[PLAN_HASH_HEX + 1];
+
+	plan_hash(plan ? plan : "null", hash);
+	log_worker_death(job, r, hash);
+	if (st->quarantine_err.code < 0)
+		store_failed(job, "a quarantined plan", &st->quarantine_err);
+	else
+		tuned_log(TUNED_WARN, "job %lld: %s: plan %s quarantined (%s), never to be "
+			  "tried again (tunectl cache quarantine)", (long long)job->id,
+			  job->key, hash, !strcmp(r->outcome, "timeout") ? "hung" : "crashed");
+	free(plan);
+}
+
+static void told_trial(tuned_job *job, const result_store *st)
+{
+	if (st->trial_err.code < 0)
+		store_failed(job, "a trial", &st->trial_err);
+	if (killed_worker(st->r))
+		told_quarantine(job, st);
 }
 
 /* "array" as compact text, "[]" when it is missing. */
@@ -151,43 +188,51 @@ static char *launch_text(const json_t *answer)
 /* A candidate the runner found faster than the key's version, by more
  * than the noise of timing them side by side, becomes the next version;
  * its speedup is over the version the job started from, timed beside it. */
-static void on_version(tuned_daemon *d, tuned_job *job, const tuned_result *r)
+static void store_version(cache *c, result_store *st)
 {
+	const tuned_result *r = st->r;
 	char *plan = json_dumps(r->plan, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
 	char *sources = array_text(json_object_get(r->answer, "sources"));
 	char *launch = launch_text(r->answer), found_by[32];
-	cache_plan p = {job->key, d->device, KGEN_CODEGEN_VERSION, 0, plan, sources,
+	cache_plan p = {st->key, st->d->device, KGEN_CODEGEN_VERSION, 0, plan, sources,
 			NULL, 0, launch, r->median_ms, r->spread_ms, found_by, 0};
-	cache_error err = {0};
-	int version;
 
 	snprintf(found_by, sizeof(found_by), "generation %d", r->generation);
-	if (!plan || !sources || !launch) {
-		tuned_log(TUNED_ERROR, "job %lld: cannot publish: out of memory",
-			  (long long)job->id);
-	} else if (cache_publish(d->cache, &p, &version, &err) < 0) {
-		store_failed(job, "the new version", &err);
-	} else {
-		job->best_ms = r->median_ms;
-		job->first_ms = r->first_ms;
-		job->version = version;
-		tuned_log(TUNED_INFO, "job %lld: %s version %d, %.4f ms", (long long)job->id,
-			  job->key, version, r->median_ms);
-		tuned_broadcast(d, job->key, PROTO_EVENT_VERSION,
-				json_pack("{s:s, s:i, s:s, s:f, s:f, s:o, s:o, s:I}", "key",
-					  job->key, "version", version, "device", d->device,
-					  "median_ms", r->median_ms, "spread_ms", r->spread_ms,
-					  "first_ms", r->first_ms > 0 ? json_real(r->first_ms) :
-								       json_null(),
-					  "speedup", r->first_ms > 0 && r->median_ms > 0 ?
-						     json_real(r->first_ms / r->median_ms) :
-						     json_null(),
-					  "job", (json_int_t)job->id));
-		tuned_wake_waiters(d, job->key, version);
-	}
+	if (!plan || !sources || !launch)
+		st->publish_err = (cache_error){CACHE_ENOMEM, "cannot publish a "
+						"version: out of memory"};
+	else
+		cache_publish(c, &p, &st->version, &st->publish_err);
 	free(plan);
 	free(sources);
 	free(launch);
+}
+
+/* The version stored, told: even to the watchers of a job cancelled
+ * while it was being stored, for it was published before the cancel's
+ * reply. */
+static void on_version(tuned_daemon *d, tuned_job *job, const result_store *st)
+{
+	const tuned_result *r = st->r;
+
+	if (st->publish_err.code < 0)
+		return store_failed(job, "the new version", &st->publish_err);
+	job->best_ms = r->median_ms;
+	job->first_ms = r->first_ms;
+	job->version = st->version;
+	tuned_log(TUNED_INFO, "job %lld: %s version %d, %.4f ms", (long long)job->id,
+		  job->key, st->version, r->median_ms);
+	tuned_broadcast(d, job->key, PROTO_EVENT_VERSION,
+			json_pack("{s:s, s:i, s:s, s:f, s:f, s:o, s:o, s:I}", "key",
+				  job->key, "version", st->version, "device", d->device,
+				  "median_ms", r->median_ms, "spread_ms", r->spread_ms,
+				  "first_ms", r->first_ms > 0 ? json_real(r->first_ms) :
+							       json_null(),
+				  "speedup", r->first_ms > 0 && r->median_ms > 0 ?
+					     json_real(r->first_ms / r->median_ms) :
+					     json_null(),
+				  "job", (json_int_t)job->id));
+	tuned_wake_waiters(d, job->key, st->version);
 }
 
 static void broadcast_progress(tuned_daemon *d, tuned_job *job, int quarantined)
@@ -199,16 +244,15 @@ static void broadcast_progress(tuned_daemon *d, tuned_job *job, int quarantined)
 				  "version", job->version, "quarantined", quarantined));
 }
 
-static void on_trial(tuned_daemon *d, tuned_job *job, const tuned_result *r)
+static void on_trial(tuned_daemon *d, tuned_job *job, const result_store *st)
 {
-	char *plan = plan_text(r);
+	const tuned_result *r = st->r;
 
 	job->trials++;
-	record_trial(d, job, r, plan ? plan : "null");
+	told_trial(job, st);
 	if (strcmp(r->outcome, "ok") && !job->store_failed)
 		snprintf(job->error, sizeof(job->error), "%.15s: %.230s", r->outcome, r->detail);
 	broadcast_progress(d, job, r->quarantined);
-	free(plan);
 }
 
 /* A quarantined candidate was skipped: not a trial, but progress. */
@@ -285,33 +329,31 @@ static void on_end(tuned_daemon *d, tuned_job *job, const tuned_result *r)
  * after the trials in flight): the trials are kept, as what the plans
  * did, but the job is not changed and nothing is published, for cancel
  * promised that no version comes after its reply. */
-static void on_result_after_cancel(tuned_daemon *d, tuned_job *job,
-				   const tuned_result *r)
+static void on_result_after_cancel(tuned_job *job, const result_store *st)
 {
-	char *plan;
-
-	if (r->kind == TUNED_RESULT_VERSION)
+	if (st->r->kind == TUNED_RESULT_VERSION)
 		tuned_log(TUNED_INFO, "job %lld: %s: a version found after the job was "
 			  "cancelled is dropped", (long long)job->id, job->key);
-	if (r->kind != TUNED_RESULT_TRIAL)
-		return;
-	plan = plan_text(r);
-	record_trial(d, job, r, plan ? plan : "null");
-	free(plan);
+	if (st->r->kind == TUNED_RESULT_TRIAL)
+		told_trial(job, st);
 }
 
-static void on_result(tuned_daemon *d, tuned_job *job, const tuned_result *r)
+static void on_result(tuned_daemon *d, tuned_job *job, const result_store *st)
 {
+	const tuned_result *r = st->r;
+
+	if (r->kind == TUNED_RESULT_VERSION && st->publish)
+		return on_version(d, job, st);
 	if (!is_active(job) && r->kind != TUNED_RESULT_END)
-		return on_result_after_cancel(d, job, r);
+		return on_result_after_cancel(job, st);
 	switch (r->kind) {
 	case TUNED_RESULT_STARTED:
 		if (job->state != TUNED_JOB_QUEUED)
 			return;
 		job->state = TUNED_JOB_RUNNING;
 		return tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
-	case TUNED_RESULT_TRIAL: return on_trial(d, job, r);
-	case TUNED_RESULT_VERSION: return on_version(d, job, r);
+	case TUNED_RESULT_TRIAL: return on_trial(d, job, st);
+	case TUNED_RESULT_VERSION: return; /* not published: the job had ended */
 	case TUNED_RESULT_GENERATION: return on_generation(d, job, r);
 	case TUNED_RESULT_END: return on_end(d, job, r);
 	case TUNED_RESULT_SKIPPED: return on_skipped(d, job, r);
@@ -319,21 +361,108 @@ static void on_result(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 	}
 }
 
-void tuned_on_results(uv_async_t *async)
-{
-	tuned_daemon *d = async->data;
-	tuned_result *r = tuned_runner_take_results(d->runner), *next;
+/* A batch of results, taken from the runner at one wake-up of the loop. */
+typedef struct result_batch {
+	tuned_daemon *d;
+	int n;
+	result_store stores[];
+} result_batch;
 
+/* On the writer thread. */
+static void store_results(cache *c, void *data)
+{
+	result_batch *b = data;
+
+	for (int i = 0; i < b->n; i++) {
+		result_store *st = &b->stores[i];
+
+		if (st->r->kind == TUNED_RESULT_TRIAL)
+			store_trial(c, st);
+		else if (st->r->kind == TUNED_RESULT_VERSION && st->publish)
+			store_version(c, st);
+	}
+}
+
+/* Back on the loop, once stored: the jobs change, then are saved. */
+static void stored_results(void *data)
+{
+	result_batch *b = data;
+	tuned_daemon *d = b->d;
+
+	for (int i = 0; i < b->n; i++) {
+		tuned_job *job = tuned_jobs_find(&d->jobs, b->stores[i].job);
+
+		if (job) {
+			on_result(d, job, &b->stores[i]);
+			job->dirty = true;
+		}
+		tuned_result_free(b->stores[i].r);
+	}
+	free(b);
+	tuned_save_jobs(d);
+}
+
+static int count_results(const tuned_result *r)
+{
+	int n = 0;
+
+	for (; r; r = r->next)
+		n++;
+	return n;
+}
+
+/* What to store of each result, decided now: a version of a job that has
+ * ended (cancelled) is not published. Results of jobs the daemon no
+ * longer knows are dropped. */
+static result_batch *batch_of(tuned_daemon *d, tuned_result *r)
+{
+	result_batch *b = calloc(1, sizeof(*b) + (size_t)count_results(r) *
+				 sizeof(result_store));
+	tuned_result *next;
+
+	if (!b)
+		return NULL;
+	b->d = d;
 	for (; r; r = next) {
 		tuned_job *job = tuned_jobs_find(&d->jobs, r->job);
 
 		next = r->next;
-		if (job) {
-			on_result(d, job, r);
-			job->dirty = true;
+		if (!job) {
+			tuned_result_free(r);
+			continue;
 		}
+		b->stores[b->n++] = (result_store){
+			.r = r, .d = d, .job = job->id,
+			.publish = r->kind == TUNED_RESULT_VERSION && is_active(job)};
+		snprintf(b->stores[b->n - 1].key, PROTO_KEY_HEX + 1, "%s", job->key);
+	}
+	return b;
+}
+
+static void free_results(tuned_result *r)
+{
+	for (tuned_result *next; r; r = next) {
+		next = r->next;
 		tuned_result_free(r);
 	}
-	if (tuned_jobs_save(&d->jobs) < 0)
-		tuned_log(TUNED_ERROR, "cannot save the job queue: %s", d->jobs.error);
+}
+
+void tuned_on_results(uv_async_t *async)
+{
+	tuned_daemon *d = async->data;
+	tuned_result *r = tuned_runner_take_results(d->runner);
+	result_batch *b;
+
+	if (!r)
+		return;
+	if (!(b = batch_of(d, r))) {
+		tuned_log(TUNED_ERROR, "out of memory: the runner's results are lost");
+		return free_results(r);
+	}
+	if (tuned_write(d->writer, store_results, stored_results, b) < 0) {
+		tuned_log(TUNED_ERROR, "out of memory: the runner's results are lost");
+		for (int i = 0; i < b->n; i++)
+			tuned_result_free(b->stores[i].r);
+		free(b);
+	}
 }

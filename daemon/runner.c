@@ -51,6 +51,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon.h"
 #include "runner.h"
 #include "scheduler.h"
 #include "tuner.h"
@@ -756,6 +757,7 @@ static void search_thread(void *arg)
 	tuned_runner *r = arg;
 	runner_job *job;
 
+	tuned_thread_background();
 	uv_mutex_lock(&r->lock);
 	while (!r->stopping) {
 		if (!(job = search_job(r)))

@@ -165,6 +165,7 @@ static void parse_long_line(uv_work_t *work)
 {
 	line_work *w = work->data;
 
+	tuned_thread_background();
 	w->rc = proto_parse_request(w->line, w->len, &w->req, &w->err);
 }
 

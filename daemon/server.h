@@ -12,6 +12,7 @@
 #include "daemon.h"
 #include "proto.h"
 #include "runner.h"
+#include "writer.h"
 
 #define TUNED_MAX_WATCHES 64
 
@@ -73,7 +74,10 @@ struct tuned_daemon {
 	uv_async_t results;
 	tuned_runner *runner;
 	tuned_jobs jobs;
+	/* read on the loop thread; written only by the writer thread
+	 * (writer.h), once the daemon has started */
 	cache *cache;
+	tuned_writer *writer;
 	/* a second handle of the cache, for the reads that prepare a job off
 	 * the loop thread (libuv's threadpool), one at a time under the lock */
 	cache *reader;
@@ -127,6 +131,10 @@ void tuned_update_waited(tuned_daemon *d);
  * read off the loop thread: the job goes to the runner later, on the loop,
  * if it is still queued then. */
 void tuned_run_job(tuned_daemon *d, const tuned_job *job);
+
+/* Hands the jobs changed since the last save to the writer thread, to
+ * be written after the writes handed before (the versions they name). */
+void tuned_save_jobs(tuned_daemon *d);
 
 /* results.c: the runner's results, on the loop thread. */
 void tuned_on_results(uv_async_t *async);

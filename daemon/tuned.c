@@ -130,6 +130,7 @@ static void stop(tuned_daemon *d)
 	tuned_on_results(&d->results);
 	tuned_runner_stop(d->runner);
 	d->runner = NULL;
+	tuned_writer_close(d->writer); /* once what it was handed is stored */
 	uv_close((uv_handle_t *)&d->results, NULL);
 	uv_close((uv_handle_t *)&d->sigterm, NULL);
 	uv_close((uv_handle_t *)&d->sigint, NULL);
@@ -180,6 +181,10 @@ static int start(tuned_daemon *d)
 
 	if (open_cache(d) < 0 || describe_device(d) < 0)
 		return -1;
+	if (!(d->writer = tuned_writer_start(d->loop, d->cache))) {
+		tuned_log(TUNED_ERROR, "cannot start the cache's writer thread");
+		return -1;
+	}
 	tuned_log(TUNED_INFO, "device %s", d->device);
 	uv_async_init(d->loop, &d->results, tuned_on_results);
 	d->results.data = d;
@@ -204,6 +209,7 @@ static void finish(tuned_daemon *d)
 {
 	cache_error err = {0};
 
+	tuned_writer_free(d->writer, d->cache); /* this thread writes again */
 	if (d->cache && tuned_jobs_save(&d->jobs) < 0)
 		tuned_log(TUNED_ERROR, "cannot save the job queue: %s", d->jobs.error);
 	if (d->cache && cache_checkpoint(d->cache, &err) < 0)

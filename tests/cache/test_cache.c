@@ -567,7 +567,7 @@ Test(cache, writes_from_another_thread_are_refused)
 	for (int i = 0; i < 6; i++)
 		cr_expect_eq(job.rc[i], CACHE_ETHREAD, "write %d: %d", i, job.rc[i]);
 	cr_expect(strstr(job.err.message, "written only by the thread that "
-			 "opened it"), "%s", job.err.message);
+			 "owns it"), "%s", job.err.message);
 	cr_expect_eq(job.rc[6], 1);
 	cr_assert_eq(cache_stat(c, &st, NULL), 0);
 	cr_expect_eq(st.graphs, 1);
@@ -575,6 +575,48 @@ Test(cache, writes_from_another_thread_are_refused)
 	cr_expect_eq(st.plans, 1);
 	/* The owner still writes. */
 	cr_expect_eq(publish(c, 1, DEVICE_CPU, CODEGEN, 2, 10), 2);
+	cache_close(c);
+}
+
+/* The thread the cache is handed to writes, once handed it (the lock
+ * orders the two); the opener no longer does. */
+typedef struct handed {
+	thread_job job;
+	pthread_mutex_t lock;
+} handed;
+
+static void *write_as_new_owner(void *arg)
+{
+	handed *h = arg;
+
+	pthread_mutex_lock(&h->lock);
+	h->job.rc[0] = cache_put_graph(h->job.c, graph_key(2), "g", NULL, &h->job.err);
+	pthread_mutex_unlock(&h->lock);
+	return NULL;
+}
+
+Test(cache, a_handed_over_cache_is_written_by_its_new_owner_only)
+{
+	cache *c = fx_open();
+	handed h = { .job = { .c = c }, .lock = PTHREAD_MUTEX_INITIALIZER };
+	cache_error err = { 0 };
+	pthread_t thread;
+	cache_stats st;
+
+	pthread_mutex_lock(&h.lock);
+	cr_assert_eq(pthread_create(&thread, NULL, write_as_new_owner, &h), 0);
+	cache_hand_over(c, thread);
+	pthread_mutex_unlock(&h.lock);
+	pthread_join(thread, NULL);
+	cr_expect_eq(h.job.rc[0], 0, "%s", h.job.err.message);
+	cr_expect_eq(cache_put_graph(c, graph_key(1), "g", NULL, &err), CACHE_ETHREAD);
+	cr_expect(strstr(err.message, "written only by the thread that owns it"),
+		  "%s", err.message);
+	/* handed back once the owner has ended */
+	cache_hand_over(c, pthread_self());
+	put_graph(c, 1, NULL);
+	cr_assert_eq(cache_stat(c, &st, NULL), 0);
+	cr_expect_eq(st.graphs, 2);
 	cache_close(c);
 }
 

@@ -79,6 +79,36 @@ Test(transfer, jobs_are_written_whole_replaced_by_id_and_read_in_order)
 	cache_close(c);
 }
 
+/* A job written before is updated without its graph, which stays; an
+ * update of a job never written is refused, and nothing is written. */
+Test(transfer, a_job_written_before_is_updated_without_its_graph)
+{
+	cache *c = fx_open();
+	cache_job jobs[2] = {job(1, "queued", 0), job(2, "queued", 0)};
+	cache_error err = { 0 };
+	seen_jobs s = { 0 };
+
+	cr_assert_eq(cache_put_jobs(c, jobs, 1, 1000, &err), 0, "%s", err.message);
+	jobs[0] = job(1, "done", 3);
+	jobs[0].graph = NULL;
+	jobs[0].key = jobs[0].name = "changed";
+	cr_assert_eq(cache_put_jobs(c, jobs, 1, 1000, &err), 0, "%s", err.message);
+	cr_assert_eq(cache_jobs(c, on_job, &s, &err), 1, "%s", err.message);
+	cr_expect_str_eq(s.states[0], "done");
+	cr_expect_eq(s.first.version, 3);
+	cr_expect_str_eq(s.first_graph, GRAPH_JSON, "the graph stays");
+	cr_expect_str_eq(s.first_key, graph_key(1), "the key never changes");
+	jobs[1].graph = NULL;
+	jobs[0].state = "failed";
+	cr_expect_eq(cache_put_jobs(c, jobs, 2, 1000, &err), CACHE_NOT_FOUND);
+	cr_expect(strstr(err.message, "cannot update job 2: it was never written"),
+		  "%s", err.message);
+	s = (seen_jobs){ 0 };
+	cr_assert_eq(cache_jobs(c, on_job, &s, &err), 1, "%s", err.message);
+	cr_expect_str_eq(s.states[0], "done", "a refused put changed a row");
+	cache_close(c);
+}
+
 /* Schema version 5: who submitted a job, or not known (-1, stored NULL). */
 Test(transfer, a_job_keeps_its_submitter)
 {

@@ -84,5 +84,9 @@ bool fixture_log_contains(const fixture *f, const char *text);
 void fixture_sql(const char *path, const char *statement);
 /* The first column of the first row of "query" on "path", or -1. */
 long long fixture_sql_count(const char *path, const char *query);
+/* Takes the write lock of "path" (BEGIN IMMEDIATE) and holds it until
+ * fixture_sql_unlock: the daemon's writes wait meanwhile. */
+struct sqlite3 *fixture_sql_lock(const char *path);
+void fixture_sql_unlock(struct sqlite3 *db);
 
 #endif

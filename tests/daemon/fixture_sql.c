@@ -34,3 +34,21 @@ long long fixture_sql_count(const char *path, const char *query)
 	sqlite3_close(db);
 	return n;
 }
+
+struct sqlite3 *fixture_sql_lock(const char *path)
+{
+	sqlite3 *db;
+
+	cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+	sqlite3_busy_timeout(db, 5000);
+	cr_assert_eq(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK,
+		     "cannot lock %s: %s", path, sqlite3_errmsg(db));
+	return db;
+}
+
+void fixture_sql_unlock(struct sqlite3 *db)
+{
+	cr_assert_eq(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK, "%s",
+		     sqlite3_errmsg(db));
+	sqlite3_close(db);
+}

@@ -4,7 +4,8 @@
  * another client's status is answered meanwhile, a client that closes
  * before its submit is answered is freed only after, and a restart with
  * such a job queued opens the socket at once. Graphs over a limit of
- * tuned --max-graph-* are refused, naming the limit.
+ * tuned --max-graph-* are refused, naming the limit. A cache whose
+ * writes wait (its lock held elsewhere) stalls no other client.
  *
  * tuned runs the scripted worker with its probe held back 100 s: until
  * the probe answers, the runner starts no job, so what is measured is
@@ -152,6 +153,49 @@ Test(serving, a_big_graph_does_not_stall_other_clients)
 			   "the big graph was refused: %s", json_dumps(reply, 0));
 	cr_expect_gt(statuses, 2, "the graph was read too fast to measure anything");
 	cr_expect_lt(worst, MAX_WAIT_S, "a status waited %.3f s for the graph", worst);
+	json_decref(reply);
+	conn_close(&a);
+	conn_close(&b);
+	free(line);
+	free(graph);
+	fixture_cleanup(&f);
+}
+
+/* Every write of the cache waits while another process holds its write
+ * lock (here for 1.5 s of the daemon's 5 s busy timeout): a submit is
+ * answered only once stored, but another client's statuses are answered
+ * at once meanwhile, for no write runs on the loop thread. */
+Test(serving, a_locked_cache_does_not_stall_other_clients)
+{
+	char *graph = example_text("ln_residual_small"), *line = submit_line(1, graph);
+	double start, worst = 0;
+	struct sqlite3 *lock;
+	json_t *reply;
+	json_int_t job;
+	int statuses = 0;
+	fixture f;
+	conn a, b;
+
+	job = start_two_clients(&f, NULL, &a, &b);
+	lock = fixture_sql_lock(f.cache);
+	send_line(&a, line);
+	start = now_s();
+	while (now_s() - start < 1.5) {
+		double took = timed_status(&b, job);
+
+		worst = took > worst ? took : worst;
+		statuses++;
+		cr_assert_null(conn_read(&a, 0), "the submit was answered before it was stored");
+		usleep(20000);
+	}
+	fixture_sql_unlock(lock);
+	reply = conn_read(&a, 10000);
+	cr_assert_not_null(json_object_get(json_object_get(reply, "result"), "key"),
+			   "the submit failed once the lock was gone: %s", json_dumps(reply, 0));
+	cr_expect_eq(fixture_sql_count(f.cache, "SELECT count(*) FROM jobs"), 2,
+		     "the job was answered but not stored");
+	cr_expect_gt(statuses, 10);
+	cr_expect_lt(worst, MAX_WAIT_S, "a status waited %.3f s for a write", worst);
 	json_decref(reply);
 	conn_close(&a);
 	conn_close(&b);
