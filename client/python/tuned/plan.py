@@ -65,6 +65,64 @@ def _shape_text(shape):
     return "[%s]" % ", ".join(str(d) for d in shape)
 
 
+def check_tensors(graph_tensors, backend, tensors):
+    """The pointers of "tensors" (name to torch tensor, numpy array or
+    pointer) in the order of "graph_tensors" (the plan's Tensor list), and
+    the device of the tensors given (None when all are pointers); a
+    TensorError for the first that does not fit a plan on "backend"."""
+    names = {t.name for t in graph_tensors}
+    unknown = sorted(set(tensors) - names)
+    if unknown:
+        raise TensorError("no tensor named %s in the graph (its tensors: %s)"
+                          % (", ".join("'%s'" % n for n in unknown),
+                             ", ".join(t.name for t in graph_tensors)))
+    missing = ["'%s' (an %s)" % (t.name, t.role) for t in graph_tensors
+               if t.role != "intermediate" and tensors.get(t.name) is None]
+    if missing:
+        raise TensorError("tensor%s %s not given: a plan needs every input and output"
+                          % ("s" if len(missing) > 1 else "", ", ".join(missing)))
+    pointers, device = [], None
+    for t in graph_tensors:
+        value = tensors.get(t.name)
+        given = None if value is None else _given(t.name, value)
+        if given is not None:
+            device = _check_device(t, given, backend, device)
+            _check_layout(t, given)
+        pointers.append(given.pointer if given is not None else value)
+    return pointers, device
+
+
+def _check_device(t, given, backend, device):
+    """"given" is where a plan on "backend" runs, and on the device of the
+    tensors before it ("device"); returns the device of the tensors so
+    far."""
+    if given.device.split(":")[0] != backend:
+        raise TensorError("tensor '%s': device %s given (a %s), the plan runs on %s"
+                          % (t.name, given.device, given.kind, backend))
+    if device is not None and given.device != device:
+        raise TensorError("tensor '%s': device %s given, but the tensors before it are on "
+                          "%s: a plan runs on one device" % (t.name, given.device, device))
+    return given.device
+
+
+def _check_layout(t, given):
+    """"given" has the graph's dtype and shape, row-major, and is writable
+    when the plan writes it."""
+    if given.dtype != DTYPE_NAMES[t.dtype]:
+        raise TensorError("tensor '%s': dtype %s given, the graph says %s"
+                          % (t.name, given.dtype, t.dtype))
+    if given.shape != t.shape:
+        raise TensorError("tensor '%s': shape %s given, the graph says %s"
+                          % (t.name, _shape_text(given.shape), _shape_text(t.shape)))
+    if not given.contiguous:
+        raise TensorError("tensor '%s': a %s that is not C-contiguous given, the plan "
+                          "reads and writes it row-major: pass a contiguous copy"
+                          % (t.name, given.kind))
+    if t.role != "input" and not given.writable:
+        raise TensorError("tensor '%s': a read-only %s given, the plan writes it (an %s)"
+                          % (t.name, given.kind, t.role))
+
+
 class Plan:
     """A fetched plan loaded for its graph on a backend, "cpu" or "cuda".
 
@@ -86,7 +144,6 @@ class Plan:
             raise ExecError(why.value.decode())
         self.tensors = [self._tensor(i) for i in
                         range(self._lib.tuned_exec_tensor_count(self._handle))]
-        self._index = {t.name: i for i, t in enumerate(self.tensors)}
 
     def _tensor(self, index):
         info = _exec.TensorInfo()
@@ -103,7 +160,7 @@ class Plan:
         waiting; on the cpu they have run when it returns."""
         if not self._handle:
             raise ExecError("the plan is closed")
-        pointers, device = self._check(tensors)
+        pointers, device = check_tensors(self.tensors, self.backend, tensors)
         if stream is None and device is not None and self.backend == "cuda":
             torch = sys.modules["torch"]
             stream = torch.cuda.current_stream(torch.device(device)).cuda_stream
@@ -111,60 +168,6 @@ class Plan:
         why = ctypes.create_string_buffer(512)
         if self._lib.tuned_exec_run(self._handle, stream, array, why, len(why)) < 0:
             raise ExecError(why.value.decode())
-
-    def _check(self, tensors):
-        """The pointers in graph order, and the device of the tensors given
-        (None when all are pointers); TensorError for the first mismatch."""
-        unknown = sorted(set(tensors) - set(self._index))
-        if unknown:
-            raise TensorError("no tensor named %s in the graph (its tensors: %s)"
-                              % (", ".join("'%s'" % n for n in unknown),
-                                 ", ".join(t.name for t in self.tensors)))
-        missing = ["'%s' (an %s)" % (t.name, t.role) for t in self.tensors
-                   if t.role != "intermediate" and tensors.get(t.name) is None]
-        if missing:
-            raise TensorError("tensor%s %s not given: a plan needs every input and output"
-                              % ("s" if len(missing) > 1 else "", ", ".join(missing)))
-        pointers, device = [], None
-        for t in self.tensors:
-            value = tensors.get(t.name)
-            given = None if value is None else _given(t.name, value)
-            if given is not None:
-                device = self._check_device(t, given, device)
-                self._check_layout(t, given)
-            pointers.append(given.pointer if given is not None else value)
-        return pointers, device
-
-    def _check_device(self, t, given, device):
-        """"given" is where the plan runs, and on the device of the tensors
-        before it ("device"); returns the device of the tensors so far."""
-        kind = given.device.split(":")[0]
-        if kind != self.backend:
-            raise TensorError("tensor '%s': device %s given (a %s), the plan runs on %s"
-                              % (t.name, given.device, given.kind, self.backend))
-        if device is not None and given.device != device:
-            raise TensorError("tensor '%s': device %s given, but the tensors before it are "
-                              "on %s: a plan runs on one device"
-                              % (t.name, given.device, device))
-        return given.device
-
-    @staticmethod
-    def _check_layout(t, given):
-        """"given" has the graph's dtype and shape, row-major, and is
-        writable when the plan writes it."""
-        if given.dtype != DTYPE_NAMES[t.dtype]:
-            raise TensorError("tensor '%s': dtype %s given, the graph says %s"
-                              % (t.name, given.dtype, t.dtype))
-        if given.shape != t.shape:
-            raise TensorError("tensor '%s': shape %s given, the graph says %s"
-                              % (t.name, _shape_text(given.shape), _shape_text(t.shape)))
-        if not given.contiguous:
-            raise TensorError("tensor '%s': a %s that is not C-contiguous given, the plan "
-                              "reads and writes it row-major: pass a contiguous copy"
-                              % (t.name, given.kind))
-        if t.role != "input" and not given.writable:
-            raise TensorError("tensor '%s': a read-only %s given, the plan writes it (an %s)"
-                              % (t.name, given.kind, t.role))
 
     def close(self):
         """Frees the loaded plan; the Plan cannot run after."""
