@@ -1,4 +1,4 @@
-"""tuned.Plan (client/python/tuned/plan.py) on numpy arrays or on torch
+"""tuned_gpu.Plan (client/python/tuned_gpu/plan.py) on numpy arrays or on torch
 tensors: the plans tunectl runs, loaded through libtuned_exec and run on
 the caller's tensors, against numpy's reference; every tensor that does
 not fit the graph refused before anything runs, with a message naming it.
@@ -15,8 +15,8 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
-import tuned  # noqa: E402
-from tuned.plan import Tensor, check_tensors  # noqa: E402
+import tuned_gpu  # noqa: E402
+from tuned_gpu.plan import Tensor, check_tensors  # noqa: E402
 
 TUNECTL, MODE = sys.argv[1:3]
 try:
@@ -62,7 +62,7 @@ def fetched(text):
 def load(graph):
     """A Plan of "graph" on the cpu."""
     text = json.dumps(graph)
-    return tuned.Plan(text, fetched(text), "cpu")
+    return tuned_gpu.Plan(text, fetched(text), "cpu")
 
 
 def reference_mlp(x, w, b):
@@ -153,7 +153,7 @@ class Common:
         t = self.mlp_tensors("float32")
         t.update(changes)
         before = self.numpy(t["y"]).copy() if t.get("y") is not None else None
-        with self.assertRaises(tuned.TensorError) as caught:
+        with self.assertRaises(tuned_gpu.TensorError) as caught:
             self.plan.run(t)
         self.assertEqual(str(caught.exception), message)
         if before is not None:  # refused before anything ran
@@ -194,7 +194,7 @@ class Common:
         """The checks of a cuda plan, without a GPU (a cuda plan cannot be
         loaded here): a cpu tensor, and tensors on two devices."""
         t = self.mlp_tensors("float32")
-        with self.assertRaises(tuned.TensorError) as caught:
+        with self.assertRaises(tuned_gpu.TensorError) as caught:
             check_tensors(self.plan.tensors, "cuda", t)
         self.assertEqual(str(caught.exception), "tensor 'x': device cpu given (a %s), the "
                          "plan runs on cuda" % self.kind)
@@ -203,11 +203,11 @@ class Common:
         pointers, device = check_tensors(self.plan.tensors, "cuda", t)
         self.assertEqual((pointers, device), ([4096] * 5, "cuda:0"))
         t["b"] = FakeCudaTensor((3,), "cuda:1")
-        with self.assertRaises(tuned.TensorError) as caught:
+        with self.assertRaises(tuned_gpu.TensorError) as caught:
             check_tensors(self.plan.tensors, "cuda", t)
         self.assertEqual(str(caught.exception), "tensor 'b': device cuda:1 given, but the "
                          "tensors before it are on cuda:0: a plan runs on one device")
-        with self.assertRaises(tuned.TensorError) as caught:
+        with self.assertRaises(tuned_gpu.TensorError) as caught:
             check_tensors(self.plan.tensors, "cpu", t)
         self.assertEqual(str(caught.exception), "tensor 'x': device cuda:0 given (a torch "
                          "tensor), the plan runs on cpu")
@@ -241,8 +241,8 @@ class NumpyTest(Common, unittest.TestCase):
                      "writes it (an output)")
 
     def test_a_plan_that_does_not_fit_is_not_loaded(self):
-        with self.assertRaises(tuned.ExecError) as caught:
-            tuned.Plan(json.dumps(mlp("f32")), {"plan": {"kernels": []}}, "cpu")
+        with self.assertRaises(tuned_gpu.ExecError) as caught:
+            tuned_gpu.Plan(json.dumps(mlp("f32")), {"plan": {"kernels": []}}, "cpu")
         self.assertIn("does not fit the graph", str(caught.exception))
 
 

@@ -1,4 +1,4 @@
-"""tuned.Client (client/python/tuned) against the real daemon: a daemon of
+"""tuned_gpu.Client (client/python/tuned_gpu) against the real daemon: a daemon of
 this build on the cpu, on a private socket and cache, driven through
 submit, status, wait, fetch, watch and cache_ls; its errors as their
 types with the daemon's messages; the socket found as tunectl finds it.
@@ -17,7 +17,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
-import tuned  # noqa: E402
+import tuned_gpu  # noqa: E402
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 EXAMPLE = os.path.join(SOURCE, "examples", "gpt3_mlp_small.json")
@@ -55,7 +55,7 @@ class DaemonTest(unittest.TestCase):
         cls.daemon, cls.path = start_daemon(cls.work.name)
         with open(EXAMPLE) as f:
             cls.graph = f.read()
-        with tuned.Client(cls.path) as client:
+        with tuned_gpu.Client(cls.path) as client:
             cls.submitted = client.submit(cls.graph, budget=120, trials=4)
             cls.ended = client.wait(cls.submitted["id"], timeout=120)
 
@@ -66,7 +66,7 @@ class DaemonTest(unittest.TestCase):
         cls.work.cleanup()
 
     def client(self):
-        client = tuned.Client(self.path)
+        client = tuned_gpu.Client(self.path)
         self.addCleanup(client.close)
         return client
 
@@ -103,7 +103,7 @@ class DaemonTest(unittest.TestCase):
     def test_fetch_of_a_version_not_there_times_out(self):
         client = self.client()
         newest = client.fetch(key=self.submitted["key"])["version"]
-        with self.assertRaises(tuned.TimedOutError) as caught:
+        with self.assertRaises(tuned_gpu.TimedOutError) as caught:
             client.fetch(key=self.submitted["key"], min_version=newest + 100, timeout=0.2)
         self.assertEqual(caught.exception.code, "timeout")
 
@@ -126,7 +126,7 @@ class DaemonTest(unittest.TestCase):
         self.assertNotEqual(job["id"], self.submitted["id"])
         names, states = set(), []
         for event in watch:
-            self.assertIsInstance(event, tuned.Event)
+            self.assertIsInstance(event, tuned_gpu.Event)
             self.assertEqual(event.data["key"], key)
             names.add(event.name)
             if event.name == "job" and event.data["id"] == job["id"]:
@@ -143,10 +143,10 @@ class DaemonTest(unittest.TestCase):
             "x": {"shape": [4], "dtype": "f32", "role": "input"},
             "y": {"shape": [4], "dtype": "f32", "role": "output"}},
             "ops": ["y[i] = x[i, i]"]}
-        with self.assertRaises(tuned.BadRequestError) as caught:
+        with self.assertRaises(tuned_gpu.BadRequestError) as caught:
             client.submit(graph)
         error = caught.exception
-        self.assertIsInstance(error, tuned.DaemonError)
+        self.assertIsInstance(error, tuned_gpu.DaemonError)
         self.assertEqual(error.code, "bad_request")
         self.assertEqual(error.message, "params.graph: op 0, column 8: tensor 'x' has 1 "
                          "dims, indexed with 2")
@@ -155,20 +155,20 @@ class DaemonTest(unittest.TestCase):
 
     def test_an_unknown_job_or_key_is_not_found(self):
         client = self.client()
-        with self.assertRaises(tuned.NotFoundError) as caught:
+        with self.assertRaises(tuned_gpu.NotFoundError) as caught:
             client.status(987654)
         self.assertEqual(caught.exception.message, "no job 987654")
-        with self.assertRaises(tuned.NotFoundError):
+        with self.assertRaises(tuned_gpu.NotFoundError):
             client.fetch(key="0" * 64)
-        with self.assertRaises(tuned.NotFoundError):
+        with self.assertRaises(tuned_gpu.NotFoundError):
             client.wait(987654)
 
     def test_tuned_socket_names_the_daemon(self):
         saved = os.environ.get("TUNED_SOCKET")
         os.environ["TUNED_SOCKET"] = self.path
         try:
-            self.assertEqual(tuned.default_socket(), self.path)
-            with tuned.Client() as client:
+            self.assertEqual(tuned_gpu.default_socket(), self.path)
+            with tuned_gpu.Client() as client:
                 self.assertEqual(client.path, self.path)
                 self.assertTrue(client.server.startswith("tuned "), client.server)
                 self.assertEqual(client.status(self.submitted["id"])["id"],
@@ -184,8 +184,8 @@ class NoDaemonTest(unittest.TestCase):
     def test_nothing_listening_is_no_daemon(self):
         with tempfile.TemporaryDirectory() as work:
             path = os.path.join(work, "gpu0.sock")
-            with self.assertRaises(tuned.NoDaemonError) as caught:
-                tuned.Client(path)
+            with self.assertRaises(tuned_gpu.NoDaemonError) as caught:
+                tuned_gpu.Client(path)
             self.assertEqual(str(caught.exception),
                              "no tuned daemon at %s (no such file or directory): start one "
                              "with 'tuned --backend auto --socket %s'" % (path, path))
@@ -210,7 +210,7 @@ class DefaultSocketTest(unittest.TestCase):
             os.environ.pop("TUNED_SOCKET", None)
             os.environ.pop("XDG_RUNTIME_DIR", None)
             os.environ.update(environment)
-            return tuned.default_socket(), c_default_path()
+            return tuned_gpu.default_socket(), c_default_path()
         finally:
             os.environ.clear()
             os.environ.update(saved)
@@ -260,12 +260,12 @@ class DefaultSocketTest(unittest.TestCase):
                 open_folder = {"XDG_RUNTIME_DIR": os.path.join(runtime, "open")}
                 os.environ.update(open_folder)
                 os.environ.pop("TUNED_SOCKET", None)
-                if tuned.default_socket().startswith(runtime):
+                if tuned_gpu.default_socket().startswith(runtime):
                     try:
-                        tuned.Client()
+                        tuned_gpu.Client()
                         print("FAIL as nobody: a socket in a folder open to all was used")
                         return 1
-                    except tuned.UnauthorizedError as e:
+                    except tuned_gpu.UnauthorizedError as e:
                         if "its folder is not yours alone" not in str(e):
                             print("FAIL as nobody: %s" % e)
                             return 1

@@ -1,16 +1,18 @@
-"""tuned from Python: a client of the daemon (protocol version 1 over its
-Unix socket) and the plan executor, in the standard library alone.
+"""tuned_gpu: tuned from Python, a client of the daemon (protocol version 1
+over its Unix socket) and the plan executor, in the standard library alone.
 
-    import tuned
+    import tuned_gpu
 
-    with tuned.Client() as client:          # $TUNED_SOCKET, or the default
+    with tuned_gpu.Client() as client:      # $TUNED_SOCKET, or the default
         job = client.submit(graph_text, budget=60)
         client.wait(job["id"])
         kernel = client.fetch(job=job["id"])
-    with tuned.Plan(graph_text, kernel, "cpu") as plan:
+    with tuned_gpu.Plan(graph_text, kernel, "cpu") as plan:
         plan.run({"x": x, "w": w, "y": y})  # torch, numpy or pointers
 
-docs/client.md, "The Python package", says more.
+Named tuned_gpu, as the service is (tuned-gpu@N): Debian's power daemon
+tuned owns the Python package "tuned". docs/client.md, "The Python
+package", says more.
 """
 from .client import Client, Event, Watch, default_socket
 from .errors import (BadRequestError, BusyError, CancelledError, DaemonError, ExecError,

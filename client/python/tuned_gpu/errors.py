@@ -1,4 +1,4 @@
-"""The errors of the tuned package, one type per cause.
+"""The errors of the tuned_gpu package, one type per cause.
 
 Every error is a TunedError. The daemon's errors (docs/protocol.md,
 "Errors") are DaemonError, one subclass per code, carrying the code and
@@ -10,7 +10,7 @@ executor's have their own types.
 
 
 class TunedError(Exception):
-    """Anything the tuned package raises; the message says why."""
+    """Anything the tuned_gpu package raises; the message says why."""
 
 
 class DaemonError(TunedError):
