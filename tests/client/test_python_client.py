@@ -108,11 +108,12 @@ class DaemonTest(unittest.TestCase):
         self.assertEqual(caught.exception.code, "timeout")
 
     def test_cache_ls_lists_the_key(self):
-        entries = self.client().cache_ls()
+        client = self.client()
+        entries = client.cache_ls()
         mine = [e for e in entries if e["key"] == self.submitted["key"]]
         self.assertEqual(len(mine), 1, entries)
         self.assertEqual(mine[0]["name"], "gpt3_mlp_small")
-        self.assertEqual(mine[0]["version"], self.client().fetch(job=self.submitted["id"])["version"])
+        self.assertEqual(mine[0]["version"], client.fetch(job=self.submitted["id"])["version"])
         self.assertGreater(mine[0]["bytes"], 0)
 
     def test_watch_gives_the_events_of_the_key(self):
@@ -162,6 +163,10 @@ class DaemonTest(unittest.TestCase):
             client.fetch(key="0" * 64)
         with self.assertRaises(tuned_gpu.NotFoundError):
             client.wait(987654)
+        with self.assertRaises(tuned_gpu.BadRequestError) as caught:
+            client.fetch(key=self.submitted["key"], job=self.submitted["id"])
+        self.assertEqual(caught.exception.message,
+                         "params must have exactly one of key and job")
 
     def test_tuned_socket_names_the_daemon(self):
         saved = os.environ.get("TUNED_SOCKET")

@@ -245,7 +245,8 @@ class Client:
         of version at least "min_version", waiting up to "timeout" seconds
         for one (None: answer at once): {key, version, device, median_ms,
         spread_ms, plan, sources, launch}, which Plan loads."""
-        params = {"key": key} if key is not None else {"job": job}
+        params = {name: value for name, value in (("key", key), ("job", job))
+                  if value is not None}  # the daemon refuses both, or neither
         if min_version is not None:
             params["min_version"] = min_version
         if timeout is not None:
