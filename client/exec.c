@@ -149,6 +149,31 @@ int tuned_exec_tensor_count(const tuned_exec *e)
 	return sched_graph_tensor_count(e->graph);
 }
 
+_Static_assert(TUNED_EXEC_MAX_RANK == SCHED_MAX_RANK,
+	       "tuned_exec_tensor holds the scheduler's largest rank");
+
+static const char *role_name(enum sched_role role)
+{
+	return role == SCHED_INPUT ? "input" : role == SCHED_OUTPUT ? "output" : "intermediate";
+}
+
+int tuned_exec_tensor_info(const tuned_exec *e, int t, tuned_exec_tensor *out)
+{
+	const int64_t *shape;
+
+	if (t < 0 || t >= sched_graph_tensor_count(e->graph))
+		return -1;
+	shape = sched_tensor_shape(e->graph, t);
+	*out = (tuned_exec_tensor){
+		.name = sched_tensor_name(e->graph, t),
+		.dtype = sched_dtype_name(sched_tensor_dtype(e->graph, t)),
+		.role = role_name(sched_tensor_role(e->graph, t)),
+		.rank = sched_tensor_rank(e->graph, t),
+	};
+	memcpy(out->shape, shape, out->rank * sizeof(*shape));
+	return 0;
+}
+
 /* The caller's tensors (in its graph's order) in the plan's numbering,
  * into "args" (a call's own, so that calls on two streams do not mix). */
 static void *const *in_plan_order(const tuned_exec *e, void *const *tensors, void **args)

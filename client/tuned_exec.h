@@ -21,6 +21,7 @@
 #define TUNED_EXEC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct tuned_exec tuned_exec;
 
@@ -33,6 +34,25 @@ int tuned_exec_load(const char *graph, const char *fetched, const char *backend,
 
 /* The number of tensors of the graph: the length of run's "tensors". */
 int tuned_exec_tensor_count(const tuned_exec *exec);
+
+#define TUNED_EXEC_MAX_RANK 8
+
+/* A tensor of the graph the plan was loaded for, as the graph declares
+ * it, so that a caller checks its buffers before a run: "name", "dtype"
+ * ("f32", "f16", "bf16" or "i32") and "role" ("input", "output" or
+ * "intermediate") live as long as the loaded plan; "shape" holds "rank"
+ * extents, row-major. */
+typedef struct tuned_exec_tensor {
+	const char *name;
+	const char *dtype;
+	const char *role;
+	int rank;
+	int64_t shape[TUNED_EXEC_MAX_RANK];
+} tuned_exec_tensor;
+
+/* Tensor "index" (0 to tuned_exec_tensor_count - 1, graph order) into
+ * "out": 0, or -1 for an index out of range. */
+int tuned_exec_tensor_info(const tuned_exec *exec, int index, tuned_exec_tensor *out);
 
 /* Runs every kernel of the plan in order, each tensor at tensors[i] (in
  * graph order; device pointers on cuda, host pointers on the cpu); a NULL

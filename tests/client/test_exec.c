@@ -116,6 +116,33 @@ Test(exec, a_fetched_plan_runs_on_the_caller_s_tensors)
 	}
 }
 
+/* A loaded plan describes its graph's tensors, in graph order, as the
+ * graph declares them; an index out of range is refused. */
+Test(exec, the_tensors_of_the_graph_are_described)
+{
+	char *fetched = fetch_of("{\"kernels\": [{\"ops\": [0, 1]}]}");
+	tuned_exec *e = load(fetched);
+	static const char *const names[] = {"x", "w", "b", "h", "y"};
+	static const char *const roles[] = {"input", "input", "input", "intermediate", "output"};
+	static const int ranks[] = {2, 2, 1, 2, 2};
+	static const int64_t shapes[][2] = {{9, 20}, {20, 13}, {13}, {9, 13}, {9, 13}};
+	tuned_exec_tensor t;
+
+	for (int i = 0; i < 5; i++) {
+		cr_assert_eq(tuned_exec_tensor_info(e, i, &t), 0);
+		cr_expect_str_eq(t.name, names[i]);
+		cr_expect_str_eq(t.dtype, "f32");
+		cr_expect_str_eq(t.role, roles[i]);
+		cr_assert_eq(t.rank, ranks[i], "tensor %s", names[i]);
+		for (int d = 0; d < t.rank; d++)
+			cr_expect_eq(t.shape[d], shapes[i][d], "tensor %s dim %d", names[i], d);
+	}
+	cr_expect_eq(tuned_exec_tensor_info(e, 5, &t), -1);
+	cr_expect_eq(tuned_exec_tensor_info(e, -1, &t), -1);
+	tuned_exec_free(e);
+	free(fetched);
+}
+
 /* The kernels run are the fetched sources, not kernels printed again: a
  * planted source that writes 42 shows in the output. */
 Test(exec, the_fetched_sources_are_the_kernels_run)
