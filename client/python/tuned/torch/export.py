@@ -17,7 +17,7 @@ import torch
 import torch.fx as fx
 
 from .graph import Graph, Number, Stored, Unsupported
-from .lower import Site, dtype_of, lower
+from .lower import Site, dtype_of, known, lower
 
 # Where a graph tensor's data lives in the torch program: the result of
 # fx node `name` (element `index` of it when it is a tuple), or the
@@ -126,6 +126,14 @@ def tensor_or_tensors(x):
         isinstance(x, (tuple, list)) and x and all(isinstance(t, torch.Tensor) for t in x))
 
 
+def tensors_of(result):
+    """The tensors of a node's result that a graph may hold: all but the
+    indices of max and min over a dim."""
+    if hasattr(result, "indices") and isinstance(result, tuple):
+        return [result.values]
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
 def value_of(source, results, module):
     """The tensor a Source names, given capture's results and the module:
     how a partition's tensors are found to run it."""
@@ -194,9 +202,10 @@ class _Exporter:
         result = self.results.get(node)
         if not tensor_or_tensors(result):
             raise Unsupported("its result is %s, not a tensor" % type(result).__name__)
-        name = node.target if node.op != "call_function" else \
-            getattr(node.target, "__name__", "")
+        for tensor in tensors_of(result):
+            dtype_of(tensor)
         module = self.gm.get_submodule(node.target) if node.op == "call_module" else None
+        name = known(node, module)
         in_place = name in _IN_PLACE or (isinstance(name, str) and name.endswith("_")) or \
             getattr(module, "inplace", False)
         if in_place and node.args and isinstance(node.args[0], fx.Node) and \
@@ -222,11 +231,18 @@ class _Exporter:
             return self.declare_input(graph, node.name, result, Source("node", node.name, None),
                                       bindings)
         if tensor_or_tensors(result):
-            return [self.declare_input(graph, "%s_%d" % (node.name, i), t,
-                                       Source("node", node.name, i), bindings)
-                    for i, t in enumerate(result)]
+            return [self.declare_part(graph, node, i, t, bindings) for i, t in enumerate(result)]
         raise Unsupported("argument %s is %s, not a tensor" % (node.name,
                                                                type(result).__name__))
+
+    def declare_part(self, graph, node, i, tensor, bindings):
+        """Part i of a tuple a node computed, as an input; or, where the
+        part cannot be one, why, raised by the node that reads it."""
+        try:
+            return self.declare_input(graph, "%s_%d" % (node.name, i), tensor,
+                                      Source("node", node.name, i), bindings)
+        except Unsupported as why:
+            return why
 
     def declare_input(self, graph, name, tensor, source, bindings):
         try:
@@ -316,10 +332,10 @@ class _Exporter:
         computed = len(graph.ops)
         member_set = set(members)
         for node in members:
-            if any(u not in member_set for u in node.users):
+            if any(u not in member_set and u not in self.constants for u in node.users):
                 values = env[node] if isinstance(env[node], list) else [env[node]]
                 for i, value in enumerate(values):
-                    if value is None:
+                    if isinstance(value, Unsupported):
                         continue
                     name = self.output(graph, node.name if len(values) == 1 else
                                        "%s_%d" % (node.name, i), value, outputs)

@@ -236,7 +236,8 @@ def lower_max(site, args, kwargs):
     dim = dims(arg(args, kwargs, 1, "dim"), len(args[0].shape))
     keepdim = arg(args, kwargs, 2, "keepdim", False)
     site.result = site.result[0]
-    return [reduce_over(site, args[0], dim, "max", keepdim=keepdim), None]
+    return [reduce_over(site, args[0], dim, "max", keepdim=keepdim),
+            Unsupported("the indices of a max over a dim")]
 
 
 def lower_softmax(site, x, dim, log=False):
@@ -469,8 +470,8 @@ def _split(site, a, k):
 
 def _getitem(site, a, k):
     if isinstance(a[0], list):
-        if a[0][a[1]] is None:
-            raise Unsupported("the indices of a max over a dim")
+        if isinstance(a[0][a[1]], Unsupported):
+            raise a[0][a[1]]
         return a[0][a[1]]
     return getitem_view(a[0], a[1])
 
@@ -497,7 +498,14 @@ def _conv2d(site, a, k):
                         arg(a, k, 6, "groups", 1))
 
 
+def _getattr(site, a, k):
+    if a[1] != "T":
+        raise Unsupported("attribute %s of a tensor" % a[1])
+    return permute_view(a[0], list(reversed(range(len(a[0].shape)))))
+
+
 FUNCTIONS = {
+    "getattr": _getattr,
     "linear": lambda s, a, k: lower_linear(s, a[0], a[1], arg(a, k, 2, "bias")),
     "matmul": lambda s, a, k: lower_matmul(s, a[0], a[1]),
     "conv2d": _conv2d,
@@ -552,6 +560,12 @@ FUNCTIONS.update({"mm": FUNCTIONS["matmul"], "bmm": FUNCTIONS["matmul"],
                   "subtract": FUNCTIONS["sub"], "divide": FUNCTIONS["div"]})
 
 
+MODULES = (torch.nn.Linear, torch.nn.Conv2d, torch.nn.LayerNorm, torch.nn.GroupNorm,
+           torch.nn.BatchNorm2d, torch.nn.Softmax, torch.nn.LogSoftmax, torch.nn.GELU,
+           torch.nn.Dropout, torch.nn.Flatten, torch.nn.Identity, torch.nn.ReLU,
+           torch.nn.SiLU, torch.nn.Sigmoid, torch.nn.Tanh)
+
+
 def _module_call(site, m, a, k):
     """A call of a torch.nn module the tracer keeps whole."""
     nn = torch.nn
@@ -586,20 +600,31 @@ def _module_call(site, m, a, k):
                    (nn.Tanh, "tanh")):
         if isinstance(m, cls):
             return elementwise(site, f + "({0})", a[0])
-    raise Unsupported("module %s is not supported" % type(m).__name__)
+    raise AssertionError("MODULES names %s, which has no lowering" % type(m).__name__)
+
+
+def known(node, module):
+    """The name node `node` is lowered by (a module's class name for a
+    module call); Unsupported if there is none."""
+    if node.op == "call_module":
+        if not isinstance(module, MODULES):
+            raise Unsupported("module %s is not supported" % type(module).__name__)
+        return type(module).__name__
+    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+    where = getattr(node.target, "__module__", None) or ""
+    if node.op == "call_function" and where.split(".")[0] not in (
+            "torch", "_operator", "operator", "builtins", ""):
+        raise Unsupported("function %s.%s is not supported" % (where, name))
+    if name not in FUNCTIONS:
+        raise Unsupported("%s %s is not supported" % (
+            "method" if node.op == "call_method" else "function", name))
+    return name
 
 
 def lower(site, node, args, kwargs):
     """The value of fx node `node` (its arguments resolved), its ops
     written into the site's graph."""
+    name = known(node, site.module)
     if node.op == "call_module":
         return _module_call(site, site.module, args, kwargs)
-    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
-    module = getattr(node.target, "__module__", None) or ""
-    if node.op == "call_function" and module.split(".")[0] not in (
-            "torch", "_operator", "operator", "builtins", ""):
-        raise Unsupported("function %s.%s is not supported" % (module, name))
-    if name not in FUNCTIONS:
-        raise Unsupported("%s %s is not supported" % (
-            "method" if node.op == "call_method" else "function", name))
     return FUNCTIONS[name](site, list(args), dict(kwargs))
