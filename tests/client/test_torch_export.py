@@ -12,7 +12,6 @@ passed, 77: skipped, torch missing)
 import ctypes
 import importlib.util
 import json
-import math
 import os
 import subprocess
 import sys
@@ -185,6 +184,8 @@ CASES = [
     case("cat", lambda s, a, b: torch.cat([a * 2, b, a], dim=1) + 1, (r(2, 3), r(2, 1)),
          "select("),
     _CONSTANTS,
+    case("lstm_cell_module", lambda s, x, h: s.cell(x, (h, h * 0.5))[1] + s.cell(x)[0],
+         (r(2, 5), r(2, 4)), "sigmoid(", cell=nn.LSTMCell(5, 4)),
     case("bf16", lambda s, x: F.softmax(s.ln(s.lin(x)), -1), (r(3, 8).bfloat16(),), "max(",
          lin=nn.Linear(8, 6).bfloat16(), ln=nn.LayerNorm(6).bfloat16()),
 ]
@@ -271,6 +272,35 @@ def check_unsupported(checker):
     checker.round_trip("unsupported", exported, inputs)
 
 
+class SizedView(nn.Module):
+    def forward(self, x, n):
+        return torch.relu(x.view(n, -1)) * 2
+
+
+class Branching(nn.Module):
+    def forward(self, x):
+        return x if x.sum() > 0 else -x
+
+
+def check_dynamic_and_untraceable(checker):
+    """A size given at run time stays with torch; a module fx cannot
+    trace is refused, saying so."""
+    gm = torch.fx.symbolic_trace(SizedView())
+    inputs = (r(4, 3), 2)
+    exported = tuned.torch.export(gm, inputs)
+    if "a dynamic shape: the size n" not in exported.report.stays.get("view", ""):
+        checker.fail("dynamic", "view: %r" % exported.report.stays.get("view"))
+    if "view: stays in torch: a dynamic shape" not in str(exported.report):
+        checker.fail("dynamic", "the printed report:\n%s" % exported.report)
+    checker.round_trip("dynamic", exported, inputs)
+    try:
+        tuned.torch.export(Branching(), r(3))
+        checker.fail("untraceable", "no error")
+    except TypeError as e:
+        if "torch.fx cannot trace Branching" not in str(e):
+            checker.fail("untraceable", str(e))
+
+
 def check_compile(checker):
     if not hasattr(torch, "compile"):
         print("SKIP torch.compile backend: torch %s has no torch.compile" % torch.__version__)
@@ -293,6 +323,7 @@ def main():
     check_cases(checker)
     check_examples(checker)
     check_unsupported(checker)
+    check_dynamic_and_untraceable(checker)
     check_compile(checker)
     for f in checker.failures:
         print("FAIL:", f)

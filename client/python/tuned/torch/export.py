@@ -97,9 +97,15 @@ class Tracer(fx.Tracer):
 
 
 def trace(module):
+    """The module as an fx graph; a TypeError saying why when torch.fx
+    cannot trace it (control flow on tensor values, say)."""
     if isinstance(module, fx.GraphModule):
         return module
-    return fx.GraphModule(module, Tracer().trace(module))
+    try:
+        return fx.GraphModule(module, Tracer().trace(module))
+    except Exception as e:
+        raise TypeError("tuned.torch.export: torch.fx cannot trace %s: %s: %s" % (
+            type(module).__name__, type(e).__name__, e)) from e
 
 
 class _Capture(fx.Interpreter):
@@ -232,6 +238,9 @@ class _Exporter:
                                       bindings)
         if tensor_or_tensors(result):
             return [self.declare_part(graph, node, i, t, bindings) for i, t in enumerate(result)]
+        if node.op == "placeholder" and not isinstance(result, (float, bool)):
+            raise Unsupported("a dynamic shape: the size %s is an input of the graph"
+                              % node.name)
         raise Unsupported("argument %s is %s, not a tensor" % (node.name,
                                                                type(result).__name__))
 

@@ -253,19 +253,20 @@ def lower_softmax(site, x, dim, log=False):
     return site.op(lambda i: "%s / %s" % (e.at(i), z.at(collapse(i, axes))))
 
 
-def normalise(site, x, axes, stat_index, count, eps, scale_shift):
-    """(x - mean) * rsqrt(var + eps), then scale_shift(i, text); mean and
-    var (biased) over `axes` of a view whose statistics are read at
-    stat_index(i); ln_residual.json's way."""
-    inverse = number(1.0 / count)
-    mean = reduce_over(site, x, axes, "sum", inverse, dtype="f32", suffix="_mean")
+def normalise(site, x, grouped, axes, stat_index, eps, scale_shift):
+    """(x - mean) * rsqrt(var + eps), then scale_shift(i, text): mean and
+    (biased) var over `axes` of `grouped` (x or a view of it), read at
+    stat_index(i) for element i of x; ln_residual.json's way, the
+    statistics in f32."""
+    inverse = number(1.0 / math.prod(grouped.shape[d] for d in axes))
+    mean = reduce_over(site, grouped, axes, "sum", inverse, dtype="f32", suffix="_mean")
 
     def squares(i, r):
-        full = rebuild(i, r, axes, len(x.shape))
-        centred = "(%s - %s)" % (x.at(full), mean.at(i))
+        full = rebuild(i, r, axes, len(grouped.shape))
+        centred = "(%s - %s)" % (grouped.at(full), mean.at(i))
         return "%s * %s * %s" % (centred, centred, inverse)
-    var = site.op(squares, ("sum", [x.shape[d] for d in axes]), shape=mean.shape, dtype="f32",
-                  suffix="_var")
+    var = site.op(squares, ("sum", [grouped.shape[d] for d in axes]), shape=mean.shape,
+                  dtype="f32", suffix="_var")
     return site.op(lambda i: scale_shift(i, "(%s - %s) * rsqrt(%s + %s)" % (
         x.at(i), mean.at(stat_index(i)), var.at(stat_index(i)), number(eps))))
 
@@ -288,10 +289,9 @@ def affine(weight, bias, index_of):
 
 
 def lower_layer_norm(site, x, shape, weight, bias, eps):
-    n = len(shape)
-    axes = list(range(len(x.shape) - n, len(x.shape)))
-    return normalise(site, x, axes, lambda i: i[:len(x.shape) - n],
-                     math.prod(x.shape[-n:]), eps, affine(weight, bias, lambda i: i[-n:]))
+    lead = len(x.shape) - len(shape)
+    return normalise(site, x, x, list(range(lead, len(x.shape))), lambda i: i[:lead], eps,
+                     affine(weight, bias, lambda i: i[lead:]))
 
 
 def lower_group_norm(site, x, groups, weight, bias, eps):
@@ -301,20 +301,9 @@ def lower_group_norm(site, x, groups, weight, bias, eps):
     per_group = channels // groups
     grouped_shape = (batch, groups, per_group) + x.shape[2:]
     grouped = View(x, grouped_shape, reshape_map(x.shape, grouped_shape))
-    axes = list(range(2, len(grouped_shape)))
-    inverse = number(1.0 / math.prod(grouped_shape[2:]))
-    mean = reduce_over(site, grouped, axes, "sum", inverse, dtype="f32", suffix="_mean")
-
-    def squares(i, r):
-        full = rebuild(i, r, axes, len(grouped_shape))
-        centred = "(%s - %s)" % (grouped.at(full), mean.at(i))
-        return "%s * %s * %s" % (centred, centred, inverse)
-    var = site.op(squares, ("sum", list(grouped_shape[2:])), shape=mean.shape, dtype="f32",
-                  suffix="_var")
-    scale_shift = affine(weight, bias, lambda i: [i[1]])
-    stat = lambda i: [i[0], ix_div(i[1], per_group)]  # noqa: E731
-    return site.op(lambda i: scale_shift(i, "(%s - %s) * rsqrt(%s + %s)" % (
-        x.at(i), mean.at(stat(i)), var.at(stat(i)), number(eps))))
+    return normalise(site, x, grouped, list(range(2, len(grouped_shape))),
+                     lambda i: [i[0], ix_div(i[1], per_group)], eps,
+                     affine(weight, bias, lambda i: [i[1]]))
 
 
 def lower_batch_norm(site, x, mean, var, weight, bias, eps, training):
@@ -326,6 +315,36 @@ def lower_batch_norm(site, x, mean, var, weight, bias, eps, training):
     scale_shift = affine(weight, bias, lambda i: [i[1]])
     return site.op(lambda i: scale_shift(i, "(%s - %s) * rsqrt(%s + %s)" % (
         x.at(i), mean.at([i[1]]), var.at([i[1]]), number(eps))))
+
+
+def lower_lstm_cell(site, x, state, w_ih, w_hh, b_ih, b_hh):
+    """torch.nn.LSTMCell (gates i, f, g, o), as lstm_cell.json: the two
+    products, the gates, then c' and h'; its value is [h', c']."""
+    if len(x.shape) != 2:
+        raise Unsupported("an LSTM cell on an unbatched input")
+    hidden = w_hh.shape[1]
+    shape = (x.shape[0], hidden)
+    site.result = site.result[0]
+    h, c = state if state is not None else (Number(0, shape=shape), Number(0, shape=shape))
+    terms = [site.op(lambda i, r: "%s * %s" % (x.at([i[0]] + r), w_ih.at([i[1]] + r)),
+                     ("sum", [x.shape[1]]), shape=(x.shape[0], 4 * hidden), dtype="f32",
+                     suffix="_input")]
+    if state is not None:
+        terms.append(site.op(lambda i, r: "%s * %s" % (h.at([i[0]] + r), w_hh.at([i[1]] + r)),
+                             ("sum", [hidden]), shape=terms[0].shape, dtype="f32",
+                             suffix="_hidden"))
+    biases = [b for b in (b_ih, b_hh) if b is not None]
+    gates = site.op(lambda i: " + ".join([t.at(i) for t in terms] +
+                                         [b.at([i[1]]) for b in biases]),
+                    shape=terms[0].shape, dtype="f32", suffix="_gates")
+
+    def gate(i, k):
+        return gates.at([i[0], ix_add(i[1], k * hidden)])
+    c_new = site.op(lambda i: "sigmoid(%s) * %s + sigmoid(%s) * tanh(%s)" % (
+        gate(i, 1), c.at(i), gate(i, 0), gate(i, 2)), shape=shape, suffix="_c")
+    h_new = site.op(lambda i: "sigmoid(%s) * tanh(%s)" % (gate(i, 3), c_new.at(i)),
+                    shape=shape, suffix="_h")
+    return [h_new, c_new]
 
 
 # Index maps.
@@ -458,12 +477,8 @@ def _view(site, a, k):
     return reshape_view(a[0], site.shape)
 
 
-def _chunk(site, a, k):
-    x, chunks, dim = a[0], arg(a, k, 1, "chunks"), arg(a, k, 2, "dim", 0)
-    return split_views(x, [t.shape[dim] for t in site.result], dim)
-
-
 def _split(site, a, k):
+    """chunk and split: the parts' sizes as torch made them."""
     dim = arg(a, k, 2, "dim", 0)
     return split_views(a[0], [t.shape[dim] for t in site.result], dim)
 
@@ -544,7 +559,7 @@ FUNCTIONS = {
     "getitem": _getitem,
     "narrow": _narrow,
     "select": _select,
-    "chunk": _chunk,
+    "chunk": _split,
     "split": _split,
     "dropout": _dropout,
     "contiguous": lambda s, a, k: a[0],
@@ -563,7 +578,7 @@ FUNCTIONS.update({"mm": FUNCTIONS["matmul"], "bmm": FUNCTIONS["matmul"],
 MODULES = (torch.nn.Linear, torch.nn.Conv2d, torch.nn.LayerNorm, torch.nn.GroupNorm,
            torch.nn.BatchNorm2d, torch.nn.Softmax, torch.nn.LogSoftmax, torch.nn.GELU,
            torch.nn.Dropout, torch.nn.Flatten, torch.nn.Identity, torch.nn.ReLU,
-           torch.nn.SiLU, torch.nn.Sigmoid, torch.nn.Tanh)
+           torch.nn.SiLU, torch.nn.Sigmoid, torch.nn.Tanh, torch.nn.LSTMCell)
 
 
 def _module_call(site, m, a, k):
@@ -577,6 +592,9 @@ def _module_call(site, m, a, k):
             raise Unsupported("conv2d with padding mode %r" % m.padding_mode)
         return lower_conv2d(site, a[0], p("weight"), p("bias"), m.stride, m.padding,
                             m.dilation, m.groups)
+    if isinstance(m, nn.LSTMCell):
+        return lower_lstm_cell(site, a[0], arg(a, k, 1, "hx"), p("weight_ih"), p("weight_hh"),
+                               p("bias_ih"), p("bias_hh"))
     if isinstance(m, nn.LayerNorm):
         return lower_layer_norm(site, a[0], m.normalized_shape, p("weight"), p("bias"),
                                 m.eps)
