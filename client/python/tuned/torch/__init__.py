@@ -12,6 +12,8 @@ Where torch.compile exists, `torch.compile(model, backend="tuned")`
 exports each graph dynamo captures (kept in `compiled`) and runs it with
 torch, its results unchanged.
 """
+import warnings
+
 from .export import Exported, Partition, Report, Source, capture, export, value_of
 from .graph import Unsupported
 
@@ -24,8 +26,11 @@ compiled = []
 
 def _backend(graph_module, example_inputs):
     """The torch.compile backend: exports the captured graph, then runs it
-    as torch would."""
-    compiled.append(export(graph_module, tuple(example_inputs), name="compiled"))
+    as torch would; a graph that cannot be exported warns, and runs."""
+    try:
+        compiled.append(export(graph_module, tuple(example_inputs), name="compiled"))
+    except Exception as e:  # the model must run whatever the export makes of it
+        warnings.warn("tuned: the graph torch.compile captured was not exported: %s" % e)
     return graph_module.forward
 
 
