@@ -301,6 +301,27 @@ def check_dynamic_and_untraceable(checker):
             checker.fail("untraceable", str(e))
 
 
+class Chain(nn.Module):
+    def forward(self, x):
+        for _ in range(600):
+            x = torch.tanh(x * 0.75 + 0.5)
+        return x
+
+
+def check_partition_limit(checker):
+    """A graph too long for one partition is cut into several, each
+    within the limit, which in a row still give torch's result; here at
+    200 ops, as at graph.json's 4096."""
+    model, inputs = Chain(), (r(2, 3),)
+    exported = tuned.torch.export(model, inputs, max_ops=200)
+    sizes = [len(p.graph["ops"]) for p in exported.partitions]
+    if len(sizes) != 9 or max(sizes) > 200:
+        checker.fail("limit", "partitions of %s ops, not 9 of at most 200" % sizes)
+    if exported.report.stays:
+        checker.fail("limit", "nodes stay in torch: %s" % exported.report.stays)
+    checker.round_trip("limit", exported, inputs)
+
+
 def check_compile(checker):
     if not hasattr(torch, "compile"):
         print("SKIP torch.compile backend: torch %s has no torch.compile" % torch.__version__)
@@ -324,6 +345,7 @@ def main():
     check_examples(checker)
     check_unsupported(checker)
     check_dynamic_and_untraceable(checker)
+    check_partition_limit(checker)
     check_compile(checker)
     for f in checker.failures:
         print("FAIL:", f)

@@ -29,6 +29,9 @@ Source = collections.namedtuple("Source", "kind name index")
 _METADATA_METHODS = {"size", "dim"}
 _METADATA_ATTRIBUTES = {"shape", "ndim", "dtype", "device"}
 _IN_PLACE = {"iadd", "isub", "imul", "itruediv"}
+# graph.json's limits on a graph's ops and on one op's text.
+MAX_OPS = 4096
+MAX_OP_CHARS = 16384
 
 
 class Partition:
@@ -108,6 +111,20 @@ def trace(module):
             type(module).__name__, type(e).__name__, e)) from e
 
 
+class _Group:
+    """Nodes bound for one partition, the ops they may write, and the
+    nodes outside that read them."""
+
+    def __init__(self, node, ops):
+        self.members, self.ops = {node}, ops
+        self.users = set(node.users)
+
+    def absorb(self, other):
+        self.members |= other.members
+        self.ops += other.ops
+        self.users = {u for u in self.users | other.users if u not in self.members}
+
+
 class _Capture(fx.Interpreter):
     def __init__(self, gm):
         super().__init__(gm)
@@ -151,11 +168,12 @@ def value_of(source, results, module):
 
 
 class _Exporter:
-    def __init__(self, gm, results, name):
-        self.gm, self.results, self.name = gm, results, name
+    def __init__(self, gm, results, name, max_ops):
+        self.gm, self.results, self.name, self.max_ops = gm, results, name, max_ops
         self.nodes = list(gm.graph.nodes)
         self.constants = {}   # node: its folded value
         self.supported = set()
+        self.op_count = {}    # supported node: the ops it may write, at most
         self.reasons = {}     # node: why it stays with torch
         self.others = {}      # node: what it is, neither lowered nor staying
 
@@ -219,6 +237,10 @@ class _Exporter:
             raise Unsupported("an in-place op on a tensor that is read elsewhere")
         graph = Graph("check")
         self.lower_node(graph, node, {}, lambda p: self.input_value(graph, p))
+        if any(len(op) > MAX_OP_CHARS for op in graph.ops):
+            raise Unsupported("an op longer than graph.json's %d characters" % MAX_OP_CHARS)
+        # at most one op more: the copy of a view that torch reads
+        self.op_count[node] = max(len(graph.ops), 1)
 
     # Lowering.
 
@@ -292,36 +314,41 @@ class _Exporter:
     # Partitions.
 
     def partition(self):
-        """Groups of supported nodes, merged along fx edges where the
-        union stays convex, in graph order."""
-        group = {n: {n} for n in self.supported}
+        """Groups of supported nodes, merged along fx edges, in graph
+        order, where the union stays convex and within max_ops."""
+        group = {n: _Group(n, self.op_count[n]) for n in self.supported}
+        position = {n: i for i, n in enumerate(self.nodes)}
         for node in self.nodes:
             if node not in self.supported:
                 continue
             for producer in node.all_input_nodes:
-                if producer in self.supported and group[producer] is not group[node]:
-                    union = group[producer] | group[node]
-                    if self.convex(union):
-                        for n in union:
-                            group[n] = union
+                a, b = group.get(producer), group[node]
+                if a is None or a is b or a.ops + b.ops > self.max_ops or \
+                        not self.convex(a, b, position, position[node]):
+                    continue
+                big, small = (a, b) if len(a.members) >= len(b.members) else (b, a)
+                big.absorb(small)
+                for n in small.members:
+                    group[n] = big
         seen, groups = set(), []
         for node in self.nodes:
             if node in group and id(group[node]) not in seen:
                 seen.add(id(group[node]))
-                groups.append([n for n in self.nodes if n in group[node]])
+                groups.append([n for n in self.nodes if n in group[node].members])
         return groups
 
-    def convex(self, members):
-        """No path from `members` leaves them and comes back. Folded
-        constants (a tensor's size) are no path: they are numbers in the
-        partition."""
-        frontier = [u for n in members for u in n.users if u not in members]
+    def convex(self, a, b, position, last):
+        """No path from the union of groups `a` and `b` leaves it and comes
+        back (to a node at most at position `last`, the latest of both).
+        Folded constants (a tensor's size) are no path: they are numbers
+        in the partition."""
+        frontier = [u for u in a.users | b.users if u not in a.members and u not in b.members]
         reached = set()
         while frontier:
             n = frontier.pop()
-            if n in members:
+            if n in a.members or n in b.members:
                 return False
-            if n not in reached and n not in self.constants:
+            if n not in reached and n not in self.constants and position[n] < last:
                 reached.add(n)
                 frontier.extend(n.users)
         return True
@@ -387,15 +414,15 @@ class _Exporter:
         return partitions
 
 
-def export(module, example_inputs, name=None):
+def export(module, example_inputs, name=None, max_ops=MAX_OPS):
     """Traces `module` (a torch.nn.Module or fx.GraphModule), runs it once
     on `example_inputs` (a tensor or a tuple of them) for shapes and
-    dtypes, and returns an Exported: its tuned partitions and the report
-    of where each fx node went."""
+    dtypes, and returns an Exported: its tuned partitions, each of at
+    most `max_ops` ops, and the report of where each fx node went."""
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     gm = trace(module)
     results = capture(gm, tuple(example_inputs))
-    exporter = _Exporter(gm, results, name or type(module).__name__)
+    exporter = _Exporter(gm, results, name or type(module).__name__, max_ops)
     partitions = exporter.run()
     return Exported(gm, partitions, exporter.report)
