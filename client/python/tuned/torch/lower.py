@@ -1,6 +1,6 @@
 """The ops of graph.json that compute one torch fx node.
 
-`lower(site, kind, args, kwargs)` takes the node's arguments as values
+`lower(site, node, args, kwargs)` takes the node's arguments as values
 (graph.py) and Python constants, writes the node's ops into the site's
 graph and returns its value; it raises Unsupported, saying why, for
 what it cannot express exactly. Each lowering computes what torch
@@ -214,12 +214,17 @@ def lower_reduction(site, name, args, kwargs):
     keepdim = arg(args, kwargs, 2, "keepdim", False)
     if kwargs.get("dtype") is not None:
         raise Unsupported("%s with a dtype conversion" % name)
-    if isinstance(dim, Value):
-        raise Unsupported("torch.max of two tensors with a keepdim")
     axes = list(range(len(x.shape))) if dim is None or dim == [] else dims(dim, len(x.shape))
     reducer = "sum" if name in ("sum", "mean") else "max"
     scale = number(1.0 / math.prod(x.shape[d] for d in axes)) if name == "mean" else None
     return reduce_over(site, x, axes, reducer, scale, keepdim)
+
+
+def reads_values(node):
+    """Whether `node` takes the values of a max over a dim: [0] or
+    .values."""
+    name = getattr(node.target, "__name__", "") if node.op == "call_function" else ""
+    return (name, node.args[1]) in (("getitem", 0), ("getattr", "values"))
 
 
 def lower_max(site, args, kwargs):
@@ -229,9 +234,7 @@ def lower_max(site, args, kwargs):
         return elementwise(site, "max({0}, {1})", args[0], arg(args, kwargs, 1, "other"))
     if len(args) == 1 and "dim" not in kwargs:
         return reduce_over(site, args[0], list(range(len(args[0].shape))), "max")
-    users = list(site.node.users)
-    if not all(u.target.__name__ == "getitem" and u.args[1] == 0 for u in users
-               if u.op == "call_function") or any(u.op != "call_function" for u in users):
+    if not all(reads_values(u) for u in site.node.users):
         raise Unsupported("max over a dim whose indices are used")
     dim = dims(arg(args, kwargs, 1, "dim"), len(args[0].shape))
     keepdim = arg(args, kwargs, 2, "keepdim", False)
@@ -514,6 +517,9 @@ def _conv2d(site, a, k):
 
 
 def _getattr(site, a, k):
+    """x.T, and the values of a max over a dim."""
+    if isinstance(a[0], list) and a[1] in ("values", "indices"):
+        return _getitem(site, [a[0], ("values", "indices").index(a[1])], k)
     if a[1] != "T":
         raise Unsupported("attribute %s of a tensor" % a[1])
     return permute_view(a[0], list(reversed(range(len(a[0].shape)))))
