@@ -76,10 +76,11 @@ class Checker:
             raise RuntimeError(why.value.decode())
         return {n: b for n, b in buffers.items() if graph["tensors"][n].get("role") == "output"}
 
-    def round_trip(self, case, exported, inputs):
-        """Each partition's graph validates and, interpreted, gives what
-        torch gave for its outputs; the number of tensors compared."""
-        results = capture(exported.graph_module, inputs)
+    def round_trip(self, case, exported):
+        """Each partition's graph validates and, interpreted on the
+        tensors torch had, gives what torch gave for its outputs; the
+        number of tensors compared."""
+        results = capture(exported.graph_module, exported.example_inputs)
         compared = 0
         for p in exported.partitions:
             if not self.validate(case, p.graph):
@@ -211,8 +212,11 @@ def check_cases(checker):
         ops = "\n".join(exported.partitions[0].graph["ops"])
         if needle not in ops:
             checker.fail(name, "no %r in the graph:\n%s" % (needle, ops))
-        if not checker.round_trip(name, exported, inputs):
+        if not checker.round_trip(name, exported):
             checker.fail(name, "no output compared")
+
+
+EXAMPLES = ("bert_layer", "llama_mlp", "lstm_cell", "cnn_block")
 
 
 def load_example(name):
@@ -225,7 +229,7 @@ def load_example(name):
 
 def check_examples(checker):
     """Each model in one partition, nothing left with torch."""
-    for name in ("bert_layer", "llama_mlp", "lstm_cell", "cnn_block"):
+    for name in EXAMPLES:
         model, inputs = load_example(name)
         exported = tuned.torch.export(model, inputs)
         if exported.report.stays:
@@ -233,7 +237,7 @@ def check_examples(checker):
         if len(exported.partitions) != 1:
             checker.fail(name, "%d partitions, not 1:\n%s" % (len(exported.partitions),
                                                              exported.report))
-        compared = checker.round_trip(name, exported, inputs)
+        compared = checker.round_trip(name, exported)
         want = 2 if name == "lstm_cell" else 1
         if compared != want:
             checker.fail(name, "%d outputs compared, not %d" % (compared, want))
@@ -276,7 +280,7 @@ def check_unsupported(checker):
     if parts.get("mul_1") is None or parts.get("mul_1") == parts.get("tanh"):
         checker.fail("unsupported", "the last product is not a partition of its own "
                      "(it follows torch's nodes): %s" % exported.report)
-    checker.round_trip("unsupported", exported, inputs)
+    checker.round_trip("unsupported", exported)
 
 
 class SizedView(nn.Module):
@@ -299,7 +303,7 @@ def check_dynamic_and_untraceable(checker):
         checker.fail("dynamic", "view: %r" % exported.report.stays.get("view"))
     if "view: stays in torch: a dynamic shape" not in str(exported.report):
         checker.fail("dynamic", "the printed report:\n%s" % exported.report)
-    checker.round_trip("dynamic", exported, inputs)
+    checker.round_trip("dynamic", exported)
     try:
         tuned.torch.export(Branching(), r(3))
         checker.fail("untraceable", "no error")
@@ -326,23 +330,32 @@ def check_partition_limit(checker):
         checker.fail("limit", "partitions of %s ops, not 9 of at most 200" % sizes)
     if exported.report.stays:
         checker.fail("limit", "nodes stay in torch: %s" % exported.report.stays)
-    checker.round_trip("limit", exported, inputs)
+    checker.round_trip("limit", exported)
 
 
 def check_compile(checker):
+    """torch.compile(backend="tuned"): the model's results unchanged, and
+    each example's graph, as dynamo captured it, exported whole."""
     if not hasattr(torch, "compile"):
         print("SKIP torch.compile backend: torch %s has no torch.compile" % torch.__version__)
         return
-    model, inputs = load_example("llama_mlp")
-    compiled = torch.compile(model, backend="tuned")
-    with torch.no_grad():
-        want, got = model(*inputs), compiled(*inputs)
-    if not torch.allclose(want, got):
-        checker.fail("compile", "the compiled model's result differs")
-    if not tuned.torch.compiled or not tuned.torch.compiled[-1].partitions:
-        checker.fail("compile", "the backend exported nothing")
-    else:
-        checker.round_trip("compile", tuned.torch.compiled[-1], inputs)
+    for name in EXAMPLES:
+        model, inputs = load_example(name)
+        before = len(tuned.torch.compiled)
+        compiled = torch.compile(model, backend="tuned")
+        with torch.no_grad():
+            want, got = model(*inputs), compiled(*inputs)
+        want, got = (x if isinstance(x, tuple) else (x,) for x in (want, got))
+        if len(want) != len(got) or not all(torch.equal(w, g) for w, g in zip(want, got)):
+            checker.fail("compile " + name, "the compiled model's result differs")
+        if len(tuned.torch.compiled) != before + 1:
+            checker.fail("compile " + name, "%d graphs exported, not 1"
+                         % (len(tuned.torch.compiled) - before))
+            continue
+        exported = tuned.torch.compiled[-1]
+        if exported.report.stays or len(exported.partitions) != 1:
+            checker.fail("compile " + name, "not one partition:\n%s" % exported.report)
+        checker.round_trip("compile " + name, exported)
 
 
 def main():

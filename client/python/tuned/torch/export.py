@@ -73,11 +73,12 @@ class Report:
 
 
 class Exported:
-    """What export returns: the traced module, its partitions and the
-    report."""
+    """What export returns: the traced module, the example inputs it ran
+    on, its partitions and the report."""
 
-    def __init__(self, graph_module, partitions, report):
-        self.graph_module, self.partitions, self.report = graph_module, partitions, report
+    def __init__(self, graph_module, example_inputs, partitions, report):
+        self.graph_module, self.example_inputs = graph_module, example_inputs
+        self.partitions, self.report = partitions, report
 
 
 class _Proxy(fx.Proxy):
@@ -419,10 +420,10 @@ def export(module, example_inputs, name=None, max_ops=MAX_OPS):
     on `example_inputs` (a tensor or a tuple of them) for shapes and
     dtypes, and returns an Exported: its tuned partitions, each of at
     most `max_ops` ops, and the report of where each fx node went."""
-    if isinstance(example_inputs, torch.Tensor):
-        example_inputs = (example_inputs,)
+    example_inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) \
+        else tuple(example_inputs)
     gm = trace(module)
-    results = capture(gm, tuple(example_inputs))
+    results = capture(gm, example_inputs)
     exporter = _Exporter(gm, results, name or type(module).__name__, max_ops)
     partitions = exporter.run()
-    return Exported(gm, partitions, exporter.report)
+    return Exported(gm, example_inputs, partitions, exporter.report)
