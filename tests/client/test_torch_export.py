@@ -152,6 +152,9 @@ CASES = [
          (r(1, 3, 5, 6), r(2, 3, 2, 3)), "sum("),
     case("arithmetic", lambda s, a, b: (a + b) * 2 - b / (a * a + 1) - 0.5 + (-a) ** 3,
          (r(3, 4), r(4)), "pow("),
+    case("max_min_erf", lambda s, a, b: torch.maximum(a, b) - torch.minimum(a, b)
+         + torch.max(a, b) * torch.erf(a.clone()) - torch.neg(b).abs(), (r(3, 4), r(4)),
+         "erf("),
     case("broadcast_rsub", lambda s, a, b: 1 - a * b, (r(2, 1, 4), r(3, 1)), " - "),
     case("relu", lambda s, x: F.relu(x) + torch.relu(x) + x.relu(), (r(3, 4),), "relu("),
     case("gelu", lambda s, x: F.gelu(x), (r(3, 4),), "gelu("),
@@ -179,6 +182,9 @@ CASES = [
          (r(24),), "/ ", lin=nn.Linear(2, 3)),
     case("index_maps_more", lambda s, x: (x.unsqueeze(0).expand(3, 2, 5) * 2).squeeze()
          + x.T.contiguous().t(), (r(2, 5),), "* 2"),
+    case("select_unflatten_expand_as", lambda s, a, b: a.select(1, 2).unflatten(1, (2, 3))
+         + b.expand_as(a.select(1, 2).unflatten(1, (2, 3))).to(torch.float32),
+         (r(2, 4, 6), r(2, 1, 3)), "[i0, 2, "),
     case("slicing", lambda s, x: x[:, 1:5:2, None] * x[..., -1:].unsqueeze(1)
          + x.narrow(1, 2, 2)[:, None, :], (r(3, 6),), "+ 1"),
     case("chunk_split", lambda s, x: torch.tanh(x.chunk(3, 1)[2])
