@@ -2,6 +2,8 @@
  * exec.c: a fetched plan loaded into a training process and run on its
  * tensors (tuned_exec.h). The plan is built with kgen from the sources
  * the fetch carries, so the process runs the kernels tuned verified.
+ * The reference interpreter runs on the same tensors, without a plan,
+ * to check a graph against the framework it came from.
  */
 #include <stdarg.h>
 #include <stdio.h>
