@@ -2,6 +2,8 @@
  * exec.c: a fetched plan loaded into a training process and run on its
  * tensors (tuned_exec.h). The plan is built with kgen from the sources
  * the fetch carries, so the process runs the kernels tuned verified.
+ * The reference interpreter runs on the same tensors, without a plan,
+ * to check a graph against the framework it came from.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -185,6 +187,18 @@ static void *const *in_plan_order(const tuned_exec *e, void *const *tensors, voi
 	return args;
 }
 
+/* -1, saying which, when an input or output of "g" has no pointer. */
+static int missing_pointer(const sched_graph *g, void *const *tensors, char *why,
+			   size_t size)
+{
+	for (int t = 0; t < sched_graph_tensor_count(g); t++)
+		if (!tensors[t] && sched_tensor_role(g, t) != SCHED_INTERMEDIATE)
+			return fail(why, size, "tensor %d ('%s'), an %s, has no pointer", t,
+				    sched_tensor_name(g, t),
+				    sched_tensor_role(g, t) == SCHED_INPUT ? "input" : "output");
+	return 0;
+}
+
 int tuned_exec_run(tuned_exec *e, void *stream, void *const *tensors, char *why,
 		   size_t size)
 {
@@ -192,18 +206,66 @@ int tuned_exec_run(tuned_exec *e, void *stream, void *const *tensors, char *why,
 	void **args;
 	int rc = 0;
 
-	for (int t = 0; t < sched_graph_tensor_count(e->graph); t++)
-		if (!tensors[t] && sched_tensor_role(e->graph, t) != SCHED_INTERMEDIATE)
-			return fail(why, size, "tensor %d ('%s'), an %s, has no pointer", t,
-				    sched_tensor_name(e->graph, t),
-				    sched_tensor_role(e->graph, t) == SCHED_INPUT ? "input"
-										: "output");
+	if (missing_pointer(e->graph, tensors, why, size) < 0)
+		return -1;
 	if (!(args = calloc(sched_graph_tensor_count(e->graph), sizeof(void *))))
 		return fail(why, size, "out of memory");
 	if (kgen_program_run_on(e->prog, stream, in_plan_order(e, tensors, args), &err) < 0)
 		rc = fail(why, size, "%s", err.message);
 	kgen_error_release(&err);
 	free(args);
+	return rc;
+}
+
+/* Copies tensor "t" between the caller's buffer and the interpreter's
+ * doubles, in the direction "to_values". */
+static void copy_tensor(const sched_graph *g, int t, void *host, double *values,
+			bool to_values)
+{
+	for (int64_t i = 0; i < sched_tensor_size(g, t); i++)
+		if (to_values)
+			values[i] = kgen_host_load(host, sched_tensor_dtype(g, t), i);
+		else
+			kgen_host_store(host, sched_tensor_dtype(g, t), i, values[i]);
+}
+
+/* Runs the interpreter on the caller's tensors: inputs read, the others
+ * written back where the caller gave a buffer. */
+static int interpret_on(const sched_graph *g, void *const *tensors, char *why,
+			size_t size)
+{
+	double **values = sched_values_new(g);
+	int n = sched_graph_tensor_count(g);
+
+	if (!values)
+		return fail(why, size, "out of memory");
+	for (int t = 0; t < n; t++)
+		if (sched_tensor_role(g, t) == SCHED_INPUT)
+			copy_tensor(g, t, tensors[t], values[t], true);
+	if (sched_interp_run(g, values) < 0) {
+		sched_values_free(g, values);
+		return fail(why, size, "out of memory in the interpreter");
+	}
+	for (int t = 0; t < n; t++)
+		if (sched_tensor_role(g, t) != SCHED_INPUT && tensors[t])
+			copy_tensor(g, t, tensors[t], values[t], false);
+	sched_values_free(g, values);
+	return 0;
+}
+
+int tuned_exec_interpret(const char *graph, void *const *tensors, char *why,
+			 size_t size)
+{
+	sched_graph *g = NULL;
+	sched_error serr = {0};
+	int rc;
+
+	if (sched_graph_read_string(graph, &g, &serr) < 0)
+		return fail(why, size, "the graph: %s", serr.message);
+	rc = missing_pointer(g, tensors, why, size);
+	if (rc == 0)
+		rc = interpret_on(g, tensors, why, size);
+	sched_graph_free(g);
 	return rc;
 }
 

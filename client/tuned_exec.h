@@ -65,4 +65,15 @@ int tuned_exec_run(tuned_exec *exec, void *stream, void *const *tensors,
 
 void tuned_exec_free(tuned_exec *exec);
 
+/* Evaluates "graph" (graph.json text) with tuned's reference interpreter
+ * (sched_interp_run: double precision, each element rounded to its dtype
+ * as it is stored), no plan needed: the oracle a plan is verified
+ * against, for checking a graph written by hand or by an exporter.
+ * tensors[i] in graph order, host pointers in the tensors' dtypes as
+ * tuned_exec_run takes them: inputs are read, outputs written, and an
+ * intermediate written where its pointer is not NULL. 0, or -1 with the
+ * reason in "why". */
+int tuned_exec_interpret(const char *graph, void *const *tensors, char *why,
+			 size_t why_size);
+
 #endif

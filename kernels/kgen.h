@@ -452,6 +452,12 @@ int kgen_verify(__sched_keep kgen_program *program, unsigned seed,
 /* A bound on the seconds kgen_verify's reference takes for "graph" (once
  * per worker, graph and seed: it is kept), for time limits. */
 double kgen_reference_seconds(__sched_keep const sched_graph *graph);
+/* Element "i" of a host buffer of "dtype", as a double; and "x" stored
+ * there (rounded to nearest even; i32 toward zero), returning what was
+ * stored, read back. */
+double kgen_host_load(const void *buffer, enum sched_dtype dtype, int64_t i);
+double kgen_host_store(void *buffer, enum sched_dtype dtype, int64_t i, double x);
+
 /* The tolerance for an output of dtype "dtype" in "graph". */
 double kgen_tolerance(__sched_keep const sched_graph *graph,
 		      enum sched_dtype dtype);

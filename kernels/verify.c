@@ -69,9 +69,7 @@ static double bf16_to_double(uint16_t b)
 	return f;
 }
 
-/* Stores "x" as element "i" of a buffer of "dtype"; returns what was
- * stored, read back. */
-static double store(void *buffer, enum sched_dtype dtype, int64_t i, double x)
+double kgen_host_store(void *buffer, enum sched_dtype dtype, int64_t i, double x)
 {
 	switch (dtype) {
 	case SCHED_F16:
@@ -89,16 +87,22 @@ static double store(void *buffer, enum sched_dtype dtype, int64_t i, double x)
 	}
 }
 
-static double load(const void *buffer, enum sched_dtype dtype, int64_t i)
+double kgen_host_load(const void *buffer, enum sched_dtype dtype, int64_t i)
 {
 	switch (dtype) {
 	case SCHED_F16: return (double)((const _Float16 *)buffer)[i];
 	case SCHED_BF16: return bf16_to_double(((const uint16_t *)buffer)[i]);
-	case SCHED_I32:
-		return ((const int32_t *)buffer)[i] == I32_POISON ? NAN :
-		       ((const int32_t *)buffer)[i];
+	case SCHED_I32: return ((const int32_t *)buffer)[i];
 	default: return ((const float *)buffer)[i];
 	}
+}
+
+/* An element of an output, the i32 poison read as NaN (never written). */
+static double load(const void *buffer, enum sched_dtype dtype, int64_t i)
+{
+	if (dtype == SCHED_I32 && ((const int32_t *)buffer)[i] == I32_POISON)
+		return NAN;
+	return kgen_host_load(buffer, dtype, i);
 }
 
 static void fill_input(const sched_tensor *t, void *buffer, double *values, rng *r)
@@ -106,7 +110,7 @@ static void fill_input(const sched_tensor *t, void *buffer, double *values, rng 
 	for (int64_t i = 0; i < t->size; i++) {
 		double x = t->dtype == SCHED_I32 ? floor(rng_uniform(r) * 5) : rng_uniform(r);
 
-		values[i] = store(buffer, t->dtype, i, x);
+		values[i] = kgen_host_store(buffer, t->dtype, i, x);
 	}
 }
 
@@ -116,7 +120,7 @@ static void poison(const sched_tensor *t, void *buffer)
 		if (t->dtype == SCHED_I32)
 			((int32_t *)buffer)[i] = I32_POISON;
 		else
-			store(buffer, t->dtype, i, NAN);
+			kgen_host_store(buffer, t->dtype, i, NAN);
 }
 
 double kgen_tolerance(const sched_graph *graph, enum sched_dtype dtype)

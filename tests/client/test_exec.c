@@ -206,3 +206,71 @@ Test(exec, misuses_are_refused_with_the_reason)
 	free(cuda);
 	free(fetched);
 }
+
+/* y as the interpreter gives it: in double, h and y each rounded to f32
+ * as they are stored. */
+static float interpreted(const float *x, const float *w, const float *b, int i, int j)
+{
+	double h = 0;
+
+	for (int k = 0; k < 20; k++)
+		h += (double)x[i * 20 + k] * w[k * 13 + j];
+	h = (float)h;
+	return (float)(h + b[j] > 0 ? h + b[j] : 0);
+}
+
+/* The reference interpreter on the caller's buffers, no plan: y exactly
+ * as the definition rounded gives it, h written when a buffer is given
+ * and left to the interpreter when not. */
+Test(exec, the_interpreter_runs_on_the_caller_s_tensors)
+{
+	float x[9 * 20], w[20 * 13], b[13], h[9 * 13], y[9 * 13];
+	void *with_h[] = {x, w, b, h, y}, *without_h[] = {x, w, b, NULL, y};
+	char why[512] = "";
+
+	fill(x, 9 * 20, 5);
+	fill(w, 20 * 13, 6);
+	fill(b, 13, 7);
+	for (int run = 0; run < 2; run++) {
+		memset(y, 0, sizeof(y));
+		cr_assert_eq(tuned_exec_interpret(graph_text, run ? without_h : with_h, why,
+						  sizeof(why)), 0, "%s", why);
+		for (int i = 0; i < 9; i++)
+			for (int j = 0; j < 13; j++)
+				cr_expect_eq(y[i * 13 + j], interpreted(x, w, b, i, j),
+					     "run %d y[%d, %d]", run, i, j);
+	}
+	cr_expect_eq((float)((double)h[0] + b[0] > 0 ? (double)h[0] + b[0] : 0), y[0]);
+}
+
+/* f16 tensors are read and written as 16-bit halves. */
+Test(exec, the_interpreter_stores_in_the_tensors_dtypes)
+{
+	static const char half_graph[] =
+		"{\"version\": 1, \"tensors\": {"
+		"\"a\": {\"shape\": [3], \"dtype\": \"f16\", \"role\": \"input\"},"
+		"\"s\": {\"shape\": [], \"dtype\": \"f32\", \"role\": \"output\"},"
+		"\"d\": {\"shape\": [3], \"dtype\": \"f16\", \"role\": \"output\"}},"
+		"\"ops\": [\"s[] = sum(i) a[i]\", \"d[i] = a[i] / 3\"]}";
+	_Float16 a[3] = {1, 2, 0.5}, d[3];
+	float s = 0;
+	void *tensors[] = {a, &s, d};
+	char why[512] = "";
+
+	cr_assert_eq(tuned_exec_interpret(half_graph, tensors, why, sizeof(why)), 0, "%s", why);
+	cr_expect_eq(s, 3.5f);
+	cr_expect_eq(d[0], (_Float16)(1.0 / 3));
+	cr_expect_eq(d[2], (_Float16)(0.5 / 3));
+}
+
+Test(exec, the_interpreter_refuses_with_the_reason)
+{
+	float x[9 * 20] = {0}, y[9 * 13];
+	void *no_w[] = {x, NULL, x, NULL, y};
+	char why[512] = "";
+
+	cr_expect_eq(tuned_exec_interpret("{\"version\": 1}", no_w, why, sizeof(why)), -1);
+	cr_expect_not_null(strstr(why, "the graph:"), "%s", why);
+	cr_expect_eq(tuned_exec_interpret(graph_text, no_w, why, sizeof(why)), -1);
+	cr_expect_not_null(strstr(why, "tensor 1 ('w'), an input, has no pointer"), "%s", why);
+}
