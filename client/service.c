@@ -270,9 +270,40 @@ static const char *plural(long long n)
 	return n == 1 ? "" : "s";
 }
 
+/* Why a generation proposed fewer plans than a full one ("" when it was
+ * full), and the genomes the job's search drew that gave no candidate,
+ * for the reasons not counted elsewhere in the line: ", 12 proposed (its
+ * time share ran out), dropped so far: 31 seen before, 9 invalid". */
+static void proposing_text(json_t *data, char *out, size_t size)
+{
+	static const char *const ends[][2] = {
+		{"time_share", "its time share ran out"},
+		{"exhausted", "the search is exhausted"},
+		{"ended", "the job ended"}};
+	static const char *const drops[][2] = {
+		{"seen", "seen before"}, {"measured", "measured before the job"},
+		{"invalid", "invalid"}};
+	const char *filled = json_string_value(json_object_get(data, "filled"));
+	json_t *dropped = json_object_get(data, "dropped");
+	const char *sep = ", dropped so far: ";
+
+	for (size_t i = 0; filled && i < sizeof(ends) / sizeof(ends[0]); i++)
+		if (!strcmp(filled, ends[i][0]))
+			append(out, size, ", %lld proposed (%s)",
+			       integer(data, "proposed"), ends[i][1]);
+	for (size_t i = 0; i < sizeof(drops) / sizeof(drops[0]); i++) {
+		long long n = integer(dropped, drops[i][0]);
+
+		if (n > 0) {
+			append(out, size, "%s%lld %s", sep, n, drops[i][1]);
+			sep = ", ";
+		}
+	}
+}
+
 /* "gen 3: 96 trials, 2 compile failures, 5 filtered, best trial 1.198 ms,
  * version 1.234 ms (1.42x over the version this job started from)", from
- * a generation event's data. */
+ * a generation event's data, with proposing_text's part. */
 static void generation_text(json_t *data, char *out, size_t size)
 {
 	long long trials = integer(data, "trials");
@@ -286,6 +317,7 @@ static void generation_text(json_t *data, char *out, size_t size)
 		 integer(data, "filtered"));
 	if (integer(data, "quarantined") > 0)
 		append(out, size, ", %lld quarantined (not tried)", integer(data, "quarantined"));
+	proposing_text(data, out, size);
 	if (isnan(best))
 		append(out, size, ", nothing timed yet");
 	else
@@ -369,7 +401,7 @@ typedef struct progress {
 	char state[16];       /* of the last plain line printed */
 	int64_t version;
 	double last_at;
-	char generation[200]; /* the latest generation line, or "" */
+	char generation[400]; /* the latest generation line, or "" */
 	int64_t generation_n; /* its generation */
 	int64_t printed_n;    /* the generation of the last plain one printed */
 	double printed_at;    /* and when */

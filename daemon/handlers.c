@@ -106,8 +106,9 @@ void tuned_save_jobs(tuned_daemon *d)
 		tuned_jobs_changes_free(j->changes);
 	}
 	free(j);
-	tuned_log(TUNED_ERROR, "cannot save the job queue: out of memory (it is "
-		  "saved at the next change)");
+	tuned_log(TUNED_ERROR, "cannot hand the job queue to the cache's writer "
+		  "(out of memory, or stopping): it is saved at the next change, or "
+		  "at the stop");
 }
 
 /* The parser has refused other versions already (version_mismatch). */

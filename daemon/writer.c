@@ -149,9 +149,11 @@ tuned_writer *tuned_writer_start(uv_loop_t *loop, cache *c)
 int tuned_write(tuned_writer *w, tuned_write_fn *run, tuned_write_done *done,
 		void *data)
 {
-	write_task *t = malloc(sizeof(*t));
+	write_task *t;
 
-	if (!t)
+	if (w->closed)
+		return -ESHUTDOWN; /* the stop's last save writes what is left */
+	if (!(t = malloc(sizeof(*t))))
 		return -ENOMEM;
 	*t = (write_task){.run = run, .done = done, .data = data};
 	w->pending++;

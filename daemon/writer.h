@@ -31,7 +31,7 @@ typedef void tuned_write_done(void *data);
 tuned_writer *tuned_writer_start(uv_loop_t *loop, cache *c);
 
 /* Hands a write to the writer thread (from the loop thread). 0, or
- * -ENOMEM (then nothing runs). */
+ * -ENOMEM, or -ESHUTDOWN once the thread has ended (then nothing runs). */
 int tuned_write(tuned_writer *w, tuned_write_fn *run, tuned_write_done *done,
 		void *data);
 

@@ -207,10 +207,13 @@ static void send_script(fake *f, int fd, bool jobs)
 		"device", f->device, "median_ms", 1.201, "spread_ms", 0.01,
 		"first_ms", 1.705, "speedup", 1.705 / 1.201, "job", 7));
 	send_event(f, fd, PROTO_EVENT_GENERATION, json_pack(
-		"{s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f}", "job", 7,
+		"{s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:i, s:s, "
+		"s:{s:i, s:i, s:i, s:i, s:i}}", "job", 7,
 		"key", KEY, "generation", 2, "trials", 96, "compile_failures", 2,
 		"filtered", 5, "quarantined", 2, "best_ms", 1.198, "first_ms", 1.75,
-		"version_ms", 1.234, "gain", 1.75 / 1.234));
+		"version_ms", 1.234, "gain", 1.75 / 1.234, "proposed", 12,
+		"filled", "time_share", "dropped", "seen", 31, "measured", 0,
+		"filtered", 5, "invalid", 9, "quarantined", 2));
 	if (jobs && !f->script_close)
 		send_event(f, fd, PROTO_EVENT_JOB, end);
 	else
@@ -1672,7 +1675,8 @@ Test(tunectl, watch_a_job_until_done_prints_each_event)
 		"version 3: 1.201 ms \u00b1 0.010 (1.42x over the version this "
 		"job started from, 1.705 ms beside it)\n",
 		"gen 2: 96 trials, 2 compile failures, 5 filtered, 2 quarantined "
-		"(not tried), best trial "
+		"(not tried), 12 proposed (its time share ran out), dropped so "
+		"far: 31 seen before, 9 invalid, best trial "
 		"1.198 ms, version 1.234 ms (1.42x over the version this job "
 		"started from)\n",
 		"job 7: done\n", NULL});
@@ -1844,7 +1848,8 @@ Test(tunectl, submit_wait_shows_the_generations)
 		"nothing timed yet\n",
 		"job 7 done",
 		"  gen 2: 96 trials, 2 compile failures, 5 filtered, 2 quarantined "
-		"(not tried), best trial "
+		"(not tried), 12 proposed (its time share ran out), dropped so "
+		"far: 31 seen before, 9 invalid, best trial "
 		"1.198 ms, version 1.234 ms (1.42x over the version this job "
 		"started from)\n", NULL});
 	fake_stop(f);
