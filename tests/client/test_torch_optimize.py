@@ -9,7 +9,6 @@ daemon killed (kill -9) mid-loop, or never there, the module carries on
 usage: test_torch_optimize.py TUNED LIBTUNED_EXEC  (exit status 0:
 passed, 77: skipped, torch missing)
 """
-import importlib.util
 import json
 import os
 import signal
@@ -29,6 +28,7 @@ except ImportError:
 import tuned_gpu  # noqa: E402
 import tuned_gpu.torch  # noqa: E402
 from tuned_gpu.torch import TunedWarning, optimize  # noqa: E402
+from torch_examples import load_example  # noqa: E402
 from tuned_daemon import start_daemon  # noqa: E402
 
 TUNED, LIBTUNED_EXEC = sys.argv[1:3]
@@ -36,15 +36,6 @@ EXAMPLES = os.path.join(HERE, "..", "..", "examples")
 # What kernels are verified with: ||out - ref|| / ||ref|| (kernels/verify.c).
 TOLERANCE = 1e-4
 FIRST_VERSION_S = 120   # the most a first version may take, on a busy machine
-
-
-def example(name):
-    """examples/torch/<name>.py's module and inputs."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(EXAMPLES, "torch",
-                                                                     name + ".py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.example()
 
 
 def tensors(result):
@@ -114,7 +105,7 @@ class OptimizeTest(TestCase):
     def test_the_examples_give_their_eager_results(self):
         for name in ("llama_mlp", "lstm_cell", "cnn_block", "bert_layer"):
             with self.subTest(model=name):
-                model, inputs = example(name)
+                model, inputs = load_example(name)
                 optimized = self.optimized(model, inputs)
                 self.assertEqual(len(optimized.partitions), 1)
                 with torch.no_grad(), warnings.catch_warnings():
@@ -132,14 +123,14 @@ class OptimizeTest(TestCase):
             self.assert_close(optimized(x), model(x), "split")
 
     def test_parameters_are_read_in_place(self):
-        model, inputs = example("llama_mlp")
+        model, inputs = load_example("llama_mlp")
         optimized = self.optimized(model, inputs)
         with torch.no_grad():
             model.down_proj.weight.mul_(-2)
             self.assert_close(optimized(*inputs), model(*inputs), "after an in-place update")
 
     def test_inputs_unlike_the_examples_are_refused(self):
-        model, inputs = example("llama_mlp")
+        model, inputs = load_example("llama_mlp")
         optimized = optimize(model, inputs, socket=self.path, budget=1)
         x = inputs[0]
         cases = [
@@ -164,7 +155,7 @@ class OptimizeTest(TestCase):
         """A loop calls the module while its key is tuned: the version it
         runs changes during the loop, and every call is right. Another
         job is submitted when one ends without a second version."""
-        model, (x,) = example("llama_mlp")
+        model, (x,) = load_example("llama_mlp")
         model = type(model)(hidden=32, intermediate=64).eval()  # a key of its own
         optimized = self.optimized(model, (x,), budget=8)
         partition = optimized.partitions[0]
@@ -183,7 +174,7 @@ class OptimizeTest(TestCase):
         self.assertEqual(versions, sorted(versions))
 
     def test_gradients_run_in_torch(self):
-        model, (x,) = example("llama_mlp")
+        model, (x,) = load_example("llama_mlp")
         optimized = self.optimized(model, (x,))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -205,13 +196,13 @@ class DaemonGoneTest(TestCase):
         job waits behind another runs in torch; every call is right and
         each warns why, once."""
         daemon, path = self.start_daemon()
-        tuned_model, (x,) = example("llama_mlp")
+        tuned_model, (x,) = load_example("llama_mlp")
         tuned = optimize(tuned_model, (x,), budget=2, socket=path)
         self.assertTrue(tuned.wait(FIRST_VERSION_S))
         with tuned_gpu.Client(path) as client, open(os.path.join(EXAMPLES,
                                                                  "gpt3_mlp_small.json")) as f:
             client.submit(json.load(f), budget=600)   # the daemon runs one job at a time
-        waiting_model, inputs = example("lstm_cell")
+        waiting_model, inputs = load_example("lstm_cell")
         waiting = optimize(waiting_model, inputs, budget=2, socket=path)
         with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -236,7 +227,7 @@ class DaemonGoneTest(TestCase):
     def test_no_daemon_runs_in_torch_and_says_why(self):
         with tempfile.TemporaryDirectory() as work:
             path = os.path.join(work, "gpu0.sock")
-            model, inputs = example("llama_mlp")
+            model, inputs = load_example("llama_mlp")
             optimized = optimize(model, inputs, socket=path)
             with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
