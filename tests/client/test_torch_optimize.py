@@ -4,13 +4,15 @@ keeps) give their eager results, running tuned's plans; inputs unlike
 the examples are refused, naming the input; a version published while
 a loop calls the module is taken between calls, every call right; the
 daemon killed (kill -9) mid-loop, or never there, the module carries on
-(its plan, or torch) and a TunedWarning says why.
+(its plan, or torch) and a TunedWarning says why; the daemon back, the
+module is served again.
 
 usage: test_torch_optimize.py TUNED LIBTUNED_EXEC  (exit status 0:
 passed, 77: skipped, torch missing)
 """
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -223,6 +225,57 @@ class DaemonGoneTest(TestCase):
                       messages[0])
         self.assertIn("partition LSTMCell_0 (key %s) runs in torch: %s"
                       % (waiting.partitions[0].key, unreachable), messages[1])
+
+    def test_a_daemon_back_serves_again(self):
+        """The daemon killed, then started again on its socket and cache:
+        the thread connects again, the trouble is gone, and a new version
+        of the key reaches the module; killed again, it warns again."""
+        work = tempfile.TemporaryDirectory(prefix="tuned-optimize-")
+        self.addCleanup(work.cleanup)
+        daemon, path = start_daemon(TUNED, work.name)
+        model, (x,) = load_example("llama_mlp")
+        optimized = optimize(model, (x,), budget=2, socket=path)
+        self.assertTrue(optimized.wait(FIRST_VERSION_S))
+        partition = optimized.partitions[0]
+        self.kill_and_call(daemon, optimized, x)
+        shutil.rmtree(os.path.join(work.name, "run"))
+        daemon, path = start_daemon(TUNED, work.name)
+        self.addCleanup(self.stop, daemon)
+        self.wait_for(lambda: partition.trouble is None, "the daemon found again")
+        with tuned_gpu.Client(path) as client:
+            before = client.fetch(key=partition.key)["version"]
+            for _ in range(5):   # a job publishes when it finds a faster plan
+                job = client.submit(partition.graph, budget=4)
+                client.wait(job["id"], timeout=FIRST_VERSION_S)
+                newest = client.fetch(key=partition.key)["version"]
+                if newest > before:
+                    break
+            self.assertGreater(newest, before, "no new version in 5 jobs")
+        self.assertTrue(optimized.wait(30, min_version=newest), partition.trouble)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("error", TunedWarning)
+            self.assert_close(optimized(x), model(x), "after the daemon came back")
+        self.kill_and_call(daemon, optimized, x)  # warns again
+
+    def kill_and_call(self, daemon, optimized, x):
+        """Kills the daemon; the next call warns that it is unreachable."""
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait(30)
+        partition = optimized.partitions[0]
+        self.wait_for(lambda: partition.trouble is not None, "the loss seen")
+        with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            optimized(x)
+        self.assertEqual(len(caught), 1)
+        self.assertIn("runs plan version %d: the tuned daemon is unreachable"
+                      % partition.version, str(caught[0].message))
+
+    def wait_for(self, condition, what, timeout=30):
+        end = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > end:
+                self.fail("%s: not within %d s" % (what, timeout))
+            time.sleep(0.05)
 
     def test_no_daemon_runs_in_torch_and_says_why(self):
         with tempfile.TemporaryDirectory() as work:

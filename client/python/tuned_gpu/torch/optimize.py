@@ -135,7 +135,10 @@ class TunedPartition(torch.nn.Module):
 
     def _warn(self, why, keeps_plan):
         """Warns once per cause, in the caller's thread, why the partition
-        runs in torch (or, `keeps_plan`, why its plan is not upgraded)."""
+        runs in torch (or, `keeps_plan`, why its plan is not upgraded);
+        a cause that comes back after a call without one warns again."""
+        if why is None:
+            self._warned = None
         if why is None or why == self._warned:
             return
         self._warned = why
