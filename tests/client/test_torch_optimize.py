@@ -3,9 +3,9 @@ optimized models of examples/torch (and one split around a node torch
 keeps) give their eager results, running tuned's plans; inputs unlike
 the examples are refused, naming the input; a version published while
 a loop calls the module is taken between calls, every call right; the
-daemon killed (kill -9) mid-loop, or never there, the module carries on
-(its plan, or torch) and a TunedWarning says why; the daemon back, the
-module is served again.
+daemon killed (kill -9) mid-loop, or never there, the graph refused, a
+plan that does not load: the module carries on (its plan, or torch) and
+a TunedWarning says why; the daemon back, the module is served again.
 
 usage: test_torch_optimize.py TUNED LIBTUNED_EXEC  (exit status 0:
 passed, 77: skipped, torch missing)
@@ -53,10 +53,10 @@ class TestCase(unittest.TestCase):
             error = ((g - w).norm() / w.norm().clamp(min=1e-30)).item()
             self.assertLessEqual(error, TOLERANCE, "%s, output %d" % (what, i))
 
-    def start_daemon(self):
+    def start_daemon(self, *options):
         work = tempfile.TemporaryDirectory(prefix="tuned-optimize-")
         self.addCleanup(work.cleanup)
-        daemon, path = start_daemon(TUNED, work.name)
+        daemon, path = start_daemon(TUNED, work.name, *options)
         self.addCleanup(self.stop, daemon)
         return daemon, path
 
@@ -192,7 +192,10 @@ class OptimizeTest(TestCase):
         return max(j["id"] for j in client.call("list")["jobs"] if j["key"] == key)
 
 
-class DaemonGoneTest(TestCase):
+class WhenTunedFailsTest(TestCase):
+    """Each with its own daemon, or none: the module runs whatever befalls
+    tuned."""
+
     def test_killed_mid_loop_the_module_carries_on(self):
         """kill -9 mid-loop: a module running its plan keeps it, one whose
         job waits behind another runs in torch; every call is right and
@@ -276,6 +279,38 @@ class DaemonGoneTest(TestCase):
             if time.monotonic() > end:
                 self.fail("%s: not within %d s" % (what, timeout))
             time.sleep(0.05)
+
+    def test_a_refused_graph_runs_in_torch_and_says_why(self):
+        daemon, path = self.start_daemon("--max-graph-bytes", "1024")
+        model, inputs = load_example("llama_mlp")
+        optimized = optimize(model, inputs, socket=path)
+        self.assert_one_warning(optimized, model, inputs, [
+            "runs in torch: the daemon refused its graph: params.graph: the graph's text "
+            "is ", "bytes, over the limit of 1024 (raise it with tuned --max-graph-bytes)"])
+
+    def test_a_plan_that_fails_to_load_runs_in_torch_and_says_why(self):
+        daemon, path = self.start_daemon()
+        self.addCleanup(os.environ.__setitem__, "TUNED_EXEC_LIB", LIBTUNED_EXEC)
+        os.environ["TUNED_EXEC_LIB"] = "/nonexistent/libtuned_exec.so.0"
+        model, inputs = load_example("llama_mlp")
+        optimized = optimize(model, inputs, budget=2, socket=path)
+        partition = optimized.partitions[0]
+        self.wait_for(lambda: partition.trouble is not None, "the plan's failure",
+                      FIRST_VERSION_S)
+        self.assert_one_warning(optimized, model, inputs, [
+            "runs in torch: plan version 1 fails to load: cannot load the plan executor "
+            "/nonexistent/libtuned_exec.so.0 ("])
+
+    def assert_one_warning(self, optimized, model, inputs, parts):
+        """Calls are right, in torch, and the first warns with `parts`."""
+        with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                self.assert_close(optimized(*inputs), model(*inputs), "in torch")
+        self.assertEqual(optimized.partitions[0].version, 0)
+        self.assertEqual(len(caught), 1, [str(w.message) for w in caught])
+        for part in parts:
+            self.assertIn(part, str(caught[0].message))
 
     def test_no_daemon_runs_in_torch_and_says_why(self):
         with tempfile.TemporaryDirectory() as work:

@@ -6,15 +6,16 @@ import subprocess
 import time
 
 
-def start_daemon(tuned, work):
+def start_daemon(tuned, work, *options):
     """tuned (the program at `tuned`) on the cpu, on a socket and cache in
-    `work`; its process and socket path once it accepts connections."""
+    `work`, with more `options`; its process and socket path once it
+    accepts connections."""
     os.mkdir(os.path.join(work, "run"), 0o700)
     path = os.path.join(work, "run", "gpu0.sock")
     daemon = subprocess.Popen([tuned, "--backend", "cpu", "--socket", path,
                                "--cache", os.path.join(work, "cache.db"),
                                "--log", os.path.join(work, "tuned.log"),
-                               "--jobs", "1", "--compile-workers", "1"])
+                               "--jobs", "1", "--compile-workers", "1", *options])
     start = time.monotonic()
     while True:
         try:
