@@ -124,6 +124,13 @@ class OptimizeTest(TestCase):
             warnings.simplefilter("error", TunedWarning)
             self.assert_close(optimized(x), model(x), "split")
 
+    def test_a_cached_key_runs_its_plan_from_the_first_call(self):
+        model, inputs = load_example("llama_mlp")
+        first = self.optimized(model, inputs)
+        again = optimize(model, inputs, budget=1, socket=self.path)
+        self.assertGreaterEqual(again.partitions[0].version, 1)
+        self.assertEqual(again.partitions[0].key, first.partitions[0].key)
+
     def test_parameters_are_read_in_place(self):
         model, inputs = load_example("llama_mlp")
         optimized = self.optimized(model, inputs)
