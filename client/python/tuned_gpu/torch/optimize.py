@@ -231,13 +231,14 @@ def _replace(exported):
     gm, partitions = exported.graph_module, exported.partitions
     constants = _constants(exported)
     graph, env, tuned = fx.Graph(), dict(constants), {}
-    nodes = {n.name: n for n in gm.graph.nodes}
     for unit in _units(gm.graph, partitions, constants):
         if not isinstance(unit, int):
             env[unit] = graph.node_copy(unit, lambda x: env[x])
             continue
         partition = partitions[unit]
-        fallback, reads, gives = _subgraph(gm, [nodes[n] for n in partition.nodes], constants)
+        names = set(partition.nodes)
+        members = [n for n in gm.graph.nodes if n.name in names]  # in graph order
+        fallback, reads, gives = _subgraph(gm, members, constants)
         target = "tuned_%d" % unit
         tuned[target] = TunedPartition(partition, fallback, [n.name for n in reads],
                                        [n.name for n in gives], lambda q: _attribute(gm, q))
