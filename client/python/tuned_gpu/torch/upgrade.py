@@ -22,6 +22,12 @@ BACKOFF_MAX_S = 5.0
 POLL_S = 0.1  # how often the thread looks for new partitions between events
 # The daemon's refusals of a graph: submitting it again gets the same.
 REFUSALS = (BadRequestError, UnknownOpError, TooLargeError)
+UNREACHABLE = "the tuned daemon is unreachable"
+
+
+def unreachable(error):
+    """Why a partition is not served while the daemon cannot be reached."""
+    return "%s (%s); reconnecting every %g s at most" % (UNREACHABLE, error, BACKOFF_MAX_S)
 
 
 class Entry:
@@ -50,7 +56,7 @@ class Upgrader:
         self.socket = socket
         self._entries = []
         self._lock = threading.Lock()
-        self._outage = None   # why the daemon is unreachable, from its first failure
+        self._outage = None   # the thread's: why it lost the daemon (its first reason)
         self._thread = None
 
     def start_following(self, entries):
@@ -62,7 +68,8 @@ class Upgrader:
                 for entry in entries:
                     self._follow(client, entry)
         except TunedError as e:
-            self._lost(e, entries)
+            for entry in entries:
+                entry.tell(unreachable(e))
         with self._lock:
             self._entries += entries
             if self._thread is None:
@@ -100,40 +107,27 @@ class Upgrader:
         if partition is not None:
             partition.use(plan, entry.version)
 
-    def _lost(self, error, entries):
-        """The daemon is unreachable: each partition is told why (the first
-        failure's reason, for the whole outage)."""
+    def _lost(self, error):
+        """The thread lost the daemon: each partition is told why (the
+        first failure's reason, for the whole outage), and its key is
+        watched again once the daemon is back."""
         with self._lock:
             if self._outage is None:
-                self._outage = ("the tuned daemon is unreachable (%s); reconnecting every "
-                                "%g s at most" % (error, BACKOFF_MAX_S))
-            for entry in entries:
+                self._outage = unreachable(error)
+            for entry in self._entries:
                 entry.watched = False
                 entry.tell(self._outage)
-
-    def _reached(self):
-        """Connected again: the partitions the outage was told to are
-        served."""
-        with self._lock:
-            outage, self._outage = self._outage, None
-            entries = list(self._entries)
-        for entry in entries:
-            partition = entry.partition()
-            if outage is not None and partition is not None and partition.trouble == outage:
-                partition.trouble = None
 
     def _run(self):
         delay = BACKOFF_FIRST_S
         while True:
             try:
                 with Client(self.socket) as client:
-                    self._reached()
+                    self._outage = None
                     delay = BACKOFF_FIRST_S
                     self._serve(client)
             except Exception as e:  # the process outlives whatever befalls tuned
-                with self._lock:
-                    entries = list(self._entries)
-                self._lost(e, entries)
+                self._lost(e)
             time.sleep(delay)
             delay = min(2 * delay, BACKOFF_MAX_S)
 
@@ -168,6 +162,9 @@ class Upgrader:
         if client.call("watch", {"key": entry.key})["version"] > entry.version:
             self._upgrade(client, entry)
         entry.watched = True
+        partition = entry.partition()
+        if partition is not None and (partition.trouble or "").startswith(UNREACHABLE):
+            partition.trouble = None
 
 
 _upgraders = {}
