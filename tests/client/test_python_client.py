@@ -9,41 +9,17 @@ import ctypes
 import json
 import os
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
 import tuned_gpu  # noqa: E402
+from tuned_daemon import start_daemon  # noqa: E402
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 EXAMPLE = os.path.join(SOURCE, "examples", "gpt3_mlp_small.json")
 TUNED, LIBTUNED_CLIENT = sys.argv[1:3]
-
-
-def start_daemon(work):
-    """tuned on the cpu, on a socket and cache in "work"; its process and
-    socket path once it accepts connections."""
-    os.mkdir(os.path.join(work, "run"), 0o700)
-    path = os.path.join(work, "run", "gpu0.sock")
-    daemon = subprocess.Popen([TUNED, "--backend", "cpu", "--socket", path,
-                               "--cache", os.path.join(work, "cache.db"),
-                               "--log", os.path.join(work, "tuned.log"),
-                               "--jobs", "1", "--compile-workers", "1"])
-    start = time.monotonic()
-    while True:
-        try:
-            with socket.socket(socket.AF_UNIX) as probe:
-                probe.connect(path)
-            return daemon, path
-        except OSError:
-            if daemon.poll() is not None or time.monotonic() - start > 30:
-                raise RuntimeError("tuned did not listen within 30 s (see %s/tuned.log)"
-                                   % work)
-            time.sleep(0.05)
 
 
 class DaemonTest(unittest.TestCase):
@@ -52,7 +28,7 @@ class DaemonTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.work = tempfile.TemporaryDirectory(prefix="tuned-pyclient-")
-        cls.daemon, cls.path = start_daemon(cls.work.name)
+        cls.daemon, cls.path = start_daemon(TUNED, cls.work.name)
         with open(EXAMPLE) as f:
             cls.graph = f.read()
         with tuned_gpu.Client(cls.path) as client:

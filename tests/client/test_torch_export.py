@@ -10,7 +10,6 @@ usage: test_torch_export.py TUNECTL LIBTUNED_EXEC  (exit status 0:
 passed, 77: skipped, torch missing)
 """
 import ctypes
-import importlib.util
 import json
 import os
 import subprocess
@@ -28,6 +27,7 @@ except ImportError:
     sys.exit(77)
 import tuned_gpu.torch  # noqa: E402
 from tuned_gpu.torch import capture, value_of  # noqa: E402
+from torch_examples import load_example  # noqa: E402
 
 TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2, "i32": 1e-2}
 TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
@@ -223,14 +223,6 @@ def check_cases(checker):
 
 
 EXAMPLES = ("bert_layer", "llama_mlp", "lstm_cell", "cnn_block")
-
-
-def load_example(name):
-    path = os.path.join(HERE, "..", "..", "examples", "torch", name + ".py")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.example()
 
 
 def check_examples(checker):

@@ -261,6 +261,13 @@ class Client:
         result = self.call("watch", {"key": key})
         return Watch(self, key, result["version"], timeout)
 
+    def next_event(self, timeout=None):
+        """The next event of any key this client watches or job it
+        submitted, queued or coming: for one thread that follows many
+        keys. timeout: seconds (None: no limit), then TimedOutError."""
+        deadline = self._deadline(timeout, base=0)
+        return self._next_event(deadline, "an event", lambda e: True)
+
     def cache_ls(self):
         """The daemon's cache: one entry per key, device and code generator,
         {key, name, version, device, codegen, median_ms, updated_at, bytes}."""

@@ -8,6 +8,9 @@ torch model").
         p.outputs    # graph tensor name: Source (the fx node it holds)
     print(exported.report)   # per fx node: partition, or why it stays
 
+    model = tuned_gpu.torch.optimize(model, (x,), budget=120)
+    y = model(x)             # its partitions run tuned's plans
+
 Where torch.compile exists, `torch.compile(model, backend="tuned")`
 exports each graph dynamo captures (kept in `compiled`) and runs it with
 torch, its results unchanged.
@@ -16,9 +19,10 @@ import warnings
 
 from .export import Exported, Partition, Report, Source, capture, export, value_of
 from .graph import Unsupported
+from .optimize import Optimized, TunedPartition, TunedWarning, optimize
 
 __all__ = ["Exported", "Partition", "Report", "Source", "Unsupported", "capture", "export",
-           "value_of", "compiled"]
+           "value_of", "compiled", "optimize", "Optimized", "TunedPartition", "TunedWarning"]
 
 # The exports of the graphs torch.compile gave the "tuned" backend.
 compiled = []

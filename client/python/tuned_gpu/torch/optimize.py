@@ -1,0 +1,333 @@
+"""A torch module whose partitions run tuned's plans (docs/client.md, "One
+line: tuned kernels in a torch model").
+
+    model = tuned_gpu.torch.optimize(model, example_inputs, budget=120)
+
+The module is exported (export.py); each partition's nodes are replaced,
+in the fx graph, by one TunedPartition, which runs the newest plan it
+was given, or, before there is one and whenever tuned fails, the
+partition's own torch nodes. The plans come from the upgrader
+(upgrade.py), a thread of the package that follows the daemon.
+"""
+import operator
+import threading
+import time
+import warnings
+
+import torch
+import torch.fx as fx
+
+from ..errors import TensorError, TunedError
+from .export import capture, export
+from .lower import DTYPES
+from .upgrade import Entry, upgrader
+
+TORCH_DTYPES = {name: dtype for dtype, name in DTYPES.items()}
+
+
+class TunedWarning(UserWarning):
+    """tuned could not run a partition's plan: the partition runs in
+    torch (or keeps its plan), and the message says why."""
+
+
+class TunedPartition(torch.nn.Module):
+    """One partition of an optimized module: called with the values of the
+    fx nodes it reads (`reads`, by name), it returns those of its nodes
+    that torch reads after it (`gives`), as a tuple.
+
+    It runs its current plan, a (Plan, version) that the upgrader
+    replaces in one assignment, so a call runs the one complete plan it
+    read at its start; before a plan, or when running one fails, it runs
+    `fallback`, the partition's torch nodes, and warns once per cause.
+    """
+
+    def __init__(self, partition, fallback, reads, gives, parameters):
+        super().__init__()
+        self.fallback = fallback
+        self.name = partition.graph["name"]
+        self.graph = partition.graph
+        self.reads = reads
+        self.gives = gives
+        self.key = None
+        self.current = (None, 0)
+        self.trouble = None   # why tuned is not serving it, set by the upgrader
+        self._warned = None
+        self._lock = threading.Lock()  # a plan's scratch buffers serve one call at a time
+        self._inputs = self._input_getters(partition.inputs, parameters)
+        self._outputs = {name: (tuple(d["shape"]), TORCH_DTYPES[d["dtype"]])
+                         for name, d in partition.graph["tensors"].items()
+                         if d.get("role") == "output"}
+        self._results = self._result_layout(partition.outputs)
+
+    @property
+    def version(self):
+        """The version of the plan it runs; 0 while it runs in torch."""
+        plan, version = self.current
+        return version if plan is not None else 0
+
+    def _input_getters(self, sources, parameters):
+        """Per graph input, how a call finds its tensor: a node it reads
+        (an element of it, for a tuple), or a parameter or buffer, held
+        here and so read in place."""
+        position = {name: i for i, name in enumerate(self.reads)}
+        getters = {}
+        for name, source in sources.items():
+            if source.kind != "node":
+                tensor = parameters(source.name)
+                getters[name] = lambda inputs, t=tensor: t
+            elif source.index is None:
+                getters[name] = lambda inputs, i=position[source.name]: inputs[i]
+            else:
+                getters[name] = lambda inputs, i=position[source.name], j=source.index: \
+                    inputs[i][j]
+        return getters
+
+    def _result_layout(self, outputs):
+        """Per node given to torch, the graph outputs that make its value:
+        one name, or a tuple's elements in order; None (and `trouble`
+        says why) when the graph does not hold it whole."""
+        layout = []
+        for node in self.gives:
+            parts = {s.index: name for name, s in outputs.items() if s.name == node}
+            if list(parts) == [None]:
+                layout.append(parts[None])
+            elif parts and sorted(parts) == list(range(len(parts))):
+                layout.append(tuple(parts[i] for i in range(len(parts))))
+            else:
+                self.trouble = "torch reads %s, which its graph does not output whole" % node
+                return None
+        return layout
+
+    def forward(self, *inputs):
+        plan, version = self.current
+        if plan is not None and self._results is not None:
+            if torch.is_grad_enabled() and self._needs_grad(inputs):
+                self._warn("gradients are asked for and plans give none: call it under "
+                           "torch.no_grad() or torch.inference_mode()", False)
+            else:
+                self._warn(self.trouble, True)
+                try:
+                    return self._run(plan, inputs)
+                except TunedError as e:
+                    self._failed(plan, version, e)
+        self._warn(self.trouble, False)
+        return self.fallback(*inputs)
+
+    def _needs_grad(self, inputs):
+        return any(get(inputs).requires_grad for get in self._inputs.values())
+
+    def _run(self, plan, inputs):
+        tensors = {name: get(inputs).contiguous() for name, get in self._inputs.items()}
+        device = next(iter(tensors.values())).device if tensors else "cpu"
+        for name, (shape, dtype) in self._outputs.items():
+            tensors[name] = torch.empty(shape, dtype=dtype, device=device)
+        with self._lock:
+            plan.run(tensors)
+        return tuple(tensors[r] if isinstance(r, str) else tuple(tensors[n] for n in r)
+                     for r in self._results)
+
+    def _failed(self, plan, version, error):
+        """The plan failed to run: this call and the next ones run in torch
+        until the upgrader brings another version."""
+        if self.current[0] is plan:
+            self.current = (None, version)
+        self.trouble = "plan version %d failed to run: %s" % (version, error)
+
+    def _warn(self, why, keeps_plan):
+        """Warns once per cause, in the caller's thread, why the partition
+        runs in torch (or, `keeps_plan`, why its plan is not upgraded);
+        a cause that comes back after a call without one warns again."""
+        if why is None:
+            self._warned = None
+        if why is None or why == self._warned:
+            return
+        self._warned = why
+        what = "runs in torch" if not keeps_plan else "runs plan version %d" % self.version
+        warnings.warn("tuned: partition %s (key %s) %s: %s"
+                      % (self.name, self.key or "not known yet", what, why),
+                      TunedWarning, stacklevel=4)
+
+    def use(self, plan, version):
+        """Called by the upgrader: calls from now on run `plan`."""
+        self.current = (plan, version)
+        if self.trouble and self.trouble.startswith("plan version"):
+            self.trouble = None
+
+
+def _constants(exported):
+    """The nodes export folded in (reads of shapes, and what is computed
+    of them), by node, with their values on the example inputs: the
+    optimized module, made for those shapes, holds them as values."""
+    folded = [n for n in exported.graph_module.graph.nodes
+              if n.op in ("call_function", "call_method") and n.name in exported.report.other]
+    if not folded:
+        return {}
+    results = capture(exported.graph_module, exported.example_inputs)
+    return {n: tuple(results[n]) if isinstance(results[n], torch.Size) else results[n]
+            for n in folded}
+
+
+def _units(graph, partitions, constants):
+    """The fx nodes but the constants, in an order where each partition
+    is one unit, placed once all it reads is: its nodes may interleave
+    with torch's, which come before or after it as their inputs say (a
+    partition is convex, so one such order exists)."""
+    unit = {}
+    for i, p in enumerate(partitions):
+        for name in p.nodes:
+            unit[name] = i
+    order, deps = [], {}
+    for node in graph.nodes:
+        if node in constants:
+            continue
+        u = unit.get(node.name, node)
+        if u not in deps:
+            order.append(u)
+            deps[u] = set()
+        deps[u] |= {unit.get(a.name, a) for a in node.all_input_nodes
+                    if a not in constants} - {u}
+    placed, ordered = set(), []
+    while order:
+        u = next(u for u in order if deps[u] <= placed)
+        order.remove(u)
+        placed.add(u)
+        ordered.append(u)
+    return ordered
+
+
+def _subgraph(gm, members, constants):
+    """The partition's nodes as a graph of their own: what they read from
+    outside (but parameters, read inside, and constants) as its
+    placeholders, and the nodes that torch reads after it as its
+    outputs, a tuple."""
+    inside = set(members)
+    reads, sub, env = [], fx.Graph(), dict(constants)
+    for node in members:
+        for a in node.all_input_nodes:
+            if a not in inside and a not in env and a.op != "get_attr" and a not in reads:
+                reads.append(a)
+    for a in reads:
+        env[a] = sub.placeholder(a.name)
+    for node in members:
+        for a in node.all_input_nodes:
+            if a.op == "get_attr" and a not in env:
+                env[a] = sub.node_copy(a)
+        env[node] = sub.node_copy(node, lambda x: env[x])
+    gives = [n for n in members if any(u not in inside and u not in constants
+                                       for u in n.users)]
+    sub.output(tuple(env[n] for n in gives))
+    return fx.GraphModule(gm, sub), reads, gives
+
+
+def _attribute(gm, qualified):
+    owner, _, name = qualified.rpartition(".")
+    return getattr(gm.get_submodule(owner) if owner else gm, name)
+
+
+def _replace(exported):
+    """A GraphModule computing what the exported module does, each
+    partition's nodes replaced by a call of its TunedPartition; and
+    those partitions."""
+    gm, partitions = exported.graph_module, exported.partitions
+    constants = _constants(exported)
+    graph, env, tuned = fx.Graph(), dict(constants), {}
+    for unit in _units(gm.graph, partitions, constants):
+        if not isinstance(unit, int):
+            env[unit] = graph.node_copy(unit, lambda x: env[x])
+            continue
+        partition = partitions[unit]
+        names = set(partition.nodes)
+        members = [n for n in gm.graph.nodes if n.name in names]  # in graph order
+        fallback, reads, gives = _subgraph(gm, members, constants)
+        target = "tuned_%d" % unit
+        tuned[target] = TunedPartition(partition, fallback, [n.name for n in reads],
+                                       [n.name for n in gives], lambda q: _attribute(gm, q))
+        call = graph.call_module(target, tuple(env[a] for a in reads))
+        for i, node in enumerate(gives):
+            env[node] = graph.call_function(operator.getitem, (call, i))
+    for node in list(graph.nodes):
+        if node.op == "get_attr" and not node.users:  # read by partitions alone
+            graph.erase_node(node)
+    targets = {n.target: tuned[n.target] if n.target in tuned else _attribute(gm, n.target)
+               for n in graph.nodes if n.op in ("get_attr", "call_module")}
+    return (fx.GraphModule(targets, graph, class_name=type(gm).__name__),
+            list(tuned.values()))
+
+
+def _shape_text(shape):
+    return "[%s]" % ", ".join(str(d) for d in shape)
+
+
+class Optimized(torch.nn.Module):
+    """What optimize returns: the module, made for the example inputs'
+    dtypes, shapes and devices, its partitions run by tuned.
+    `partitions` are its TunedPartitions (each with its `key`,
+    `version` and `trouble`)."""
+
+    def __init__(self, graph_module, partitions, example_inputs):
+        super().__init__()
+        self.graph_module = graph_module
+        self.partitions = partitions
+        self._names = [n.target for n in graph_module.graph.nodes if n.op == "placeholder"]
+        self._examples = example_inputs
+
+    def forward(self, *args, **kwargs):
+        values = list(args) + [kwargs.pop(n) for n in self._names[len(args):] if n in kwargs]
+        if kwargs or len(values) != len(self._examples):
+            raise TypeError("the optimized module takes %d inputs (%s): %d given%s"
+                            % (len(self._names), ", ".join(self._names), len(values),
+                               ", and %s unknown" % ", ".join(kwargs) if kwargs else ""))
+        for i, (value, example) in enumerate(zip(values, self._examples)):
+            self._check(i, value, example)
+        return self.graph_module(*values)
+
+    def _check(self, i, value, example):
+        """An input is what optimize was given as example: its plans are
+        made for that dtype, shape and device."""
+        if not isinstance(example, torch.Tensor):
+            return
+        what = "input '%s' (argument %d)" % (self._names[i], i)
+        if not isinstance(value, torch.Tensor):
+            raise TensorError("%s: a %s given, the module was optimized for a tensor"
+                              % (what, type(value).__name__))
+        for field, given, wanted in (
+                ("dtype", value.dtype, example.dtype),
+                ("shape", _shape_text(value.shape), _shape_text(example.shape)),
+                ("device", value.device, example.device)):
+            if given != wanted:
+                raise TensorError("%s: %s %s given, the module was optimized for %s "
+                                  "(optimize it again for other inputs)"
+                                  % (what, field, str(given).replace("torch.", ""),
+                                     str(wanted).replace("torch.", "")))
+
+    def wait(self, timeout=None, min_version=1):
+        """Waits until every partition runs a plan of at least
+        `min_version`; whether they do, after `timeout` seconds (None:
+        no limit)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while any(p.version < min_version for p in self.partitions):
+            if end is not None and time.monotonic() >= end:
+                return False
+            time.sleep(0.05)
+        return True
+
+
+def optimize(module, example_inputs, budget=None, socket=None):
+    """`module` (a torch.nn.Module or fx.GraphModule) for calls on inputs
+    like `example_inputs` (a tensor or a tuple of them), its partitions
+    run by tuned: each is submitted to the daemon at `socket` (None: as
+    tuned_gpu.Client finds it) to be tuned for `budget` seconds (None: the
+    daemon's default). A partition whose key is cached runs its plan from
+    the first call; the others run in torch until their first version.
+    A thread of the package then follows the daemon and gives each
+    partition every better version, between calls. When the daemon is
+    unreachable or a plan fails, the partition runs in torch and a
+    TunedWarning says why."""
+    exported = export(module, example_inputs)
+    graph_module, partitions = _replace(exported)
+    backend = "cuda" if any(isinstance(x, torch.Tensor) and x.is_cuda
+                            for x in exported.example_inputs) else "cpu"
+    follower = upgrader(socket)
+    follower.start_following([Entry(p, budget, backend) for p in partitions
+                              if p._results is not None])
+    return Optimized(graph_module, partitions, exported.example_inputs)

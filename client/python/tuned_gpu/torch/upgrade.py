@@ -1,0 +1,179 @@
+"""The upgrader: one thread of the package per daemon socket, which
+follows the daemon for the partitions of optimized modules.
+
+It submits each partition's graph (once), watches its key, and on each
+new version fetches the plan and loads it, off the calls' path, then
+hands it to the partition, which runs it from its next call. When the
+daemon goes away it tells the partitions why, and connects again, every
+BACKOFF_MAX_S seconds at most; meanwhile each partition keeps the plan
+it runs, or runs in torch.
+"""
+import threading
+import time
+import weakref
+
+from ..client import Client
+from ..errors import (BadRequestError, TimedOutError, TooLargeError, TunedError,
+                      UnknownOpError)
+from ..plan import Plan
+
+BACKOFF_FIRST_S = 0.25
+BACKOFF_MAX_S = 5.0
+POLL_S = 0.1  # how often the thread looks for new partitions between events
+# The daemon's refusals of a graph: submitting it again gets the same.
+REFUSALS = (BadRequestError, UnknownOpError, TooLargeError)
+UNREACHABLE = "the tuned daemon is unreachable"
+
+
+def unreachable(error):
+    """Why a partition is not served while the daemon cannot be reached."""
+    return "%s (%s); reconnecting every %g s at most" % (UNREACHABLE, error, BACKOFF_MAX_S)
+
+
+class Entry:
+    """A partition followed: its graph, its budget, the backend its plans
+    load for, its key once submitted and the version it was given."""
+
+    def __init__(self, partition, budget, backend):
+        self.partition = weakref.ref(partition)
+        self.graph, self.budget, self.backend = partition.graph, budget, backend
+        self.key = None
+        self.version = 0
+        self.refused = False
+        self.watched = False
+
+    def tell(self, why):
+        """Sets why tuned does not serve the partition (None: it does)."""
+        partition = self.partition()
+        if partition is not None:
+            partition.trouble = why
+
+
+class Upgrader:
+    """Follows the daemon at `socket` (None: as Client finds it)."""
+
+    def __init__(self, socket):
+        self.socket = socket
+        self._entries = []
+        self._lock = threading.Lock()
+        self._outage = None   # the thread's: why it lost the daemon (its first reason)
+        self._thread = None
+
+    def start_following(self, entries):
+        """Submits the entries and loads the plans their keys have cached,
+        in the caller's thread so that the first call runs them; the
+        thread then follows them."""
+        try:
+            with Client(self.socket) as client:
+                for entry in entries:
+                    self._follow(client, entry)
+        except TunedError as e:
+            for entry in entries:
+                entry.tell(unreachable(e))
+        with self._lock:
+            self._entries += entries
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="tuned_gpu upgrader")
+                self._thread.start()
+
+    def _follow(self, client, entry):
+        """Submits the entry's graph, and gives its partition the key's
+        plan when the cache has one."""
+        try:
+            job = client.submit(entry.graph, budget=entry.budget)
+        except REFUSALS as e:
+            entry.refused = True
+            entry.tell("the daemon refused its graph: %s" % e)
+            return
+        entry.key = job["key"]
+        partition = entry.partition()
+        if partition is not None:
+            partition.key = job["key"]
+        if job["cached_version"] > entry.version:
+            self._upgrade(client, entry)
+
+    def _upgrade(self, client, entry):
+        """Fetches the key's best plan and loads it for the partition; a
+        plan that does not load is not tried again."""
+        fetched = client.fetch(key=entry.key)
+        entry.version = fetched["version"]
+        try:
+            plan = Plan(entry.graph, fetched, entry.backend)
+        except TunedError as e:
+            entry.tell("plan version %d fails to load: %s" % (entry.version, e))
+            return
+        partition = entry.partition()
+        if partition is not None:
+            partition.use(plan, entry.version)
+
+    def _lost(self, error):
+        """The thread lost the daemon: each partition is told why (the
+        first failure's reason, for the whole outage), and its key is
+        watched again once the daemon is back."""
+        with self._lock:
+            if self._outage is None:
+                self._outage = unreachable(error)
+            for entry in self._entries:
+                entry.watched = False
+                entry.tell(self._outage)
+
+    def _run(self):
+        delay = BACKOFF_FIRST_S
+        while True:
+            try:
+                with Client(self.socket) as client:
+                    self._outage = None
+                    delay = BACKOFF_FIRST_S
+                    self._serve(client)
+            except Exception as e:  # the process outlives whatever befalls tuned
+                self._lost(e)
+            time.sleep(delay)
+            delay = min(2 * delay, BACKOFF_MAX_S)
+
+    def _serve(self, client):
+        """Watches the keys of new partitions (and of all after a
+        reconnection), and upgrades on each new version."""
+        while True:
+            with self._lock:
+                self._entries = [e for e in self._entries if e.partition() is not None]
+                entries = list(self._entries)
+            for entry in entries:
+                if not entry.watched and not entry.refused:
+                    self._watch(client, entry)
+            try:
+                event = client.next_event(timeout=POLL_S)
+            except TimedOutError:
+                continue
+            if event.name != "version":
+                continue
+            for entry in entries:
+                if entry.key == event.data.get("key") and \
+                        event.data.get("version", 0) > entry.version:
+                    self._upgrade(client, entry)
+
+    def _watch(self, client, entry):
+        """Follows the entry's key; a version published before the watch
+        is fetched at once."""
+        if entry.key is None:
+            self._follow(client, entry)
+            if entry.refused:
+                return
+        if client.call("watch", {"key": entry.key})["version"] > entry.version:
+            self._upgrade(client, entry)
+        entry.watched = True
+        partition = entry.partition()
+        if partition is not None and (partition.trouble or "").startswith(UNREACHABLE):
+            partition.trouble = None
+
+
+_upgraders = {}
+_upgraders_lock = threading.Lock()
+
+
+def upgrader(socket):
+    """The process's upgrader for the daemon at `socket`."""
+    with _upgraders_lock:
+        if socket not in _upgraders:
+            _upgraders[socket] = Upgrader(socket)
+        return _upgraders[socket]
