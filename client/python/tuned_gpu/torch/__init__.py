@@ -12,14 +12,14 @@ torch model").
     y = model(x)             # its partitions run tuned's plans
 
 Where torch.compile exists, `torch.compile(model, backend="tuned")`
-exports each graph dynamo captures (kept in `compiled`) and runs it with
-torch, its results unchanged.
+optimizes each graph dynamo captures (its export kept in `compiled`): its
+partitions run tuned's plans, as optimize() gives them.
 """
 import warnings
 
 from .export import Exported, Partition, Report, Source, capture, export, value_of
 from .graph import Unsupported
-from .optimize import Optimized, TunedPartition, TunedWarning, optimize
+from .optimize import Optimized, TunedPartition, TunedWarning, optimize, optimize_exported
 
 __all__ = ["Exported", "Partition", "Report", "Source", "Unsupported", "capture", "export",
            "value_of", "compiled", "optimize", "Optimized", "TunedPartition", "TunedWarning"]
@@ -29,13 +29,16 @@ compiled = []
 
 
 def _backend(graph_module, example_inputs):
-    """The torch.compile backend: exports the captured graph, then runs it
-    as torch would; a graph that cannot be exported warns, and runs."""
+    """The torch.compile backend: the captured graph optimized (its
+    partitions tuned by the daemon, in torch until their first version);
+    a graph that cannot be exported warns, and runs as torch would."""
     try:
-        compiled.append(export(graph_module, tuple(example_inputs), name="compiled"))
+        exported = export(graph_module, tuple(example_inputs), name="compiled")
     except Exception as e:  # the model must run whatever the export makes of it
         warnings.warn("tuned: the graph torch.compile captured was not exported: %s" % e)
-    return graph_module.forward
+        return graph_module.forward
+    compiled.append(exported)
+    return optimize_exported(exported).forward
 
 
 def _register():

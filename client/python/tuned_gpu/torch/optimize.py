@@ -323,7 +323,12 @@ def optimize(module, example_inputs, budget=None, socket=None):
     partition every better version, between calls. When the daemon is
     unreachable or a plan fails, the partition runs in torch and a
     TunedWarning says why."""
-    exported = export(module, example_inputs)
+    return optimize_exported(export(module, example_inputs), budget, socket)
+
+
+def optimize_exported(exported, budget=None, socket=None):
+    """optimize() of a module already exported (torch.compile's backend
+    keeps the export)."""
     graph_module, partitions = _replace(exported)
     backend = "cuda" if any(isinstance(x, torch.Tensor) and x.is_cuda
                             for x in exported.example_inputs) else "cpu"
