@@ -137,7 +137,8 @@ class Plan:
         self._lib = _exec.load(library or _exec.library_path())
         self.backend = backend
         self._handle = ctypes.c_void_p()
-        why = ctypes.create_string_buffer(512)
+        self._why = ctypes.create_string_buffer(512)  # a run's error, if any
+        why = self._why
         if self._lib.tuned_exec_load(_as_text(graph).encode(), _as_text(fetched).encode(),
                                      backend.encode(), ctypes.byref(self._handle), why,
                                      len(why)) < 0:
@@ -164,10 +165,18 @@ class Plan:
         if stream is None and device is not None and self.backend == "cuda":
             torch = sys.modules["torch"]
             stream = torch.cuda.current_stream(torch.device(device)).cuda_stream
-        array = (ctypes.c_void_p * len(self.tensors))(*pointers)
-        why = ctypes.create_string_buffer(512)
-        if self._lib.tuned_exec_run(self._handle, stream, array, why, len(why)) < 0:
-            raise ExecError(why.value.decode())
+        self.run_checked(pointers, stream)
+
+    def run_checked(self, pointers, stream=None):
+        """Runs the plan on "pointers", in the order of self.tensors (None
+        for an intermediate left to the plan), unchecked: for a caller
+        that checked the same tensors with run() before (tuned_gpu.torch
+        does, and then checks only that a call's inputs are those it
+        was optimized for), so that a call costs no more than it must."""
+        array = (ctypes.c_void_p * len(pointers))(*pointers)
+        if self._lib.tuned_exec_run(self._handle, stream, array, self._why,
+                                    len(self._why)) < 0:
+            raise ExecError(self._why.value.decode())
 
     def close(self):
         """Frees the loaded plan; the Plan cannot run after."""

@@ -53,6 +53,7 @@ class TunedPartition(torch.nn.Module):
         self.trouble = None   # why tuned is not serving it, set by the upgrader
         self._warned = None
         self._lock = threading.Lock()  # a plan's scratch buffers serve one call at a time
+        self._checked = None  # the plan whose first call checked every tensor
         self._inputs = self._input_getters(partition.inputs, parameters)
         self._outputs = {name: (tuple(d["shape"]), TORCH_DTYPES[d["dtype"]])
                          for name, d in partition.graph["tensors"].items()
@@ -122,9 +123,25 @@ class TunedPartition(torch.nn.Module):
         for name, (shape, dtype) in self._outputs.items():
             tensors[name] = torch.empty(shape, dtype=dtype, device=device)
         with self._lock:
-            plan.run(tensors)
+            if self._checked is plan:
+                plan.run_checked(self._pointers(plan, tensors), self._stream(device))
+            else:  # the first call of a plan checks every tensor
+                plan.run(tensors)
+                self._checked = plan
         return tuple(tensors[r] if isinstance(r, str) else tuple(tensors[n] for n in r)
                      for r in self._results)
+
+    @staticmethod
+    def _pointers(plan, tensors):
+        """The tensors' pointers in the plan's order; an intermediate's
+        None (the plan's scratch)."""
+        return [tensors[t.name].data_ptr() if t.name in tensors else None
+                for t in plan.tensors]
+
+    @staticmethod
+    def _stream(device):
+        device = torch.device(device)
+        return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
 
     def _failed(self, plan, version, error):
         """The plan failed to run: this call and the next ones run in torch
@@ -290,6 +307,9 @@ class Optimized(torch.nn.Module):
         if not isinstance(value, torch.Tensor):
             raise TensorError("%s: a %s given, the module was optimized for a tensor"
                               % (what, type(value).__name__))
+        if (value.dtype == example.dtype and value.shape == example.shape
+                and value.device == example.device):
+            return
         for field, given, wanted in (
                 ("dtype", value.dtype, example.dtype),
                 ("shape", _shape_text(value.shape), _shape_text(example.shape)),
