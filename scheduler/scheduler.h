@@ -180,6 +180,17 @@ bool sched_op_gathered_contraction(__sched_keep const sched_graph *graph, int op
  * and the graph's totals and key. */
 __sched_give json_t *sched_graph_explain(__sched_keep const sched_graph *graph);
 
+/* The backward graph of "graph" with respect to the tensors named in
+ * "wrt" (inputs or intermediates), as graph.json text in *out_json (the
+ * caller frees it): its inputs are the graph's inputs and d_<output>
+ * for each output, its outputs d_<name> for each of wrt, with that
+ * tensor's shape and dtype (docs/autodiff.md). The text is read back and
+ * checked before it is returned. A graph it cannot differentiate fails
+ * with a message naming the op, the read and the reason. */
+int sched_graph_grad(__sched_keep const sched_graph *graph,
+		     const char *const *wrt, int nwrt,
+		     __sched_give char **out_json, sched_error *err);
+
 /* Reference interpreter. "values" has one buffer per tensor, each of
  * sched_tensor_size() doubles, row-major; inputs are read, every other
  * tensor is written. Arithmetic is in double; each stored element is

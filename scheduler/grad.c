@@ -1,0 +1,818 @@
+/*
+ * grad.c: the backward graph of a graph (docs/autodiff.md).
+ *
+ * Ops are visited in reverse dependence order. When an op is reached its
+ * target's adjoint is final: the sum of what the target's readers gave it
+ * (and d_<target>, the gradient flowing in, for an output). Each group of
+ * reads of one tensor at one index in the op's body then gives that
+ * tensor a contribution: the op's seed (the adjoint, through the reducer)
+ * times the body's derivative with respect to those reads, summed over
+ * the op's points that read each element. Which points those are comes
+ * from inverting the read's index: one variable of each index is solved
+ * for, the others become reduction variables, and a select keeps the
+ * solved variable in its range. The result is printed as graph.json and
+ * read back, so everything it says is checked as any graph is (bounds
+ * with isl included).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grad.h"
+
+#define MAX_VARS (2 * SCHED_MAX_RANK)
+
+/* One contribution to a tensor's adjoint, waiting for the adjoint's name:
+ * the target's variables and the op's text after "=". */
+typedef struct contribution {
+	const char *vars;
+	const char *body;
+	struct contribution *next;
+} contribution;
+
+typedef struct grad_build {
+	grad_ctx ctx;
+	const sched_graph *graph;
+	sched_error *err;
+	const char **tensor_names;
+	bool *wrt;
+	bool *needs;             /* depends on a tensor of wrt */
+	contribution **pending;  /* per tensor, newest first */
+	int *npending;
+	json_t *tensors;         /* the backward graph's own tensors */
+	json_t *ops;
+} grad_build;
+
+/* The inverse of one read's index map: per forward variable, the text
+ * that replaces it (a solved expression of the adjoint's variables, or
+ * its own name when it becomes a reduction variable), the names of the
+ * adjoint's variables and the condition that keeps the solved ones in
+ * range. */
+typedef struct inverse {
+	const char *vars[MAX_VARS];
+	bool solved[MAX_VARS];
+	const char *target_vars;  /* "i0, i1" */
+	grad_ex guard;
+	bool guarded;
+} inverse;
+
+static const char *arena_printf(grad_build *b, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static const char *arena_printf(grad_build *b, const char *fmt, ...)
+{
+	va_list ap;
+	char *text;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (!(text = sched_arena_alloc(&b->ctx.arena, n + 1))) {
+		b->ctx.nomem = true;
+		return "";
+	}
+	va_start(ap, fmt);
+	vsnprintf(text, n + 1, fmt, ap);
+	va_end(ap);
+	return text;
+}
+
+/* "name" as a new tensor of the backward graph, shaped as forward tensor
+ * "like"; refused when the forward graph or an earlier one uses it. */
+static int declare(grad_build *b, const char *name, int like,
+		   enum sched_dtype dtype, const char *role)
+{
+	const sched_tensor *t = &b->graph->tensors[like];
+	json_t *decl, *shape = json_array();
+
+	if (sched_tensor_find(b->graph, name) >= 0 || json_object_get(b->tensors, name))
+		return sched_fail(b->err, SCHED_EGRAPH, -1, 0,
+				  "the backward graph needs the name '%s' for the "
+				  "gradient of '%s', but the graph has a tensor of "
+				  "that name; rename it", name, t->name);
+	for (int d = 0; d < t->rank; d++)
+		json_array_append_new(shape, json_integer(t->shape[d]));
+	decl = json_pack("{s:o, s:s}", "shape", shape, "dtype", sched_dtype_name(dtype));
+	if (decl && role)
+		json_object_set_new(decl, "role", json_string(role));
+	if (!decl || json_object_set_new(b->tensors, name, decl))
+		return sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
+	return SCHED_OK;
+}
+
+static int emit(grad_build *b, const char *name, const char *vars,
+		const char *body)
+{
+	const char *text = arena_printf(b, "%s[%s] = %s", name, vars, body);
+
+	if (b->ctx.nomem || json_array_append_new(b->ops, json_string(text)))
+		return sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
+	return SCHED_OK;
+}
+
+/* "i0, i1, ..." for a tensor of "rank" dims, with "prefix". */
+static const char *index_vars(grad_build *b, const char *prefix, int rank)
+{
+	sched_buf buf = {0};
+	const char *text;
+
+	sched_buf_printf(&buf, "%s", "");
+	for (int d = 0; d < rank; d++)
+		sched_buf_printf(&buf, "%s%s%d", d ? ", " : "", prefix, d);
+	text = buf.str ? arena_printf(b, "%s", buf.str) : "";
+	b->ctx.nomem |= !buf.str;
+	sched_buf_release(&buf);
+	return text;
+}
+
+/* The sum of d_<t> (when "with_input") and the contributions "first".. as
+ * the op writing "name". */
+static int emit_sum(grad_build *b, int t, const char *name, bool with_input,
+		    int count)
+{
+	const sched_tensor *tensor = &b->graph->tensors[t];
+	const char *vars = index_vars(b, "i", tensor->rank);
+	sched_buf buf = {0};
+	int rc = SCHED_OK;
+
+	sched_buf_printf(&buf, "%s", "");
+	if (with_input)
+		sched_buf_printf(&buf, "d_%s[%s]", tensor->name, vars);
+	for (int k = 0; k < count; k++)
+		sched_buf_printf(&buf, "%sd_%s__%d[%s]", with_input || k ? " + " : "",
+				 tensor->name, k, vars);
+	if (!buf.str)
+		rc = sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
+	else
+		rc = emit(b, name, vars, buf.str);
+	sched_buf_release(&buf);
+	return rc;
+}
+
+/* Writes the contributions waiting for "t" as ops, each its own tensor
+ * d_<t>__<k> when they are summed. */
+static int emit_contributions(grad_build *b, int t, const char *name, bool sum)
+{
+	const sched_tensor *tensor = &b->graph->tensors[t];
+	int k = b->npending[t], rc = SCHED_OK;
+
+	for (contribution *c = b->pending[t]; c && rc == SCHED_OK; c = c->next) {
+		const char *part = name;
+
+		if (sum) {
+			part = arena_printf(b, "d_%s__%d", tensor->name, --k);
+			rc = declare(b, part, t, SCHED_F32, NULL);
+		}
+		if (rc == SCHED_OK)
+			rc = emit(b, part, c->vars, c->body);
+	}
+	return rc;
+}
+
+/* Makes the adjoint of "t" final and names it in *name: NULL when it is
+ * zero (nothing reads "t" that leads to an output, and it is not wanted).
+ * The adjoint of a tensor of wrt is the output d_<t>; of an output the
+ * input d_<t>, plus what its readers give it (d_<t>__all); of an
+ * intermediate d_<t>, an f32 intermediate. */
+static int finalize_adjoint(grad_build *b, int t, const char **name)
+{
+	const sched_tensor *tensor = &b->graph->tensors[t];
+	bool with_input = tensor->role == SCHED_OUTPUT;
+	int count = b->npending[t], rc;
+	bool sum = with_input || count > 1;
+
+	*name = NULL;
+	if (!count && !with_input && !b->wrt[t])
+		return SCHED_OK;
+	if (!count && with_input) {
+		*name = arena_printf(b, "d_%s", tensor->name);
+		return SCHED_OK;
+	}
+	*name = arena_printf(b, with_input ? "d_%s__all" : "d_%s", tensor->name);
+	if (b->wrt[t])
+		rc = declare(b, *name, t, tensor->dtype, "output");
+	else
+		rc = declare(b, *name, t, SCHED_F32, NULL);
+	if (rc != SCHED_OK)
+		return rc;
+	if (!count)
+		return emit(b, *name, index_vars(b, "i", tensor->rank), "0");
+	rc = emit_contributions(b, t, *name, sum);
+	if (rc == SCHED_OK && sum)
+		rc = emit_sum(b, t, *name, with_input, count);
+	return rc;
+}
+
+/* Adds "scale" times the affine form of index "node" to coef (per var)
+ * and *c; false when it has floor division or remainder. */
+static bool affine_form(const sched_node *node, int64_t scale, int64_t *coef,
+			int64_t *c)
+{
+	int64_t k;
+
+	if (sched_node_int_const(node, &k)) {
+		*c += scale * k;
+		return true;
+	}
+	if (node->kind == SCHED_NODE_VAR) {
+		coef[node->var] += scale;
+		return true;
+	}
+	if (node->kind == SCHED_NODE_UNARY)
+		return affine_form(node->args[0], -scale, coef, c);
+	if (node->kind != SCHED_NODE_BINARY)
+		return false;
+	switch (node->op) {
+	case SCHED_ADD:
+		return affine_form(node->args[0], scale, coef, c) &&
+		       affine_form(node->args[1], scale, coef, c);
+	case SCHED_SUB:
+		return affine_form(node->args[0], scale, coef, c) &&
+		       affine_form(node->args[1], -scale, coef, c);
+	case SCHED_MUL:
+		if (sched_node_int_const(node->args[0], &k))
+			return affine_form(node->args[1], scale * k, coef, c);
+		if (sched_node_int_const(node->args[1], &k))
+			return affine_form(node->args[0], scale * k, coef, c);
+		return false;
+	default:
+		return false;
+	}
+}
+
+/* A prefix p such that p0, p1, ... name none of the op's variables. */
+static const char *free_prefix(const sched_op *op, int rank)
+{
+	static const char *const prefixes[] = {"i", "j", "k", "q", "u", "v_"};
+	char name[16];
+
+	for (size_t p = 0; p < sizeof(prefixes) / sizeof(*prefixes); p++) {
+		bool clash = false;
+
+		for (int d = 0; d < rank && !clash; d++) {
+			snprintf(name, sizeof(name), "%s%d", prefixes[p], d);
+			for (int v = 0; v < op->nvars; v++)
+				clash |= !strcmp(op->vars[v].name, name);
+		}
+		if (!clash)
+			return prefixes[p];
+	}
+	return "i_grad_";
+}
+
+static int refuse_index(grad_build *b, const sched_op *op,
+			const sched_node *access, const sched_node *index,
+			const char *why)
+{
+	char read[SCHED_EXCERPT], idx[SCHED_EXCERPT];
+
+	return sched_fail(b->err, SCHED_EMEANING, op->index, index->col,
+			  "cannot differentiate the read '%s': its index '%s' %s",
+			  sched_node_excerpt(access, op->text, read),
+			  sched_node_excerpt(index, op->text, idx), why);
+}
+
+/* The variable of dim d's index to solve for: coefficient 1 or -1, in no
+ * other dim's index, a target variable first; -1 if none. */
+static int choose_pivot(const sched_op *op, int64_t coef[][MAX_VARS], int rank,
+			int d)
+{
+	int best = -1;
+
+	for (int v = 0; v < op->nvars; v++) {
+		int dims = 0;
+
+		for (int e = 0; e < rank; e++)
+			dims += coef[e][v] != 0;
+		if (dims == 1 && (coef[d][v] == 1 || coef[d][v] == -1) &&
+		    (best < 0 || (v < op->ntarget_vars && best >= op->ntarget_vars)))
+			best = v;
+	}
+	return best;
+}
+
+/* Appends "coef * name" to an affine text, with its sign. */
+static void affine_term(sched_buf *buf, int64_t coef, const char *name,
+			bool first)
+{
+	int64_t mag = coef < 0 ? -coef : coef;
+
+	if (first)
+		sched_buf_printf(buf, coef < 0 ? "-" : "");
+	else
+		sched_buf_printf(buf, coef < 0 ? " - " : " + ");
+	if (!name)
+		sched_buf_printf(buf, "%lld", (long long)mag);
+	else if (mag == 1)
+		sched_buf_printf(buf, "%s", name);
+	else
+		sched_buf_printf(buf, "%lld * %s", (long long)mag, name);
+}
+
+/* Solves dim d's index for var "pivot": pivot = s (j - c - rest) with s
+ * its coefficient; its text in inv->vars and the guard keeping it in its
+ * range, where the ranges of j and of the rest do not already. */
+static void solve_dim(grad_build *b, const sched_op *op, const int64_t *coef,
+		      int64_t c, int pivot, const char *j, int64_t extent,
+		      inverse *inv)
+{
+	int64_t s = coef[pivot], lo = 0, hi = 0;
+	sched_buf buf = {0};
+	bool first = false;
+
+	/* s j, starting the text */
+	sched_buf_printf(&buf, "%s", "");
+	affine_term(&buf, s, j, true);
+	lo += s > 0 ? 0 : -(extent - 1);
+	hi += s > 0 ? extent - 1 : 0;
+	for (int v = 0; v < op->nvars; v++) {
+		int64_t k = -s * coef[v];
+
+		if (v == pivot || !k)
+			continue;
+		affine_term(&buf, k, op->vars[v].name, first);
+		lo += k > 0 ? k * op->vars[v].lo : k * (op->vars[v].hi - 1);
+		hi += k > 0 ? k * (op->vars[v].hi - 1) : k * op->vars[v].lo;
+	}
+	if (c) {
+		affine_term(&buf, -s * c, NULL, false);
+		lo -= s * c;
+		hi -= s * c;
+	}
+	if (!buf.str) {
+		b->ctx.nomem = true;
+		return;
+	}
+	inv->vars[pivot] = strchr(buf.str, ' ') || buf.str[0] == '-'
+			 ? arena_printf(b, "(%s)", buf.str) : arena_printf(b, "%s", buf.str);
+	inv->solved[pivot] = true;
+	if (lo < op->vars[pivot].lo) {
+		inv->guard = grad_text(&b->ctx, arena_printf(b, "%s%s >= %lld",
+				       inv->guarded ? arena_printf(b, "%s && ", inv->guard.text) : "",
+				       buf.str, (long long)op->vars[pivot].lo));
+		inv->guarded = true;
+	}
+	if (hi >= op->vars[pivot].hi) {
+		inv->guard = grad_text(&b->ctx, arena_printf(b, "%s%s < %lld",
+				       inv->guarded ? arena_printf(b, "%s && ", inv->guard.text) : "",
+				       buf.str, (long long)op->vars[pivot].hi));
+		inv->guarded = true;
+	}
+	sched_buf_release(&buf);
+}
+
+/* A dim whose index is the constant c: only element c of it is read. */
+static void constant_dim(grad_build *b, const char *j, int64_t c,
+			 int64_t extent, inverse *inv)
+{
+	if (extent == 1 && c == 0)
+		return;
+	inv->guard = grad_text(&b->ctx, arena_printf(b, "%s%s == %lld",
+			       inv->guarded ? arena_printf(b, "%s && ", inv->guard.text) : "",
+			       j, (long long)c));
+	inv->guarded = true;
+}
+
+/* Inverts the index map of read "access" of "op" (see struct inverse). */
+static int invert(grad_build *b, const sched_op *op, const sched_node *access,
+		  inverse *inv)
+{
+	const sched_tensor *x = &b->graph->tensors[access->tensor];
+	const char *prefix = free_prefix(op, x->rank);
+	int64_t coef[SCHED_MAX_RANK][MAX_VARS] = {{0}}, c[SCHED_MAX_RANK] = {0};
+
+	memset(inv, 0, sizeof(*inv));
+	for (int v = 0; v < op->nvars; v++)
+		inv->vars[v] = op->vars[v].name;
+	inv->target_vars = index_vars(b, prefix, x->rank);
+	for (int d = 0; d < x->rank; d++)
+		if (!affine_form(access->args[d], 1, coef[d], &c[d]))
+			return refuse_index(b, op, access, access->args[d],
+					    "has floor division or remainder, "
+					    "whose inverse is not built");
+	for (int d = 0; d < x->rank; d++) {
+		const char *j = arena_printf(b, "%s%d", prefix, d);
+		bool constant = true;
+		int pivot;
+
+		for (int v = 0; v < op->nvars; v++)
+			constant &= !coef[d][v];
+		if (constant) {
+			constant_dim(b, j, c[d], x->shape[d], inv);
+			continue;
+		}
+		if ((pivot = choose_pivot(op, coef, x->rank, d)) < 0)
+			return refuse_index(b, op, access, access->args[d],
+					    "has no variable of coefficient 1 or -1 "
+					    "that no other index of the read uses, "
+					    "so its inverse is not built");
+		solve_dim(b, op, coef[d], c[d], pivot, j, x->shape[d], inv);
+	}
+	return b->ctx.nomem ? sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory")
+			    : SCHED_OK;
+}
+
+/* The adjoint at the op's target element, through the reducer: the
+ * adjoint for sum (and none); for max and min only where the body is the
+ * result; for prod the result over the body. */
+static grad_ex seed(grad_build *b, const sched_op *op, const char *adjoint)
+{
+	grad_ctx *g = &b->ctx;
+	sched_buf buf = {0};
+	grad_ex adj, result, body;
+
+	sched_buf_printf(&buf, "%s", "");
+	for (int v = 0; v < op->ntarget_vars; v++)
+		sched_buf_printf(&buf, "%s%s", v ? ", " : "", g->names.vars[v]);
+	if (!buf.str) {
+		g->nomem = true;
+		return grad_num(g, 0);
+	}
+	adj = grad_text(g, arena_printf(b, "%s[%s]", adjoint, buf.str));
+	result = grad_text(g, arena_printf(b, "%s[%s]", b->tensor_names[op->target],
+					   buf.str));
+	sched_buf_release(&buf);
+	body = grad_forward(g, op->body);
+	switch (op->reducer) {
+	case SCHED_RED_MAX:
+	case SCHED_RED_MIN:
+		return grad_select(g, grad_text(g, arena_printf(b, "%s == %s",
+				   body.text, result.text)), adj, grad_num(g, 0));
+	case SCHED_RED_PROD:
+		return grad_div(g, grad_mul(g, adj, result), body);
+	default:
+		return adj;
+	}
+}
+
+/* The reduction over the forward variables not solved for, as the
+ * beginning of the contribution's body ("" when there are none). */
+static const char *reduction(grad_build *b, const sched_op *op,
+			     const inverse *inv)
+{
+	sched_buf buf = {0};
+	const char *text;
+	bool any = false;
+
+	sched_buf_printf(&buf, "%s", "");
+	for (int v = 0; v < op->nvars; v++) {
+		if (inv->solved[v])
+			continue;
+		sched_buf_printf(&buf, "%s%s in %lld:%lld", any ? ", " : "sum(",
+				 op->vars[v].name, (long long)op->vars[v].lo,
+				 (long long)op->vars[v].hi);
+		any = true;
+	}
+	sched_buf_printf(&buf, any ? ") " : "");
+	text = buf.str ? arena_printf(b, "%s", buf.str) : "";
+	b->ctx.nomem |= !buf.str;
+	sched_buf_release(&buf);
+	return text;
+}
+
+/* The contribution of the reads marked in ctx.match (all of "access"'s
+ * tensor at its index) to that tensor's adjoint. */
+static int contribute(grad_build *b, const sched_op *op, const char *adjoint,
+		      const sched_node *access)
+{
+	grad_ctx *g = &b->ctx;
+	contribution *c;
+	grad_ex e;
+	inverse inv;
+	int rc;
+
+	if ((rc = invert(b, op, access, &inv)) != SCHED_OK)
+		return rc;
+	g->names.vars = inv.vars;
+	e = grad_derivative(g, op->body);
+	if (e.value == GRAD_ZERO)
+		return SCHED_OK;
+	e = grad_mul(g, seed(b, op, adjoint), e);
+	if (inv.guarded)
+		e = grad_select(g, inv.guard, e, grad_num(g, 0));
+	c = sched_arena_alloc(&g->arena, sizeof(*c));
+	if (!c || g->nomem)
+		return sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
+	c->vars = inv.target_vars;
+	c->body = arena_printf(b, "%s%s", reduction(b, op, &inv), e.text);
+	c->next = b->pending[access->tensor];
+	b->pending[access->tensor] = c;
+	b->npending[access->tensor]++;
+	return SCHED_OK;
+}
+
+typedef struct access_list {
+	const sched_node **nodes;
+	int n;
+} access_list;
+
+static void collect_access(const sched_node *access, void *user)
+{
+	access_list *list = user;
+
+	list->nodes[list->n++] = access;
+}
+
+static bool same_read(const sched_node *a, const sched_node *b,
+		      const sched_names *names)
+{
+	sched_buf ta = {0}, tb = {0};
+	bool same;
+
+	sched_node_print(&ta, a, names);
+	sched_node_print(&tb, b, names);
+	same = ta.str && tb.str && !strcmp(ta.str, tb.str);
+	sched_buf_release(&ta);
+	sched_buf_release(&tb);
+	return same;
+}
+
+/* max and min reducers pass the adjoint where the body equals the stored
+ * result, which needs the result to hold the body exactly. */
+static int check_extremum(grad_build *b, const sched_op *op)
+{
+	const sched_tensor *target = &b->graph->tensors[op->target];
+	enum sched_dtype body;
+
+	if (op->reducer != SCHED_RED_MAX && op->reducer != SCHED_RED_MIN)
+		return SCHED_OK;
+	if (op->body->kind == SCHED_NODE_ACCESS) {
+		body = b->graph->tensors[op->body->tensor].dtype;
+		if (body == target->dtype || (target->dtype == SCHED_F32 &&
+					      body != SCHED_I32))
+			return SCHED_OK;
+	}
+	return sched_fail(b->err, SCHED_EMEANING, op->index, 1,
+			  "cannot differentiate the %s reduction into '%s': its "
+			  "adjoint goes where the body equals the result, so the "
+			  "body must be one read of a tensor whose dtype '%s' holds "
+			  "exactly; write the body as an op of its own",
+			  sched_reducer_name(op->reducer), target->name, target->name);
+}
+
+/* Gives every tensor the op reads that depends on wrt its contribution. */
+static int op_adjoint(grad_build *b, const sched_op *op)
+{
+	const char *adjoint;
+	const sched_node *nodes[op->naccesses + 1];
+	bool match[op->naccesses + 1], done[op->naccesses + 1];
+	access_list list = {nodes, 0};
+	sched_names forward = {b->tensor_names, NULL};
+	const char *names[MAX_VARS];
+	int rc;
+
+	if (!b->needs[op->target])
+		return SCHED_OK;
+	if ((rc = finalize_adjoint(b, op->target, &adjoint)) != SCHED_OK || !adjoint)
+		return rc;
+	if ((rc = check_extremum(b, op)) != SCHED_OK)
+		return rc;
+	for (int v = 0; v < op->nvars; v++)
+		names[v] = op->vars[v].name;
+	forward.vars = names;
+	sched_node_each_access(op->body, collect_access, &list);
+	memset(done, 0, sizeof(done));
+	b->ctx.match = match;
+	for (int a = 0; a < list.n && rc == SCHED_OK; a++) {
+		if (done[nodes[a]->access_id] || !b->needs[nodes[a]->tensor])
+			continue;
+		memset(match, 0, sizeof(match));
+		for (int o = a; o < list.n; o++)
+			if (same_read(nodes[a], nodes[o], &forward))
+				match[nodes[o]->access_id] = done[nodes[o]->access_id] = true;
+		rc = contribute(b, op, adjoint, nodes[a]);
+	}
+	return rc;
+}
+
+static int mark_wrt(grad_build *b, const char *const *wrt, int nwrt)
+{
+	for (int i = 0; i < nwrt; i++) {
+		int t = sched_tensor_find(b->graph, wrt[i]);
+
+		if (t < 0)
+			return sched_fail(b->err, SCHED_EGRAPH, -1, 0,
+					  "cannot differentiate with respect to "
+					  "'%s': the graph has no such tensor", wrt[i]);
+		if (b->graph->tensors[t].role == SCHED_OUTPUT)
+			return sched_fail(b->err, SCHED_EGRAPH, -1, 0,
+					  "cannot differentiate with respect to "
+					  "'%s': it is an output, whose gradient is "
+					  "the input d_%s", wrt[i], wrt[i]);
+		if (b->graph->tensors[t].dtype == SCHED_I32)
+			return sched_fail(b->err, SCHED_EGRAPH, -1, 0,
+					  "cannot differentiate with respect to "
+					  "'%s': it is i32, and integers have no "
+					  "gradient", wrt[i]);
+		b->wrt[t] = true;
+	}
+	if (nwrt < 1)
+		return sched_fail(b->err, SCHED_EGRAPH, -1, 0,
+				  "name at least one tensor to differentiate "
+				  "with respect to");
+	return SCHED_OK;
+}
+
+typedef struct needed_read {
+	const bool *needs;
+	bool found;
+} needed_read;
+
+static void find_needed_read(const sched_node *access, void *user)
+{
+	needed_read *r = user;
+
+	r->found |= r->needs[access->tensor];
+}
+
+/* A tensor needs an adjoint when it depends on a tensor of wrt; i32
+ * tensors stop gradients (their rounding is piecewise constant). */
+static void mark_needs(grad_build *b)
+{
+	const sched_graph *graph = b->graph;
+
+	for (int t = 0; t < graph->ntensors; t++)
+		b->needs[t] = b->wrt[t];
+	for (int n = 0; n < graph->nops; n++) {
+		const sched_op *op = &graph->ops[graph->order[n]];
+		needed_read r = {b->needs, false};
+
+		sched_node_each_access(op->body, find_needed_read, &r);
+		b->needs[op->target] |= r.found &&
+					graph->tensors[op->target].dtype != SCHED_I32;
+	}
+}
+
+/* Marks the forward tensors named in the backward ops' text (a name
+ * followed by '['). */
+static void mark_text_reads(grad_build *b, const char *text, bool *read)
+{
+	for (const char *p = text; *p;) {
+		size_t n = 0;
+
+		while (p[n] == '_' || (p[n] >= 'a' && p[n] <= 'z') ||
+		       (p[n] >= 'A' && p[n] <= 'Z') || (p[n] >= '0' && p[n] <= '9'))
+			n++;
+		if (n && p[n] == '[') {
+			char name[72];
+			int t;
+
+			snprintf(name, sizeof(name), "%.*s", (int)n, p);
+			if ((t = sched_tensor_find(b->graph, name)) >= 0)
+				read[t] = true;
+		}
+		p += n ? n : 1;
+	}
+}
+
+static void mark_access_read(const sched_node *access, void *user)
+{
+	((bool *)user)[access->tensor] = true;
+}
+
+/* The forward tensors the backward ops read, and the forward ops that
+ * compute them (recomputed in the backward graph; the planner decides
+ * what is stored), into "out" (tensors object) and b->ops. */
+static int add_forward(grad_build *b, json_t *out)
+{
+	const sched_graph *graph = b->graph;
+	bool *read = calloc(graph->ntensors, sizeof(bool));
+	size_t nbackward = json_array_size(b->ops);
+	int rc = SCHED_OK;
+
+	if (!read)
+		return sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
+	for (size_t i = 0; i < nbackward; i++)
+		mark_text_reads(b, json_string_value(json_array_get(b->ops, i)), read);
+	for (int n = graph->nops - 1; n >= 0; n--) {
+		const sched_op *op = &graph->ops[graph->order[n]];
+
+		if (!read[op->target])
+			continue;
+		sched_node_each_access(op->body, mark_access_read, read);
+		json_array_append_new(b->ops, json_string(op->text));
+	}
+	for (int t = 0; t < graph->ntensors; t++) {
+		const sched_tensor *tensor = &graph->tensors[t];
+		json_t *decl;
+
+		if (!read[t] && tensor->role != SCHED_INPUT)
+			continue;
+		decl = json_pack("{s:o, s:s}", "shape", json_array(), "dtype",
+				 sched_dtype_name(tensor->dtype));
+		for (int d = 0; decl && d < tensor->rank; d++)
+			json_array_append_new(json_object_get(decl, "shape"),
+					      json_integer(tensor->shape[d]));
+		if (decl && tensor->role == SCHED_INPUT)
+			json_object_set_new(decl, "role", json_string("input"));
+		if (!decl || json_object_set_new(out, tensor->name, decl))
+			rc = sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
+	}
+	free(read);
+	return rc;
+}
+
+/* d_<output> for each output, the gradients flowing in. */
+static int declare_incoming(grad_build *b)
+{
+	int rc = SCHED_OK;
+
+	for (int t = 0; t < b->graph->ntensors && rc == SCHED_OK; t++)
+		if (b->graph->tensors[t].role == SCHED_OUTPUT)
+			rc = declare(b, arena_printf(b, "d_%s", b->graph->tensors[t].name),
+				     t, b->graph->tensors[t].dtype, "input");
+	return rc;
+}
+
+static int walk_backward(grad_build *b)
+{
+	const sched_graph *graph = b->graph;
+	const char *name;
+	int rc = declare_incoming(b);
+
+	for (int n = graph->nops - 1; n >= 0 && rc == SCHED_OK; n--)
+		rc = op_adjoint(b, &graph->ops[graph->order[n]]);
+	for (int t = 0; t < graph->ntensors && rc == SCHED_OK; t++)
+		if (b->wrt[t] && graph->tensors[t].role == SCHED_INPUT)
+			rc = finalize_adjoint(b, t, &name);
+	return rc;
+}
+
+/* The backward graph as graph.json text, read back to check it. */
+static int write_graph(grad_build *b, char **out_json)
+{
+	json_t *tensors = json_object(), *root;
+	sched_graph *check = NULL;
+	sched_error err = {0};
+	const char *name = b->graph->name ? b->graph->name : "graph";
+	int rc;
+
+	if (!tensors || (rc = add_forward(b, tensors)) != SCHED_OK) {
+		json_decref(tensors);
+		return tensors ? rc : sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
+	}
+	json_object_update(tensors, b->tensors);
+	root = json_pack("{s:i, s:s+, s:o, s:O}", "version", 1, "name", name, "_grad",
+			 "tensors", tensors, "ops", b->ops);
+	if (root && b->graph->allow_tf32)
+		json_object_set_new(root, "options", json_pack("{s:b}", "allow_tf32", 1));
+	*out_json = root ? json_dumps(root, JSON_INDENT(2)) : NULL;
+	json_decref(root);
+	if (!*out_json)
+		return sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
+	rc = sched_graph_read_string(*out_json, &check, &err);
+	sched_graph_free(check);
+	if (rc != SCHED_OK) {
+		free(*out_json);
+		*out_json = NULL;
+		return sched_fail(b->err, SCHED_EINTERNAL, -1, 0,
+				  "the backward graph does not validate (a bug in "
+				  "tuned's autodiff): %s", err.message);
+	}
+	return SCHED_OK;
+}
+
+int sched_graph_grad(const sched_graph *graph, const char *const *wrt, int nwrt,
+		     char **out_json, sched_error *err)
+{
+	int n = graph->ntensors;
+	grad_build b = {.graph = graph, .err = err};
+	int rc;
+
+	*out_json = NULL;
+	b.tensor_names = calloc(n, sizeof(char *));
+	b.wrt = calloc(n, sizeof(bool));
+	b.needs = calloc(n, sizeof(bool));
+	b.pending = calloc(n, sizeof(contribution *));
+	b.npending = calloc(n, sizeof(int));
+	b.tensors = json_object();
+	b.ops = json_array();
+	if (!b.tensor_names || !b.wrt || !b.needs || !b.pending || !b.npending ||
+	    !b.tensors || !b.ops) {
+		rc = sched_fail(err, SCHED_ENOMEM, -1, 0, "out of memory");
+		goto out;
+	}
+	for (int t = 0; t < n; t++)
+		b.tensor_names[t] = graph->tensors[t].name;
+	b.ctx.names.tensors = b.tensor_names;
+	if ((rc = mark_wrt(&b, wrt, nwrt)) == SCHED_OK) {
+		mark_needs(&b);
+		rc = walk_backward(&b);
+	}
+	if (rc == SCHED_OK && b.ctx.nomem)
+		rc = sched_fail(err, SCHED_ENOMEM, -1, 0, "out of memory");
+	if (rc == SCHED_OK)
+		rc = write_graph(&b, out_json);
+out:
+	json_decref(b.tensors);
+	json_decref(b.ops);
+	free(b.tensor_names);
+	free(b.wrt);
+	free(b.needs);
+	free(b.pending);
+	free(b.npending);
+	sched_arena_release(&b.ctx.arena);
+	return rc;
+}
