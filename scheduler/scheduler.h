@@ -198,6 +198,11 @@ int sched_graph_grad(__sched_keep const sched_graph *graph,
  * truncated toward zero). */
 int sched_interp_run(__sched_keep const sched_graph *graph, double **values);
 
+/* The same with every element of a float dtype kept in double, not
+ * rounded to its dtype (i32 still truncates): for checks that need double precision throughout (derivatives against
+ * finite differences). */
+int sched_interp_run_exact(__sched_keep const sched_graph *graph, double **values);
+
 /* The same, evaluating only the elements marked in "needed" (one mask per
  * tensor, row-major; NULL for inputs) and leaving the others alone. */
 int sched_interp_run_needed(__sched_keep const sched_graph *graph,
