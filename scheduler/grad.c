@@ -171,6 +171,20 @@ static int emit_contributions(grad_build *b, int t, const char *name, bool sum)
 	return rc;
 }
 
+/* The adjoint that contribution "c" copies element for element (all of
+ * it: the shapes agree, or the read would have needed a guard), or NULL:
+ * an adjoint that is such a copy is that adjoint, with no op of its own. */
+static const char *copied_adjoint(grad_build *b, const contribution *c)
+{
+	const char *open = strchr(c->body, '[');
+	size_t n = open ? (size_t)(open - c->body) : 0;
+
+	if (!n || strcmp(open + 1, arena_printf(b, "%s]", c->vars)) ||
+	    strcspn(c->body, " (") < n)
+		return NULL;
+	return arena_printf(b, "%.*s", (int)n, c->body);
+}
+
 /* Makes the adjoint of "t" final and names it in *name: NULL when it is
  * zero (nothing reads "t" that leads to an output, and it is not wanted).
  * The adjoint of a tensor of wrt is the output d_<t>; of an output the
@@ -190,6 +204,9 @@ static int finalize_adjoint(grad_build *b, int t, const char **name)
 		*name = arena_printf(b, "d_%s", tensor->name);
 		return SCHED_OK;
 	}
+	if (count == 1 && !with_input && !b->wrt[t] &&
+	    (*name = copied_adjoint(b, b->pending[t])))
+		return SCHED_OK;
 	*name = arena_printf(b, with_input ? "d_%s__all" : "d_%s", tensor->name);
 	if (b->wrt[t])
 		rc = declare(b, *name, t, tensor->dtype, "output");
@@ -435,6 +452,9 @@ static grad_ex seed(grad_build *b, const sched_op *op, const char *adjoint)
 					   buf.str));
 	sched_buf_release(&buf);
 	body = grad_forward(g, op->body);
+	g->whole_call = op->body->kind == SCHED_NODE_CALL &&
+			op->reducer == SCHED_RED_NONE ? op->body : NULL;
+	g->result = result;
 	switch (op->reducer) {
 	case SCHED_RED_MAX:
 	case SCHED_RED_MIN:
@@ -479,17 +499,18 @@ static int contribute(grad_build *b, const sched_op *op, const char *adjoint,
 {
 	grad_ctx *g = &b->ctx;
 	contribution *c;
-	grad_ex e;
+	grad_ex e, s;
 	inverse inv;
 	int rc;
 
 	if ((rc = invert(b, op, access, &inv)) != SCHED_OK)
 		return rc;
 	g->names.vars = inv.vars;
+	s = seed(b, op, adjoint);
 	e = grad_derivative(g, op->body);
 	if (e.value == GRAD_ZERO)
 		return SCHED_OK;
-	e = grad_mul(g, seed(b, op, adjoint), e);
+	e = grad_mul(g, s, e);
 	if (inv.guarded)
 		e = grad_select(g, inv.guard, e, grad_num(g, 0));
 	c = sched_arena_alloc(&g->arena, sizeof(*c));

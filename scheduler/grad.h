@@ -9,7 +9,7 @@
 
 /* What an expression is known to be, for dropping zero and identity
  * terms. */
-enum grad_value { GRAD_OTHER, GRAD_ZERO, GRAD_ONE };
+enum grad_value { GRAD_OTHER, GRAD_ZERO, GRAD_ONE, GRAD_MINUS_ONE };
 
 /* An expression as text (in the context's arena) and the precedence of
  * its top operator, as print.c ranks them. */
@@ -26,6 +26,10 @@ typedef struct grad_ctx {
 	sched_arena arena;
 	sched_names names;
 	const bool *match; /* per access_id */
+	/* the op's body when it is one call and the op has no reducer, and
+	 * the target's element, which holds that call's value */
+	const sched_node *whole_call;
+	grad_ex result;
 	bool nomem;
 } grad_ctx;
 

@@ -56,14 +56,18 @@ static grad_ex paren(grad_ctx *g, grad_ex e, int min)
 grad_ex grad_num(grad_ctx *g, double num)
 {
 	char text[32];
+	grad_ex e;
 
 	if (num == 0)
 		return zero;
 	if (num == 1)
 		return one;
 	snprintf(text, sizeof(text), "%.17g", fabs(num));
-	return make(g, num < 0 ? UNARY_PRECEDENCE : PRIMARY_PRECEDENCE, "%s%s",
-		    num < 0 ? "-" : "", text);
+	e = make(g, num < 0 ? UNARY_PRECEDENCE : PRIMARY_PRECEDENCE, "%s%s",
+		 num < 0 ? "-" : "", text);
+	if (num == -1)
+		e.value = GRAD_MINUS_ONE;
+	return e;
 }
 
 grad_ex grad_text(grad_ctx *g, const char *text)
@@ -77,6 +81,8 @@ grad_ex grad_add(grad_ctx *g, grad_ex a, grad_ex b)
 		return b;
 	if (b.value == GRAD_ZERO)
 		return a;
+	if (!strcmp(a.text, b.text))
+		return grad_mul(g, grad_num(g, 2), a);
 	return make(g, ADD_PRECEDENCE, "%s + %s", paren(g, a, ADD_PRECEDENCE).text,
 		    paren(g, b, ADD_PRECEDENCE + 1).text);
 }
@@ -85,6 +91,8 @@ grad_ex grad_neg(grad_ctx *g, grad_ex a)
 {
 	if (a.value == GRAD_ZERO)
 		return a;
+	if (a.value == GRAD_ONE || a.value == GRAD_MINUS_ONE)
+		return grad_num(g, a.value == GRAD_ONE ? -1 : 1);
 	return make(g, UNARY_PRECEDENCE, "-%s",
 		    paren(g, a, PRIMARY_PRECEDENCE).text);
 }
@@ -93,6 +101,8 @@ grad_ex grad_sub(grad_ctx *g, grad_ex a, grad_ex b)
 {
 	if (b.value == GRAD_ZERO)
 		return a;
+	if (b.value == GRAD_MINUS_ONE && a.value == GRAD_OTHER)
+		return grad_add(g, a, grad_num(g, 1));
 	if (a.value == GRAD_ZERO)
 		return grad_neg(g, b);
 	return make(g, ADD_PRECEDENCE, "%s - %s", paren(g, a, ADD_PRECEDENCE).text,
@@ -105,6 +115,10 @@ grad_ex grad_mul(grad_ctx *g, grad_ex a, grad_ex b)
 		return a;
 	if (b.value == GRAD_ZERO || a.value == GRAD_ONE)
 		return b;
+	if (a.value == GRAD_MINUS_ONE)
+		return grad_neg(g, b);
+	if (b.value == GRAD_MINUS_ONE)
+		return grad_neg(g, a);
 	return make(g, MUL_PRECEDENCE, "%s * %s", paren(g, a, MUL_PRECEDENCE).text,
 		    paren(g, b, MUL_PRECEDENCE + 1).text);
 }
@@ -160,33 +174,45 @@ grad_ex grad_forward(grad_ctx *g, const sched_node *node)
 	return e;
 }
 
-/* The derivative of a call of one argument "a" (whose derivative is "da")
- * as f'(a) * da. */
-static grad_ex unary_call(grad_ctx *g, int func, grad_ex a, grad_ex da)
+/* The value of call "func" of "a": the op's target element when the
+ * call is the op's whole body (the forward result, shared), else the call
+ * again. */
+static grad_ex call_value(grad_ctx *g, const sched_node *node, int func, grad_ex a)
 {
+	if (node == g->whole_call && node->op == func)
+		return g->result;
+	return grad_call(g, sched_func_name(func), a);
+}
+
+/* The derivative of call "node" of one argument "a" (whose derivative is
+ * "da") as f'(a) * da. */
+static grad_ex unary_call(grad_ctx *g, const sched_node *node, grad_ex a,
+			  grad_ex da)
+{
+	int func = node->op;
 	grad_ex f;
 
 	switch (func) {
 	case SCHED_EXP:
-		f = grad_call(g, "exp", a);
+		f = call_value(g, node, SCHED_EXP, a);
 		break;
 	case SCHED_LOG:
 		return grad_div(g, da, a);
 	case SCHED_SQRT:
-		f = grad_mul(g, grad_num(g, 0.5), grad_call(g, "rsqrt", a));
+		f = grad_div(g, grad_num(g, 0.5), call_value(g, node, SCHED_SQRT, a));
 		break;
 	case SCHED_RSQRT:
 		f = grad_div(g, grad_mul(g, grad_num(g, -0.5),
-					 grad_call(g, "rsqrt", a)), a);
+					 call_value(g, node, SCHED_RSQRT, a)), a);
 		break;
 	case SCHED_TANH: {
-		grad_ex t = grad_call(g, "tanh", a);
+		grad_ex t = call_value(g, node, SCHED_TANH, a);
 
 		f = grad_sub(g, one, grad_mul(g, t, t));
 		break;
 	}
 	case SCHED_SIGMOID: {
-		grad_ex s = grad_call(g, "sigmoid", a);
+		grad_ex s = call_value(g, node, SCHED_SIGMOID, a);
 
 		f = grad_mul(g, s, grad_sub(g, one, s));
 		break;
@@ -269,7 +295,7 @@ static grad_ex call_derivative(grad_ctx *g, const sched_node *node)
 	}
 	if (d[0].value == GRAD_ZERO)
 		return zero;
-	return unary_call(g, node->op, a[0], d[0]);
+	return unary_call(g, node, a[0], d[0]);
 }
 
 /* (a % b)' = a' - floor(a / b) b', with floor(a / b) = (a - a % b) / b. */
