@@ -710,10 +710,14 @@ static int add_forward(grad_build *b, json_t *out)
 	for (int n = graph->nops - 1; n >= 0; n--) {
 		const sched_op *op = &graph->ops[graph->order[n]];
 
-		if (!read[op->target])
-			continue;
-		sched_node_each_access(op->body, mark_access_read, read);
-		json_array_append_new(b->ops, json_string(op->text));
+		if (read[op->target])
+			sched_node_each_access(op->body, mark_access_read, read);
+	}
+	for (int n = 0, at = 0; n < graph->nops; n++) {
+		const sched_op *op = &graph->ops[graph->order[n]];
+
+		if (read[op->target])
+			json_array_insert_new(b->ops, at++, json_string(op->text));
 	}
 	for (int t = 0; t < graph->ntensors; t++) {
 		const sched_tensor *tensor = &graph->tensors[t];
@@ -761,13 +765,58 @@ static int walk_backward(grad_build *b)
 	return rc;
 }
 
+/* The graph as graph.json text laid out as examples/ are: one line per
+ * tensor (inputs, intermediates, outputs) and per op. */
+static char *format_graph(const char *name, json_t *tensors, json_t *ops,
+			  bool allow_tf32)
+{
+	sched_buf buf = {0};
+	const char *key;
+	json_t *value;
+	size_t i, n = 0;
+	char *text;
+
+	text = json_dumps(json_string(name), JSON_ENCODE_ANY);
+	sched_buf_printf(&buf, "{\n  \"version\": 1,\n  \"name\": %s,\n", text);
+	free(text);
+	if (allow_tf32)
+		sched_buf_printf(&buf, "  \"options\": {\"allow_tf32\": true},\n");
+	sched_buf_printf(&buf, "  \"tensors\": {\n");
+	for (int pass = 0; pass < 3; pass++) {
+		json_object_foreach(tensors, key, value) {
+			const char *role = json_string_value(json_object_get(value, "role"));
+			int rank = !role ? 1 : !strcmp(role, "input") ? 0 : 2;
+			char *decl;
+
+			if (rank != pass)
+				continue;
+			decl = json_dumps(value, 0);
+			text = json_dumps(json_string(key), JSON_ENCODE_ANY);
+			sched_buf_printf(&buf, "    %s: %s%s\n", text, decl,
+					 ++n < json_object_size(tensors) ? "," : "");
+			free(text);
+			free(decl);
+		}
+	}
+	sched_buf_printf(&buf, "  },\n  \"ops\": [\n");
+	json_array_foreach(ops, i, value) {
+		text = json_dumps(value, JSON_ENCODE_ANY);
+		sched_buf_printf(&buf, "    %s%s\n", text,
+				 i + 1 < json_array_size(ops) ? "," : "");
+		free(text);
+	}
+	sched_buf_printf(&buf, "  ]\n}");
+	return buf.str;
+}
+
 /* The backward graph as graph.json text, read back to check it. */
 static int write_graph(grad_build *b, char **out_json)
 {
-	json_t *tensors = json_object(), *root;
+	json_t *tensors = json_object();
 	sched_graph *check = NULL;
 	sched_error err = {0};
-	const char *name = b->graph->name ? b->graph->name : "graph";
+	const char *name = arena_printf(b, "%s_grad",
+					b->graph->name ? b->graph->name : "graph");
 	int rc;
 
 	if (!tensors || (rc = add_forward(b, tensors)) != SCHED_OK) {
@@ -775,12 +824,8 @@ static int write_graph(grad_build *b, char **out_json)
 		return tensors ? rc : sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
 	}
 	json_object_update(tensors, b->tensors);
-	root = json_pack("{s:i, s:s+, s:o, s:O}", "version", 1, "name", name, "_grad",
-			 "tensors", tensors, "ops", b->ops);
-	if (root && b->graph->allow_tf32)
-		json_object_set_new(root, "options", json_pack("{s:b}", "allow_tf32", 1));
-	*out_json = root ? json_dumps(root, JSON_INDENT(2)) : NULL;
-	json_decref(root);
+	*out_json = format_graph(name, tensors, b->ops, b->graph->allow_tf32);
+	json_decref(tensors);
 	if (!*out_json)
 		return sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
 	rc = sched_graph_read_string(*out_json, &check, &err);
