@@ -340,6 +340,50 @@ Test(grad, unreachable_and_integer_paths)
 		    OPS("k[i] = x[i] * 10", "y[i] = k[i] + x[i]"), "x", -1, 1);
 }
 
+/* The gradient with respect to an intermediate is the gradient with
+ * respect to it made an input, at the value the forward graph gives it
+ * (which the finite differences check in the second graph). */
+Test(grad, intermediate_as_if_it_were_an_input)
+{
+	check whole = {0}, cut = {0};
+	sched_error err = {0};
+	int t, x, dt_whole, dt_cut;
+
+	cr_assert_eq(load_graph("x f32 6 in; t f32 6; y f32 6 out",
+				OPS("t[i] = x[i] * x[i]", "y[i] = tanh(t[i]) * x[i]"),
+				&whole.fwd, &err), SCHED_OK, "%s", err.message);
+	cr_assert_eq(load_graph("x f32 6 in; t f32 6 in; y f32 6 out",
+				OPS("y[i] = tanh(t[i]) * x[i]"), &cut.fwd, &err),
+		     SCHED_OK, "%s", err.message);
+	split_wrt(&whole, "t");
+	split_wrt(&cut, "t");
+	take_grad(&whole);
+	take_grad(&cut);
+	fill_inputs(&whole, -1, 1);
+	cr_assert_eq(sched_interp_run_exact(whole.fwd, whole.fv), SCHED_OK);
+	cut.fv = sched_values_new(cut.fwd);
+	cut.bv = sched_values_new(cut.bwd);
+	t = sched_tensor_find(whole.fwd, "t");
+	x = sched_tensor_find(whole.fwd, "x");
+	for (int i = 0; i < 6; i++) {
+		cut.fv[sched_tensor_find(cut.fwd, "x")][i] = whole.fv[x][i];
+		cut.fv[sched_tensor_find(cut.fwd, "t")][i] = whole.fv[t][i];
+		cut.bv[sched_tensor_find(cut.bwd, "x")][i] = whole.fv[x][i];
+		cut.bv[sched_tensor_find(cut.bwd, "t")][i] = whole.fv[t][i];
+		cut.bv[sched_tensor_find(cut.bwd, "d_y")][i] =
+			whole.bv[sched_tensor_find(whole.bwd, "d_y")][i];
+	}
+	cr_assert_eq(sched_interp_run_exact(cut.bwd, cut.bv), SCHED_OK);
+	compare_gradient(&cut, "t", 0);
+	dt_whole = sched_tensor_find(whole.bwd, "d_t");
+	dt_cut = sched_tensor_find(cut.bwd, "d_t");
+	for (int i = 0; i < 6; i++)
+		cr_expect_float_eq(whole.bv[dt_whole][i], cut.bv[dt_cut][i], 1e-12,
+				   "d_t[%d]", i);
+	finish(&whole);
+	finish(&cut);
+}
+
 Test(grad, scalars)
 {
 	check_graph("x f32 5 in; s f32 - in; y f32 - out",
@@ -415,4 +459,38 @@ Test(grad, example_gpt3_mlp)
 Test(grad, example_lstm_cell)
 {
 	check_example("lstm_cell_small", "x,h,c,Wx,Wh,b", 6);
+}
+
+/* The backward graphs in examples/ are what sched_graph_grad writes now:
+ * the same key as the graph it gives for their forward graph. */
+Test(grad, examples_are_current)
+{
+	static const char *const examples[][2] = {
+		{"ln_residual", "x,r,gamma,beta"},
+		{"ln_residual_small", "x,r,gamma,beta"},
+		{"softmax_scores", "P"}, {"softmax_scores_small", "P"},
+		{"gpt3_mlp_m256", "X,W1,W2"}, {"gpt3_mlp_small", "X,W1,W2"},
+		{"lstm_cell", "x,h,c,Wx,Wh,b"}, {"lstm_cell_small", "x,h,c,Wx,Wh,b"},
+	};
+
+	for (size_t i = 0; i < sizeof(examples) / sizeof(examples[0]); i++) {
+		check c = {0};
+		sched_graph *stored;
+		sched_error err = {0};
+		char name[96];
+
+		snprintf(name, sizeof(name), "%s_grad", examples[i][0]);
+		cr_assert_eq(load_example(examples[i][0], &c.fwd, &err), SCHED_OK,
+			     "%s", err.message);
+		cr_assert_eq(load_example(name, &stored, &err), SCHED_OK, "%s",
+			     err.message);
+		split_wrt(&c, examples[i][1]);
+		take_grad(&c);
+		cr_expect_str_eq(sched_graph_key(c.bwd), sched_graph_key(stored),
+				 "examples/%s.json is not what tunectl grad %s.json "
+				 "--wrt %s writes", name, examples[i][0], examples[i][1]);
+		sched_graph_free(stored);
+		sched_graph_free(c.fwd);
+		sched_graph_free(c.bwd);
+	}
 }
