@@ -85,13 +85,14 @@ static int declare(grad_build *b, const char *name, int like,
 		   enum sched_dtype dtype, const char *role)
 {
 	const sched_tensor *t = &b->graph->tensors[like];
-	json_t *decl, *shape = json_array();
+	json_t *decl, *shape;
 
 	if (sched_tensor_find(b->graph, name) >= 0 || json_object_get(b->tensors, name))
 		return sched_fail(b->err, SCHED_EGRAPH, -1, 0,
 				  "the backward graph needs the name '%s' for the "
 				  "gradient of '%s', but the graph has a tensor of "
 				  "that name; rename it", name, t->name);
+	shape = json_array();
 	for (int d = 0; d < t->rank; d++)
 		json_array_append_new(shape, json_integer(t->shape[d]));
 	decl = json_pack("{s:o, s:s}", "shape", shape, "dtype", sched_dtype_name(dtype));
@@ -765,6 +766,16 @@ static int walk_backward(grad_build *b)
 	return rc;
 }
 
+/* "text" as a JSON string (caller frees), or NULL. */
+static char *quoted(const char *text)
+{
+	json_t *string = json_string(text);
+	char *dumped = string ? json_dumps(string, JSON_ENCODE_ANY) : NULL;
+
+	json_decref(string);
+	return dumped;
+}
+
 /* The graph as graph.json text laid out as examples/ are: one line per
  * tensor (inputs, intermediates, outputs) and per op. */
 static char *format_graph(const char *name, json_t *tensors, json_t *ops,
@@ -774,10 +785,11 @@ static char *format_graph(const char *name, json_t *tensors, json_t *ops,
 	const char *key;
 	json_t *value;
 	size_t i, n = 0;
-	char *text;
+	char *text = quoted(name);
+	bool ok = text;
 
-	text = json_dumps(json_string(name), JSON_ENCODE_ANY);
-	sched_buf_printf(&buf, "{\n  \"version\": 1,\n  \"name\": %s,\n", text);
+	sched_buf_printf(&buf, "{\n  \"version\": 1,\n  \"name\": %s,\n",
+			 ok ? text : "");
 	free(text);
 	if (allow_tf32)
 		sched_buf_printf(&buf, "  \"options\": {\"allow_tf32\": true},\n");
@@ -791,8 +803,10 @@ static char *format_graph(const char *name, json_t *tensors, json_t *ops,
 			if (rank != pass)
 				continue;
 			decl = json_dumps(value, 0);
-			text = json_dumps(json_string(key), JSON_ENCODE_ANY);
-			sched_buf_printf(&buf, "    %s: %s%s\n", text, decl,
+			text = quoted(key);
+			ok &= decl && text;
+			sched_buf_printf(&buf, "    %s: %s%s\n", text ? text : "",
+					 decl ? decl : "",
 					 ++n < json_object_size(tensors) ? "," : "");
 			free(text);
 			free(decl);
@@ -801,12 +815,15 @@ static char *format_graph(const char *name, json_t *tensors, json_t *ops,
 	sched_buf_printf(&buf, "  },\n  \"ops\": [\n");
 	json_array_foreach(ops, i, value) {
 		text = json_dumps(value, JSON_ENCODE_ANY);
-		sched_buf_printf(&buf, "    %s%s\n", text,
+		ok &= text != NULL;
+		sched_buf_printf(&buf, "    %s%s\n", text ? text : "",
 				 i + 1 < json_array_size(ops) ? "," : "");
 		free(text);
 	}
 	sched_buf_printf(&buf, "  ]\n}");
-	return buf.str;
+	if (!ok)
+		sched_buf_release(&buf);
+	return ok ? buf.str : NULL;
 }
 
 /* The backward graph as graph.json text, read back to check it. */
