@@ -55,7 +55,19 @@ typedef struct inverse {
 	const char *target_vars;  /* "i0, i1" */
 	grad_ex guard;
 	bool guarded;
+	/* reduction variables that quasi-affine indices add, and ranges */
+	int nextra;
+	const char *extra[SCHED_MAX_RANK];
+	int64_t extra_lo[SCHED_MAX_RANK], extra_hi[SCHED_MAX_RANK];
 } inverse;
+
+/* One dim of a read: inner, inner / divisor or inner % divisor (op -1,
+ * SCHED_DIV or SCHED_MOD), inner the affine form sum coef[v] v + c. */
+typedef struct index_dim {
+	int64_t coef[MAX_VARS], c;
+	int op;
+	int64_t divisor;
+} index_dim;
 
 static const char *arena_printf(grad_build *b, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -260,7 +272,9 @@ static bool affine_form(const sched_node *node, int64_t scale, int64_t *coef,
 	}
 }
 
-/* A prefix p such that p0, p1, ... name none of the op's variables. */
+/* A prefix p such that p0, p1, ... and pr0, pr1, ... name none of the
+ * op's variables: the adjoint's index variables and the reduction
+ * variables a quasi-affine index adds. */
 static const char *free_prefix(const sched_op *op, int rank)
 {
 	static const char *const prefixes[] = {"i", "j", "k", "q", "u", "v_"};
@@ -269,8 +283,9 @@ static const char *free_prefix(const sched_op *op, int rank)
 	for (size_t p = 0; p < sizeof(prefixes) / sizeof(*prefixes); p++) {
 		bool clash = false;
 
-		for (int d = 0; d < rank && !clash; d++) {
-			snprintf(name, sizeof(name), "%s%d", prefixes[p], d);
+		for (int d = 0; d < 2 * rank && !clash; d++) {
+			snprintf(name, sizeof(name), "%s%s%d", prefixes[p],
+				 d < rank ? "" : "r", d % rank);
 			for (int v = 0; v < op->nvars; v++)
 				clash |= !strcmp(op->vars[v].name, name);
 		}
@@ -329,28 +344,35 @@ static void affine_term(sched_buf *buf, int64_t coef, const char *name,
 		sched_buf_printf(buf, "%lld * %s", (long long)mag, name);
 }
 
-/* Solves dim d's index for var "pivot": pivot = s (j - c - rest) with s
- * its coefficient; its text in inv->vars and the guard keeping it in its
- * range, where the ranges of j and of the rest do not already. */
-static void solve_dim(grad_build *b, const sched_op *op, const int64_t *coef,
-		      int64_t c, int pivot, const char *j, int64_t extent,
-		      inverse *inv)
+/* Adds "cond" to the guard of "inv" (joined with &&). */
+static void add_guard(grad_build *b, inverse *inv, const char *cond)
 {
-	int64_t s = coef[pivot], lo = 0, hi = 0;
-	sched_buf buf = {0};
-	bool first = false;
+	inv->guard = grad_text(&b->ctx, inv->guarded
+			       ? arena_printf(b, "%s && %s", inv->guard.text, cond)
+			       : cond);
+	inv->guarded = true;
+}
 
-	/* s j, starting the text */
+/* Solves "inner = j" for var "pivot" of the affine form inner (coef, c):
+ * pivot = s (j - c - rest) with s its coefficient, j an expression of the
+ * adjoint's variables (an atom) ranging over [jlo, jhi]; its text in
+ * inv->vars and the guard keeping it in its range, where the ranges of j
+ * and of the rest do not already. */
+static void solve_dim(grad_build *b, const sched_op *op, const int64_t *coef,
+		      int64_t c, int pivot, const char *j, int64_t jlo,
+		      int64_t jhi, inverse *inv)
+{
+	int64_t s = coef[pivot], lo = s > 0 ? jlo : -jhi, hi = s > 0 ? jhi : -jlo;
+	sched_buf buf = {0};
+
 	sched_buf_printf(&buf, "%s", "");
 	affine_term(&buf, s, j, true);
-	lo += s > 0 ? 0 : -(extent - 1);
-	hi += s > 0 ? extent - 1 : 0;
 	for (int v = 0; v < op->nvars; v++) {
 		int64_t k = -s * coef[v];
 
 		if (v == pivot || !k)
 			continue;
-		affine_term(&buf, k, op->vars[v].name, first);
+		affine_term(&buf, k, op->vars[v].name, false);
 		lo += k > 0 ? k * op->vars[v].lo : k * (op->vars[v].hi - 1);
 		hi += k > 0 ? k * (op->vars[v].hi - 1) : k * op->vars[v].lo;
 	}
@@ -366,31 +388,92 @@ static void solve_dim(grad_build *b, const sched_op *op, const int64_t *coef,
 	inv->vars[pivot] = strchr(buf.str, ' ') || buf.str[0] == '-'
 			 ? arena_printf(b, "(%s)", buf.str) : arena_printf(b, "%s", buf.str);
 	inv->solved[pivot] = true;
-	if (lo < op->vars[pivot].lo) {
-		inv->guard = grad_text(&b->ctx, arena_printf(b, "%s%s >= %lld",
-				       inv->guarded ? arena_printf(b, "%s && ", inv->guard.text) : "",
-				       buf.str, (long long)op->vars[pivot].lo));
-		inv->guarded = true;
-	}
-	if (hi >= op->vars[pivot].hi) {
-		inv->guard = grad_text(&b->ctx, arena_printf(b, "%s%s < %lld",
-				       inv->guarded ? arena_printf(b, "%s && ", inv->guard.text) : "",
-				       buf.str, (long long)op->vars[pivot].hi));
-		inv->guarded = true;
-	}
+	if (lo < op->vars[pivot].lo)
+		add_guard(b, inv, arena_printf(b, "%s >= %lld", buf.str,
+					       (long long)op->vars[pivot].lo));
+	if (hi >= op->vars[pivot].hi)
+		add_guard(b, inv, arena_printf(b, "%s < %lld", buf.str,
+					       (long long)op->vars[pivot].hi));
 	sched_buf_release(&buf);
+}
+
+static int64_t floor_div(int64_t a, int64_t b)
+{
+	return a / b - (a % b != 0 && (a < 0) != (b < 0));
+}
+
+/* A new reduction variable of the contribution, over [lo, hi). */
+static const char *add_reduction(grad_build *b, inverse *inv, const char *prefix,
+				 int d, int64_t lo, int64_t hi)
+{
+	const char *name = arena_printf(b, "%sr%d", prefix, d);
+
+	inv->extra[inv->nextra] = name;
+	inv->extra_lo[inv->nextra] = lo;
+	inv->extra_hi[inv->nextra++] = hi;
+	return name;
+}
+
+/* Dim d of the read, index "dim" (an affine form, or one divided by or
+ * taken modulo a constant), read at element j of an extent of "extent":
+ * solved for "pivot". inner / k = j is inner = k j + t, t in [0, k), a new
+ * reduction variable; inner % k = j is inner = k q + j, q over the
+ * quotients inner reaches, and j < k. */
+static void solve_index(grad_build *b, const sched_op *op, const index_dim *dim,
+			int pivot, const char *prefix, int d, int64_t extent,
+			inverse *inv)
+{
+	const char *j = arena_printf(b, "%s%d", prefix, d), *t;
+	int64_t k = dim->divisor, lo = dim->c, hi = dim->c;
+
+	if (dim->op == SCHED_DIV) {
+		t = add_reduction(b, inv, prefix, d, 0, k);
+		solve_dim(b, op, dim->coef, dim->c, pivot,
+			  arena_printf(b, "(%lld * %s + %s)", (long long)k, j, t),
+			  0, k * extent - 1, inv);
+		return;
+	}
+	if (dim->op != SCHED_MOD) {
+		solve_dim(b, op, dim->coef, dim->c, pivot, j, 0, extent - 1, inv);
+		return;
+	}
+	for (int v = 0; v < op->nvars; v++) {
+		lo += dim->coef[v] * (dim->coef[v] > 0 ? op->vars[v].lo : op->vars[v].hi - 1);
+		hi += dim->coef[v] * (dim->coef[v] > 0 ? op->vars[v].hi - 1 : op->vars[v].lo);
+	}
+	t = add_reduction(b, inv, prefix, d, floor_div(lo, k), floor_div(hi, k) + 1);
+	if (extent > k)
+		add_guard(b, inv, arena_printf(b, "%s < %lld", j, (long long)k));
+	solve_dim(b, op, dim->coef, dim->c, pivot,
+		  arena_printf(b, "(%lld * %s + %s)", (long long)k, t, j),
+		  k * floor_div(lo, k), k * floor_div(hi, k) + (extent < k ? extent : k) - 1,
+		  inv);
 }
 
 /* A dim whose index is the constant c: only element c of it is read. */
 static void constant_dim(grad_build *b, const char *j, int64_t c,
 			 int64_t extent, inverse *inv)
 {
-	if (extent == 1 && c == 0)
-		return;
-	inv->guard = grad_text(&b->ctx, arena_printf(b, "%s%s == %lld",
-			       inv->guarded ? arena_printf(b, "%s && ", inv->guard.text) : "",
-			       j, (long long)c));
-	inv->guarded = true;
+	if (extent != 1 || c != 0)
+		add_guard(b, inv, arena_printf(b, "%s == %lld", j, (long long)c));
+}
+
+/* Dim "node" of a read as an index_dim; false when it is neither an
+ * affine form nor one divided by or taken modulo a positive constant. */
+static bool read_dim(const sched_node *node, index_dim *dim)
+{
+	memset(dim, 0, sizeof(*dim));
+	dim->op = -1;
+	if (affine_form(node, 1, dim->coef, &dim->c))
+		return true;
+	if (node->kind != SCHED_NODE_BINARY ||
+	    (node->op != SCHED_DIV && node->op != SCHED_MOD) ||
+	    !sched_node_int_const(node->args[1], &dim->divisor) || dim->divisor <= 0)
+		return false;
+	dim->op = node->op;
+	memset(dim->coef, 0, sizeof(dim->coef));
+	dim->c = 0;
+	return affine_form(node->args[0], 1, dim->coef, &dim->c);
 }
 
 /* Inverts the index map of read "access" of "op" (see struct inverse). */
@@ -399,26 +482,34 @@ static int invert(grad_build *b, const sched_op *op, const sched_node *access,
 {
 	const sched_tensor *x = &b->graph->tensors[access->tensor];
 	const char *prefix = free_prefix(op, x->rank);
-	int64_t coef[SCHED_MAX_RANK][MAX_VARS] = {{0}}, c[SCHED_MAX_RANK] = {0};
+	index_dim dims[SCHED_MAX_RANK];
+	int64_t coef[SCHED_MAX_RANK][MAX_VARS];
 
 	memset(inv, 0, sizeof(*inv));
 	for (int v = 0; v < op->nvars; v++)
 		inv->vars[v] = op->vars[v].name;
 	inv->target_vars = index_vars(b, prefix, x->rank);
-	for (int d = 0; d < x->rank; d++)
-		if (!affine_form(access->args[d], 1, coef[d], &c[d]))
-			return refuse_index(b, op, access, access->args[d],
-					    "has floor division or remainder, "
-					    "whose inverse is not built");
 	for (int d = 0; d < x->rank; d++) {
-		const char *j = arena_printf(b, "%s%d", prefix, d);
+		if (!read_dim(access->args[d], &dims[d]))
+			return refuse_index(b, op, access, access->args[d],
+					    "is not an affine form, nor one divided "
+					    "by or taken modulo a constant, so its "
+					    "inverse is not built");
+		memcpy(coef[d], dims[d].coef, sizeof(coef[d]));
+	}
+	for (int d = 0; d < x->rank; d++) {
 		bool constant = true;
+		int64_t k = dims[d].divisor, c = dims[d].c;
 		int pivot;
 
 		for (int v = 0; v < op->nvars; v++)
 			constant &= !coef[d][v];
 		if (constant) {
-			constant_dim(b, j, c[d], x->shape[d], inv);
+			if (dims[d].op >= 0)
+				c = dims[d].op == SCHED_DIV ? floor_div(c, k)
+							    : c - k * floor_div(c, k);
+			constant_dim(b, arena_printf(b, "%s%d", prefix, d), c,
+				     x->shape[d], inv);
 			continue;
 		}
 		if ((pivot = choose_pivot(op, coef, x->rank, d)) < 0)
@@ -426,7 +517,7 @@ static int invert(grad_build *b, const sched_op *op, const sched_node *access,
 					    "has no variable of coefficient 1 or -1 "
 					    "that no other index of the read uses, "
 					    "so its inverse is not built");
-		solve_dim(b, op, coef[d], c[d], pivot, j, x->shape[d], inv);
+		solve_index(b, op, &dims[d], pivot, prefix, d, x->shape[d], inv);
 	}
 	return b->ctx.nomem ? sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory")
 			    : SCHED_OK;
@@ -484,6 +575,12 @@ static const char *reduction(grad_build *b, const sched_op *op,
 		sched_buf_printf(&buf, "%s%s in %lld:%lld", any ? ", " : "sum(",
 				 op->vars[v].name, (long long)op->vars[v].lo,
 				 (long long)op->vars[v].hi);
+		any = true;
+	}
+	for (int e = 0; e < inv->nextra; e++) {
+		sched_buf_printf(&buf, "%s%s in %lld:%lld", any ? ", " : "sum(",
+				 inv->extra[e], (long long)inv->extra_lo[e],
+				 (long long)inv->extra_hi[e]);
 		any = true;
 	}
 	sched_buf_printf(&buf, any ? ") " : "");

@@ -390,13 +390,38 @@ Test(grad, scalars)
 		    OPS("y[] = sum(i) x[i] * s[]"), "x,s", -1, 1);
 }
 
-Test(grad, refuses_floor_division_in_an_index)
+/* Quasi-affine reads: an upsampling (i / 2), a tiling (i % 4, also read
+ * where the tiled tensor is longer than the period), offsets inside both,
+ * a constant one, a reversed quotient and two such dims in one read. */
+Test(grad, floor_division_and_remainder_indices)
 {
-	expect_refusal("x f32 4 in; y f32 8 out", OPS("y[i] = x[i / 2]"), "x",
+	check_graph("x f32 4 in; y f32 8 out", OPS("y[i] = x[i / 2] * x[i / 2]"),
+		    "x", -1, 1);
+	check_graph("x f32 4 in; y f32 7 out", OPS("y[i] = tanh(x[(i + 1) / 2])"),
+		    "x", -1, 1);
+	check_graph("x f32 4 in; y f32 12 out", OPS("y[i] = x[i % 4] * i"), "x", -1, 1);
+	check_graph("x f32 6 in; y f32 10 out", OPS("y[i] = exp(x[(i + 3) % 4])"),
+		    "x", -1, 1);
+	check_graph("x f32 3 in; y f32 5 out", OPS("y[i] = x[7 / 3] * x[i % 3]"),
+		    "x", -1, 1);
+	check_graph("x f32 2,3 in; y f32 3,6 out",
+		    OPS("y[h, w] = x[h / 2, w % 3] + x[(h + 1) / 2, (5 - w) / 2]"), "x", -1, 1);
+}
+
+Test(grad, refuses_an_index_it_cannot_invert)
+{
+	expect_refusal("x f32 4 in; y f32 8 out", OPS("y[i] = x[i / 2 / 1]"), "x",
 		       SCHED_EMEANING,
-		       "op 0, column 10: cannot differentiate the read 'x[i / 2]': its index "
-		       "'i / 2' has floor division or remainder, whose inverse is "
-		       "not built");
+		       "op 0, column 10: cannot differentiate the read 'x[i / 2 / 1]': "
+		       "its index 'i / 2 / 1' is not an affine form, nor one divided "
+		       "by or taken modulo a constant, so its inverse is not built");
+	expect_refusal("x f32 2,3,4 in; y f32 4,6 out",
+		       OPS("y[h, w] = x[h / 2, w / 2, (h % 2) * 2 + w % 2]"), "x",
+		       SCHED_EMEANING,
+		       "op 0, column 27: cannot differentiate the read 'x[h / 2, w / 2, "
+		       "(h % 2) * 2 + w % 2]': its index '(h % 2) * 2 + w % 2' is not an "
+		       "affine form, nor one divided by or taken modulo a constant, so "
+		       "its inverse is not built");
 }
 
 Test(grad, refuses_a_diagonal)
