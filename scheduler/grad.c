@@ -21,8 +21,6 @@
 
 #include "grad.h"
 
-#define MAX_VARS (2 * SCHED_MAX_RANK)
-
 /* One contribution to a tensor's adjoint, waiting for the adjoint's name:
  * the target's variables and the op's text after "=". */
 typedef struct contribution {
@@ -43,53 +41,6 @@ typedef struct grad_build {
 	json_t *tensors;         /* the backward graph's own tensors */
 	json_t *ops;
 } grad_build;
-
-/* The inverse of one read's index map: per forward variable, the text
- * that replaces it (a solved expression of the adjoint's variables, or
- * its own name when it becomes a reduction variable), the names of the
- * adjoint's variables and the condition that keeps the solved ones in
- * range. */
-typedef struct inverse {
-	const char *vars[MAX_VARS];
-	bool solved[MAX_VARS];
-	const char *target_vars;  /* "i0, i1" */
-	grad_ex guard;
-	bool guarded;
-	/* reduction variables that quasi-affine indices add, and ranges */
-	int nextra;
-	const char *extra[SCHED_MAX_RANK];
-	int64_t extra_lo[SCHED_MAX_RANK], extra_hi[SCHED_MAX_RANK];
-} inverse;
-
-/* One dim of a read: inner, inner / divisor or inner % divisor (op -1,
- * SCHED_DIV or SCHED_MOD), inner the affine form sum coef[v] v + c. */
-typedef struct index_dim {
-	int64_t coef[MAX_VARS], c;
-	int op;
-	int64_t divisor;
-} index_dim;
-
-static const char *arena_printf(grad_build *b, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-static const char *arena_printf(grad_build *b, const char *fmt, ...)
-{
-	va_list ap;
-	char *text;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
-	if (!(text = sched_arena_alloc(&b->ctx.arena, n + 1))) {
-		b->ctx.nomem = true;
-		return "";
-	}
-	va_start(ap, fmt);
-	vsnprintf(text, n + 1, fmt, ap);
-	va_end(ap);
-	return text;
-}
 
 /* "name" as a new tensor of the backward graph, shaped as forward tensor
  * "like"; refused when the forward graph or an earlier one uses it. */
@@ -118,7 +69,7 @@ static int declare(grad_build *b, const char *name, int like,
 static int emit(grad_build *b, const char *name, const char *vars,
 		const char *body)
 {
-	const char *text = arena_printf(b, "%s[%s] = %s", name, vars, body);
+	const char *text = grad_printf(&b->ctx, "%s[%s] = %s", name, vars, body);
 
 	if (b->ctx.nomem || json_array_append_new(b->ops, json_string(text)))
 		return sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
@@ -134,7 +85,7 @@ static const char *index_vars(grad_build *b, const char *prefix, int rank)
 	sched_buf_printf(&buf, "%s", "");
 	for (int d = 0; d < rank; d++)
 		sched_buf_printf(&buf, "%s%s%d", d ? ", " : "", prefix, d);
-	text = buf.str ? arena_printf(b, "%s", buf.str) : "";
+	text = buf.str ? grad_printf(&b->ctx, "%s", buf.str) : "";
 	b->ctx.nomem |= !buf.str;
 	sched_buf_release(&buf);
 	return text;
@@ -175,7 +126,7 @@ static int emit_contributions(grad_build *b, int t, const char *name, bool sum)
 		const char *part = name;
 
 		if (sum) {
-			part = arena_printf(b, "d_%s__%d", tensor->name, --k);
+			part = grad_printf(&b->ctx, "d_%s__%d", tensor->name, --k);
 			rc = declare(b, part, t, SCHED_F32, NULL);
 		}
 		if (rc == SCHED_OK)
@@ -192,10 +143,10 @@ static const char *copied_adjoint(grad_build *b, const contribution *c)
 	const char *open = strchr(c->body, '[');
 	size_t n = open ? (size_t)(open - c->body) : 0;
 
-	if (!n || strcmp(open + 1, arena_printf(b, "%s]", c->vars)) ||
+	if (!n || strcmp(open + 1, grad_printf(&b->ctx, "%s]", c->vars)) ||
 	    strcspn(c->body, " (") < n)
 		return NULL;
-	return arena_printf(b, "%.*s", (int)n, c->body);
+	return grad_printf(&b->ctx, "%.*s", (int)n, c->body);
 }
 
 /* Makes the adjoint of "t" final and names it in *name: NULL when it is
@@ -214,13 +165,13 @@ static int finalize_adjoint(grad_build *b, int t, const char **name)
 	if (!count && !with_input && !b->wrt[t])
 		return SCHED_OK;
 	if (!count && with_input) {
-		*name = arena_printf(b, "d_%s", tensor->name);
+		*name = grad_printf(&b->ctx, "d_%s", tensor->name);
 		return SCHED_OK;
 	}
 	if (count == 1 && !with_input && !b->wrt[t] &&
 	    (*name = copied_adjoint(b, b->pending[t])))
 		return SCHED_OK;
-	*name = arena_printf(b, with_input ? "d_%s__all" : "d_%s", tensor->name);
+	*name = grad_printf(&b->ctx, with_input ? "d_%s__all" : "d_%s", tensor->name);
 	if (b->wrt[t])
 		rc = declare(b, *name, t, tensor->dtype, "output");
 	else
@@ -233,294 +184,6 @@ static int finalize_adjoint(grad_build *b, int t, const char **name)
 	if (rc == SCHED_OK && sum)
 		rc = emit_sum(b, t, *name, with_input, count);
 	return rc;
-}
-
-/* Adds "scale" times the affine form of index "node" to coef (per var)
- * and *c; false when it has floor division or remainder. */
-static bool affine_form(const sched_node *node, int64_t scale, int64_t *coef,
-			int64_t *c)
-{
-	int64_t k;
-
-	if (sched_node_int_const(node, &k)) {
-		*c += scale * k;
-		return true;
-	}
-	if (node->kind == SCHED_NODE_VAR) {
-		coef[node->var] += scale;
-		return true;
-	}
-	if (node->kind == SCHED_NODE_UNARY)
-		return affine_form(node->args[0], -scale, coef, c);
-	if (node->kind != SCHED_NODE_BINARY)
-		return false;
-	switch (node->op) {
-	case SCHED_ADD:
-		return affine_form(node->args[0], scale, coef, c) &&
-		       affine_form(node->args[1], scale, coef, c);
-	case SCHED_SUB:
-		return affine_form(node->args[0], scale, coef, c) &&
-		       affine_form(node->args[1], -scale, coef, c);
-	case SCHED_MUL:
-		if (sched_node_int_const(node->args[0], &k))
-			return affine_form(node->args[1], scale * k, coef, c);
-		if (sched_node_int_const(node->args[1], &k))
-			return affine_form(node->args[0], scale * k, coef, c);
-		return false;
-	default:
-		return false;
-	}
-}
-
-/* A prefix p such that p0, p1, ... and pr0, pr1, ... name none of the
- * op's variables: the adjoint's index variables and the reduction
- * variables a quasi-affine index adds. */
-static const char *free_prefix(const sched_op *op, int rank)
-{
-	static const char *const prefixes[] = {"i", "j", "k", "q", "u", "v_"};
-	char name[16];
-
-	for (size_t p = 0; p < sizeof(prefixes) / sizeof(*prefixes); p++) {
-		bool clash = false;
-
-		for (int d = 0; d < 2 * rank && !clash; d++) {
-			snprintf(name, sizeof(name), "%s%s%d", prefixes[p],
-				 d < rank ? "" : "r", d % rank);
-			for (int v = 0; v < op->nvars; v++)
-				clash |= !strcmp(op->vars[v].name, name);
-		}
-		if (!clash)
-			return prefixes[p];
-	}
-	return "i_grad_";
-}
-
-static int refuse_index(grad_build *b, const sched_op *op,
-			const sched_node *access, const sched_node *index,
-			const char *why)
-{
-	char read[SCHED_EXCERPT], idx[SCHED_EXCERPT];
-
-	return sched_fail(b->err, SCHED_EMEANING, op->index, index->col,
-			  "cannot differentiate the read '%s': its index '%s' %s",
-			  sched_node_excerpt(access, op->text, read),
-			  sched_node_excerpt(index, op->text, idx), why);
-}
-
-/* The variable of dim d's index to solve for: coefficient 1 or -1, in no
- * other dim's index, a target variable first; -1 if none. */
-static int choose_pivot(const sched_op *op, int64_t coef[][MAX_VARS], int rank,
-			int d)
-{
-	int best = -1;
-
-	for (int v = 0; v < op->nvars; v++) {
-		int dims = 0;
-
-		for (int e = 0; e < rank; e++)
-			dims += coef[e][v] != 0;
-		if (dims == 1 && (coef[d][v] == 1 || coef[d][v] == -1) &&
-		    (best < 0 || (v < op->ntarget_vars && best >= op->ntarget_vars)))
-			best = v;
-	}
-	return best;
-}
-
-/* Appends "coef * name" to an affine text, with its sign. */
-static void affine_term(sched_buf *buf, int64_t coef, const char *name,
-			bool first)
-{
-	int64_t mag = coef < 0 ? -coef : coef;
-
-	if (first)
-		sched_buf_printf(buf, coef < 0 ? "-" : "");
-	else
-		sched_buf_printf(buf, coef < 0 ? " - " : " + ");
-	if (!name)
-		sched_buf_printf(buf, "%lld", (long long)mag);
-	else if (mag == 1)
-		sched_buf_printf(buf, "%s", name);
-	else
-		sched_buf_printf(buf, "%lld * %s", (long long)mag, name);
-}
-
-/* Adds "cond" to the guard of "inv" (joined with &&). */
-static void add_guard(grad_build *b, inverse *inv, const char *cond)
-{
-	inv->guard = grad_text(&b->ctx, inv->guarded
-			       ? arena_printf(b, "%s && %s", inv->guard.text, cond)
-			       : cond);
-	inv->guarded = true;
-}
-
-/* Solves "inner = j" for var "pivot" of the affine form inner (coef, c):
- * pivot = s (j - c - rest) with s its coefficient, j an expression of the
- * adjoint's variables (an atom) ranging over [jlo, jhi]; its text in
- * inv->vars and the guard keeping it in its range, where the ranges of j
- * and of the rest do not already. */
-static void solve_dim(grad_build *b, const sched_op *op, const int64_t *coef,
-		      int64_t c, int pivot, const char *j, int64_t jlo,
-		      int64_t jhi, inverse *inv)
-{
-	int64_t s = coef[pivot], lo = s > 0 ? jlo : -jhi, hi = s > 0 ? jhi : -jlo;
-	sched_buf buf = {0};
-
-	sched_buf_printf(&buf, "%s", "");
-	affine_term(&buf, s, j, true);
-	for (int v = 0; v < op->nvars; v++) {
-		int64_t k = -s * coef[v];
-
-		if (v == pivot || !k)
-			continue;
-		affine_term(&buf, k, op->vars[v].name, false);
-		lo += k > 0 ? k * op->vars[v].lo : k * (op->vars[v].hi - 1);
-		hi += k > 0 ? k * (op->vars[v].hi - 1) : k * op->vars[v].lo;
-	}
-	if (c) {
-		affine_term(&buf, -s * c, NULL, false);
-		lo -= s * c;
-		hi -= s * c;
-	}
-	if (!buf.str) {
-		b->ctx.nomem = true;
-		return;
-	}
-	inv->vars[pivot] = strchr(buf.str, ' ') || buf.str[0] == '-'
-			 ? arena_printf(b, "(%s)", buf.str) : arena_printf(b, "%s", buf.str);
-	inv->solved[pivot] = true;
-	if (lo < op->vars[pivot].lo)
-		add_guard(b, inv, arena_printf(b, "%s >= %lld", buf.str,
-					       (long long)op->vars[pivot].lo));
-	if (hi >= op->vars[pivot].hi)
-		add_guard(b, inv, arena_printf(b, "%s < %lld", buf.str,
-					       (long long)op->vars[pivot].hi));
-	sched_buf_release(&buf);
-}
-
-static int64_t floor_div(int64_t a, int64_t b)
-{
-	return a / b - (a % b != 0 && (a < 0) != (b < 0));
-}
-
-/* A new reduction variable of the contribution, over [lo, hi). */
-static const char *add_reduction(grad_build *b, inverse *inv, const char *prefix,
-				 int d, int64_t lo, int64_t hi)
-{
-	const char *name = arena_printf(b, "%sr%d", prefix, d);
-
-	inv->extra[inv->nextra] = name;
-	inv->extra_lo[inv->nextra] = lo;
-	inv->extra_hi[inv->nextra++] = hi;
-	return name;
-}
-
-/* Dim d of the read, index "dim" (an affine form, or one divided by or
- * taken modulo a constant), read at element j of an extent of "extent":
- * solved for "pivot". inner / k = j is inner = k j + t, t in [0, k), a new
- * reduction variable; inner % k = j is inner = k q + j, q over the
- * quotients inner reaches, and j < k. */
-static void solve_index(grad_build *b, const sched_op *op, const index_dim *dim,
-			int pivot, const char *prefix, int d, int64_t extent,
-			inverse *inv)
-{
-	const char *j = arena_printf(b, "%s%d", prefix, d), *t;
-	int64_t k = dim->divisor, lo = dim->c, hi = dim->c;
-
-	if (dim->op == SCHED_DIV) {
-		t = add_reduction(b, inv, prefix, d, 0, k);
-		solve_dim(b, op, dim->coef, dim->c, pivot,
-			  arena_printf(b, "(%lld * %s + %s)", (long long)k, j, t),
-			  0, k * extent - 1, inv);
-		return;
-	}
-	if (dim->op != SCHED_MOD) {
-		solve_dim(b, op, dim->coef, dim->c, pivot, j, 0, extent - 1, inv);
-		return;
-	}
-	for (int v = 0; v < op->nvars; v++) {
-		lo += dim->coef[v] * (dim->coef[v] > 0 ? op->vars[v].lo : op->vars[v].hi - 1);
-		hi += dim->coef[v] * (dim->coef[v] > 0 ? op->vars[v].hi - 1 : op->vars[v].lo);
-	}
-	t = add_reduction(b, inv, prefix, d, floor_div(lo, k), floor_div(hi, k) + 1);
-	if (extent > k)
-		add_guard(b, inv, arena_printf(b, "%s < %lld", j, (long long)k));
-	solve_dim(b, op, dim->coef, dim->c, pivot,
-		  arena_printf(b, "(%lld * %s + %s)", (long long)k, t, j),
-		  k * floor_div(lo, k), k * floor_div(hi, k) + (extent < k ? extent : k) - 1,
-		  inv);
-}
-
-/* A dim whose index is the constant c: only element c of it is read. */
-static void constant_dim(grad_build *b, const char *j, int64_t c,
-			 int64_t extent, inverse *inv)
-{
-	if (extent != 1 || c != 0)
-		add_guard(b, inv, arena_printf(b, "%s == %lld", j, (long long)c));
-}
-
-/* Dim "node" of a read as an index_dim; false when it is neither an
- * affine form nor one divided by or taken modulo a positive constant. */
-static bool read_dim(const sched_node *node, index_dim *dim)
-{
-	memset(dim, 0, sizeof(*dim));
-	dim->op = -1;
-	if (affine_form(node, 1, dim->coef, &dim->c))
-		return true;
-	if (node->kind != SCHED_NODE_BINARY ||
-	    (node->op != SCHED_DIV && node->op != SCHED_MOD) ||
-	    !sched_node_int_const(node->args[1], &dim->divisor) || dim->divisor <= 0)
-		return false;
-	dim->op = node->op;
-	memset(dim->coef, 0, sizeof(dim->coef));
-	dim->c = 0;
-	return affine_form(node->args[0], 1, dim->coef, &dim->c);
-}
-
-/* Inverts the index map of read "access" of "op" (see struct inverse). */
-static int invert(grad_build *b, const sched_op *op, const sched_node *access,
-		  inverse *inv)
-{
-	const sched_tensor *x = &b->graph->tensors[access->tensor];
-	const char *prefix = free_prefix(op, x->rank);
-	index_dim dims[SCHED_MAX_RANK];
-	int64_t coef[SCHED_MAX_RANK][MAX_VARS];
-
-	memset(inv, 0, sizeof(*inv));
-	for (int v = 0; v < op->nvars; v++)
-		inv->vars[v] = op->vars[v].name;
-	inv->target_vars = index_vars(b, prefix, x->rank);
-	for (int d = 0; d < x->rank; d++) {
-		if (!read_dim(access->args[d], &dims[d]))
-			return refuse_index(b, op, access, access->args[d],
-					    "is not an affine form, nor one divided "
-					    "by or taken modulo a constant, so its "
-					    "inverse is not built");
-		memcpy(coef[d], dims[d].coef, sizeof(coef[d]));
-	}
-	for (int d = 0; d < x->rank; d++) {
-		bool constant = true;
-		int64_t k = dims[d].divisor, c = dims[d].c;
-		int pivot;
-
-		for (int v = 0; v < op->nvars; v++)
-			constant &= !coef[d][v];
-		if (constant) {
-			if (dims[d].op >= 0)
-				c = dims[d].op == SCHED_DIV ? floor_div(c, k)
-							    : c - k * floor_div(c, k);
-			constant_dim(b, arena_printf(b, "%s%d", prefix, d), c,
-				     x->shape[d], inv);
-			continue;
-		}
-		if ((pivot = choose_pivot(op, coef, x->rank, d)) < 0)
-			return refuse_index(b, op, access, access->args[d],
-					    "has no variable of coefficient 1 or -1 "
-					    "that no other index of the read uses, "
-					    "so its inverse is not built");
-		solve_index(b, op, &dims[d], pivot, prefix, d, x->shape[d], inv);
-	}
-	return b->ctx.nomem ? sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory")
-			    : SCHED_OK;
 }
 
 /* The adjoint at the op's target element, through the reducer: the
@@ -539,8 +202,8 @@ static grad_ex seed(grad_build *b, const sched_op *op, const char *adjoint)
 		g->nomem = true;
 		return grad_num(g, 0);
 	}
-	adj = grad_text(g, arena_printf(b, "%s[%s]", adjoint, buf.str));
-	result = grad_text(g, arena_printf(b, "%s[%s]", b->tensor_names[op->target],
+	adj = grad_text(g, grad_printf(&b->ctx, "%s[%s]", adjoint, buf.str));
+	result = grad_text(g, grad_printf(&b->ctx, "%s[%s]", b->tensor_names[op->target],
 					   buf.str));
 	sched_buf_release(&buf);
 	body = grad_forward(g, op->body);
@@ -550,7 +213,7 @@ static grad_ex seed(grad_build *b, const sched_op *op, const char *adjoint)
 	switch (op->reducer) {
 	case SCHED_RED_MAX:
 	case SCHED_RED_MIN:
-		return grad_select(g, grad_text(g, arena_printf(b, "%s == %s",
+		return grad_select(g, grad_text(g, grad_printf(&b->ctx, "%s == %s",
 				   body.text, result.text)), adj, grad_num(g, 0));
 	case SCHED_RED_PROD:
 		return grad_div(g, grad_mul(g, adj, result), body);
@@ -562,7 +225,7 @@ static grad_ex seed(grad_build *b, const sched_op *op, const char *adjoint)
 /* The reduction over the forward variables not solved for, as the
  * beginning of the contribution's body ("" when there are none). */
 static const char *reduction(grad_build *b, const sched_op *op,
-			     const inverse *inv)
+			     const grad_inverse *inv)
 {
 	sched_buf buf = {0};
 	const char *text;
@@ -584,7 +247,7 @@ static const char *reduction(grad_build *b, const sched_op *op,
 		any = true;
 	}
 	sched_buf_printf(&buf, any ? ") " : "");
-	text = buf.str ? arena_printf(b, "%s", buf.str) : "";
+	text = buf.str ? grad_printf(&b->ctx, "%s", buf.str) : "";
 	b->ctx.nomem |= !buf.str;
 	sched_buf_release(&buf);
 	return text;
@@ -598,10 +261,10 @@ static int contribute(grad_build *b, const sched_op *op, const char *adjoint,
 	grad_ctx *g = &b->ctx;
 	contribution *c;
 	grad_ex e, s;
-	inverse inv;
+	grad_inverse inv;
 	int rc;
 
-	if ((rc = invert(b, op, access, &inv)) != SCHED_OK)
+	if ((rc = grad_invert(g, b->graph, op, access, &inv, b->err)) != SCHED_OK)
 		return rc;
 	g->names.vars = inv.vars;
 	s = seed(b, op, adjoint);
@@ -609,13 +272,13 @@ static int contribute(grad_build *b, const sched_op *op, const char *adjoint,
 	if (e.value == GRAD_ZERO)
 		return SCHED_OK;
 	e = grad_mul(g, s, e);
-	if (inv.guarded)
-		e = grad_select(g, inv.guard, e, grad_num(g, 0));
+	if (inv.guard)
+		e = grad_select(g, grad_text(g, inv.guard), e, grad_num(g, 0));
 	c = sched_arena_alloc(&g->arena, sizeof(*c));
 	if (!c || g->nomem)
 		return sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
 	c->vars = inv.target_vars;
-	c->body = arena_printf(b, "%s%s", reduction(b, op, &inv), e.text);
+	c->body = grad_printf(&b->ctx, "%s%s", reduction(b, op, &inv), e.text);
 	c->next = b->pending[access->tensor];
 	b->pending[access->tensor] = c;
 	b->npending[access->tensor]++;
@@ -679,7 +342,7 @@ static int op_adjoint(grad_build *b, const sched_op *op)
 	bool match[op->naccesses + 1], done[op->naccesses + 1];
 	access_list list = {nodes, 0};
 	sched_names forward = {b->tensor_names, NULL};
-	const char *names[MAX_VARS];
+	const char *names[GRAD_MAX_VARS];
 	int rc;
 
 	if (!b->needs[op->target])
@@ -844,7 +507,7 @@ static int declare_incoming(grad_build *b)
 
 	for (int t = 0; t < b->graph->ntensors && rc == SCHED_OK; t++)
 		if (b->graph->tensors[t].role == SCHED_OUTPUT)
-			rc = declare(b, arena_printf(b, "d_%s", b->graph->tensors[t].name),
+			rc = declare(b, grad_printf(&b->ctx, "d_%s", b->graph->tensors[t].name),
 				     t, b->graph->tensors[t].dtype, "input");
 	return rc;
 }
@@ -929,7 +592,7 @@ static int write_graph(grad_build *b, char **out_json)
 	json_t *tensors = json_object();
 	sched_graph *check = NULL;
 	sched_error err = {0};
-	const char *name = arena_printf(b, "%s_grad",
+	const char *name = grad_printf(&b->ctx, "%s_grad",
 					b->graph->name ? b->graph->name : "graph");
 	int rc;
 

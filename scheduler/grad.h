@@ -33,6 +33,11 @@ typedef struct grad_ctx {
 	bool nomem;
 } grad_ctx;
 
+/* printf into the context's arena ("" after an allocation failure, which
+ * sets g->nomem). */
+const char *grad_printf(grad_ctx *g, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
 grad_ex grad_num(grad_ctx *g, double num);
 grad_ex grad_text(grad_ctx *g, const char *text);
 grad_ex grad_add(grad_ctx *g, grad_ex a, grad_ex b);
@@ -49,5 +54,28 @@ grad_ex grad_forward(grad_ctx *g, const sched_node *node);
 /* The derivative of "node" with respect to the accesses marked in
  * g->match, every other access held constant. */
 grad_ex grad_derivative(grad_ctx *g, const sched_node *node);
+
+/* grad_index.c: the inverse of a read's index map. Per variable of the op,
+ * the text that replaces it in the contribution (solved in terms of the
+ * adjoint's index variables "target_vars", or its own name when it is
+ * summed over), the new variables that quasi-affine indices add (summed
+ * over [extra_lo, extra_hi)), and the guard (NULL: none) that keeps the
+ * solved variables in range. */
+#define GRAD_MAX_VARS (2 * SCHED_MAX_RANK)
+
+typedef struct grad_inverse {
+	const char *vars[GRAD_MAX_VARS];
+	bool solved[GRAD_MAX_VARS];
+	const char *target_vars;
+	const char *guard;
+	int nextra;
+	const char *extra[SCHED_MAX_RANK];
+	int64_t extra_lo[SCHED_MAX_RANK], extra_hi[SCHED_MAX_RANK];
+} grad_inverse;
+
+/* Inverts the index map of read "access" of "op"; a read it cannot
+ * invert fails with SCHED_EMEANING, naming the op, the read and why. */
+int grad_invert(grad_ctx *g, const sched_graph *graph, const sched_op *op,
+		const sched_node *access, grad_inverse *inv, sched_error *err);
 
 #endif

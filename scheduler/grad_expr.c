@@ -47,6 +47,25 @@ static grad_ex make(grad_ctx *g, int prec, const char *fmt, ...)
 	return e;
 }
 
+const char *grad_printf(grad_ctx *g, const char *fmt, ...)
+{
+	va_list ap;
+	char *text;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (!(text = sched_arena_alloc(&g->arena, n + 1))) {
+		g->nomem = true;
+		return "";
+	}
+	va_start(ap, fmt);
+	vsnprintf(text, n + 1, fmt, ap);
+	va_end(ap);
+	return text;
+}
+
 /* The text of "e", in parentheses when it binds looser than "min". */
 static grad_ex paren(grad_ctx *g, grad_ex e, int min)
 {

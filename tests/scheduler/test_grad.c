@@ -12,9 +12,10 @@
 #include <string.h>
 
 #include "graph_builder.h"
+#include "../kernels/random_graph.h"
 #include "scheduler.h"
 
-#define MAX_WRT 8
+#define MAX_WRT 32
 
 typedef struct check {
 	sched_graph *fwd, *bwd;
@@ -36,8 +37,10 @@ static double uniform(check *c, double lo, double hi)
 static void split_wrt(check *c, const char *wrt)
 {
 	snprintf(c->wrt_text, sizeof(c->wrt_text), "%s", wrt);
-	for (char *t = strtok(c->wrt_text, ","); t; t = strtok(NULL, ","))
+	for (char *t = strtok(c->wrt_text, ","); t; t = strtok(NULL, ",")) {
+		cr_assert_lt(c->nwrt, MAX_WRT, "more than %d names in %s", MAX_WRT, wrt);
 		c->wrt[c->nwrt++] = t;
+	}
 }
 
 /* Takes the backward graph of c->fwd and checks its interface: its
@@ -424,13 +427,27 @@ Test(grad, refuses_an_index_it_cannot_invert)
 		       "its inverse is not built");
 }
 
-Test(grad, refuses_a_diagonal)
+/* One variable in several dims (a diagonal, shifted copies) solves in one
+ * and guards the others; a strided read solves with a divisibility guard. */
+Test(grad, diagonals_and_strides)
 {
-	expect_refusal("x f32 4,4 in; y f32 4 out", OPS("y[i] = x[i, i]"), "x",
+	check_graph("x f32 4,4 in; y f32 4 out", OPS("y[i] = x[i, i] * 3"), "x", -1, 1);
+	check_graph("x f32 6,7 in; y f32 3 out",
+		    OPS("y[w] = exp(x[w + 2, w + 4] - x[w, w + 1])"), "x", -1, 1);
+	check_graph("x f32 9 in; y f32 4 out", OPS("y[k] = x[2 * k + 1] * x[8 - 2 * k]"),
+		    "x", -1, 1);
+	check_graph("x f32 5 in; y f32 7 out", OPS("y[c] = x[(12 - 2 * c) / 3]"), "x",
+		    -1, 1);
+}
+
+Test(grad, refuses_an_unsolvable_variable)
+{
+	expect_refusal("x f32 8,8 in; y f32 4 out", OPS("y[i] = x[2 * i, 2 * i]"), "x",
 		       SCHED_EMEANING,
-		       "op 0, column 10: cannot differentiate the read 'x[i, i]': its index 'i' has "
-		       "no variable of coefficient 1 or -1 that no other index of "
-		       "the read uses, so its inverse is not built");
+		       "op 0, column 10: cannot differentiate the read 'x[2 * i, 2 * i]': "
+		       "its index '2 * i' leaves a variable that no index solves for "
+		       "(its coefficient is not 1 or -1 and other indices use it), so "
+		       "its inverse is not built");
 }
 
 Test(grad, refuses_max_of_an_expression)
@@ -518,4 +535,62 @@ Test(grad, examples_are_current)
 		sched_graph_free(c.fwd);
 		sched_graph_free(c.bwd);
 	}
+}
+
+/* The float inputs of "g", comma-separated, into "out"; false if none. */
+static bool float_inputs(const sched_graph *g, char *out, size_t size)
+{
+	size_t len = 0;
+
+	out[0] = 0;
+	for (int t = 0; t < sched_graph_tensor_count(g) && len < size; t++)
+		if (sched_tensor_role(g, t) == SCHED_INPUT &&
+		    sched_tensor_dtype(g, t) != SCHED_I32)
+			len += snprintf(out + len, size - len, "%s%s", len ? "," : "",
+					sched_tensor_name(g, t));
+	return len > 0;
+}
+
+/* Random graphs (every call, reducer and index form across seeds), with
+ * respect to every float input: the backward graph validates and matches
+ * finite differences, or the graph is refused for one of the documented
+ * reasons (an op, a read and why); never an invalid backward graph. */
+Test(grad, random_graphs)
+{
+	int checked = 0, refused = 0;
+
+	for (unsigned seed = 1; seed <= 150; seed++) {
+		char *text = random_graph_json(seed), wrt[256];
+		check c = {0};
+		sched_error err = {0};
+		char *json = NULL;
+		int rc;
+
+		cr_assert_eq(sched_graph_read_string(text, &c.fwd, &err), SCHED_OK,
+			     "seed %u: %s", seed, err.message);
+		free(text);
+		if (!float_inputs(c.fwd, wrt, sizeof(wrt))) {
+			sched_graph_free(c.fwd);
+			continue;
+		}
+		split_wrt(&c, wrt);
+		rc = sched_graph_grad(c.fwd, c.wrt, c.nwrt, &json, &err);
+		free(json);
+		if (rc != SCHED_OK) {
+			cr_expect_eq(rc, SCHED_EMEANING, "seed %u: %s", seed, err.message);
+			cr_expect(strstr(err.message, "cannot differentiate"), "seed %u: %s",
+				  seed, err.message);
+			refused++;
+			sched_graph_free(c.fwd);
+			continue;
+		}
+		take_grad(&c);
+		fill_inputs(&c, -1, 1);
+		for (int i = 0; i < c.nwrt; i++)
+			compare_gradient(&c, c.wrt[i], 4);
+		finish(&c);
+		checked++;
+	}
+	cr_log_info("random graphs: %d checked, %d refused", checked, refused);
+	cr_expect_gt(checked, 3 * refused, "%d checked, %d refused", checked, refused);
 }
