@@ -284,15 +284,24 @@ static void solve_row(grad_ctx *g, equations *eq, grad_inverse *inv,
 static bool guard_row(grad_ctx *g, equations *eq, grad_inverse *inv,
 		      const sched_op *op, int d)
 {
-	int64_t lo, hi;
+	int64_t lo, hi, left[NCOLS], right[NCOLS];
+	bool any_left = false;
 
 	for (int v = 0; v < op->nvars; v++)
 		if (eq->row[d][v])
 			return false;
 	form_range(eq, eq->row[d], &lo, &hi);
-	if (lo != 0 || hi != 0)
-		add_guard(g, inv, grad_printf(g, "%s == 0",
-					      form_text(g, eq, eq->row[d], -1, 1)));
+	if (lo == 0 && hi == 0)
+		return true;
+	/* the positive terms == the negative ones, negated */
+	for (int c = 0; c < NCOLS; c++) {
+		left[c] = eq->row[d][c] > 0 ? eq->row[d][c] : 0;
+		right[c] = eq->row[d][c] < 0 ? -eq->row[d][c] : 0;
+		any_left |= left[c] && c != COL_CONST;
+	}
+	add_guard(g, inv, grad_printf(g, "%s == %s",
+				      form_text(g, eq, any_left ? left : right, -1, 1),
+				      form_text(g, eq, any_left ? right : left, -1, 1)));
 	return true;
 }
 
