@@ -18,52 +18,55 @@
 static const grad_ex zero = {"0", PRIMARY_PRECEDENCE, GRAD_ZERO};
 static const grad_ex one = {"1", PRIMARY_PRECEDENCE, GRAD_ONE};
 
-/* A new expression of precedence "prec" from printf-style text; the text
- * lives in the arena (NULL text after an allocation failure, which
- * grad_ex_text propagates as "0" and the caller notices through
- * grad->nomem). */
+/* printf into a new arena string: measured in "first" (a va_list used
+ * once), written from "second". */
+static const char *arena_vprintf(grad_ctx *g, const char *fmt, va_list first,
+				 va_list second)
+{
+	char probe[1];
+	int n = vsnprintf(probe, sizeof(probe), fmt, first);
+	char *text = n < 0 ? NULL : sched_arena_alloc(&g->arena, n + 1);
+
+	if (!text) {
+		g->nomem = true;
+		return "";
+	}
+	vsnprintf(text, n + 1, fmt, second);
+	return text;
+}
+
+const char *grad_printf(grad_ctx *g, const char *fmt, ...)
+{
+	va_list first, second;
+	const char *text;
+
+	va_start(first, fmt);
+	va_copy(second, first);
+	text = arena_vprintf(g, fmt, first, second);
+	va_end(second);
+	va_end(first);
+	return text;
+}
+
+/* A new expression of precedence "prec" from printf-style text, in the
+ * arena ("0" after an allocation failure, which sets g->nomem). */
 static grad_ex make(grad_ctx *g, int prec, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 static grad_ex make(grad_ctx *g, int prec, const char *fmt, ...)
 {
 	grad_ex e = {"0", prec, GRAD_OTHER};
-	va_list ap;
-	char *text;
-	int n;
+	va_list first, second;
+	const char *text;
 
-	va_start(ap, fmt);
-	n = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
-	text = sched_arena_alloc(&g->arena, n + 1);
-	if (!text) {
-		g->nomem = true;
-		return e;
-	}
-	va_start(ap, fmt);
-	vsnprintf(text, n + 1, fmt, ap);
-	va_end(ap);
-	e.text = text;
+	va_start(first, fmt);
+	va_copy(second, first);
+	text = arena_vprintf(g, fmt, first, second);
+	va_end(second);
+	va_end(first);
+	if (!g->nomem)
+		e.text = text;
 	return e;
-}
-
-const char *grad_printf(grad_ctx *g, const char *fmt, ...)
-{
-	va_list ap;
-	char *text;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
-	if (!(text = sched_arena_alloc(&g->arena, n + 1))) {
-		g->nomem = true;
-		return "";
-	}
-	va_start(ap, fmt);
-	vsnprintf(text, n + 1, fmt, ap);
-	va_end(ap);
-	return text;
 }
 
 /* The text of "e", in parentheses when it binds looser than "min". */
