@@ -8,13 +8,12 @@
  * tensor a contribution: the op's seed (the adjoint, through the reducer)
  * times the body's derivative with respect to those reads, summed over
  * the op's points that read each element. Which points those are comes
- * from inverting the read's index: one variable of each index is solved
- * for, the others become reduction variables, and a select keeps the
- * solved variable in its range. The result is printed as graph.json and
+ * from inverting the read's index (grad_index.c): variables solved for in
+ * terms of the element's index, the others summed over, a select keeping
+ * the solved ones in range. The result is printed as graph.json and
  * read back, so everything it says is checked as any graph is (bounds
  * with isl included).
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,28 +75,13 @@ static int emit(grad_build *b, const char *name, const char *vars,
 	return SCHED_OK;
 }
 
-/* "i0, i1, ..." for a tensor of "rank" dims, with "prefix". */
-static const char *index_vars(grad_build *b, const char *prefix, int rank)
-{
-	sched_buf buf = {0};
-	const char *text;
-
-	sched_buf_printf(&buf, "%s", "");
-	for (int d = 0; d < rank; d++)
-		sched_buf_printf(&buf, "%s%s%d", d ? ", " : "", prefix, d);
-	text = buf.str ? grad_printf(&b->ctx, "%s", buf.str) : "";
-	b->ctx.nomem |= !buf.str;
-	sched_buf_release(&buf);
-	return text;
-}
-
-/* The sum of d_<t> (when "with_input") and the contributions "first".. as
+/* The sum of d_<t> (when "with_input") and the "count" contributions as
  * the op writing "name". */
 static int emit_sum(grad_build *b, int t, const char *name, bool with_input,
 		    int count)
 {
 	const sched_tensor *tensor = &b->graph->tensors[t];
-	const char *vars = index_vars(b, "i", tensor->rank);
+	const char *vars = grad_index_vars(&b->ctx, "i", tensor->rank);
 	sched_buf buf = {0};
 	int rc = SCHED_OK;
 
@@ -179,7 +163,7 @@ static int finalize_adjoint(grad_build *b, int t, const char **name)
 	if (rc != SCHED_OK)
 		return rc;
 	if (!count)
-		return emit(b, *name, index_vars(b, "i", tensor->rank), "0");
+		return emit(b, *name, grad_index_vars(&b->ctx, "i", tensor->rank), "0");
 	rc = emit_contributions(b, t, *name, sum);
 	if (rc == SCHED_OK && sum)
 		rc = emit_sum(b, t, *name, with_input, count);

@@ -38,6 +38,9 @@ typedef struct grad_ctx {
 const char *grad_printf(grad_ctx *g, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/* "p0, p1, ..." for "rank" dims, with prefix "p": index variables. */
+const char *grad_index_vars(grad_ctx *g, const char *prefix, int rank);
+
 grad_ex grad_num(grad_ctx *g, double num);
 grad_ex grad_text(grad_ctx *g, const char *text);
 grad_ex grad_add(grad_ctx *g, grad_ex a, grad_ex b);

@@ -48,6 +48,15 @@ const char *grad_printf(grad_ctx *g, const char *fmt, ...)
 	return text;
 }
 
+const char *grad_index_vars(grad_ctx *g, const char *prefix, int rank)
+{
+	const char *text = "";
+
+	for (int d = 0; d < rank; d++)
+		text = grad_printf(g, "%s%s%s%d", text, d ? ", " : "", prefix, d);
+	return text;
+}
+
 /* A new expression of precedence "prec" from printf-style text, in the
  * arena ("0" after an allocation failure, which sets g->nomem). */
 static grad_ex make(grad_ctx *g, int prec, const char *fmt, ...)

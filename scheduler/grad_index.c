@@ -380,10 +380,7 @@ static void start(grad_ctx *g, equations *eq, grad_inverse *inv,
 		eq->min[v] = op->vars[v].lo;
 		eq->max[v] = op->vars[v].hi - 1;
 	}
-	inv->target_vars = "";
-	for (int d = 0; d < rank; d++)
-		inv->target_vars = grad_printf(g, "%s%s%s%d", inv->target_vars,
-					       d ? ", " : "", prefix, d);
+	inv->target_vars = grad_index_vars(g, prefix, rank);
 }
 
 int grad_invert(grad_ctx *g, const sched_graph *graph, const sched_op *op,
