@@ -84,6 +84,13 @@ static grad_ex paren(grad_ctx *g, grad_ex e, int min)
 	return e.prec < min ? make(g, PRIMARY_PRECEDENCE, "(%s)", e.text) : e;
 }
 
+/* "a op b" for a left-associative operator of precedence "prec". */
+static grad_ex binary(grad_ctx *g, int prec, const char *op, grad_ex a, grad_ex b)
+{
+	return make(g, prec, "%s %s %s", paren(g, a, prec).text, op,
+		    paren(g, b, prec + 1).text);
+}
+
 grad_ex grad_num(grad_ctx *g, double num)
 {
 	char text[32];
@@ -114,8 +121,7 @@ grad_ex grad_add(grad_ctx *g, grad_ex a, grad_ex b)
 		return a;
 	if (!strcmp(a.text, b.text))
 		return grad_mul(g, grad_num(g, 2), a);
-	return make(g, ADD_PRECEDENCE, "%s + %s", paren(g, a, ADD_PRECEDENCE).text,
-		    paren(g, b, ADD_PRECEDENCE + 1).text);
+	return binary(g, ADD_PRECEDENCE, "+", a, b);
 }
 
 grad_ex grad_neg(grad_ctx *g, grad_ex a)
@@ -136,8 +142,7 @@ grad_ex grad_sub(grad_ctx *g, grad_ex a, grad_ex b)
 		return grad_add(g, a, grad_num(g, 1));
 	if (a.value == GRAD_ZERO)
 		return grad_neg(g, b);
-	return make(g, ADD_PRECEDENCE, "%s - %s", paren(g, a, ADD_PRECEDENCE).text,
-		    paren(g, b, ADD_PRECEDENCE + 1).text);
+	return binary(g, ADD_PRECEDENCE, "-", a, b);
 }
 
 grad_ex grad_mul(grad_ctx *g, grad_ex a, grad_ex b)
@@ -150,16 +155,14 @@ grad_ex grad_mul(grad_ctx *g, grad_ex a, grad_ex b)
 		return grad_neg(g, b);
 	if (b.value == GRAD_MINUS_ONE)
 		return grad_neg(g, a);
-	return make(g, MUL_PRECEDENCE, "%s * %s", paren(g, a, MUL_PRECEDENCE).text,
-		    paren(g, b, MUL_PRECEDENCE + 1).text);
+	return binary(g, MUL_PRECEDENCE, "*", a, b);
 }
 
 grad_ex grad_div(grad_ctx *g, grad_ex a, grad_ex b)
 {
 	if (a.value == GRAD_ZERO || b.value == GRAD_ONE)
 		return a;
-	return make(g, MUL_PRECEDENCE, "%s / %s", paren(g, a, MUL_PRECEDENCE).text,
-		    paren(g, b, MUL_PRECEDENCE + 1).text);
+	return binary(g, MUL_PRECEDENCE, "/", a, b);
 }
 
 grad_ex grad_call(grad_ctx *g, const char *func, grad_ex a)
