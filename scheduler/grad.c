@@ -20,11 +20,20 @@
 
 #include "grad.h"
 
+/* A call computed once as an intermediate: its text, the index
+ * variables it is written with, the tensor whose shape it has. */
+typedef struct shared_call {
+	const char *call, *vars, *name;
+	int like;
+	struct shared_call *next;
+} shared_call;
+
 /* One contribution to a tensor's adjoint, waiting for the adjoint's name:
  * the target's variables and the op's text after "=". */
 typedef struct contribution {
 	const char *vars;
 	const char *body;
+	bool shareable; /* neither guard nor reduction: may read shared calls */
 	struct contribution *next;
 } contribution;
 
@@ -37,6 +46,8 @@ typedef struct grad_build {
 	bool *needs;             /* depends on a tensor of wrt */
 	contribution **pending;  /* per tensor, newest first */
 	int *npending;
+	int *nshared;            /* per tensor, subexpressions it shares */
+	struct shared_call *shared;
 	json_t *tensors;         /* the backward graph's own tensors */
 	json_t *ops;
 } grad_build;
@@ -99,6 +110,54 @@ static int emit_sum(grad_build *b, int t, const char *name, bool with_input,
 	return rc;
 }
 
+static bool same_shape(const sched_graph *graph, int a, int b)
+{
+	const sched_tensor *x = &graph->tensors[a], *y = &graph->tensors[b];
+
+	return x->rank == y->rank &&
+	       !memcmp(x->shape, y->shape, x->rank * sizeof(*x->shape));
+}
+
+/* "e" with the calls already shared (the same text over the same index
+ * variables and shape) read from their intermediates. */
+static void reuse_shared(grad_build *b, int t, const char *vars,
+			 const char **text)
+{
+	for (shared_call *s = b->shared; s; s = s->next)
+		if (!strcmp(s->vars, vars) && same_shape(b->graph, s->like, t))
+			*text = grad_replace_call(&b->ctx, *text, s->call,
+						  grad_printf(&b->ctx, "%s[%s]",
+							      s->name, vars));
+}
+
+/* "e" with each call it computes more than once computed once, as an
+ * intermediate d_<t>__s<k> shaped as tensor t (the planner then keeps it
+ * or recomputes it inline, as for any intermediate), and reused by later
+ * contributions; only for a contribution with neither guard nor
+ * reduction, where every point of the intermediate is one the
+ * contribution evaluates. */
+static int share_calls(grad_build *b, int t, const char *vars, grad_ex *e)
+{
+	const char *call;
+	shared_call *s;
+	int rc = SCHED_OK;
+
+	reuse_shared(b, t, vars, &e->text);
+	while (rc == SCHED_OK && (call = grad_repeated_call(&b->ctx, e->text))) {
+		if (!(s = sched_arena_alloc(&b->ctx.arena, sizeof(*s))))
+			return sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
+		*s = (shared_call){call, vars, grad_printf(&b->ctx, "d_%s__s%d",
+				   b->graph->tensors[t].name, b->nshared[t]++),
+				   t, b->shared};
+		b->shared = s;
+		rc = declare(b, s->name, t, SCHED_F32, NULL);
+		if (rc == SCHED_OK)
+			rc = emit(b, s->name, vars, call);
+		reuse_shared(b, t, vars, &e->text);
+	}
+	return rc;
+}
+
 /* Writes the contributions waiting for "t" as ops, each its own tensor
  * d_<t>__<k> when they are summed. */
 static int emit_contributions(grad_build *b, int t, const char *name, bool sum)
@@ -113,6 +172,8 @@ static int emit_contributions(grad_build *b, int t, const char *name, bool sum)
 			part = grad_printf(&b->ctx, "d_%s__%d", tensor->name, --k);
 			rc = declare(b, part, t, SCHED_F32, NULL);
 		}
+		if (c->shareable)
+			reuse_shared(b, t, c->vars, &c->body);
 		if (rc == SCHED_OK)
 			rc = emit(b, part, c->vars, c->body);
 	}
@@ -246,6 +307,7 @@ static int contribute(grad_build *b, const sched_op *op, const char *adjoint,
 	contribution *c;
 	grad_ex e, s;
 	grad_inverse inv;
+	bool shareable;
 	int rc;
 
 	if ((rc = grad_invert(g, b->graph, op, access, &inv, b->err)) != SCHED_OK)
@@ -256,12 +318,17 @@ static int contribute(grad_build *b, const sched_op *op, const char *adjoint,
 	if (e.value == GRAD_ZERO)
 		return SCHED_OK;
 	e = grad_mul(g, s, e);
+	shareable = !inv.guard && !*reduction(b, op, &inv);
+	if (shareable &&
+	    (rc = share_calls(b, access->tensor, inv.target_vars, &e)) != SCHED_OK)
+		return rc;
 	if (inv.guard)
 		e = grad_select(g, grad_text(g, inv.guard), e, grad_num(g, 0));
 	c = sched_arena_alloc(&g->arena, sizeof(*c));
 	if (!c || g->nomem)
 		return sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
 	c->vars = inv.target_vars;
+	c->shareable = shareable;
 	c->body = grad_printf(&b->ctx, "%s%s", reduction(b, op, &inv), e.text);
 	c->next = b->pending[access->tensor];
 	b->pending[access->tensor] = c;
@@ -614,9 +681,11 @@ int sched_graph_grad(const sched_graph *graph, const char *const *wrt, int nwrt,
 	b.needs = calloc(n, sizeof(bool));
 	b.pending = calloc(n, sizeof(contribution *));
 	b.npending = calloc(n, sizeof(int));
+	b.nshared = calloc(n, sizeof(int));
 	b.tensors = json_object();
 	b.ops = json_array();
 	if (!b.tensor_names || !b.wrt || !b.needs || !b.pending || !b.npending ||
+	    !b.nshared ||
 	    !b.tensors || !b.ops) {
 		rc = sched_fail(err, SCHED_ENOMEM, -1, 0, "out of memory");
 		goto out;
@@ -640,6 +709,7 @@ out:
 	free(b.needs);
 	free(b.pending);
 	free(b.npending);
+	free(b.nshared);
 	sched_arena_release(&b.ctx.arena);
 	return rc;
 }

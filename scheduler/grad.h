@@ -51,6 +51,13 @@ grad_ex grad_div(grad_ctx *g, grad_ex a, grad_ex b);
 grad_ex grad_call(grad_ctx *g, const char *func, grad_ex a);
 grad_ex grad_select(grad_ctx *g, grad_ex cond, grad_ex a, grad_ex b);
 
+/* The longest call in "text" (other than a select, and holding none)
+ * that occurs in it more than once, or NULL: a common subexpression. */
+const char *grad_repeated_call(grad_ctx *g, const char *text);
+/* "text" with every occurrence of the call "what" replaced by "with". */
+const char *grad_replace_call(grad_ctx *g, const char *text, const char *what,
+			      const char *with);
+
 /* A forward node printed with the context's names. */
 grad_ex grad_forward(grad_ctx *g, const sched_node *node);
 

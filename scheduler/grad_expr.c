@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "grad.h"
@@ -385,4 +386,90 @@ grad_ex grad_derivative(grad_ctx *g, const sched_node *node)
 	default: /* numbers and variables */
 		return zero;
 	}
+}
+
+/* The length of the call starting at "p" (a name, then balanced
+ * parentheses), or 0. */
+static size_t call_length(const char *p)
+{
+	size_t n = 0;
+	int depth = 0;
+
+	while ((p[n] >= 'a' && p[n] <= 'z') || p[n] == '_')
+		n++;
+	if (!n || p[n] != '(')
+		return 0;
+	do {
+		depth += p[n] == '(';
+		depth -= p[n] == ')';
+		n++;
+	} while (p[n] && depth);
+	return depth ? 0 : n;
+}
+
+static bool name_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+	       (c >= '0' && c <= '9') || c == '_';
+}
+
+/* The first occurrence of "what" in "text" from "from" on that does not
+ * continue a name (sqrt( in rsqrt( does), or NULL. */
+static const char *find_call(const char *text, const char *from, const char *what)
+{
+	for (const char *p = from; (p = strstr(p, what)); p++)
+		if (p == text || !name_char(p[-1]))
+			return p;
+	return NULL;
+}
+
+/* How many times the call "what" (of length n) occurs in "text", apart. */
+static int occurrences(const char *text, const char *what, size_t n)
+{
+	int count = 0;
+
+	for (const char *p = text; (p = find_call(text, p, what)); p += n)
+		count++;
+	return count;
+}
+
+const char *grad_repeated_call(grad_ctx *g, const char *text)
+{
+	const char *best = NULL;
+	size_t best_n = 0;
+
+	for (const char *p = text; *p; p++) {
+		size_t n;
+		char *call;
+
+		if ((p > text && name_char(p[-1])) ||
+		    !(n = call_length(p)) || n <= best_n || !strncmp(p, "select(", 7))
+			continue;
+		call = strndup(p, n);
+		if (call && !strstr(call, "select(") && occurrences(text, call, n) > 1) {
+			best = p;
+			best_n = n;
+		}
+		free(call);
+	}
+	return best ? grad_printf(g, "%.*s", (int)best_n, best) : NULL;
+}
+
+const char *grad_replace_call(grad_ctx *g, const char *text, const char *what,
+			      const char *with)
+{
+	sched_buf buf = {0};
+	size_t n = strlen(what);
+	const char *from = text, *at, *out;
+
+	sched_buf_printf(&buf, "%s", "");
+	while ((at = find_call(text, from, what))) {
+		sched_buf_printf(&buf, "%.*s%s", (int)(at - from), from, with);
+		from = at + n;
+	}
+	sched_buf_printf(&buf, "%s", from);
+	out = buf.str ? grad_printf(g, "%s", buf.str) : text;
+	g->nomem |= !buf.str;
+	sched_buf_release(&buf);
+	return out;
 }

@@ -387,6 +387,38 @@ Test(grad, intermediate_as_if_it_were_an_input)
 	finish(&cut);
 }
 
+static int count(const char *text, const char *what)
+{
+	int n = 0;
+
+	for (const char *p = text; (p = strstr(p, what)); p++)
+		n++;
+	return n;
+}
+
+/* A call the derivative needs twice is computed once, as an intermediate
+ * that the contributions of the same shape and index read (and the
+ * finite differences still hold). */
+Test(grad, common_calls_are_computed_once)
+{
+	const char *tensors = "x f32 5 in; b f32 5 in; y f32 5 out";
+	const char *const *ops = OPS("y[i] = sigmoid(x[i] * 2) * b[i] + tanh(x[i] + b[i]) * x[i]");
+	const char *wrt[] = {"x", "b"};
+	sched_graph *g;
+	sched_error err = {0};
+	char *json;
+
+	cr_assert_eq(load_graph(tensors, ops, &g, &err), SCHED_OK, "%s", err.message);
+	cr_assert_eq(sched_graph_grad(g, wrt, 2, &json, &err), SCHED_OK, "%s", err.message);
+	cr_expect(strstr(json, "\"d_x__s0[i0] = tanh(x[i0] + b[i0])\""), "%s", json);
+	cr_expect(strstr(json, "\"d_x__s1[i0] = sigmoid(x[i0] * 2)\""), "%s", json);
+	cr_expect_eq(count(json, "tanh("), 1, "%s", json);
+	cr_expect_eq(count(json, "sigmoid("), 1, "%s", json);
+	free(json);
+	sched_graph_free(g);
+	check_graph(tensors, ops, "x,b", -1, 1);
+}
+
 Test(grad, scalars)
 {
 	check_graph("x f32 5 in; s f32 - in; y f32 - out",
