@@ -362,29 +362,6 @@ static bool same_read(const sched_node *a, const sched_node *b,
 	return same;
 }
 
-/* max and min reducers pass the adjoint where the body equals the stored
- * result, which needs the result to hold the body exactly. */
-static int check_extremum(grad_build *b, const sched_op *op)
-{
-	const sched_tensor *target = &b->graph->tensors[op->target];
-	enum sched_dtype body;
-
-	if (op->reducer != SCHED_RED_MAX && op->reducer != SCHED_RED_MIN)
-		return SCHED_OK;
-	if (op->body->kind == SCHED_NODE_ACCESS) {
-		body = b->graph->tensors[op->body->tensor].dtype;
-		if (body == target->dtype || (target->dtype == SCHED_F32 &&
-					      body != SCHED_I32))
-			return SCHED_OK;
-	}
-	return sched_fail(b->err, SCHED_EMEANING, op->index, 1,
-			  "cannot differentiate the %s reduction into '%s': its "
-			  "adjoint goes where the body equals the result, so the "
-			  "body must be one read of a tensor whose dtype '%s' holds "
-			  "exactly; write the body as an op of its own",
-			  sched_reducer_name(op->reducer), target->name, target->name);
-}
-
 /* Gives every tensor the op reads that depends on wrt its contribution. */
 static int op_adjoint(grad_build *b, const sched_op *op)
 {
@@ -399,8 +376,6 @@ static int op_adjoint(grad_build *b, const sched_op *op)
 	if (!b->needs[op->target])
 		return SCHED_OK;
 	if ((rc = finalize_adjoint(b, op->target, &adjoint)) != SCHED_OK || !adjoint)
-		return rc;
-	if ((rc = check_extremum(b, op)) != SCHED_OK)
 		return rc;
 	for (int v = 0; v < op->nvars; v++)
 		names[v] = op->vars[v].name;
@@ -668,11 +643,30 @@ static int write_graph(grad_build *b, char **out_json)
 	return SCHED_OK;
 }
 
+/* The backward graph of the graph in "text" (every extremum in it exact). */
+static int grad_of_text(const char *text, const char *const *wrt, int nwrt,
+			char **out_json, sched_error *err)
+{
+	sched_graph *graph;
+	sched_error why = {0};
+	int rc = sched_graph_read_string(text, &graph, &why);
+
+	if (rc != SCHED_OK)
+		return sched_fail(err, SCHED_EINTERNAL, -1, 0,
+				  "the graph with its max and min reductions split "
+				  "does not validate (a bug in tuned's autodiff): %s",
+				  why.message);
+	rc = sched_graph_grad(graph, wrt, nwrt, out_json, err);
+	sched_graph_free(graph);
+	return rc;
+}
+
 int sched_graph_grad(const sched_graph *graph, const char *const *wrt, int nwrt,
 		     char **out_json, sched_error *err)
 {
 	int n = graph->ntensors;
 	grad_build b = {.graph = graph, .err = err};
+	char *split = NULL;
 	int rc;
 
 	*out_json = NULL;
@@ -695,8 +689,15 @@ int sched_graph_grad(const sched_graph *graph, const char *const *wrt, int nwrt,
 	b.ctx.names.tensors = b.tensor_names;
 	if ((rc = mark_wrt(&b, wrt, nwrt)) == SCHED_OK) {
 		mark_needs(&b);
-		rc = walk_backward(&b);
+		rc = grad_split_extrema(graph, b.needs, &split, err);
 	}
+	if (rc == SCHED_OK && split) {
+		rc = grad_of_text(split, wrt, nwrt, out_json, err);
+		free(split);
+		goto out;
+	}
+	if (rc == SCHED_OK)
+		rc = walk_backward(&b);
 	if (rc == SCHED_OK && b.ctx.nomem)
 		rc = sched_fail(err, SCHED_ENOMEM, -1, 0, "out of memory");
 	if (rc == SCHED_OK)

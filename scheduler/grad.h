@@ -88,4 +88,15 @@ typedef struct grad_inverse {
 int grad_invert(grad_ctx *g, const sched_graph *graph, const sched_op *op,
 		const sched_node *access, grad_inverse *inv, sched_error *err);
 
+/* grad_split.c: whether the max or min reduction "op" (any other op: true)
+ * can pass its adjoint through "body == result": its body is one read of
+ * a tensor whose dtype the result holds exactly. */
+bool grad_extremum_exact(const sched_graph *graph, const sched_op *op);
+/* The graph with every such reduction that is not, among the ops whose
+ * targets are "needs", split into its body, its exact f32 extremum and a
+ * copy (graph.json text in *text, caller frees), or *text NULL when none
+ * is. */
+int grad_split_extrema(const sched_graph *graph, const bool *needs,
+		       char **text, sched_error *err);
+
 #endif

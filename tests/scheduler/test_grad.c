@@ -482,14 +482,52 @@ Test(grad, refuses_an_unsolvable_variable)
 		       "its inverse is not built");
 }
 
-Test(grad, refuses_max_of_an_expression)
+/* A max or min whose body is an expression, or a read its target does not
+ * hold exactly, is split into its body, an exact f32 extremum and a copy;
+ * the adjoint goes through the split one. */
+Test(grad, extrema_of_expressions)
 {
-	expect_refusal("x f32 4,4 in; m f32 4 out", OPS("m[i] = max(j) x[i, j] * 2"),
-		       "x", SCHED_EMEANING,
-		       "op 0, column 1: cannot differentiate the max reduction into 'm': its "
-		       "adjoint goes where the body equals the result, so the body "
-		       "must be one read of a tensor whose dtype 'm' holds exactly; "
-		       "write the body as an op of its own");
+	check_graph("x f32 4,6 in; m f32 4 out", OPS("m[i] = max(j) x[i, j] * 2 + x[i, 0]"),
+		    "x", -1, 1);
+	check_graph("x f32 4,6 in; w f32 6 in; m f16 4 out",
+		    OPS("m[i] = min(j in 1:5) exp(x[i, j] * w[j])"), "x,w", -1, 1);
+	check_graph("x f32 4,6 in; m bf16 4 out", OPS("m[i] = max(j) x[i, j]"), "x", -1, 1);
+	expect_refusal("x f32 4,6 in; m__body f32 4 in; m f32 4 out",
+		       OPS("m[i] = max(j) x[i, j] * m__body[i]"), "x", SCHED_EGRAPH,
+		       "op 0, column 1: cannot differentiate the max reduction into "
+		       "'m': it is split into 'm__body', a name the graph uses; "
+		       "rename that tensor");
+}
+
+/* Run with rounding as the kernels round (the result f16, the body
+ * f32), the mask still finds the argmax: each row of d_x has one element,
+ * 3 d_m, the rest 0. Unsplit, "x * 3 == m" would hold nowhere. */
+Test(grad, extrema_masks_hold_under_rounding)
+{
+	check c = {0};
+	sched_error err = {0};
+	double *dx, *dm;
+
+	cr_assert_eq(load_graph("x f32 4,6 in; m f16 4 out",
+				OPS("m[i] = max(j) x[i, j] * 3"), &c.fwd, &err),
+		     SCHED_OK, "%s", err.message);
+	split_wrt(&c, "x");
+	take_grad(&c);
+	fill_inputs(&c, -1, 1);
+	cr_assert_eq(sched_interp_run(c.bwd, c.bv), SCHED_OK);
+	dx = c.bv[sched_tensor_find(c.bwd, "d_x")];
+	dm = c.bv[sched_tensor_find(c.bwd, "d_m")];
+	for (int i = 0; i < 4; i++) {
+		int nonzero = 0;
+
+		for (int j = 0; j < 6; j++)
+			if (dx[i * 6 + j] != 0) {
+				nonzero++;
+				cr_expect_eq(dx[i * 6 + j], (double)(float)(3 * dm[i]));
+			}
+		cr_expect_eq(nonzero, 1, "row %d", i);
+	}
+	finish(&c);
 }
 
 Test(grad, refuses_bad_wrt)
