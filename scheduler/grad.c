@@ -612,6 +612,14 @@ static char *format_graph(const char *name, json_t *tensors, json_t *ops,
 	return ok ? buf.str : NULL;
 }
 
+/* Whether reading the backward graph failed on a limit of the format
+ * (ops, their length, their nesting) rather than on what it says. */
+static bool over_a_limit(const sched_error *err)
+{
+	return err->code == SCHED_ESCHEMA || (err->code == SCHED_ESYNTAX &&
+					      strstr(err->message, "nested more than"));
+}
+
 /* The backward graph as graph.json text, read back to check it. */
 static int write_graph(grad_build *b, char **out_json)
 {
@@ -619,7 +627,8 @@ static int write_graph(grad_build *b, char **out_json)
 	sched_graph *check = NULL;
 	sched_error err = {0};
 	const char *name = grad_printf(&b->ctx, "%s_grad",
-					b->graph->name ? b->graph->name : "graph");
+				       b->graph->name && *b->graph->name
+				       ? b->graph->name : "graph");
 	int rc;
 
 	if (!tensors || (rc = add_forward(b, tensors)) != SCHED_OK) {
@@ -633,14 +642,18 @@ static int write_graph(grad_build *b, char **out_json)
 		return sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
 	rc = sched_graph_read_string(*out_json, &check, &err);
 	sched_graph_free(check);
-	if (rc != SCHED_OK) {
-		free(*out_json);
-		*out_json = NULL;
-		return sched_fail(b->err, SCHED_EINTERNAL, -1, 0,
-				  "the backward graph does not validate (a bug in "
-				  "tuned's autodiff): %s", err.message);
-	}
-	return SCHED_OK;
+	if (rc == SCHED_OK)
+		return SCHED_OK;
+	free(*out_json);
+	*out_json = NULL;
+	if (over_a_limit(&err))
+		return sched_fail(b->err, SCHED_ELIMIT, -1, 0,
+				  "cannot differentiate: the backward graph is over "
+				  "a limit of graph.json (%s); write the forward ops "
+				  "as more, smaller ops", err.message);
+	return sched_fail(b->err, SCHED_EINTERNAL, -1, 0,
+			  "the backward graph does not validate (a bug in "
+			  "tuned's autodiff): %s", err.message);
 }
 
 /* The backward graph of the graph in "text" (every extremum in it exact). */

@@ -530,6 +530,29 @@ Test(grad, extrema_masks_hold_under_rounding)
 	finish(&c);
 }
 
+/* A derivative that outgrows an op's 16384 characters is refused as over
+ * a limit of the format, not as a bug. */
+Test(grad, refuses_a_backward_graph_over_the_format_s_limits)
+{
+	char body[1200] = "y[i] = x[i]";
+	check c = {0};
+	sched_error err = {0};
+	char *json = NULL;
+
+	for (int k = 1; k < 150; k++)
+		strcat(body, " * x[i]");
+	cr_assert_eq(load_graph("x f32 4 in; y f32 4 out", OPS(body), &c.fwd, &err),
+		     SCHED_OK, "%s", err.message);
+	split_wrt(&c, "x");
+	cr_expect_eq(sched_graph_grad(c.fwd, c.wrt, c.nwrt, &json, &err), SCHED_ELIMIT,
+		     "%s", err.message);
+	cr_expect_null(json);
+	cr_expect_str_eq(err.message, "cannot differentiate: the backward graph is "
+			 "over a limit of graph.json (op 0: is longer than 16384 "
+			 "characters); write the forward ops as more, smaller ops");
+	sched_graph_free(c.fwd);
+}
+
 Test(grad, refuses_bad_wrt)
 {
 	const char *const *ops = OPS("y[i] = x[i] + k[i]");
