@@ -76,6 +76,31 @@ static int declare(grad_build *b, const char *name, int like,
 	return SCHED_OK;
 }
 
+/* "base", or base_1, base_2, ... if the graph or the backward graph has
+ * it: the names of intermediates of the backward graph, which no one
+ * outside it needs (a backward graph's own d_<t> when it is
+ * differentiated again). */
+static const char *fresh_name(grad_build *b, const char *base)
+{
+	const char *name = base;
+
+	for (int n = 1; sched_tensor_find(b->graph, name) >= 0 ||
+			json_object_get(b->tensors, name); n++)
+		name = grad_printf(&b->ctx, "%s_%d", base, n);
+	return name;
+}
+
+/* A new f32 intermediate named after "base" (fresh_name), shaped as
+ * tensor "like"; its name. */
+static const char *declare_intermediate(grad_build *b, const char *base,
+					int like, int *rc)
+{
+	const char *name = fresh_name(b, base);
+
+	*rc = declare(b, name, like, SCHED_F32, NULL);
+	return name;
+}
+
 static int emit(grad_build *b, const char *name, const char *vars,
 		const char *body)
 {
@@ -86,10 +111,10 @@ static int emit(grad_build *b, const char *name, const char *vars,
 	return SCHED_OK;
 }
 
-/* The sum of d_<t> (when "with_input") and the "count" contributions as
+/* The sum of d_<t> (when "with_input") and the contributions "parts" as
  * the op writing "name". */
 static int emit_sum(grad_build *b, int t, const char *name, bool with_input,
-		    int count)
+		    const char *const *parts, int count)
 {
 	const sched_tensor *tensor = &b->graph->tensors[t];
 	const char *vars = grad_index_vars(&b->ctx, "i", tensor->rank);
@@ -100,8 +125,8 @@ static int emit_sum(grad_build *b, int t, const char *name, bool with_input,
 	if (with_input)
 		sched_buf_printf(&buf, "d_%s[%s]", tensor->name, vars);
 	for (int k = 0; k < count; k++)
-		sched_buf_printf(&buf, "%sd_%s__%d[%s]", with_input || k ? " + " : "",
-				 tensor->name, k, vars);
+		sched_buf_printf(&buf, "%s%s[%s]", with_input || k ? " + " : "",
+				 parts[k], vars);
 	if (!buf.str)
 		rc = sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
 	else
@@ -146,11 +171,11 @@ static int share_calls(grad_build *b, int t, const char *vars, grad_ex *e)
 	while (rc == SCHED_OK && (call = grad_repeated_call(&b->ctx, e->text))) {
 		if (!(s = sched_arena_alloc(&b->ctx.arena, sizeof(*s))))
 			return sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
-		*s = (shared_call){call, vars, grad_printf(&b->ctx, "d_%s__s%d",
-				   b->graph->tensors[t].name, b->nshared[t]++),
-				   t, b->shared};
+		*s = (shared_call){call, vars, NULL, t, b->shared};
+		s->name = declare_intermediate(b, grad_printf(&b->ctx, "d_%s__s%d",
+						b->graph->tensors[t].name,
+						b->nshared[t]++), t, &rc);
 		b->shared = s;
-		rc = declare(b, s->name, t, SCHED_F32, NULL);
 		if (rc == SCHED_OK)
 			rc = emit(b, s->name, vars, call);
 		reuse_shared(b, t, vars, &e->text);
@@ -158,9 +183,10 @@ static int share_calls(grad_build *b, int t, const char *vars, grad_ex *e)
 	return rc;
 }
 
-/* Writes the contributions waiting for "t" as ops, each its own tensor
- * d_<t>__<k> when they are summed. */
-static int emit_contributions(grad_build *b, int t, const char *name, bool sum)
+/* Writes the contributions waiting for "t" as ops: into "name", or with
+ * "parts" each into its own tensor d_<t>__<k>, named in parts[k]. */
+static int emit_contributions(grad_build *b, int t, const char *name,
+			      const char **parts)
 {
 	const sched_tensor *tensor = &b->graph->tensors[t];
 	int k = b->npending[t], rc = SCHED_OK;
@@ -168,9 +194,11 @@ static int emit_contributions(grad_build *b, int t, const char *name, bool sum)
 	for (contribution *c = b->pending[t]; c && rc == SCHED_OK; c = c->next) {
 		const char *part = name;
 
-		if (sum) {
-			part = grad_printf(&b->ctx, "d_%s__%d", tensor->name, --k);
-			rc = declare(b, part, t, SCHED_F32, NULL);
+		if (parts) {
+			--k;
+			part = parts[k] = declare_intermediate(b,
+					grad_printf(&b->ctx, "d_%s__%d", tensor->name, k),
+					t, &rc);
 		}
 		if (c->shareable)
 			reuse_shared(b, t, c->vars, &c->body);
@@ -205,6 +233,7 @@ static int finalize_adjoint(grad_build *b, int t, const char **name)
 	bool with_input = tensor->role == SCHED_OUTPUT;
 	int count = b->npending[t], rc;
 	bool sum = with_input || count > 1;
+	const char **parts;
 
 	*name = NULL;
 	if (!count && !with_input && !b->wrt[t])
@@ -220,14 +249,17 @@ static int finalize_adjoint(grad_build *b, int t, const char **name)
 	if (b->wrt[t])
 		rc = declare(b, *name, t, tensor->dtype, "output");
 	else
-		rc = declare(b, *name, t, SCHED_F32, NULL);
+		*name = declare_intermediate(b, *name, t, &rc);
 	if (rc != SCHED_OK)
 		return rc;
 	if (!count)
 		return emit(b, *name, grad_index_vars(&b->ctx, "i", tensor->rank), "0");
-	rc = emit_contributions(b, t, *name, sum);
+	if (!(parts = sum ? sched_arena_alloc(&b->ctx.arena, count * sizeof(*parts))
+			  : NULL) && sum)
+		return sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
+	rc = emit_contributions(b, t, *name, parts);
 	if (rc == SCHED_OK && sum)
-		rc = emit_sum(b, t, *name, with_input, count);
+		rc = emit_sum(b, t, *name, with_input, parts, count);
 	return rc;
 }
 

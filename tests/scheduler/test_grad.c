@@ -596,6 +596,17 @@ Test(grad, example_lstm_cell)
 	check_example("lstm_cell_small", "x,h,c,Wx,Wh,b", 6);
 }
 
+/* A backward graph is a graph like any other: differentiated again with
+ * respect to the incoming gradients (its inputs' d_<x> are its outputs
+ * already; its own intermediates' names taken, the new ones get a
+ * suffix), the derivatives match finite differences. */
+Test(grad, backward_graphs_differentiate_again)
+{
+	check_example("softmax_scores_small_grad", "d_y", 8);
+	check_example("gpt3_mlp_small_grad", "d_Y", 6);
+	check_example("lstm_cell_small_grad", "d_h_new,d_c_new", 6);
+}
+
 /* The backward graphs in examples/ are what sched_graph_grad writes now:
  * the same key as the graph it gives for their forward graph. */
 Test(grad, examples_are_current)
