@@ -89,8 +89,30 @@ MODELS = {"bert_qkv": bert_qkv, "conv_pair": conv_pair, "gpt3_mlp": gpt3_mlp,
           "ln_grad_params": ln_grad_params}
 
 
+def backward(forward):
+    """The backward graph of example model `forward` (tunectl grad's, as
+    in examples/*_grad.json) as a PyTorch user computes it: autograd of
+    the forward model. Its tensors: the forward inputs, d_<y> for each
+    forward output y (the gradient flowing in) and d_<x> for each input x
+    it gives the gradient of; it returns those d_<x>, in x's dtype."""
+    def run(t):
+        gradients = {n for n in t if n.startswith("d_")}  # d_<x> and d_<y>
+        wrt = [n[2:] for n in gradients if n[2:] in t]
+        leaves = {n: t[n].detach().requires_grad_(n in wrt)
+                  for n in t if n not in gradients}
+        outputs = forward(leaves)
+        grads = torch.autograd.grad([outputs[y] for y in outputs],
+                                    [leaves[x] for x in wrt],
+                                    [t["d_" + y] for y in outputs])
+        return {"d_" + x: g.to(t[x].dtype) for x, g in zip(wrt, grads)}
+    return run
+
+
 def model_of(example):
-    """The PyTorch version of an example (any of its sizes)."""
+    """The PyTorch version of an example (any of its sizes); of a backward
+    graph (NAME_grad), autograd of its forward example's."""
+    if example.endswith("_grad"):
+        return backward(model_of(example[:-len("_grad")]))
     for prefix in sorted(MODELS, key=len, reverse=True):
         if example.startswith(prefix):
             return MODELS[prefix]
@@ -108,6 +130,8 @@ def compiled_ms(model, tensors, mode, clock):
 # The matrix products of each example, as (M, N, K) of row-major operands.
 def products(example, graph):
     shape = {n: t["shape"] for n, t in graph["tensors"].items()}
+    if example.endswith("_grad"):  # a backward graph's are not its forward's
+        return []
     if example.startswith("bert_qkv"):
         return [(shape["x"][0], shape["wq"][1], shape["x"][1])] * 3
     if example.startswith("gpt3_mlp"):

@@ -6,6 +6,8 @@
  *                                    domains, accesses, ranges, FLOPs, bytes,
  *                                    key; dependences, fused groups and their
  *                                    plan (explain_fusion.c)
+ *   tunectl grad FILE --wrt X[,Y]    the backward graph as graph.json
+ *                                    (grad.c)
  *   tunectl run FILE [options]       compile, verify and time a plan (run.c)
  *   tunectl sources FILE --out DIR   a plan's code, and its PTX and cubin for
  *                                    cuda, without a GPU (sources.c)
@@ -190,6 +192,20 @@ static const tunectl_command offline_commands[] = {
 			"width: thread green, block orange, global red) and\n"
 			"the fused groups (clusters) as a Graphviz file OUT\n")},
 	 run_graph_command},
+	{"grad", "FILE",
+	 "write the backward graph of FILE as graph.json: its inputs are\n"
+	 "FILE's inputs and d_<output> for each output (the gradient flowing\n"
+	 "in), its outputs d_<name> for each tensor of --wrt, with its shape\n"
+	 "and dtype; the forward intermediates it reads are recomputed in it.\n"
+	 "Exit 1 with the op, the read and the reason when FILE cannot be\n"
+	 "differentiated (docs/autodiff.md)\n",
+	 {TUNECTL_REQUIRED("wrt", "X[,Y...]",
+			   "the inputs or intermediates to differentiate\n"
+			   "with respect to, separated by commas\n"),
+	  TUNECTL_VALUE("out", "OUT",
+			"write the graph into OUT, and say on stdout what\n"
+			"it holds, instead of printing it\n")},
+	 tunectl_grad},
 	{"run", "FILE",
 	 "compile the plan (the default one unless --plan), check every output\n"
 	 "against the reference interpreter on random inputs, and time each\n"

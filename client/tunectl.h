@@ -112,6 +112,10 @@ int tunectl_run(const tunectl_command *command, const tunectl_args *args);
  * for cuda its PTX and cubin, written without a GPU. */
 int tunectl_sources(const tunectl_command *command, const tunectl_args *args);
 
+/* grad.c: tunectl grad FILE --wrt X[,Y...] [--out OUT]: the backward
+ * graph as graph.json. */
+int tunectl_grad(const tunectl_command *command, const tunectl_args *args);
+
 /* service.c: the commands that talk to a daemon (submit, status, list,
  * wait, cancel, watch, fetch, stats, cache
  * ls|show|prune|export|import|quarantine): the i-th, NULL past the last. */

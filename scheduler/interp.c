@@ -46,6 +46,7 @@ typedef struct op_run {
 	const sched_op *op;
 	double **values;
 	bool **needed;
+	bool exact;  /* keep every float element in double, unrounded */
 	access_plan *plans;
 	dot_plan dot;
 	int64_t vars[MAX_VARS];
@@ -306,6 +307,15 @@ static double store_value(enum sched_dtype dtype, double x)
 	}
 }
 
+/* store_value, or in an exact run only the truncation of i32, which is
+ * what the graph means rather than a loss of precision. */
+static double store(const op_run *run, enum sched_dtype dtype, double x)
+{
+	if (run->exact && dtype != SCHED_I32)
+		return x;
+	return store_value(dtype, x);
+}
+
 /* Row m of a contraction, its needed columns "cols" (n of them): per
  * element the products of the general loop added in its order, but with
  * B's rows streamed (k outside, the columns inside). */
@@ -326,7 +336,7 @@ static void run_product_row(op_run *run, int64_t m, const int64_t *cols, int64_t
 			acc[j] += x * row[cols[j] * c->b_n];
 	}
 	for (int64_t j = 0; j < n; j++)
-		out[cols[j] * c->c_n] = store_value(dtype, acc[j]);
+		out[cols[j] * c->c_n] = store(run, dtype, acc[j]);
 }
 
 /* The columns of row m of a contraction's target that are needed (all,
@@ -373,7 +383,7 @@ static int run_op(op_run *run)
 		if (!needed || needed[offset]) {
 			double value = eval_element(run);
 
-			out[offset] = store_value(target->dtype, value);
+			out[offset] = store(run, target->dtype, value);
 		}
 		advance(op, run->vars, 0, op->ntarget_vars);
 	}
@@ -383,10 +393,10 @@ static int run_op(op_run *run)
 /* Runs "fn" on op number "n" of the dependence order, its accesses
  * planned. */
 static int with_op(const sched_graph *graph, int n, double **values,
-		   bool **needed, int (*fn)(op_run *run))
+		   bool **needed, bool exact, int (*fn)(op_run *run))
 {
 	const sched_op *op = &graph->ops[graph->order[n]];
-	op_run run = {graph, op, values, needed,
+	op_run run = {graph, op, values, needed, exact,
 		      calloc(op->naccesses + 1, sizeof(access_plan)), {0}, {0}};
 	int rc;
 
@@ -410,7 +420,16 @@ int sched_interp_run_needed(const sched_graph *graph, double **values,
 	int rc = SCHED_OK;
 
 	for (int n = 0; n < graph->nops && rc == SCHED_OK; n++)
-		rc = with_op(graph, n, values, needed, run_op);
+		rc = with_op(graph, n, values, needed, false, run_op);
+	return rc;
+}
+
+int sched_interp_run_exact(const sched_graph *graph, double **values)
+{
+	int rc = SCHED_OK;
+
+	for (int n = 0; n < graph->nops && rc == SCHED_OK; n++)
+		rc = with_op(graph, n, values, NULL, true, run_op);
 	return rc;
 }
 
@@ -507,7 +526,7 @@ int sched_interp_mark_needed(const sched_graph *graph, bool **needed)
 	int rc = SCHED_OK;
 
 	for (int n = graph->nops - 1; n >= 0 && rc == SCHED_OK; n--)
-		rc = with_op(graph, n, NULL, needed, mark_op);
+		rc = with_op(graph, n, NULL, needed, false, mark_op);
 	return rc;
 }
 

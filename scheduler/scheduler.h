@@ -180,12 +180,28 @@ bool sched_op_gathered_contraction(__sched_keep const sched_graph *graph, int op
  * and the graph's totals and key. */
 __sched_give json_t *sched_graph_explain(__sched_keep const sched_graph *graph);
 
+/* The backward graph of "graph" with respect to the tensors named in
+ * "wrt" (inputs or intermediates), as graph.json text in *out_json (the
+ * caller frees it): its inputs are the graph's inputs and d_<output>
+ * for each output, its outputs d_<name> for each of wrt, with that
+ * tensor's shape and dtype (docs/autodiff.md). The text is read back and
+ * checked before it is returned. A graph it cannot differentiate fails
+ * with a message naming the op, the read and the reason. */
+int sched_graph_grad(__sched_keep const sched_graph *graph,
+		     const char *const *wrt, int nwrt,
+		     __sched_give char **out_json, sched_error *err);
+
 /* Reference interpreter. "values" has one buffer per tensor, each of
  * sched_tensor_size() doubles, row-major; inputs are read, every other
  * tensor is written. Arithmetic is in double; each stored element is
  * rounded to its tensor's dtype (f32, f16, bf16 to nearest even; i32
  * truncated toward zero). */
 int sched_interp_run(__sched_keep const sched_graph *graph, double **values);
+
+/* The same with every element of a float dtype kept in double, not
+ * rounded to its dtype (i32 still truncates): for checks that need double precision throughout (derivatives against
+ * finite differences). */
+int sched_interp_run_exact(__sched_keep const sched_graph *graph, double **values);
 
 /* The same, evaluating only the elements marked in "needed" (one mask per
  * tensor, row-major; NULL for inputs) and leaving the others alone. */

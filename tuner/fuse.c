@@ -230,21 +230,48 @@ static int find_group(const decoding *d, int op)
 	return op;
 }
 
-/* No op outside "in" is reached from it and reaches back into it. */
-static bool convex(const tuner_fusion *f, const bool *in)
+/* Marks in "mark" the groups (group[op] for each op) reached from group
+ * "m" (forward) or that reach it (!forward), over the ops' reads: a
+ * kernel runs whole, so a path into any op of a group leaves from all of
+ * it. */
+static void mark_reached(const tuner_fusion *f, const int *group, int m,
+			 bool forward, bool *mark)
 {
-	for (int x = 0; x < f->nops; x++) {
-		bool from = false, to = false;
+	bool changed = true;
 
-		if (in[x])
-			continue;
-		for (int m = 0; m < f->nops; m++) {
-			from |= in[m] && f->reaches[m * f->nops + x];
-			to |= in[m] && f->reaches[x * f->nops + m];
+	while (changed) {
+		changed = false;
+		for (int x = 0; x < f->nops; x++) {
+			if (group[x] == m || mark[group[x]])
+				continue;
+			for (int y = 0; y < f->nops && !mark[group[x]]; y++)
+				if ((forward ? reads_op(f, x, y) : reads_op(f, y, x)) &&
+				    (group[y] == m || mark[group[y]]))
+					mark[group[x]] = changed = true;
 		}
-		if (from && to)
-			return false;
 	}
+}
+
+/* Whether the groups ra and rb can merge: no other group is reached from
+ * them and reaches back into them, counting paths through the groups
+ * already fused (two groups each convex alone can read each other, and
+ * then the kernels could not be ordered). */
+static bool convex(const decoding *d, int ra, int rb)
+{
+	const tuner_fusion *f = d->f;
+	bool from[TUNER_FUSION_MAX_OPS] = {false}, to[TUNER_FUSION_MAX_OPS] = {false};
+	int group[TUNER_FUSION_MAX_OPS] = {0};
+
+	for (int op = 0; op < f->nops; op++) {
+		group[op] = find_group(d, op);
+		if (group[op] == rb)
+			group[op] = ra;
+	}
+	mark_reached(f, group, ra, true, from);
+	mark_reached(f, group, ra, false, to);
+	for (int g = 0; g < f->nops; g++)
+		if (from[g] && to[g])
+			return false;
 	return true;
 }
 
@@ -451,7 +478,7 @@ static bool try_merge(decoding *d, int a, int b)
 		else if (in[op])
 			return false;
 	}
-	if (!convex(f, in))
+	if (!convex(d, ra, rb))
 		return false;
 	strcpy(k.name, "fused");
 	if (library_step(d, &k)) {

@@ -10,6 +10,9 @@
  * and for cuda NVRTC's PTX and cubin, read with bench/sass_mix where
  * nvdisasm is found.
  *
+ * grad (client/grad.c): the backward graph of an example, written to a
+ * file or printed, read back; what a refusal says.
+ *
  * usage (client/options.c): --help, help, --version, options before or
  * after the command, and what each usage error says.
  */
@@ -46,6 +49,7 @@ static void remove_folder(void)
 TestSuite(explain, .init = make_folder, .fini = remove_folder);
 TestSuite(sources, .init = make_folder, .fini = remove_folder);
 TestSuite(usage, .init = make_folder, .fini = remove_folder);
+TestSuite(grad, .init = make_folder, .fini = remove_folder);
 
 static void example(const char *name, char *out, size_t size)
 {
@@ -521,10 +525,72 @@ Test(sources, a_cuda_library_step_is_its_call)
 	}
 }
 
+/* The graph in "text" has the tensor "name" with role "role". */
+static void expect_tensor(const char *text, const char *name, enum sched_role role)
+{
+	sched_graph *graph;
+	sched_error err = {0};
+	int t;
+
+	cr_assert_eq(sched_graph_read_string(text, &graph, &err), 0, "%s", err.message);
+	t = sched_tensor_find(graph, name);
+	cr_expect(t >= 0 && sched_tensor_role(graph, t) == role, "%s in\n%s", name, text);
+	sched_graph_free(graph);
+}
+
+Test(grad, writes_the_backward_graph_to_out)
+{
+	char file[PATH_MAX], out[128], *line, *text;
+
+	example("lstm_cell_small", file, sizeof(file));
+	snprintf(out, sizeof(out), "%s/grad.json", folder);
+	cr_assert_eq(tunectl((const char *const[]){"grad", file, "--wrt", "x,Wx",
+						   "--out", out, NULL}), 0, "%s", slurp("err"));
+	line = slurp("out");
+	cr_expect(strstr(line, "backward graph 'lstm_cell_small_grad'"), "%s", line);
+	text = slurp("grad.json");
+	expect_tensor(text, "d_x", SCHED_OUTPUT);
+	expect_tensor(text, "d_Wx", SCHED_OUTPUT);
+	expect_tensor(text, "d_h_new", SCHED_INPUT);
+	expect_tensor(text, "d_c_new", SCHED_INPUT);
+	free(line);
+	free(text);
+}
+
+Test(grad, prints_the_backward_graph_without_out)
+{
+	char file[PATH_MAX], *text;
+
+	example("softmax_scores_small", file, sizeof(file));
+	cr_assert_eq(tunectl((const char *const[]){"grad", "--wrt", "P", file, NULL}), 0,
+		     "%s", slurp("err"));
+	text = slurp("out");
+	expect_tensor(text, "d_P", SCHED_OUTPUT);
+	expect_tensor(text, "d_y", SCHED_INPUT);
+	free(text);
+}
+
+Test(grad, refusals_say_why)
+{
+	char file[PATH_MAX], *err;
+
+	example("gpt3_mlp_small", file, sizeof(file));
+	cr_expect_eq(tunectl((const char *const[]){"grad", file, "--wrt", "Y", NULL}), 1);
+	err = slurp("err");
+	cr_expect(strstr(err, "cannot differentiate with respect to 'Y': it is an "
+			 "output, whose gradient is the input d_Y"), "%s", err);
+	free(err);
+	cr_expect_eq(tunectl((const char *const[]){"grad", file, "--wrt", "X,", NULL}), 2);
+	err = slurp("err");
+	cr_expect(strstr(err, "--wrt takes 1 to 64 tensor names"), "%s", err);
+	free(err);
+	cr_expect_eq(tunectl((const char *const[]){"grad", file, NULL}), 2);
+}
+
 /* usage: what tunectl says of itself and of a command line it refuses. */
 
 /* Every command, as its usage names it. */
-static const char *const all_commands[] = {"validate", "explain", "run",
+static const char *const all_commands[] = {"validate", "explain", "grad", "run",
 	"sources", "submit", "status", "list", "wait", "cancel", "watch", "fetch",
 	"stats", "cache ls", "cache show", "cache prune", "cache export",
 	"cache import", NULL};
@@ -697,7 +763,7 @@ static const char *sample_value(const char *name, char *buf, size_t size)
 		{"backend", "cpu"}, {"arch", "sm_90"},
 		{"socket", "/nonexistent/tuned.sock"},
 		{"plan", "/nonexistent/plan.json"},
-		{"cache", "/nonexistent/cache.db"},
+		{"cache", "/nonexistent/cache.db"}, {"wrt", "P"},
 	};
 
 	for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++)

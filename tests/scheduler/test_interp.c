@@ -214,6 +214,27 @@ Test(interp, stores_round_to_the_dtype)
 	finish(&r);
 }
 
+/* sched_interp_run_exact keeps every float element in double (a matrix
+ * product too), and still truncates i32. */
+Test(interp, exact_runs_keep_floats_in_double)
+{
+	run r = start("x f32 4 in; w f32 4,2 in; h f16 4; p f32 2 out; i i32 4 out",
+		      OPS("h[k] = x[k] / 3", "p[n] = sum(k) h[k] * w[k, n]",
+			  "i[k] = x[k] / 3"));
+	double x[4] = {1, -2, 1000, 70000}, w[8] = {1, 0, 0, 1, 1, 0, 0, 1};
+
+	set(&r, "x", x);
+	set(&r, "w", w);
+	cr_assert_eq(sched_interp_run_exact(r.graph, r.values), SCHED_OK);
+	for (int k = 0; k < 4; k++) {
+		cr_expect_eq(tensor(&r, "h")[k], x[k] / 3);
+		cr_expect_eq(tensor(&r, "i")[k], trunc(x[k] / 3));
+	}
+	cr_expect_eq(tensor(&r, "p")[0], x[0] / 3 + x[2] / 3);
+	cr_expect_eq(tensor(&r, "p")[1], x[1] / 3 + x[3] / 3);
+	finish(&r);
+}
+
 /* Fills every input with values of no pattern. */
 static void fill_inputs(run *r)
 {

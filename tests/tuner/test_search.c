@@ -24,6 +24,9 @@ static const char *const examples[] = {
 	"llama_mlp_small", "lstm_cell", "lstm_cell_small", "mi_lstm_cell",
 	"mi_lstm_cell_small", "ln_residual", "ln_residual_small",
 	"softmax_scores", "softmax_scores_small", "ln_grad_params", "ln_grad_params_small",
+	"ln_residual_grad", "ln_residual_small_grad", "softmax_scores_grad",
+	"softmax_scores_small_grad", "gpt3_mlp_m256_grad", "gpt3_mlp_small_grad",
+	"lstm_cell_grad", "lstm_cell_small_grad",
 	NULL,
 };
 
@@ -56,7 +59,8 @@ static kgen_plan *legal(const sched_graph *g, json_t *json)
 	kgen_error err = {0};
 
 	cr_assert_eq(kgen_plan_from_json(g, json, &plan, &err), KGEN_OK,
-		     "an illegal plan was proposed: %s", err.message);
+		     "an illegal plan was proposed for '%s': %s",
+		     sched_graph_name(g), err.message);
 	return plan;
 }
 
