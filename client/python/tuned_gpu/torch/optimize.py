@@ -119,7 +119,7 @@ class TunedPartition(torch.nn.Module):
 
     def _run(self, plan, inputs):
         tensors = {name: get(inputs).contiguous() for name, get in self._inputs.items()}
-        device = next(iter(tensors.values())).device if tensors else "cpu"
+        device = next(iter(tensors.values())).device if tensors else torch.device("cpu")
         for name, (shape, dtype) in self._outputs.items():
             tensors[name] = torch.empty(shape, dtype=dtype, device=device)
         with self._lock:
@@ -140,7 +140,6 @@ class TunedPartition(torch.nn.Module):
 
     @staticmethod
     def _stream(device):
-        device = torch.device(device)
         return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
 
     def _failed(self, plan, version, error):
@@ -155,8 +154,10 @@ class TunedPartition(torch.nn.Module):
         runs in torch (or, `keeps_plan`, why its plan is not upgraded);
         a cause that comes back after a call without one warns again."""
         if why is None:
-            self._warned = None
-        if why is None or why == self._warned:
+            if self._warned is not None:  # a module's setattr costs a call's microsecond
+                self._warned = None
+            return
+        if why == self._warned:
             return
         self._warned = why
         what = "runs in torch" if not keeps_plan else "runs plan version %d" % self.version
@@ -287,16 +288,29 @@ class Optimized(torch.nn.Module):
         self.partitions = partitions
         self._names = [n.target for n in graph_module.graph.nodes if n.op == "placeholder"]
         self._examples = example_inputs
+        # what each tensor input must be, compared at once on a call
+        self._wanted = [(x.dtype, x.shape, x.device) if isinstance(x, torch.Tensor) else None
+                        for x in example_inputs]
 
     def forward(self, *args, **kwargs):
+        values = args
+        if kwargs or len(args) != len(self._examples):
+            values = self._arguments(args, kwargs)
+        for i, value in enumerate(values):
+            wanted = self._wanted[i]
+            if wanted is not None and not (isinstance(value, torch.Tensor) and
+                                           (value.dtype, value.shape, value.device) == wanted):
+                self._check(i, value, self._examples[i])
+        return self.graph_module(*values)
+
+    def _arguments(self, args, kwargs):
+        """The inputs, given by position then by name."""
         values = list(args) + [kwargs.pop(n) for n in self._names[len(args):] if n in kwargs]
         if kwargs or len(values) != len(self._examples):
             raise TypeError("the optimized module takes %d inputs (%s): %d given%s"
                             % (len(self._names), ", ".join(self._names), len(values),
                                ", and %s unknown" % ", ".join(kwargs) if kwargs else ""))
-        for i, (value, example) in enumerate(zip(values, self._examples)):
-            self._check(i, value, example)
-        return self.graph_module(*values)
+        return values
 
     def _check(self, i, value, example):
         """An input is what optimize was given as example: its plans are
@@ -307,9 +321,6 @@ class Optimized(torch.nn.Module):
         if not isinstance(value, torch.Tensor):
             raise TensorError("%s: a %s given, the module was optimized for a tensor"
                               % (what, type(value).__name__))
-        if (value.dtype == example.dtype and value.shape == example.shape
-                and value.device == example.device):
-            return
         for field, given, wanted in (
                 ("dtype", value.dtype, example.dtype),
                 ("shape", _shape_text(value.shape), _shape_text(example.shape)),
