@@ -33,6 +33,24 @@ static void reply_error(tuned_client *client, proto_request *req, int code,
 	proto_session_done(&client->session);
 }
 
+/* A request answered after this call returns (off the loop, or once
+ * stored): "*held" gets the request with its own references to id and
+ * params, and the client is held, for it may close meanwhile. */
+static void hold_request(tuned_client *client, const proto_request *req,
+			 proto_request *held)
+{
+	*held = *req;
+	json_incref(held->id);
+	json_incref(held->params);
+	tuned_client_hold(client);
+}
+
+static void release_request(tuned_client *client, proto_request *held)
+{
+	tuned_client_release(client);
+	proto_request_release(held);
+}
+
 /* A reply held until the writes handed to the writer thread before it
  * are over: what it says is stored then. */
 typedef struct held_reply {
@@ -46,8 +64,7 @@ static void send_held(void *data)
 	held_reply *h = data;
 
 	reply(h->client, &h->req, h->result);
-	tuned_client_release(h->client);
-	proto_request_release(&h->req);
+	release_request(h->client, &h->req);
 	free(h);
 }
 
@@ -57,14 +74,12 @@ static void reply_once_stored(tuned_client *client, proto_request *req, json_t *
 
 	if (!h)
 		return reply(client, req, result);
-	*h = (held_reply){.client = client, .req = *req, .result = result};
+	*h = (held_reply){.client = client, .result = result};
 	if (tuned_write(client->daemon->writer, NULL, send_held, h) < 0) {
 		free(h);
 		return reply(client, req, result);
 	}
-	json_incref(h->req.id);
-	json_incref(h->req.params);
-	tuned_client_hold(client);
+	hold_request(client, req, &h->req);
 }
 
 /* A write of the job queue (tuned_save_jobs). */
@@ -416,8 +431,7 @@ static void read_submit(uv_work_t *work)
 
 static void submit_work_free(submit_work *w)
 {
-	tuned_client_release(w->client);
-	proto_request_release(&w->req);
+	release_request(w->client, &w->req);
 	tuned_jobs_changes_free(w->changes);
 	free(w->name);
 	free(w->canonical);
@@ -543,15 +557,12 @@ static void on_submit(tuned_client *client, proto_request *req)
 		return reply_error(client, req, PROTO_EINTERNAL, "out of memory");
 	w->work.data = w;
 	w->client = client;
-	w->req = *req;
-	json_incref(w->req.id);
-	json_incref(w->req.params);
+	hold_request(client, req, &w->req);
 	w->limits = (sched_limits){
 		{o->max_graph_bytes, "tuned --max-graph-bytes"},
 		{o->max_graph_ops, "tuned --max-graph-ops"},
 		{o->max_tensor_elements, "tuned --max-tensor-elements"},
 		{o->max_graph_elements, "tuned --max-graph-elements"}};
-	tuned_client_hold(client);
 	uv_queue_work(client->daemon->loop, &w->work, read_submit, on_submit_read);
 }
 
@@ -939,8 +950,7 @@ typedef struct cache_write {
 
 static void cache_write_free(cache_write *w)
 {
-	tuned_client_release(w->client);
-	proto_request_release(&w->req);
+	release_request(w->client, &w->req);
 	json_decref(w->imported);
 	free(w);
 }
@@ -953,10 +963,7 @@ static void hand_cache_write(tuned_client *client, proto_request *req,
 	if (!w)
 		return reply_error(client, req, PROTO_EINTERNAL, "out of memory");
 	w->client = client;
-	w->req = *req;
-	json_incref(w->req.id);
-	json_incref(w->req.params);
-	tuned_client_hold(client);
+	hold_request(client, req, &w->req);
 	if (tuned_write(client->daemon->writer, run, done, w) < 0) {
 		reply_error(client, req, PROTO_EINTERNAL, "out of memory");
 		cache_write_free(w);
