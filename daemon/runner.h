@@ -5,7 +5,7 @@
  * shared folder while the device's single measurement worker verifies and
  * times the ones compiled; every worker is a tuned-worker process with its
  * own thread. Jobs are searched a generation at a time and their
- * generations interleave (docs/tuning.md, "Dynamic mode" and "Fair
+ * generations interleave (docs/design/tuning.md, "Dynamic mode" and "Fair
  * scheduling"). What the pipeline finds goes back to the loop thread as
  * results, through a queue and a uv_async wake-up.
  */

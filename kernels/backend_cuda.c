@@ -110,7 +110,7 @@ typedef struct cuda_state {
 	CUdeviceptr flush;
 	size_t flush_bytes;
 	CUevent start, end;
-	/* plans with sync (docs/sync.md): a high and a low priority stream,
+	/* plans with sync (docs/design/sync.md): a high and a low priority stream,
 	 * and an event per launch and one for the start */
 	CUstream streams[2];
 	CUevent *marks;

@@ -1,5 +1,5 @@
 /*
- * cublaslt.c: a library step on cuda (docs/kernels.md, "Library steps"):
+ * cublaslt.c: a library step on cuda (docs/design/kernels.md, "Library steps"):
  * the cuBLASLt call its source records (kgen_print_library_cuda), made
  * on the caller's stream. libcublasLt is opened with dlopen, like the
  * driver: nothing is linked, and no CUDA header is needed.

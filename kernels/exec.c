@@ -202,7 +202,7 @@ static int wire_consumer(kgen_program *prog, int k, void *semaphores, kgen_error
 }
 
 /* The sync area, zeroed once (semaphores count up across runs), and each
- * wrapped launch's pointers into it (docs/sync.md). */
+ * wrapped launch's pointers into it (docs/design/sync.md). */
 static int wire_syncs(kgen_program *prog, kgen_error *err)
 {
 	const kgen_plan *plan = prog->plan;

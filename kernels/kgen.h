@@ -152,7 +152,7 @@ typedef struct kgen_schedule {
 } kgen_schedule;
 
 /* How a kernel overlaps the kernel launched just before it, whose output
- * it reads (cuda; docs/sync.md). on: the two run on two streams and each
+ * it reads (cuda; docs/design/sync.md). on: the two run on two streams and each
  * consumer tile waits only for the producer tiles it reads, by "policy",
  * read off their tile dependence (scheduler/sync.c). wait_kernel: a
  * one-thread kernel holds the consumer's launch until the producer's first
@@ -168,7 +168,7 @@ typedef struct kgen_sync {
 	bool wait_kernel, ordered, early_loads;
 } kgen_sync;
 
-/* A kernel computes a group of ops (docs/fusion.md): one op, or ops fused
+/* A kernel computes a group of ops (docs/design/fusion.md): one op, or ops fused
  * by the fusion planner. The schedule's dims are those of its root's
  * output (the first op no other member reads); lanes place the group's
  * branches (nlanes 0: each branch in its own lane, side by side). */
@@ -280,7 +280,7 @@ int kgen_kernel_group(__sched_keep const sched_graph *graph,
  * their epilogue, or NULL when it can: each a matrix product of the same
  * shape, strides and dtype whose factors fit, writing a row-major M x N
  * matrix of its own over a region within bm x bn, kept for the ops after
- * it (docs/kernels.md, "Fused epilogues"). */
+ * it (docs/design/kernels.md, "Fused epilogues"). */
 const char *kgen_fused_mma_unfit(__sched_keep const sched_graph *graph,
 				 __sched_keep const kgen_kernel *kernel);
 

@@ -1,5 +1,5 @@
 /*
- * library.c: library steps (docs/kernels.md, "Library steps").
+ * library.c: library steps (docs/design/kernels.md, "Library steps").
  *
  * A kernel of one matrix product may run as a call of the device's BLAS
  * instead of generated code: cblas_sgemm on the cpu (OpenBLAS, or any

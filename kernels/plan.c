@@ -306,7 +306,7 @@ static int64_t round_up(int64_t x, int64_t step)
 	return (x + step - 1) / step * step;
 }
 
-/* Checks "micro" of a kernel of contraction "c" (docs/kernels.md). */
+/* Checks "micro" of a kernel of contraction "c" (docs/design/kernels.md). */
 static int check_micro(const sched_contraction *c, const kgen_kernel *kernel,
 		       kgen_error *err)
 {
@@ -551,7 +551,7 @@ int kgen_mma_factor_bytes(const sched_graph *graph, const kgen_kernel *kernel)
 }
 
 /* The first stage of each branch of "group" that is a matrix product
- * runs on tensor cores in a fused kernel of "mma" (docs/kernels.md,
+ * runs on tensor cores in a fused kernel of "mma" (docs/design/kernels.md,
  * "Fused epilogues"): why one cannot, or NULL. All must be products of
  * one shape whose factors fit, each writing an M x N matrix of its own
  * (row-major from its first element: its target variables are m and n)
@@ -647,7 +647,7 @@ bool kgen_fused_mma_fit(const sched_graph *graph, kgen_kernel *kernel, const kge
 }
 
 /* Checks "mma" of a kernel of contraction "c", or of a fused kernel
- * (c NULL; kgen_fused_mma_unfit) (docs/kernels.md): operands that fit
+ * (c NULL; kgen_fused_mma_unfit) (docs/design/kernels.md): operands that fit
  * (kgen_mma_operands_unfit); warps that divide the tile; the stages
  * within static shared memory. */
 static int check_mma(const sched_graph *graph, const sched_contraction *c,

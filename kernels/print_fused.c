@@ -1,5 +1,5 @@
 /*
- * print_fused.c: the kernel of a fused group (docs/fusion.md), as C with
+ * print_fused.c: the kernel of a fused group (docs/design/fusion.md), as C with
  * OpenMP (cpu) or CUDA C, from the group's analysis (scheduler/fusion.c).
  *
  * One launch runs every block of every lane; a lane's branches run one

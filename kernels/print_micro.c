@@ -1,6 +1,6 @@
 /*
  * print_micro.c: a contraction as register-blocked micro-kernels (cpu),
- * EXO's family of exactly-sized kernels (docs/kernels.md, "Micro-kernels").
+ * EXO's family of exactly-sized kernels (docs/design/kernels.md, "Micro-kernels").
  *
  * C = A B is cut into mc x nc blocks, one OpenMP task each. For every kc
  * deep slice of K, a task packs B's slice into panels nr wide (and, with

@@ -1,7 +1,7 @@
 /*
  * print_mma.c: a matrix product on tensor cores: f16 or bf16 factors,
  * or f32 ones as tf32 where the graph allows it (cuda, sm_80 and later;
- * docs/kernels.md, "Tensor-core GEMM").
+ * docs/design/kernels.md, "Tensor-core GEMM").
  *
  * Each block computes a bm x bn tile of C; its warps, laid out
  * (bm / wm) x (bn / wn), each compute wm x wn with mma.sync m16n8k16
@@ -597,7 +597,7 @@ char *kgen_print_mma(const sched_graph *graph, const kgen_kernel *kernel, bool w
 	return buf.str;
 }
 
-/* Early loads (docs/sync.md): before a consumer tile waits, its threads
+/* Early loads (docs/design/sync.md): before a consumer tile waits, its threads
  * ask L2 for the first stages - 1 slices of the factor the producer does
  * not write, 128 bytes (64 16-bit elements, 32 f32 ones) at a time. */
 void kgen_print_mma_prefetch(sched_buf *buf, const sched_graph *graph,

@@ -1,5 +1,5 @@
 /*
- * print_sync.c: the device side of tile sync (cuda; docs/sync.md).
+ * print_sync.c: the device side of tile sync (cuda; docs/design/sync.md).
  *
  * A kernel under sync is printed as a device function NAME_tile that
  * computes one tile, and this file adds the entry NAME around it:
@@ -185,7 +185,7 @@ bool kgen_print_sync(sched_buf *buf, const sched_graph *graph, const kgen_plan *
 
 	kgen_cuda_launch_shape(graph, p.kernel, &p.blocks, &p.threads);
 	if (ok) {
-		sched_buf_printf(buf, "\n/* ---- sync (docs/sync.md) ---- */\n%s", runtime);
+		sched_buf_printf(buf, "\n/* ---- sync (docs/design/sync.md) ---- */\n%s", runtime);
 		if (p.waits_on && p.kernel->sync.wait_kernel)
 			print_wait_kernel(&p);
 		print_params(&p);

@@ -1,5 +1,5 @@
 /*
- * sync.c: a plan's "sync" entries (docs/sync.md): read, written, and
+ * sync.c: a plan's "sync" entries (docs/design/sync.md): read, written, and
  * proved before anything runs. A kernel may overlap the kernel launched
  * just before it when it reads that kernel's tiled output; the policy
  * must be one the tile dependence offers (scheduler/sync.c), and the

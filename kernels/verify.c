@@ -405,7 +405,7 @@ static int same_outputs(check_run *c, void **first, kgen_error *err)
 	return KGEN_OK;
 }
 
-/* A plan whose kernels overlap (docs/sync.md) runs again on the same
+/* A plan whose kernels overlap (docs/design/sync.md) runs again on the same
  * inputs: an output that changes from run to run is a race. */
 static int check_repeatable(kgen_program *prog, check_run *c, kgen_error *err)
 {

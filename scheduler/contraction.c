@@ -1,6 +1,6 @@
 /*
  * contraction.c: whether an op is a matrix product, read off its isl
- * access relations (docs/kernels.md, "Contractions").
+ * access relations (docs/design/kernels.md, "Micro-kernels").
  *
  * An op C[..] = sum(..) A[..] * B[..] is a contraction when each access's
  * element offset is affine in the op's vars and the vars fall in three

@@ -1,7 +1,7 @@
 /*
  * fusion.c: dependences, their widths (SIRIUS) and fused groups whose
  * schedule propagates from the roots' tiles back to every member
- * (FusionStitching). See docs/fusion.md.
+ * (FusionStitching). See docs/design/fusion.md.
  *
  * A group runs as one kernel. Each branch (a connected part of the group)
  * has one root, whose output is cut into blocks by the tile; a member's

@@ -1,7 +1,7 @@
 /*
  * grad_expr.c: expressions of the backward graph as text, built with the
  * zero and one terms dropped, and the derivative of an op's body with
- * respect to some of its accesses (docs/autodiff.md has the rules).
+ * respect to some of its accesses (docs/design/autodiff.md has the rules).
  */
 #include <math.h>
 #include <stdarg.h>

@@ -1,6 +1,6 @@
 /*
  * grad_index.c: the inverse of a read's index map, for the adjoint of the
- * read (docs/autodiff.md). Element j of the read tensor receives from
+ * read (docs/design/autodiff.md). Element j of the read tensor receives from
  * every point of the op that reads it: the points where each dim's index
  * equals j's coordinate. Each dim is an equation over the op's variables,
  * j and, for an index divided by or taken modulo a constant k, a new

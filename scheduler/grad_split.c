@@ -1,6 +1,6 @@
 /*
  * grad_split.c: the forward graph rewritten so that every max and min
- * reduction can pass its adjoint through the argmax mask (docs/autodiff.md).
+ * reduction can pass its adjoint through the argmax mask (docs/design/autodiff.md).
  *
  * The mask is "body == result", which holds only where the result holds
  * the body exactly. An op m[i] = max(r in lo:hi) body whose body is not one

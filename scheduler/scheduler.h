@@ -222,7 +222,7 @@ void sched_values_free(__sched_keep const sched_graph *graph,
 /* SHA-256 of "len" bytes of "data" as 64 lowercase hex digits and a NUL. */
 void sched_sha256_hex(const void *data, size_t len, char hex[SCHED_KEY_HEX + 1]);
 
-/* fusion.c: dependences, their widths and fused groups (docs/fusion.md).
+/* fusion.c: dependences, their widths and fused groups (docs/design/fusion.md).
  *
  * Widths follow SIRIUS: a dependence between two ops under a mapping of
  * their instances to blocks and threads is thread-level when each consumer
@@ -331,7 +331,7 @@ int sched_group_stage_of(__sched_keep const sched_group *group, int op);
 bool sched_group_starts_branch(__sched_keep const sched_group *group, int s);
 
 /* sync.c: the tile dependence of one kernel on another and the sync
- * policies read off it (cuSync; docs/sync.md).
+ * policies read off it (cuSync; docs/design/sync.md).
  *
  * A kernel's tiles: the elements of tensor "tensor" seen as a row-major
  * array of shape view[0..rank) (the same elements in the same order: the

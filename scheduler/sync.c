@@ -1,6 +1,6 @@
 /*
  * sync.c: the tile dependence of one kernel on another and the sync
- * policies read off it (cuSync; docs/sync.md).
+ * policies read off it (cuSync; docs/design/sync.md).
  *
  * Each kernel's tiles are a quasi-affine map from the elements of the
  * tensor it covers to tile coordinates. The consumer tile's footprint on

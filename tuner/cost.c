@@ -1,5 +1,5 @@
 /*
- * cost.c: NeoFlow's optimistic cost model of a plan (docs/tuning.md).
+ * cost.c: NeoFlow's optimistic cost model of a plan (docs/design/tuning.md).
  *
  * A kernel cannot run faster than it takes to move the bytes it touches at
  * the device's peak bandwidth, nor faster than its flops at the compute its

@@ -1,5 +1,5 @@
 /*
- * fuse.c: the fusion genes and their repair (tuner_int.h, docs/fusion.md).
+ * fuse.c: the fusion genes and their repair (tuner_int.h, docs/design/fusion.md).
  *
  * A genome's fusion genes are merges of groups of ops: along an edge (a
  * consumer with its producer) or between siblings (independent ops of the

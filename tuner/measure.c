@@ -175,7 +175,7 @@ static const char **request_sources(const json_t *request, int nkernels)
 
 /* Each kernel's source as compiled: {kernel, language, source}, and
  * "library": true for a library step (its source makes or records a
- * library call: docs/kernels.md, "Library steps"). */
+ * library call: docs/design/kernels.md, "Library steps"). */
 static json_t *printed_sources(const sched_graph *graph, const kgen_plan *plan,
 			       bool cuda, const char **given)
 {

@@ -1,6 +1,6 @@
 /*
  * search.c: the search over the schedules of a graph, a generation at a
- * time (docs/tuning.md).
+ * time (docs/design/tuning.md).
  *
  * The genome has one gene per decision of each op's schedule: a tile and
  * a thread count per output dim, the parallel loops, unroll, vector width,
@@ -8,7 +8,7 @@
  * product, whether it is a library step (where offered) and its blocking
  * (micro-kernels on the cpu, tensor cores on cuda); on cuda, the
  * sync genes: how the kernel rooted at each op overlaps the kernel before
- * it (docs/sync.md); then the fusion genes (fuse.c): which ops share a
+ * it (docs/design/sync.md); then the fusion genes (fuse.c): which ops share a
  * kernel, and how. A fused
  * kernel runs on the schedule of its root. Decoding repairs what would be
  * illegal (threads per block, threads within tiles, whole warps, the

@@ -111,7 +111,7 @@ int tuner_worker_pid(__tuner_keep const tuner_worker *worker);
 void tuner_worker_free(__tuner_take tuner_worker *worker);
 
 /* search.c: the search over the schedules of a graph, a generation at a
- * time (docs/tuning.md). A search proposes a generation of plans never
+ * time (docs/design/tuning.md). A search proposes a generation of plans never
  * proposed before, is told each one's time, and proposes the next.
  *
  * Generation 0 is the default plan alone (unless it is known already), so

@@ -7,7 +7,7 @@
 #include "../kernels/kgen_int.h"
 #include "tuner.h"
 
-/* fuse.c: the fusion genes of a graph (docs/fusion.md). One gene per
+/* fuse.c: the fusion genes of a graph (docs/design/fusion.md). One gene per
  * legal producer-consumer edge (0: apart, 1: fused) and one per pair of
  * independent sibling ops of the same form (0: apart, 1: one kernel side
  * by side, 2: one kernel, one after the other in the same blocks). Genes

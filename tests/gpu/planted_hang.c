@@ -1,7 +1,7 @@
 /*
  * planted_hang.c: on a GPU, a sync candidate whose wait can never end
  * hangs only its worker: the watchdog kills it within the time limit and
- * the next request is measured by a fresh worker (docs/sync.md).
+ * the next request is measured by a fresh worker (docs/design/sync.md).
  *
  *   planted_hang WORKER GRAPH.json
  *
