@@ -374,28 +374,79 @@ void tuned_run_job(tuned_daemon *d, const tuned_job *job)
 	uv_queue_work(d->loop, &w->work, prepare_job, on_job_prepared);
 }
 
+/* A graph of a submit, copied out of its sched_graph: its key, name and
+ * canonical forms. */
+typedef struct submitted_graph {
+	char key[PROTO_KEY_HEX + 1];
+	char *name;
+	char *canonical;      /* the canonical text */
+	char *canonical_json; /* the graph.json of the key */
+	cache_error kept;     /* code < 0: the graph.json was not kept */
+	int64_t job;          /* the job it queued, or the key's active one */
+	bool new_job;         /* it queued the job */
+} submitted_graph;
+
 /* A submit, read off the loop thread (read_submit, on libuv's
  * threadpool): its graph parsed and checked within the daemon's limits,
- * its key and canonical forms; on the loop (queue_submitted), the job is
- * queued; on the writer thread (store_submitted), the graph and the job
- * are stored; back on the loop (submitted), the job runs and the client
- * is answered. */
+ * its key and canonical forms, and with "grad" its backward graph too; on
+ * the loop (queue_submitted), the jobs are queued; on the writer thread
+ * (store_submitted), the graphs and the jobs are stored; back on the loop
+ * (submitted), the jobs run and the client is answered. */
 typedef struct submit_work {
 	uv_work_t work;
 	tuned_client *client; /* held until the reply */
 	proto_request req;    /* its own references to id and params */
 	sched_limits limits;
-	char key[PROTO_KEY_HEX + 1];
-	char *name;
-	char *canonical;      /* the canonical text */
-	char *canonical_json; /* the graph.json of the key */
-	sched_error err;      /* when the graph is refused (no canonical) */
-	int64_t job;          /* the job it queued, or the key's active one */
-	bool new_job;         /* it queued the job */
-	tuned_jobs_changes *changes; /* the queue's changes, the new job's row */
-	cache_error stored;   /* code < 0: the graph or the job was not stored */
-	cache_error kept;     /* code < 0: the graph.json was not kept */
+	submitted_graph forward;
+	submitted_graph backward; /* with "grad" */
+	char *grad_json;      /* the backward graph.json, as autodiff wrote it */
+	const char *refused;  /* the param refused ("params.graph"), or NULL */
+	sched_error err;      /* why it was refused */
+	tuned_jobs_changes *changes; /* the queue's changes, the new jobs' rows */
+	cache_error stored;   /* code < 0: a graph or a job was not stored */
 } submit_work;
+
+static int copy_graph(submitted_graph *g, const sched_graph *graph)
+{
+	snprintf(g->key, sizeof(g->key), "%s", sched_graph_key(graph));
+	g->name = strdup(sched_graph_name(graph));
+	g->canonical = strdup(sched_graph_canonical(graph));
+	g->canonical_json = sched_graph_canonical_json(graph);
+	return g->name && g->canonical && g->canonical_json ? 0 : -1;
+}
+
+static void submitted_graph_free(submitted_graph *g)
+{
+	free(g->name);
+	free(g->canonical);
+	free(g->canonical_json);
+}
+
+static void refuse_submit(submit_work *w, const char *param, const char *why)
+{
+	w->refused = param;
+	if (why)
+		snprintf(w->err.message, sizeof(w->err.message), "%s", why);
+}
+
+/* The backward graph of "graph" with respect to the names of "grad", read
+ * back within the same limits as the graph itself. */
+static void differentiate(submit_work *w, const sched_graph *graph)
+{
+	size_t n = json_array_size(w->req.grad);
+	const char *wrt[PROTO_GRAD_MAX];
+	sched_graph *backward = NULL;
+
+	for (size_t i = 0; i < n; i++)
+		wrt[i] = json_string_value(json_array_get(w->req.grad, i));
+	if (sched_graph_grad(graph, wrt, (int)n, &w->grad_json, &w->err) < 0)
+		return refuse_submit(w, "params.grad", NULL);
+	if (sched_graph_read_limited(w->grad_json, &w->limits, &backward, &w->err) < 0)
+		return refuse_submit(w, "params.grad: the backward graph", NULL);
+	if (copy_graph(&w->backward, backward) < 0)
+		refuse_submit(w, "params.grad", "out of memory");
+	sched_graph_free(backward);
+}
 
 /* What the loop needs of the graph, copied out of it: the graph itself
  * (hundreds of megabytes for the largest) is freed here too. The job
@@ -409,23 +460,16 @@ static void read_submit(uv_work_t *work)
 	int rc;
 
 	tuned_thread_background();
-	if (!(text = graph_text(w->req.graph))) {
-		snprintf(w->err.message, sizeof(w->err.message), "out of memory");
-		return;
-	}
+	if (!(text = graph_text(w->req.graph)))
+		return refuse_submit(w, "params.graph", "out of memory");
 	rc = sched_graph_read_limited(text, &w->limits, &graph, &w->err);
 	free(text);
 	if (rc < 0)
-		return;
-	snprintf(w->key, sizeof(w->key), "%s", sched_graph_key(graph));
-	w->name = strdup(sched_graph_name(graph));
-	w->canonical = strdup(sched_graph_canonical(graph));
-	w->canonical_json = sched_graph_canonical_json(graph);
-	if (!w->name || !w->canonical || !w->canonical_json) {
-		free(w->canonical);
-		w->canonical = NULL;
-		snprintf(w->err.message, sizeof(w->err.message), "out of memory");
-	}
+		return refuse_submit(w, "params.graph", NULL);
+	if (copy_graph(&w->forward, graph) < 0)
+		refuse_submit(w, "params.graph", "out of memory");
+	else if (w->req.grad)
+		differentiate(w, graph);
 	sched_graph_free(graph);
 }
 
@@ -433,23 +477,37 @@ static void submit_work_free(submit_work *w)
 {
 	release_request(w->client, &w->req);
 	tuned_jobs_changes_free(w->changes);
-	free(w->name);
-	free(w->canonical);
-	free(w->canonical_json);
+	submitted_graph_free(&w->forward);
+	submitted_graph_free(&w->backward);
+	free(w->grad_json);
 	free(w);
 }
 
-/* On the writer thread: the graph (its canonical text, and the graph.json
- * an export carries), then the queue with the job. */
+static bool has_backward(const submit_work *w)
+{
+	return w->backward.canonical != NULL;
+}
+
+/* On the writer thread: the graphs (their canonical text, and the
+ * graph.json an export carries), then the queue with the jobs. */
 static void store_submitted(cache *c, void *data)
 {
 	submit_work *w = data;
 	char why[sizeof(w->stored.message)];
 	int rc;
 
-	if (cache_put_graph(c, w->key, w->canonical, w->name, &w->stored) < 0)
+	if (cache_put_graph(c, w->forward.key, w->forward.canonical, w->forward.name,
+			    &w->stored) < 0)
 		return;
-	cache_keep_graph_json(c, w->key, w->canonical_json, &w->kept);
+	cache_keep_graph_json(c, w->forward.key, w->forward.canonical_json,
+			      &w->forward.kept);
+	if (has_backward(w)) {
+		if (cache_put_graph(c, w->backward.key, w->backward.canonical,
+				    w->backward.name, &w->stored) < 0)
+			return;
+		cache_keep_graph_json(c, w->backward.key, w->backward.canonical_json,
+				      &w->backward.kept);
+	}
 	rc = tuned_jobs_changes_write(w->changes, c, why, sizeof(why));
 	if (rc < 0) {
 		w->stored.code = rc;
@@ -458,19 +516,65 @@ static void store_submitted(cache *c, void *data)
 	}
 }
 
-/* The job could not be stored: it fails, saying why, so that no job runs
- * that a restart would lose. */
-static void submit_failed(tuned_daemon *d, submit_work *w, tuned_job *job)
+/* A job this submit queued fails, saying why, so that no job runs that a
+ * restart would lose. */
+static void fail_new_job(tuned_daemon *d, const submitted_graph *g, const char *why)
 {
-	tuned_log(TUNED_ERROR, "submit of %s by pid %d: %s", w->key,
+	tuned_job *job = g->new_job ? tuned_jobs_find(&d->jobs, g->job) : NULL;
+
+	if (job && job->state == TUNED_JOB_QUEUED) {
+		tuned_job_finish(job, TUNED_JOB_FAILED, why);
+		tuned_save_jobs(d);
+	}
+}
+
+/* The jobs could not be stored: they fail, and the client is told why. */
+static void submit_failed(tuned_daemon *d, submit_work *w)
+{
+	tuned_log(TUNED_ERROR, "submit of %s by pid %d: %s", w->forward.key,
 		  (int)w->client->peer.pid, w->stored.message);
 	if (w->changes)
 		tuned_jobs_changes_lost(&d->jobs, w->changes);
-	if (job && w->new_job && job->state == TUNED_JOB_QUEUED) {
-		tuned_job_finish(job, TUNED_JOB_FAILED, w->stored.message);
-		tuned_save_jobs(d);
-	}
+	fail_new_job(d, &w->forward, w->stored.message);
+	fail_new_job(d, &w->backward, w->stored.message);
 	reply_error(w->client, &w->req, PROTO_EINTERNAL, w->stored.message);
+}
+
+/* The job of "g", run if this submit queued it, and its reply object. */
+static json_t *start_submitted(tuned_client *client, const submitted_graph *g,
+			       tuned_job *job, const char *what)
+{
+	tuned_daemon *d = client->daemon;
+	json_t *result;
+
+	if (g->kept.code < 0)
+		tuned_log(TUNED_WARN, "%s: cannot keep its graph.json: %s", g->key,
+			  g->kept.message);
+	if (g->new_job && job->state == TUNED_JOB_QUEUED && !d->stopping)
+		tuned_run_job(d, job);
+	tuned_log(TUNED_INFO, "job %lld: '%s' %s%s submitted by pid %d",
+		  (long long)job->id, job->name, job->key, what,
+		  (int)client->peer.pid);
+	subscribe(client, job->key);
+	result = tuned_job_json(job);
+	json_object_set_new(result, "cached_version",
+			    json_integer(tuned_cached_version(d, job->key)));
+	return result;
+}
+
+/* A job forgotten between its queueing and its store (cancelled and
+ * pruned meanwhile) fails the submit. */
+static bool jobs_found(tuned_daemon *d, submit_work *w, tuned_job **forward,
+		       tuned_job **backward)
+{
+	*forward = tuned_jobs_find(&d->jobs, w->forward.job);
+	*backward = has_backward(w) ? tuned_jobs_find(&d->jobs, w->backward.job) : NULL;
+	if (*forward && (*backward || !has_backward(w)))
+		return true;
+	snprintf(w->stored.message, sizeof(w->stored.message),
+		 "job %lld was forgotten meanwhile",
+		 (long long)(*forward ? w->backward.job : w->forward.job));
+	return false;
 }
 
 static void submitted(void *data)
@@ -478,52 +582,56 @@ static void submitted(void *data)
 	submit_work *w = data;
 	tuned_client *client = w->client;
 	tuned_daemon *d = client->daemon;
-	tuned_job *job = tuned_jobs_find(&d->jobs, w->job);
-	json_t *result;
+	tuned_job *forward, *backward;
+	json_t *result, *grad;
 
-	if (w->kept.code < 0)
-		tuned_log(TUNED_WARN, "%s: cannot keep its graph.json: %s", w->key,
-			  w->kept.message);
-	if (w->stored.code < 0 || !job) {
-		if (!w->stored.code)
-			snprintf(w->stored.message, sizeof(w->stored.message),
-				 "job %lld was forgotten meanwhile", (long long)w->job);
-		submit_failed(d, w, job);
+	if (w->stored.code < 0 || !jobs_found(d, w, &forward, &backward)) {
+		submit_failed(d, w);
 		return submit_work_free(w);
 	}
-	if (w->new_job && job->state == TUNED_JOB_QUEUED && !d->stopping)
-		tuned_run_job(d, job);
-	tuned_log(TUNED_INFO, "job %lld: '%s' %s submitted by pid %d",
-		  (long long)job->id, job->name, job->key, (int)client->peer.pid);
-	subscribe(client, job->key);
+	result = start_submitted(client, &w->forward, forward, "");
+	if (backward) {
+		grad = start_submitted(client, &w->backward, backward,
+				       " (its backward graph)");
+		json_object_set_new(grad, "graph", json_string(w->grad_json));
+		json_object_set_new(result, "grad", grad);
+	}
 	if (!d->stopping)
 		tuned_update_waited(d);
-	result = tuned_job_json(job);
-	json_object_set_new(result, "cached_version",
-			    json_integer(tuned_cached_version(d, job->key)));
 	reply(client, &w->req, result);
 	submit_work_free(w);
 }
 
-/* A new job of the client's uid, or the one already queued or running for
- * the same key (which stays its first submitter's), stored by the writer
- * thread before the client is answered. */
+/* A new job of the client's uid for "g", or the one already queued or
+ * running for the same key (which stays its first submitter's). */
+static tuned_job *queue_graph(tuned_client *client, const proto_request *req,
+			      submitted_graph *g)
+{
+	tuned_daemon *d = client->daemon;
+	tuned_job *job = tuned_jobs_find_active(&d->jobs, g->key);
+
+	if (!job) {
+		job = tuned_jobs_add(&d->jobs, client->peer.uid, g->key, g->name,
+				     g->canonical_json, req->budget_s, (int)req->trials,
+				     (int)req->priority);
+		g->new_job = job != NULL;
+	}
+	if (job)
+		g->job = job->id;
+	return job;
+}
+
+/* The jobs, stored by the writer thread before the client is answered. */
 static void queue_submitted(tuned_client *client, submit_work *w)
 {
 	tuned_daemon *d = client->daemon;
-	const proto_request *req = &w->req;
-	tuned_job *job = tuned_jobs_find_active(&d->jobs, w->key);
+	bool queued = queue_graph(client, &w->req, &w->forward) &&
+		      (!has_backward(w) || queue_graph(client, &w->req, &w->backward));
 
-	if (!job) {
-		job = tuned_jobs_add(&d->jobs, client->peer.uid, w->key, w->name,
-				     w->canonical_json, req->budget_s, (int)req->trials,
-				     (int)req->priority);
-		w->new_job = true;
-	}
-	if (!job || !(w->changes = tuned_jobs_take_changes(&d->jobs)) ||
-	    (w->job = job->id, tuned_write(d->writer, store_submitted, submitted, w) < 0)) {
+	if (!queued || !(w->changes = tuned_jobs_take_changes(&d->jobs)) ||
+	    tuned_write(d->writer, store_submitted, submitted, w) < 0) {
 		w->stored = (cache_error){CACHE_ENOMEM, "cannot queue the job: out of memory"};
-		submit_failed(d, w, job);
+		submit_failed(d, w);
 		return submit_work_free(w);
 	}
 }
@@ -536,9 +644,12 @@ static void on_submit_read(uv_work_t *work, int status)
 
 	if (status < 0 || client->daemon->stopping) {
 		/* not queued: the client is gone with the daemon */
-	} else if (!w->canonical) {
-		snprintf(message, sizeof(message), "params.graph: %s", w->err.message);
-		if (w->err.code == SCHED_ELIMIT)
+	} else if (w->refused) {
+		snprintf(message, sizeof(message), "%s: %s", w->refused, w->err.message);
+		if (w->forward.key[0])
+			tuned_log(TUNED_WARN, "submit of %s by pid %d refused: %s",
+				  w->forward.key, (int)client->peer.pid, message);
+		else if (w->err.code == SCHED_ELIMIT)
 			tuned_log(TUNED_WARN, "submit by pid %d refused: %s",
 				  (int)client->peer.pid, w->err.message);
 		reply_error(client, &w->req, PROTO_EBAD_REQUEST, message);

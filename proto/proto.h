@@ -144,6 +144,8 @@ typedef struct proto_request {
 	double budget_s;      /* submit: seconds, > 0 [0] */
 	int64_t priority;     /* submit: higher runs first [0] */
 	int64_t trials;       /* submit: at most this many trials [0: no limit] */
+	json_t *grad;         /* submit: borrowed, the names to differentiate
+			       * with respect to [NULL: no backward graph] */
 	int64_t job;          /* status, cancel, fetch: > 0 [0: none] */
 	char key[PROTO_KEY_HEX + 1]; /* fetch, watch, cache.show,
 				      * cache.quarantine [""] */

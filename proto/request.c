@@ -51,7 +51,7 @@ bool proto_id_is_valid(const json_t *id)
 
 /* The schema of params: per op, its fields. An F_INT field is an integer
  * in [min, max] stored at "offset" in proto_request. */
-enum field_kind { F_INT, F_BUDGET, F_GRAPH, F_KEY, F_KEYS, F_BUNDLE };
+enum field_kind { F_INT, F_BUDGET, F_GRAPH, F_NAMES, F_KEY, F_KEYS, F_BUNDLE };
 
 typedef struct field_spec {
 	const char *name;
@@ -62,7 +62,7 @@ typedef struct field_spec {
 	const char *must; /* what the value must be, for the message */
 } field_spec;
 
-#define MAX_FIELDS 4
+#define MAX_FIELDS 5
 #define INT_FIELD(field, required, min, max, must)                            \
 	{#field, F_INT, required, min, max, offsetof(proto_request, field), must}
 #define JOB_FIELD(required)                                                   \
@@ -83,6 +83,9 @@ static const field_spec op_fields[PROTO_NOPS][MAX_FIELDS] = {
 			  PROTO_PRIORITY_MAX, "an integer from -1000 to 1000"),
 		INT_FIELD(trials, false, 1, PROTO_TRIALS_MAX,
 			  "an integer from 1 to 1000000"),
+		{"grad", F_NAMES, false, 0, 0, 0,
+		 "a non-empty array of at most 256 tensor names (non-empty "
+		 "strings)"},
 	},
 	[PROTO_OP_STATUS] = {JOB_FIELD(true)},
 	[PROTO_OP_CANCEL] = {JOB_FIELD(true)},
@@ -136,6 +139,20 @@ static bool is_key(const json_t *value)
 		return false;
 	for (int i = 0; i < PROTO_KEY_HEX; i++)
 		if (!(s[i] >= '0' && s[i] <= '9') && !(s[i] >= 'a' && s[i] <= 'f'))
+			return false;
+	return true;
+}
+
+static bool is_names(const json_t *value)
+{
+	json_t *name;
+	size_t i;
+
+	if (!json_is_array(value) || json_array_size(value) == 0 ||
+	    json_array_size(value) > PROTO_GRAD_MAX)
+		return false;
+	json_array_foreach(value, i, name)
+		if (!json_is_string(name) || json_string_length(name) == 0)
 			return false;
 	return true;
 }
@@ -194,6 +211,11 @@ static int check_field(const field_spec *f, json_t *value, proto_request *req,
 		    !(json_is_string(value) && json_string_length(value) > 0))
 			return refuse(f, err);
 		req->graph = value;
+		return 0;
+	case F_NAMES:
+		if (!is_names(value))
+			return refuse(f, err);
+		req->grad = value;
 		return 0;
 	case F_KEY:
 		if (!is_key(value))

@@ -20,6 +20,7 @@
 #define PROTO_PRIORITY_MAX 1000
 #define PROTO_TRIALS_MAX 1000000
 #define PROTO_TIMEOUT_MAX_MS 3600000 /* fetch waits at most an hour */
+#define PROTO_GRAD_MAX 256 /* tensors a submit differentiates with respect to */
 
 /* Limits of a daemon (tuned --max-frame...): defaults and ranges. */
 #define PROTO_FRAME_DEFAULT (16u << 20)

@@ -294,8 +294,7 @@ Test(daemon, sigterm_during_a_job_then_it_resumes, .timeout = 300)
 	conn_hello(&c);
 	reply = wait_job(&c, job, 240);
 	if (strcmp(json_string_value(json_object_get(result_of(reply), "state")), "done"))
-		fixture_print_log(&f);
-	cr_expect_str_eq(json_string_value(json_object_get(result_of(reply), "state")),
+		cr_expect_str_eq(json_string_value(json_object_get(result_of(reply), "state")),
 			 "done", "%s", json_dumps(reply, 0));
 	json_decref(reply);
 	conn_close(&c);
@@ -550,4 +549,61 @@ Test(daemon, an_old_queue_file_moves_into_the_cache, .timeout = 300)
 	fixture_stop(&f, SIGTERM, NULL);
 	expect_queue_consistent(&f, 4);
 	fixture_cleanup(&f);
+}
+
+static const char *message_of(json_t *reply)
+{
+	return error_message(reply) ?: "(no error)";
+}
+
+/* A submit with "grad" queues the graph and its backward graph: both are
+ * tuned, the reply names the backward job and carries its graph.json,
+ * and the key is that of the backward graph `tunectl grad` writes. A
+ * name autodiff refuses is a bad request naming the cause, and the
+ * daemon serves on. */
+Test(daemon, submit_with_grad_tunes_the_backward_graph_too, .timeout = 300)
+{
+	fixture f;
+	conn c;
+	json_t *reply, *grad, *done;
+	char *text = example_text("softmax_scores_small");
+	char *backward = example_text("softmax_scores_small_grad");
+	json_int_t job;
+
+	fixture_init(&f);
+	fixture_start(&f, NULL);
+	cr_assert(conn_open(&c, f.socket));
+	conn_hello(&c);
+	reply = conn_call(&c, "submit", json_pack("{s:s, s:[s]}", "graph", text, "grad", "nope"));
+	cr_expect_str_eq(error_code(reply), "bad_request");
+	cr_expect_str_eq(message_of(reply), "params.grad: cannot differentiate with "
+			 "respect to 'nope': the graph has no such tensor");
+	json_decref(reply);
+	reply = conn_call(&c, "submit", json_pack("{s:s, s:[s], s:i}", "graph", text,
+						  "grad", "P", "budget", 2));
+	grad = json_object_get(result_of(reply), "grad");
+	cr_assert(json_is_object(grad), "no grad in %s", json_dumps(reply, 0));
+	job = json_integer_value(json_object_get(grad, "id"));
+	cr_expect_str_neq(json_string_value(json_object_get(grad, "key")),
+			  json_string_value(json_object_get(result_of(reply), "key")));
+	cr_expect(strstr(json_string_value(json_object_get(grad, "graph")), "\"d_P\""));
+	json_decref(reply);
+	done = wait_job(&c, job, 240);
+	cr_expect_str_eq(json_string_value(json_object_get(result_of(done), "state")),
+			 "done", "%s", json_dumps(done, 0));
+	reply = conn_call(&c, "submit", json_pack("{s:s}", "graph", backward));
+	cr_expect_str_eq(json_string_value(json_object_get(result_of(reply), "key")),
+			 json_string_value(json_object_get(result_of(done), "key")),
+			 "the backward graph is not the one tunectl grad writes");
+	cr_expect_geq(json_integer_value(json_object_get(result_of(reply), "cached_version")),
+		      1, "the backward graph was not tuned: %s", json_dumps(reply, 0));
+	json_decref(reply);
+	json_decref(done);
+	cr_expect(fixture_log_contains(&f, "(its backward graph) submitted by pid"));
+	cr_expect(fixture_log_contains(&f, "refused: params.grad: cannot differentiate with respect to 'nope'"));
+	conn_close(&c);
+	cr_expect_eq(fixture_stop(&f, SIGTERM, NULL), 0);
+	fixture_cleanup(&f);
+	free(text);
+	free(backward);
 }

@@ -108,7 +108,35 @@ Test(request, submit_reads_graph_budget_and_priority)
 		   "\"budget\":2592000,\"priority\":1000}}", &req);
 	cr_expect_float_eq(req.budget_s, 2592000.0, 1e-9);
 	cr_expect_eq(req.priority, 1000);
+	cr_expect_null(req.grad);
 	proto_request_release(&req);
+
+	must_parse("{\"id\":1,\"op\":\"submit\",\"params\":{\"graph\":\"x\","
+		   "\"grad\":[\"x\",\"W\"]}}", &req);
+	cr_expect_eq(req.grad, json_object_get(req.params, "grad"));
+	cr_expect_eq(json_array_size(req.grad), 2);
+	proto_request_release(&req);
+}
+
+#define GRAD_MUST                                                             \
+	"params.grad must be a non-empty array of at most 256 tensor names "  \
+	"(non-empty strings)"
+
+/* PROTO_GRAD_MAX names are read; one more is refused. */
+Test(request, submit_grad_names_are_bounded)
+{
+	char line[8192] = "{\"id\":1,\"op\":\"submit\",\"params\":{\"graph\":\"x\",\"grad\":[";
+	proto_request req;
+	proto_error err;
+
+	for (int i = 0; i < PROTO_GRAD_MAX; i++)
+		sprintf(line + strlen(line), "%s\"t%d\"", i ? "," : "", i);
+	must_parse(strcat(line, "]}}"), &req);
+	cr_expect_eq(json_array_size(req.grad), PROTO_GRAD_MAX);
+	proto_request_release(&req);
+	strcpy(line + strlen(line) - 3, ",\"one_more\"]}}");
+	cr_assert_eq(proto_parse_request(line, strlen(line), &req, &err), -1);
+	cr_expect_str_eq(err.message, GRAD_MUST);
 }
 
 Test(request, fetch_reads_key_or_job_and_waits)
@@ -310,6 +338,10 @@ static const bad_case bad_cases[] = {
 	 "params.graph must be an object or a non-empty string"},
 	{REQ("submit", "{\"graph\":[]}"), BAD, "1",
 	 "params.graph must be an object or a non-empty string"},
+	{REQ("submit", "{\"graph\":{},\"grad\":[]}"), BAD, "1", GRAD_MUST},
+	{REQ("submit", "{\"graph\":{},\"grad\":\"x\"}"), BAD, "1", GRAD_MUST},
+	{REQ("submit", "{\"graph\":{},\"grad\":[\"\"]}"), BAD, "1", GRAD_MUST},
+	{REQ("submit", "{\"graph\":{},\"grad\":[\"x\",1]}"), BAD, "1", GRAD_MUST},
 	{REQ("submit", "{\"graph\":{},\"budget\":0}"), BAD, "1",
 	 "params.budget must be a positive number"},
 	{REQ("submit", "{\"graph\":{},\"budget\":-1.5}"), BAD, "1",
