@@ -14,9 +14,9 @@
  *
  * Prints one line per generation on stderr, a table on stdout and writes
  * the curves as JSON (default tuning_curve.json); with --png, bench/plot.py
- * (matplotlib) draws them from that JSON. The bar
- * the issue sets: on the median example, the genetic search reaches random
- * search's final best within half the trials.
+ * (matplotlib) draws them from that JSON. The bar the issue sets: on the
+ * median example, the genetic search reaches random search's final best
+ * within half the trials.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -59,7 +60,7 @@ typedef struct bench_options {
 	int trials;
 	int population;
 	unsigned seed;
-	const char *png;       /* NULL: no plot */
+	const char *png; /* NULL: no plot */
 	const char *json;
 } bench_options;
 
@@ -441,7 +442,6 @@ static int plot(const bench_options *opt)
 {
 	char *argv[] = {BENCH_PLOT, "curves", (char *)opt->json, (char *)opt->png,
 			NULL};
-	extern char **environ;
 	pid_t pid;
 	int rc, status;
 
@@ -459,7 +459,8 @@ static int plot(const bench_options *opt)
 		return -EIO;
 	}
 	printf("plot: %s (best / default plan against trials, left, and "
-	       "seconds, right; genetic blue, random orange)\n", opt->png);
+	       "seconds, right; genetic blue, random orange)\n",
+	       opt->png);
 	return 0;
 }
 
@@ -485,9 +486,12 @@ static void free_examples(curve_example *examples, int n)
 
 int main(int argc, char **argv)
 {
-	bench_options opt = {.backend = "cpu", .examples = DEFAULT_EXAMPLES,
-			     .trials = 48, .population = 16,
-			     .seed = 1, .json = "tuning_curve.json"};
+	bench_options opt = {.backend = "cpu",
+			     .examples = DEFAULT_EXAMPLES,
+			     .trials = 48,
+			     .population = 16,
+			     .seed = 1,
+			     .json = "tuning_curve.json"};
 	curve_example *examples = NULL;
 	glob_t paths;
 	int rc = parse_options(argc, argv, &opt), n = 0;
