@@ -123,11 +123,13 @@ def chart_compare(rows, path, device):
         times.set_yscale("log")
     times.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
 
+    # Bars from parity (1) to each ratio: down where tuned is faster.
     values = [r["ratio_to_best_pytorch"] for r in rows]
-    ratios.bar(range(len(rows)), values,
+    ratios.bar(range(len(rows)), [v - 1 for v in values], bottom=1,
                color=["tab:green" if v <= 1 else "tab:red" for v in values])
     for j, v in enumerate(values):
-        ratios.annotate("%.2fx" % v, (j, v), ha="center", va="bottom", fontsize="small")
+        ratios.annotate("%.3gx" % v, (j, v), ha="center", fontsize="small",
+                        va="top" if v <= 1 else "bottom")
     ratios.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
     ratios.set_ylabel("tuned / best PyTorch time")
     ratios.set_title("Below 1: tuned is faster")
