@@ -32,7 +32,7 @@ def png_size(path):
             size = struct.unpack(">II", body[4:12])
         kinds.append(kind)
         at += 12 + length
-    assert kinds[0] == b"IHDR" and kinds[-1] == b"IEND" and b"IDAT" in kinds, \
+    assert kinds and kinds[0] == b"IHDR" and kinds[-1] == b"IEND" and b"IDAT" in kinds, \
         "%s: chunks %s" % (path, kinds)
     return size
 
