@@ -1,5 +1,6 @@
 /*
- * curve.h: tuning curves, what bench/tuning_curve measures and plots.
+ * curve.h: tuning curves, what bench/tuning_curve measures (and
+ * bench/plot.py draws from its JSON).
  *
  * A curve is one search of one example: per trial, when its answer came
  * (seconds since the search started), the plan's time and the best time so
@@ -27,12 +28,5 @@ typedef struct curve_example {
 	double default_ms;  /* generation 0 of the genetic search: the default plan */
 	curve curves[CURVE_KINDS];
 } curve_example;
-
-/* Writes the plot of "n" examples, each searched for at most "trials"
- * trials, as a PNG to "path": per example, best / default against trials
- * and against seconds, the genetic search in blue, random search in
- * orange. Returns 0 or a negative errno code. */
-int curve_plot_write(const char *path, const curve_example *examples, int n,
-		     int trials);
 
 #endif

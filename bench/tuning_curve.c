@@ -13,18 +13,22 @@
  * worker, so that neither reuses kernels the other compiled.
  *
  * Prints one line per generation on stderr, a table on stdout and writes
- * the curves as a PNG (curve_plot.c) and, with --json, as JSON. The bar
- * the issue sets: on the median example, the genetic search reaches random
- * search's final best within half the trials.
+ * the curves as JSON (default tuning_curve.json); with --png, bench/plot.py
+ * (matplotlib) draws them from that JSON. The bar the issue sets: on the
+ * median example, the genetic search reaches random search's final best
+ * within half the trials.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <glob.h>
 #include <math.h>
+#include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -43,7 +47,8 @@ static const char usage[] =
 	"                    [--trials N] [--population N] [--seed S]\n"
 	"                    [--png FILE] [--json FILE]\n"
 	"Runs the genetic search and random search on each example with the same\n"
-	"budget of trials; prints a table, writes the curves as a PNG plot.\n"
+	"budget of trials; prints a table, writes the curves as JSON (default\n"
+	"tuning_curve.json) and, with --png, plots them (bench/plot.py).\n"
 	"Examples are names in examples/ or paths; default: " DEFAULT_EXAMPLES ".\n";
 
 /* Population 16, not the daemon's 32: with a budget of 48 trials, 32 would
@@ -55,8 +60,8 @@ typedef struct bench_options {
 	int trials;
 	int population;
 	unsigned seed;
-	const char *png;
-	const char *json;      /* NULL: none */
+	const char *png; /* NULL: no plot */
+	const char *json;
 } bench_options;
 
 /* What every trial of one example needs. */
@@ -431,23 +436,44 @@ static int write_json(const bench_options *opt, const curve_example *examples,
 	return n < 0 ? -EIO : 0;
 }
 
-/* The PNG and the JSON, saying where they went. */
+/* Runs bench/plot.py on the JSON, which says why where it fails (no
+ * matplotlib, a file it cannot write). */
+static int plot(const bench_options *opt)
+{
+	char *argv[] = {BENCH_PLOT, "curves", (char *)opt->json, (char *)opt->png,
+			NULL};
+	pid_t pid;
+	int rc, status;
+
+	fflush(stdout);
+	rc = posix_spawn(&pid, argv[0], NULL, NULL, argv, environ);
+	if (rc) {
+		fprintf(stderr, "tuning_curve: cannot run " BENCH_PLOT ": %s\n",
+			strerror(rc));
+		return -rc;
+	}
+	if (waitpid(pid, &status, 0) < 0)
+		return -errno;
+	if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+		fprintf(stderr, "tuning_curve: " BENCH_PLOT " failed, no plot\n");
+		return -EIO;
+	}
+	printf("plot: %s (best / default plan against trials, left, and "
+	       "seconds, right; genetic blue, random orange)\n",
+	       opt->png);
+	return 0;
+}
+
+/* The JSON and, with --png, its plot, saying where they went. */
 static int write_outputs(const bench_options *opt, const curve_example *examples,
 			 int n)
 {
-	int rc = curve_plot_write(opt->png, examples, n, opt->trials);
-
-	if (rc < 0)
-		fprintf(stderr, "tuning_curve: cannot write '%s': %s\n", opt->png,
-			strerror(-rc));
-	else
-		printf("plot: %s (best / default plan against trials, left, and "
-		       "seconds, right; genetic blue, random orange)\n", opt->png);
-	if (opt->json && write_json(opt, examples, n) < 0) {
+	if (write_json(opt, examples, n) < 0) {
 		fprintf(stderr, "tuning_curve: cannot write '%s'\n", opt->json);
-		rc = -EIO;
+		return -EIO;
 	}
-	return rc;
+	printf("curves: %s\n", opt->json);
+	return opt->png ? plot(opt) : 0;
 }
 
 static void free_examples(curve_example *examples, int n)
@@ -460,9 +486,12 @@ static void free_examples(curve_example *examples, int n)
 
 int main(int argc, char **argv)
 {
-	bench_options opt = {.backend = "cpu", .examples = DEFAULT_EXAMPLES,
-			     .trials = 48, .population = 16,
-			     .seed = 1, .png = "tuning_curve.png"};
+	bench_options opt = {.backend = "cpu",
+			     .examples = DEFAULT_EXAMPLES,
+			     .trials = 48,
+			     .population = 16,
+			     .seed = 1,
+			     .json = "tuning_curve.json"};
 	curve_example *examples = NULL;
 	glob_t paths;
 	int rc = parse_options(argc, argv, &opt), n = 0;
