@@ -59,14 +59,8 @@
 /* A candidate whose first run is this many times slower than the best is
  * not timed further (tuner/measure.c, cutoff_ms). */
 #define CUTOFF 3.0
-/* A new version's median must beat the old by this much at least. */
-#define NOISE 0.03
 /* Candidates of a generation re-timed against the version. */
 #define CHALLENGERS 2
-#define RETIME_ROUNDS 7
-#define ROUNDS_TO_WIN 6
-#define ROUNDS_TO_EXTEND 4
-#define EXTENDED_TO_WIN 11 /* of 2 * RETIME_ROUNDS */
 /* How long a trial times each kernel and the whole plan, at least 3 runs:
  * a trial only ranks candidates; versions are decided by the re-timing. */
 #define TRIAL_TIMING_MS 100.0
@@ -87,12 +81,14 @@ enum stage { TO_COMPILE, COMPILING, READY, MEASURING, DONE };
  * first. */
 enum search_step { SEARCH_NONE, SEARCH_ACTIVATE, SEARCH_GENERATION, SEARCH_FILL };
 
-typedef struct candidate {
+/* A candidate of a job's open generation on its way through the
+ * pipeline: compiled, then measured. */
+typedef struct pipeline_plan {
 	json_t *plan;
 	enum stage stage;
 	double ms;      /* INFINITY when it failed */
 	json_t *answer; /* the measurement's answer, when ok */
-} candidate;
+} pipeline_plan;
 
 typedef struct runner_job {
 	int64_t id;
@@ -122,7 +118,7 @@ typedef struct runner_job {
 	json_t *first;
 	double first_ms, version_ms;
 	json_t *retimed;  /* what the last re-timing found, for the event */
-	candidate *cands;   /* the generation's, by the search's handles */
+	pipeline_plan *cands;   /* the generation's, by the search's handles */
 	int ncands, open;
 	int room;           /* the candidates the generation may have */
 	struct runner_job *next;
@@ -305,7 +301,7 @@ static void add_candidates(tuned_runner *r, runner_job *job, json_t *plans)
 	json_array_foreach(plans, i, plan) {
 		if (job->ncands >= job->room)
 			break;
-		job->cands[job->ncands++] = (candidate){json_incref(plan), TO_COMPILE,
+		job->cands[job->ncands++] = (pipeline_plan){json_incref(plan), TO_COMPILE,
 							INFINITY, NULL};
 		job->open++;
 	}
@@ -341,7 +337,7 @@ static json_t *generation_data(const runner_job *job)
 /* A candidate becomes the key's version, at "median_ms", when the
  * version the job started from took "first_ms" beside it (the candidate's
  * own time when it is the first). */
-static void publish(tuned_runner *r, runner_job *job, const candidate *c,
+static void publish(tuned_runner *r, runner_job *job, const pipeline_plan *c,
 		    double median_ms, double spread_ms, double first_ms)
 {
 	tuned_result *version = result_new(job, TUNED_RESULT_VERSION);
@@ -610,7 +606,7 @@ static void drop_pending(tuned_runner *r, runner_job *job)
 
 /* One candidate finished, at "ms" (INFINITY: failed); the generation may
  * be over. The search is told when the next one starts. */
-static void candidate_done(tuned_runner *r, runner_job *job, candidate *c, double ms)
+static void candidate_done(tuned_runner *r, runner_job *job, pipeline_plan *c, double ms)
 {
 	c->stage = DONE;
 	c->ms = ms;
@@ -743,7 +739,7 @@ static void propose_generation(tuned_runner *r, runner_job *job)
 	job->generation = tuner_search_generations(job->search);
 	job->room = job->max_trials > 0 ? job->max_trials - job->trials : TUNER_POPULATION;
 	job->room = job->room < TUNER_POPULATION ? job->room : TUNER_POPULATION;
-	if (!(job->cands = calloc(job->room + 1, sizeof(candidate)))) {
+	if (!(job->cands = calloc(job->room + 1, sizeof(pipeline_plan)))) {
 		job->proposing = false;
 		return end_job(r, job, "out of memory");
 	}
@@ -773,10 +769,10 @@ static void search_thread(void *arg)
 }
 
 /* The first candidate at "stage" of the first job in order, or NULL. */
-static candidate *pick(tuned_runner *r, enum stage stage, runner_job **of)
+static pipeline_plan *pick(tuned_runner *r, enum stage stage, runner_job **of)
 {
 	runner_job *best = NULL;
-	candidate *found = NULL;
+	pipeline_plan *found = NULL;
 
 	for (runner_job *job = r->jobs; job; job = job->next) {
 		if (!job->active || (best && !goes_before(job, best)))
@@ -853,7 +849,7 @@ static bool ask_device(tuned_runner *r, tuner_worker *worker, json_t *request,
 /* What it takes to reproduce a trial that crashed or hung its worker:
  * the graph as the worker read it (canonical, as the plan numbers it),
  * the kernels' sources, the worker's last words, how it died. */
-static void add_bundle(tuned_runner *r, runner_job *job, const candidate *c,
+static void add_bundle(tuned_runner *r, runner_job *job, const pipeline_plan *c,
 		       tuner_worker *worker, const tuner_reply *reply, double limit_s,
 		       tuned_result *trial)
 {
@@ -865,7 +861,7 @@ static void add_bundle(tuned_runner *r, runner_job *job, const candidate *c,
 }
 
 /* A trial's result for the loop thread (the cache and clients). */
-static void push_trial(tuned_runner *r, runner_job *job, const candidate *c,
+static void push_trial(tuned_runner *r, runner_job *job, const pipeline_plan *c,
 		       tuner_worker *worker, const tuner_reply *reply, bool delivered,
 		       double limit_s)
 {
@@ -892,7 +888,7 @@ static bool answered_ok(const tuner_reply *reply)
 /* Compiles one candidate into the shared folder: success hands it to the
  * measurement thread; a failure is the candidate's trial. */
 static void compile_one(tuned_runner *r, tuner_worker *worker, runner_job *job,
-			candidate *c)
+			pipeline_plan *c)
 {
 	json_t *request = json_pack("{s:s, s:s, s:O}", "op", "compile", "graph",
 				    job->graph_text, "plan", c->plan);
@@ -917,7 +913,7 @@ static void compile_one(tuned_runner *r, tuner_worker *worker, runner_job *job,
 
 /* A quarantined candidate is not compiled (so never measured): it fails
  * at once. */
-static void skip_candidate(tuned_runner *r, runner_job *job, candidate *c)
+static void skip_candidate(tuned_runner *r, runner_job *job, pipeline_plan *c)
 {
 	push_skipped(r, job, c->plan);
 	candidate_done(r, job, c, INFINITY);
@@ -930,7 +926,7 @@ static void compile_thread(worker_thread *t)
 {
 	tuned_runner *r = t->runner;
 	runner_job *job;
-	candidate *c;
+	pipeline_plan *c;
 
 	uv_mutex_lock(&r->lock);
 	while (!r->stopping) {
@@ -949,7 +945,7 @@ static void compile_thread(worker_thread *t)
  * verified on the same inputs (the job's id seeds them), so that the
  * worker computes the reference once (kernels/verify.c). */
 static void measure_one(tuned_runner *r, tuner_worker *worker, runner_job *job,
-			candidate *c)
+			pipeline_plan *c)
 {
 	double best = job->best_ms;
 	json_t *request = json_pack("{s:s, s:O, s:I, s:{s:f}}", "graph", job->graph_text,
@@ -1024,7 +1020,7 @@ static json_t *side_by_side(tuned_runner *r, tuner_worker *worker, runner_job *j
 	double limit_s = job->limit_s * (double)json_array_size(plans);
 	json_t *request = json_pack("{s:s, s:s, s:o, s:I, s:i}", "op", "retime", "graph",
 				    job->graph_text, "plans", plans, "seed",
-				    (json_int_t)job->id, "rounds", RETIME_ROUNDS);
+				    (json_int_t)job->id, "rounds", TUNER_RETIME_ROUNDS);
 	tuner_reply reply = {0};
 	json_t *times;
 
@@ -1036,141 +1032,51 @@ static json_t *side_by_side(tuned_runner *r, tuner_worker *worker, runner_job *j
 	return times;
 }
 
-static double entry_ms(const json_t *times, int i, const char *field)
-{
-	return json_number_value(json_object_get(json_array_get(times, i), field));
-}
-
-/* How many rounds "challenger" (entry c of "times") was faster than the
- * version (entry 0) in. */
-static int rounds_won(const json_t *times, int c)
-{
-	const json_t *mine = json_object_get(json_array_get(times, c), "rounds_ms");
-	const json_t *theirs = json_object_get(json_array_get(times, 0), "rounds_ms");
-	int won = 0;
-
-	for (size_t i = 0; i < json_array_size(mine) && i < json_array_size(theirs); i++)
-		won += json_number_value(json_array_get(mine, i)) <
-		       json_number_value(json_array_get(theirs, i));
-	return won;
-}
-
-/* What a re-timing found of the version and its best challenger. */
-typedef struct verdict {
-	int best;           /* the challenger with the lowest median, or -1: an
-			     * index in the re-timed plans past the version,
-			     * then (retime) in the job's candidates */
-	double version_ms, best_ms, best_spread;
-	double first_ms;    /* the version the job started from, in the same
-			     * re-timing (the version's time when it is it) */
-	int won, rounds;
-	bool fewer_kernels; /* published as no slower in fewer kernels */
-} verdict;
-
-/* The time of the version the job started from in "times": the entry
- * after the "nchallengers" challengers when it was re-timed apart,
- * else the version's. */
-static double first_of(const runner_job *job, const json_t *times, int nchallengers)
-{
-	return entry_ms(times, first_replaced(job) ? nchallengers + 1 : 0, "median_ms");
-}
-
-static void judge(const runner_job *job, const json_t *times, int nchallengers,
-		  verdict *v)
-{
-	*v = (verdict){.best = -1, .best_ms = INFINITY, .rounds = RETIME_ROUNDS,
-		       .version_ms = entry_ms(times, 0, "median_ms"),
-		       .first_ms = first_of(job, times, nchallengers)};
-	for (int i = 0; i < nchallengers; i++)
-		if (entry_ms(times, i + 1, "median_ms") > 0 &&
-		    entry_ms(times, i + 1, "median_ms") < v->best_ms) {
-			v->best_ms = entry_ms(times, i + 1, "median_ms");
-			v->best_spread = entry_ms(times, i + 1, "spread_ms");
-			v->best = i;
-		}
-	v->won = v->best >= 0 ? rounds_won(times, v->best + 1) : 0;
-}
-
-/* A close call (the challenger's median lower by the noise, but only
- * ROUNDS_TO_EXTEND to ROUNDS_TO_WIN - 1 rounds won) gets RETIME_ROUNDS more
- * rounds of the two (and of the version the job started from, for the
- * speedup); its verdict then counts the rounds of both. */
+/* A close call (tuner_retime_close) gets TUNER_RETIME_ROUNDS more rounds
+ * of the version and its best challenger, of the candidates "picked"
+ * (and of the version the job started from, for the speedup); its
+ * verdict then counts the rounds of both. */
 static void extend_if_close(tuned_runner *r, tuner_worker *worker, runner_job *job,
-			    const candidate *challenger, verdict *v)
+			    const int *picked, tuner_verdict *v)
 {
 	json_t *plans, *more;
-	int won_before = v->won, which = v->best;
 
-	if (v->best < 0 || v->won >= ROUNDS_TO_WIN || v->won < ROUNDS_TO_EXTEND ||
-	    !(v->best_ms < v->version_ms * (1 - NOISE)))
+	if (!tuner_retime_close(v))
 		return;
-	plans = json_pack("[O, O]", job->incumbent, challenger->plan);
+	plans = json_pack("[O, O]", job->incumbent, job->cands[picked[v->best]].plan);
 	if (plans && first_replaced(job))
 		json_array_append(plans, job->first);
 	if (!(more = side_by_side(r, worker, job, plans)))
 		return;
-	judge(job, more, 1, v);
-	v->best = v->best >= 0 ? which : -1;
-	v->won += won_before;
-	v->rounds = 2 * RETIME_ROUNDS;
+	tuner_retime_extend(v, &(tuner_retiming){more, 1, first_replaced(job), NULL});
 	json_decref(more);
 }
 
-/* When the fastest challenger is not published: the challenger in fewest
- * kernels, if fewer than the version's, whose median is no higher than
- * the version's and which won more than half the rounds of the first
- * re-timing ("times", the version first). The launches
- * and memory traffic a fusion saves can lie below the noise of timing
- * side by side; where the timing cannot tell the two apart, the plan in
- * fewer kernels goes. */
-static void prefer_fewer_kernels(const runner_job *job, const json_t *times,
-				 const int *picked, int npicked, verdict *v)
+/* The kernels of the version, then of each of the candidates "picked",
+ * into "kernels". */
+static void kernels_of_retimed(const runner_job *job, const int *picked, int npicked,
+			       int *kernels)
 {
-	double version_ms = entry_ms(times, 0, "median_ms"), ms;
-	int fewest = -1, kernels = kernels_of(job->incumbent);
-
+	kernels[0] = kernels_of(job->incumbent);
 	for (int i = 0; i < npicked; i++)
-		if (kernels_of(job->cands[picked[i]].plan) < kernels) {
-			fewest = i;
-			kernels = kernels_of(job->cands[picked[i]].plan);
-		}
-	if (fewest < 0)
-		return;
-	ms = entry_ms(times, fewest + 1, "median_ms");
-	if (!(version_ms > 0) || !(ms > 0) || ms > version_ms ||
-	    2 * rounds_won(times, fewest + 1) <= RETIME_ROUNDS)
-		return;
-	*v = (verdict){picked[fewest], version_ms, ms, entry_ms(times, fewest + 1, "spread_ms"),
-		       first_of(job, times, npicked), rounds_won(times, fewest + 1),
-		       RETIME_ROUNDS, true};
+		kernels[i + 1] = kernels_of(job->cands[picked[i]].plan);
 }
 
-/* Re-times the generation's challengers side by side with the version.
- * The challenger with the lowest median is published only if it beats the
- * version in at least ROUNDS_TO_WIN of the RETIME_ROUNDS rounds (a sign
- * test: by chance 6% of the time), or, in a close call, in
- * EXTENDED_TO_WIN of twice as many (3%), and its median by the noise
- * (3%): load that drifts during the re-timing hits both alike, round by
- * round. Else one in fewer kernels may be (prefer_fewer_kernels). */
+/* Re-times the generation's challengers side by side with the version,
+ * and publishes the one the verdict says (tuner_retime_publishes), if
+ * any. */
 static void retime(tuned_runner *r, tuner_worker *worker, runner_job *job)
 {
-	int picked[CHALLENGERS], npicked = 0;
+	int picked[CHALLENGERS], npicked = 0, kernels[CHALLENGERS + 1];
 	json_t *times = side_by_side(r, worker, job, retime_plans(job, picked, &npicked));
-	verdict v;
+	tuner_retiming t = {times, npicked, first_replaced(job), kernels};
+	tuner_verdict v;
 	bool published;
 
-	judge(job, times, npicked, &v);
-	if (v.best >= 0)
-		v.best = picked[v.best];
-	if (v.best >= 0)
-		extend_if_close(r, worker, job, &job->cands[v.best], &v);
-	published = v.best >= 0 && v.version_ms > 0 &&
-		    v.won >= (v.rounds > RETIME_ROUNDS ? EXTENDED_TO_WIN : ROUNDS_TO_WIN) &&
-		    v.best_ms < v.version_ms * (1 - NOISE);
-	if (!published && v.version_ms > 0) {
-		prefer_fewer_kernels(job, times, picked, npicked, &v);
-		published = v.fewer_kernels;
-	}
+	kernels_of_retimed(job, picked, npicked, kernels);
+	tuner_retime_judge(&t, &v);
+	extend_if_close(r, worker, job, picked, &v);
+	published = tuner_retime_publishes(&t, &v);
 	json_decref(times);
 	job->retimed = json_pack("{s:o, s:o, s:o, s:i, s:i, s:b, s:b}",
 		"version_ms", v.version_ms > 0 ? json_real(v.version_ms) : json_null(),
@@ -1179,7 +1085,8 @@ static void retime(tuned_runner *r, tuner_worker *worker, runner_job *job)
 		"rounds_won", v.won, "rounds", v.rounds, "published", published,
 		"fewer_kernels", v.fewer_kernels);
 	if (published) {
-		publish(r, job, &job->cands[v.best], v.best_ms, v.best_spread, v.first_ms);
+		publish(r, job, &job->cands[picked[v.best]], v.best_ms, v.best_spread,
+			v.first_ms);
 	} else if (v.version_ms > 0) {
 		job->version_ms = v.version_ms;
 		job->first_ms = v.first_ms;
@@ -1220,7 +1127,7 @@ static void measure_thread(worker_thread *t)
 {
 	tuned_runner *r = t->runner;
 	runner_job *job;
-	candidate *c;
+	pipeline_plan *c;
 
 	uv_mutex_lock(&r->lock);
 	probe(r, t->worker);

@@ -156,6 +156,8 @@ typedef struct tuner_search_options {
 
 #define TUNER_POPULATION 32
 #define TUNER_STALL 5
+/* The noise of timing: a gain, and a new version (retime.c), is a time
+ * lower by this share at least. */
 #define TUNER_NOISE 0.03
 #define TUNER_FILTER_FACTOR 4.0
 
@@ -222,6 +224,69 @@ double tuner_search_best(__tuner_keep const tuner_search *s);
 /* The "n" best plans recorded or known, best first, as a JSON array. */
 __tuner_give json_t *tuner_search_best_plans(__tuner_keep const tuner_search *s, int n);
 void tuner_search_free(__tuner_take tuner_search *s);
+
+/* retime.c: the verdict of a re-timing (docs/design/tuning.md, "Versions only
+ * on real improvement"). The version and the generation's best
+ * candidates, its challengers, are timed side by side ({"op": "retime"},
+ * TUNER_RETIME_ROUNDS rounds, each timing every plan in turn). The
+ * challenger with the lowest median beats the version only if it was
+ * faster in at least TUNER_ROUNDS_TO_WIN of the rounds (a sign test: by
+ * chance 6% of the time), or, in a close call given as many rounds more,
+ * in TUNER_EXTENDED_TO_WIN of them all (3%), and its median is lower by
+ * the noise (TUNER_NOISE): load that drifts during the re-timing hits
+ * both alike, round by round. Else a challenger in fewer kernels than
+ * the version may be, where the timing cannot tell the two apart. */
+#define TUNER_RETIME_ROUNDS 7
+#define TUNER_ROUNDS_TO_WIN 6
+#define TUNER_ROUNDS_TO_EXTEND 4
+#define TUNER_EXTENDED_TO_WIN 11 /* of 2 * TUNER_RETIME_ROUNDS */
+
+/* What a re-timing answered: "times", one entry per plan timed
+ * ({"median_ms", "spread_ms", "rounds_ms": [...]}, or {"error"}): the
+ * version's, then those of "challengers" challengers, then, when
+ * "first_apart", that of the version the job started from (else that is
+ * the version). "kernels": the kernels of the version's plan, then of
+ * each challenger's (only tuner_retime_publishes reads them). */
+typedef struct tuner_retiming {
+	const json_t *times;
+	int challengers;
+	bool first_apart;
+	const int *kernels;
+} tuner_retiming;
+
+/* What a re-timing found of the version and its best challenger. */
+typedef struct tuner_verdict {
+	int best;           /* the challenger with the lowest median (0 for
+			     * the first), or -1 */
+	double version_ms, best_ms, best_spread;
+	double first_ms;    /* the version the job started from, in the same
+			     * re-timing (the version's time when it is it) */
+	int won, rounds;    /* the rounds the best won, of how many */
+	bool fewer_kernels; /* published as no slower in fewer kernels */
+} tuner_verdict;
+
+/* How many rounds entry "entry" of "times" was faster than the version
+ * (entry 0) in. */
+int tuner_rounds_won(__tuner_keep const json_t *times, int entry);
+/* The verdict of re-timing "t" on its best challenger, before any rule. */
+void tuner_retime_judge(const tuner_retiming *t, tuner_verdict *v);
+/* Whether "v" is a close call: its challenger's median lower by the
+ * noise, but only TUNER_ROUNDS_TO_EXTEND to TUNER_ROUNDS_TO_WIN - 1
+ * rounds won. Then the version and that challenger (and the version the
+ * job started from) are re-timed TUNER_RETIME_ROUNDS rounds more. */
+bool tuner_retime_close(const tuner_verdict *v);
+/* "v" after the close call's rounds more, "more" (its one challenger the
+ * best of "v"): their times, and the rounds of both re-timings. */
+void tuner_retime_extend(tuner_verdict *v, const tuner_retiming *more);
+/* Whether the verdict "v" of re-timing "t" makes a new version: its best
+ * challenger if it beat the version (see above); else, when the version
+ * was timed, the challenger in fewest kernels, if fewer than the
+ * version's, whose median is no higher than the version's and which won
+ * more than half the rounds of "t" ("v" then says it: fewer_kernels). The
+ * launches and memory traffic a fusion saves can lie below the noise of
+ * timing side by side; where the timing cannot tell the two apart, the
+ * plan in fewer kernels goes. */
+bool tuner_retime_publishes(const tuner_retiming *t, tuner_verdict *v);
 
 /* cost.c: NeoFlow's optimistic estimate of a plan on a device with the
  * measured "peaks": per kernel, the longer of the bytes it must move over
