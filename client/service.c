@@ -33,6 +33,7 @@
 #include <jansson.h>
 
 #include "cache.h"
+#include "common.h"
 #include "transfer.h"
 #include "tunectl.h"
 #include "tuned_client.h"
@@ -689,7 +690,7 @@ static void print_submitted(const service_options *o,
 
 static int cmd_submit(tuned_client *client, const service_options *o)
 {
-	char *graph = tunectl_read_text(o->arg);
+	char *graph = tuned_read_file(o->arg, NULL);
 	tuned_client_submit_options options = {.budget_s = o->budget_s,
 					       .priority = o->priority,
 					       .trials = o->trials};

@@ -42,22 +42,6 @@ static const char *code_name(int code)
 	}
 }
 
-char *tunectl_read_text(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	char *text = NULL;
-	size_t len = 0;
-
-	if (!f)
-		return NULL;
-	if (getdelim(&text, &len, '\0', f) < 0) {
-		free(text);
-		text = NULL;
-	}
-	fclose(f);
-	return text;
-}
-
 void tunectl_print_json(json_t *obj)
 {
 	char *text = json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER);

@@ -12,9 +12,6 @@
 #define EXIT_INVALID 1
 #define EXIT_USAGE 2
 
-/* The whole file at "path" (caller frees), or NULL. */
-char *tunectl_read_text(const char *path);
-
 /* Prints "obj" (taken) indented, on stdout. */
 void tunectl_print_json(json_t *obj);
 
