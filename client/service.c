@@ -216,41 +216,6 @@ static int write_json(const char *path, json_t *value)
 	return rc;
 }
 
-static int b64_value(int c)
-{
-	static const char digits[] =
-		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-	const char *p = c ? strchr(digits, c) : NULL;
-
-	return p ? (int)(p - digits) : -1;
-}
-
-/* Decodes the base64 "text" into a new buffer: *len bytes; NULL when it is
- * not base64 or memory runs out. */
-static unsigned char *b64_decode(const char *text, size_t *len)
-{
-	size_t n = strlen(text), out = 0;
-	unsigned char *bytes = malloc(n / 4 * 3 + 3);
-	unsigned bits = 0;
-	int nbits = 0, v;
-
-	for (size_t i = 0; bytes && i < n; i++) {
-		if (text[i] == '=' || text[i] == '\n' || text[i] == '\r')
-			continue;
-		if ((v = b64_value(text[i])) < 0) {
-			free(bytes);
-			return NULL;
-		}
-		bits = (bits << 6 | (unsigned)v) & 0xffffff;
-		if ((nbits += 6) >= 8) {
-			nbits -= 8;
-			bytes[out++] = (unsigned char)(bits >> nbits);
-		}
-	}
-	*len = out;
-	return bytes;
-}
-
 /* Events as text: for watch, and for the progress of submit --wait. */
 
 /* The decimals that show "ms" to three significant digits, at least 3:
@@ -1037,45 +1002,6 @@ static int write_launch(out_files *f, json_t *result)
 	return rc;
 }
 
-/* One binary: base64 text, or {format?, data}. */
-static int write_binary(out_files *f, json_t *item, size_t i, bool alone)
-{
-	const char *data = json_is_string(item) ? json_string_value(item) :
-			   json_string_value(json_object_get(item, "data"));
-	const char *format = json_string_value(json_object_get(item, "format"));
-	unsigned char *bytes;
-	char name[96];
-	size_t len;
-	int rc;
-
-	snprintf(f->path, sizeof(f->path), "%s/binaries[%zu]", f->dir, i);
-	if (!data || !(bytes = b64_decode(data, &len)))
-		return refuse_file(f, "binary %zu is not base64", i);
-	if (!format)
-		format = f->cuda ? "cubin" : "so";
-	if (alone)
-		snprintf(name, sizeof(name), "kernels.%.16s", format);
-	else
-		snprintf(name, sizeof(name), "kernel_%zu.%.16s", i, format);
-	rc = put_file(f, name, NULL, bytes, len);
-	free(bytes);
-	return rc;
-}
-
-/* "binaries", when the result has them: one, or one per kernel. */
-static int write_binaries(out_files *f, json_t *result)
-{
-	json_t *binaries = json_object_get(result, "binaries"), *item;
-	size_t i;
-
-	if (json_is_string(binaries))
-		return write_binary(f, binaries, 0, true);
-	json_array_foreach(binaries, i, item)
-		if (write_binary(f, item, i, false) < 0)
-			return -1;
-	return 0;
-}
-
 static int write_result(const service_options *o, json_t *result,
 			json_t *written)
 {
@@ -1089,8 +1015,7 @@ static int write_result(const service_options *o, json_t *result,
 	if (!json_is_object(plan))
 		return fail_with(o, "the result for %s has no plan", o->arg);
 	if (put_file(&f, "plan.json", plan, NULL, 0) < 0 ||
-	    write_sources(&f, result) < 0 || write_launch(&f, result) < 0 ||
-	    write_binaries(&f, result) < 0)
+	    write_sources(&f, result) < 0 || write_launch(&f, result) < 0)
 		return fail_with(o, "%s: %s", f.path, f.why);
 	return 0;
 }
@@ -1129,7 +1054,6 @@ static int cmd_fetch(tuned_client *client, const service_options *o)
 	else if (o->as_json) {
 		if (o->out_dir) {
 			json_object_del(result, "sources");
-			json_object_del(result, "binaries");
 			json_object_set(result, "files", written);
 		}
 		tunectl_print_json(json_incref(result));
@@ -1735,7 +1659,7 @@ static const service_command commands[] = {
 	  "the best result so far: key, version, median_ms and device\n",
 	  {TUNECTL_VALUE("out", "DIR",
 			 "write plan.json (for run --plan), kernel_<n>.c\n"
-			 "or .cu, launch.json and binaries into DIR\n"),
+			 "or .cu, and launch.json into DIR\n"),
 	   TUNECTL_VALUE("min-version", "N", "only a version at least N\n"),
 	   TUNECTL_VALUE("timeout", "MS",
 			 "wait up to MS milliseconds for one (default:\n"
