@@ -13,6 +13,8 @@
  * root's tile or that tile widened to whole rows, and, when the device's
  * peaks are known, not raise the cost model's estimate. Analyses are
  * remembered by group, tile and lanes: genomes share most of them.
+ * tunectl explain shows the same planner at work (tuner_fusion_edges,
+ * tuner.h): every edge gene on, each merge told as it is tried.
  */
 #include <math.h>
 #include <stdio.h>
@@ -384,8 +386,8 @@ static bool accepted(const tuner_fusion *f, const kgen_kernel *k, kgen_error *er
 		elements *= k->schedule.tile[d];
 	if (root->reducer != SCHED_RED_NONE && elements > MAX_CPU_TILE)
 		return kgen_fail(err, KGEN_EPLAN, "the root '%s' reduces into a tile of "
-				 "%lld elements, more than the cpu's %d accumulators",
-				 t->name, (long long)elements, MAX_CPU_TILE), false;
+				 "%lld elements, more than the %d accumulators a tile "
+				 "may hold", t->name, (long long)elements, MAX_CPU_TILE), false;
 	if (kgen_kernel_group(f->graph, k, f->cuda, &group, err) < 0)
 		return false;
 	sched_group_free(group);
