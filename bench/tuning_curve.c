@@ -32,6 +32,7 @@
 
 #include <jansson.h>
 
+#include "common.h"
 #include "curve.h"
 #include "scheduler.h"
 #include "trial.h"
@@ -160,21 +161,6 @@ static void example_name(const char *path, char *name, size_t size)
 	snprintf(name, size, "%.*s", (int)n, base);
 }
 
-static char *read_text(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	char *text = NULL;
-	long n;
-
-	if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
-	    fseek(f, 0, SEEK_SET) == 0 && (text = malloc(n + 1))) {
-		text[fread(text, 1, n, f)] = 0;
-	}
-	if (f)
-		fclose(f);
-	return text;
-}
-
 /* One search under way. "seconds" is its own time so far (proposals and
  * trials), not counting the other search's generations in between. */
 typedef struct bench_search {
@@ -285,7 +271,7 @@ static int run_example(const bench_options *opt, const char *path,
 	bench_example ex = {.opt = opt, .name = out->name};
 	sched_graph *graph = NULL;
 	sched_error err = {0};
-	char *text = read_text(path);
+	char *text = tuned_read_file(path, NULL);
 	int rc = text ? sched_graph_read_string(text, &graph, &err) : -errno;
 
 	example_name(path, out->name, sizeof(out->name));

@@ -1,8 +1,8 @@
 /*
  * explain_fusion.c: what tunectl explain shows of the fusion planner
- * (scheduler/fusion.c): every dependence between two ops and its width,
- * the fused groups a greedy walk over the dependences forms, the plan of
- * those groups, and all of it as a Graphviz file.
+ * (scheduler/fusion.c, tuner/fuse.c): every dependence between two ops
+ * and its width, the merges the planner tries and the fused groups it
+ * makes, the plan of those groups, and all of it as a Graphviz file.
  *
  * Dependences. For each producer -> consumer pair (the consumer reads the
  * producer's target), the pair is analysed as one group with the consumer
@@ -10,14 +10,10 @@
  * threads a block: its width is the consumer stage's (thread or block),
  * or global when the pair cannot be fused, with the reason.
  *
- * Groups. Every op starts alone; the dependences are walked in order of
- * their consumer in dependence order, then of their producer, and the
- * producer's group joins the consumer's when the union is a legal kernel:
- * one root (the consumer group's), a launch order left for every group,
- * and legal under the root's default tile or, failing that, under that tile
- * with every dim after the first widened to the whole extent. Legal means
- * that the plan of all groups reads back with kgen_plan_from_json, which
- * analyses each fused group (sched_group_new) and checks its schedule.
+ * Groups. They are the planner's own (tuner_fusion_edges): the plan a
+ * search's genes decode to with every edge gene on and every sibling
+ * gene off, on the default schedules, for the cuda backend, without a
+ * cost model; each merge it tries is recorded as it tells it.
  *
  * Everything is computed as JSON first; the text and the Graphviz file are
  * printed from it.
@@ -35,6 +31,7 @@
 #include "kgen.h"
 #include "scheduler.h"
 #include "tunectl.h"
+#include "tuner.h"
 
 #define PAIR_THREADS 256
 
@@ -43,16 +40,11 @@ typedef struct fusion {
 	isl_ctx *ctx;
 	int n;                /* ops */
 	const int *order;     /* dependence order */
-	int *pos;             /* op -> its place in order */
 	int *target;          /* op -> the tensor it writes */
 	bool *reads;          /* reads[c * n + p]: c reads p's target */
 	kgen_plan *defaults;  /* one kernel per op, the default schedules */
 	int *default_of;      /* op -> its kernel in defaults */
-	/* The groups, each named by one of its ops: */
-	int *group_of;        /* op -> its group */
-	int *root;            /* group -> its root */
-	int64_t (*tile)[SCHED_MAX_RANK]; /* group -> its tile */
-	bool *widened;        /* group -> whether its tile is widened */
+	json_t *merges;       /* the merges the planner tried, as it told them */
 } fusion;
 
 static const char *tensor_of(const fusion *f, int op)
@@ -109,14 +101,10 @@ static int op_target(const fusion *f, int op)
 static void fusion_release(fusion *f)
 {
 	kgen_plan_free(f->defaults);
-	free(f->pos);
 	free(f->target);
 	free(f->reads);
 	free(f->default_of);
-	free(f->group_of);
-	free(f->root);
-	free(f->tile);
-	free(f->widened);
+	json_decref(f->merges);
 	isl_ctx_free(f->ctx);
 }
 
@@ -126,36 +114,23 @@ static int fusion_init(fusion *f, const sched_graph *graph)
 
 	*f = (fusion){.graph = graph, .n = n, .order = sched_graph_order(graph)};
 	f->ctx = isl_ctx_alloc();
-	f->pos = calloc(n, sizeof(int));
 	f->target = calloc(n, sizeof(int));
 	f->reads = calloc((size_t)n * n, sizeof(bool));
 	f->default_of = calloc(n, sizeof(int));
-	f->group_of = calloc(n, sizeof(int));
-	f->root = calloc(n, sizeof(int));
-	f->tile = calloc(n, sizeof(*f->tile));
-	f->widened = calloc(n, sizeof(bool));
 	f->defaults = kgen_plan_default(graph);
-	if (!f->ctx || !f->pos || !f->target || !f->reads || !f->default_of ||
-	    !f->group_of || !f->root || !f->tile || !f->widened || !f->defaults)
+	f->merges = json_array();
+	if (!f->ctx || !f->target || !f->reads || !f->default_of || !f->defaults ||
+	    !f->merges)
 		return -1;
 	isl_options_set_on_error(f->ctx, ISL_ON_ERROR_CONTINUE);
-	for (int i = 0; i < n; i++) {
-		f->pos[f->order[i]] = i;
+	for (int i = 0; i < n; i++)
 		if ((f->target[i] = op_target(f, i)) < 0)
 			return -1;
-	}
 	for (int k = 0; k < f->defaults->nkernels; k++)
 		f->default_of[f->defaults->kernels[k].ops[0]] = k;
 	for (int c = 0; c < n; c++)
 		for (int p = 0; p < n; p++)
 			f->reads[c * n + p] = p != c && op_reads(f, c, f->target[p]);
-	for (int op = 0; op < n; op++) {
-		const kgen_schedule *s = &f->defaults->kernels[f->default_of[op]].schedule;
-
-		f->group_of[op] = op;
-		f->root[op] = op;
-		memcpy(f->tile[op], s->tile, sizeof(f->tile[op]));
-	}
 	return 0;
 }
 
@@ -235,259 +210,94 @@ static json_t *explain_dependences(fusion *f)
 	return list;
 }
 
-/* ---- groups and their plan ---- */
+/* ---- the planner's merges and groups ---- */
 
-/* The groups in a launch order: each after the groups it reads, the one
- * with the earliest op first. Fills "groups" (group names) and returns
- * how many, -1 when the groups read each other in a cycle, -2 when out of
- * memory. */
-static int launch_order(const fusion *f, int *groups)
+/* The root of kernel k, whose output its schedule cuts: the first of its
+ * ops that no other member reads (kgen_kernel_op's). */
+static int kernel_root(const fusion *f, const kgen_kernel *k)
 {
-	int n = f->n, count = 0, placed = 0;
-	bool *done = calloc(n, sizeof(bool)), *waits = calloc(n, sizeof(bool));
-
-	if (!done || !waits) {
-		free(done);
-		free(waits);
-		return -2;
-	}
-	for (int op = 0; op < n; op++)
-		count += f->group_of[op] == op;
-	while (placed < count) {
-		int next = -1;
-
-		memset(waits, 0, n * sizeof(bool)); /* reads a group not placed */
-		for (int c = 0; c < n; c++)
-			for (int p = 0; p < n; p++)
-				waits[f->group_of[c]] |= f->reads[c * n + p] &&
-					f->group_of[p] != f->group_of[c] &&
-					!done[f->group_of[p]];
-		for (int i = 0; i < n && next < 0; i++) { /* earliest op first */
-			int g = f->group_of[f->order[i]];
-
-			if (!done[g] && !waits[g])
-				next = g;
-		}
-		if (next < 0)
-			break;
-		done[next] = true;
-		groups[placed++] = next;
-	}
-	free(done);
-	free(waits);
-	return placed == count ? count : -1;
-}
-
-/* The plan of the groups in "groups" (a launch order): each kernel its
- * root's default schedule with the group's tile. */
-static kgen_plan *plan_of(const fusion *f, const int *groups, int count)
-{
-	kgen_plan *plan = calloc(1, sizeof(*plan));
-
-	if (!plan || !(plan->kernels = calloc(count, sizeof(kgen_kernel)))) {
-		free(plan);
-		return NULL;
-	}
-	plan->nkernels = count;
-	for (int k = 0; k < count; k++) {
-		kgen_kernel *kernel = &plan->kernels[k];
-		int g = groups[k];
-
-		*kernel = f->defaults->kernels[f->default_of[f->root[g]]];
-		memcpy(kernel->schedule.tile, f->tile[g], sizeof(f->tile[g]));
-		kernel->nops = 0;
-		for (int i = 0; i < f->n; i++)
-			if (f->group_of[f->order[i]] == g)
-				kernel->ops[kernel->nops++] = f->order[i];
-		snprintf(kernel->name, sizeof(kernel->name), "k%d_%s", k,
-			 tensor_of(f, f->root[g]));
-	}
-	return plan;
-}
-
-/* The plan of the current groups, checked by reading its JSON back;
- * NULL with the reason in "why" when it is not valid. */
-static kgen_plan *checked_plan(const fusion *f, char *why, size_t size)
-{
-	int *groups = malloc(f->n * sizeof(int)), count;
-	kgen_plan *plan = NULL, *checked = NULL;
-	kgen_error err = {0};
-	json_t *json;
-
-	if (!groups)
-		return snprintf(why, size, "out of memory"), NULL;
-	count = launch_order(f, groups);
-	if (count == -1)
-		snprintf(why, size, "the groups would read each other in a cycle: no "
-			 "launch order is left");
-	else if (count < 0 || !(plan = plan_of(f, groups, count)))
-		snprintf(why, size, "out of memory");
-	free(groups);
-	if (!plan)
-		return NULL;
-	json = kgen_plan_to_json(f->graph, plan);
-	kgen_plan_free(plan);
-	if (kgen_plan_from_json(f->graph, json, &checked, &err) < 0) {
-		const char *text = err.message;
-
-		if (!strncmp(text, "kernel '", 8) && strstr(text, "': "))
-			text = strstr(text, "': ") + 3; /* the kernel's name aside */
-		snprintf(why, size, "%s", text);
-	}
-	json_decref(json);
-	kgen_error_release(&err);
-	return checked;
-}
-
-static int group_size(const fusion *f, int g)
-{
-	int size = 0;
-
-	for (int op = 0; op < f->n; op++)
-		size += f->group_of[op] == g;
-	return size;
-}
-
-/* The members of group g that no other member reads: its roots. */
-static int group_roots(const fusion *f, int g, int *roots)
-{
-	int count = 0;
-
-	for (int i = 0; i < f->n; i++) {
-		int r = f->order[i];
+	for (int i = 0; i < k->nops; i++) {
 		bool read = false;
 
-		if (f->group_of[r] != g)
-			continue;
-		for (int c = 0; c < f->n && !read; c++)
-			read = f->group_of[c] == g && f->reads[c * f->n + r];
+		for (int j = 0; j < k->nops; j++)
+			read |= f->reads[k->ops[j] * f->n + k->ops[i]];
 		if (!read)
-			roots[count++] = r;
+			return k->ops[i];
 	}
-	return count;
+	return k->ops[0];
 }
 
-static void set_group(fusion *f, int from, int to)
+static json_t *tile_json(const fusion *f, const kgen_kernel *k)
 {
-	for (int op = 0; op < f->n; op++)
-		if (f->group_of[op] == from)
-			f->group_of[op] = to;
+	return dims_json(k->schedule.tile, rank_of(f, kernel_root(f, k)));
 }
 
-/* The group gc as it was before a merge: "members" back in gp. */
-static void undo_merge(fusion *f, const int *members, int count, int gp, int gc,
-		       const int64_t *tile, bool widened)
+/* "default" when kernel k runs on its root's default tile, "widened"
+ * when on that tile widened to whole rows, "library" for a library step. */
+static const char *tile_kind(const fusion *f, const kgen_kernel *k)
 {
-	for (int i = 0; i < count; i++)
-		f->group_of[members[i]] = gp;
-	memcpy(f->tile[gc], tile, sizeof(f->tile[gc]));
-	f->widened[gc] = widened;
+	if (k->schedule.library)
+		return "library";
+	return memcmp(k->schedule.tile, default_tile(f, kernel_root(f, k)),
+		      sizeof(k->schedule.tile)) ? "widened" : "default";
 }
 
-/* Merges p's group gp into c's group gc under "tile"; whether the plan
- * stays valid (else "why"). The caller undoes a merge it does not keep. */
-static bool try_tile(fusion *f, int gp, int gc, const int64_t *tile, bool widened,
-		     char *why, size_t size)
+/* Why the planner did not merge, for the outcomes that carry no reason
+ * of the analysis. */
+static json_t *outcome_reason(enum tuner_merge_outcome outcome)
 {
-	kgen_plan *plan;
-
-	memcpy(f->tile[gc], tile, sizeof(f->tile[gc]));
-	f->widened[gc] = widened;
-	set_group(f, gp, gc);
-	if (!(plan = checked_plan(f, why, size)))
-		return false;
-	kgen_plan_free(plan);
-	return true;
-}
-
-static json_t *tile_json(const fusion *f, int root, const int64_t *tile)
-{
-	return dims_json(tile, rank_of(f, root));
-}
-
-/* Why the union of gp and gc has other roots than gc's, or NULL. */
-static json_t *two_roots(fusion *f, int gp, int gc)
-{
-	int members[2 * KGEN_MAX_OPS], count = 0, roots[2 * KGEN_MAX_OPS], nroots;
-	char text[400];
-	size_t len;
-
-	for (int op = 0; op < f->n; op++)
-		if (f->group_of[op] == gp)
-			members[count++] = op;
-	set_group(f, gp, gc);
-	nroots = group_roots(f, gc, roots);
-	for (int i = 0; i < count; i++)
-		f->group_of[members[i]] = gp;
-	if (nroots == 1 && roots[0] == f->root[gc])
+	switch (outcome) {
+	case TUNER_MERGE_TOO_MANY:
+		return json_sprintf("a kernel has at most %d ops", KGEN_MAX_OPS);
+	case TUNER_MERGE_CYCLIC:
+		return json_string("an op outside the group would read it and feed "
+				   "it: the kernels could not be ordered");
+	case TUNER_MERGE_SLOWER:
+		return json_string("the cost model says the fused kernel is slower "
+				   "than its parts");
+	default:
 		return NULL;
-	len = (size_t)snprintf(text, sizeof(text), "the group would have %d roots, "
-			       "ops no other member reads (", nroots);
-	for (int i = 0; i < nroots && len < sizeof(text); i++)
-		len += (size_t)snprintf(text + len, sizeof(text) - len, "%s'%s'",
-					i ? ", " : "", tensor_of(f, roots[i]));
-	if (len < sizeof(text))
-		snprintf(text + len, sizeof(text) - len, "): a group needs one root");
-	return json_string(text);
+	}
 }
 
-/* One step of the walk: the dependence p -> c, and whether it fused. */
-static json_t *merge_step(fusion *f, int p, int c)
+/* The planner's reason "why" without the name of the kernel it tried
+ * ("kernel 'fused': "), which is no kernel of the plan. */
+static json_t *reason_json(const char *why)
 {
-	int gp = f->group_of[p], gc = f->group_of[c], root = f->root[gc];
-	int rank = rank_of(f, root), members[KGEN_MAX_OPS], count = 0;
-	int64_t widened[SCHED_MAX_RANK], old[SCHED_MAX_RANK];
-	const int64_t *tile = default_tile(f, root);
-	const int64_t *shape = sched_tensor_shape(f->graph, f->target[root]);
-	bool old_widened = f->widened[gc], wider = false;
-	char why[512] = "", why_wide[512] = "";
-	json_t *step = json_pack("{s:i, s:i, s:s, s:b}", "producer", p,
-				 "consumer", c, "tensor", tensor_of(f, p),
-				 "fused", gp == gc), *reason;
+	const char *end = why && !strncmp(why, "kernel '", 8) ? strstr(why, "': ") : NULL;
 
-	if (gp == gc) {
+	return json_string(end ? end + 3 : why ? why : "");
+}
+
+/* One merge the planner tried (tuner_merge_fn), into f->merges. */
+static void record_merge(const tuner_merge *m, void *user)
+{
+	fusion *f = user;
+	bool fused = m->outcome == TUNER_MERGE_FUSED || m->outcome == TUNER_MERGE_LIBRARY;
+	json_t *step = json_pack("{s:i, s:i, s:i, s:s, s:b}", "pass", m->pass,
+				 "producer", m->a, "consumer", m->b,
+				 "tensor", tensor_of(f, m->a), "fused", fused);
+	json_t *reason = outcome_reason(m->outcome);
+
+	if (m->outcome == TUNER_MERGE_ALREADY)
 		json_object_set_new(step, "already", json_true());
-		return step;
+	if (fused) {
+		json_object_set_new(step, "tile", tile_json(f, m->kernel));
+		json_object_set_new(step, "tile_kind", json_string(tile_kind(f, m->kernel)));
 	}
-	if (group_size(f, gp) + group_size(f, gc) > KGEN_MAX_OPS) {
-		json_object_set_new(step, "reason", json_sprintf(
-			"a kernel has at most %d ops", KGEN_MAX_OPS));
-		return step;
+	if (fused && m->why)
+		json_object_set_new(step, "default_reason", reason_json(m->why));
+	if (m->outcome == TUNER_MERGE_REFUSED) {
+		json_object_set_new(step, "reason", reason_json(m->why));
+		json_object_set_new(step, "default_tile", tile_json(f, m->kernel));
 	}
-	if ((reason = two_roots(f, gp, gc))) {
+	if (m->outcome == TUNER_MERGE_REFUSED && m->tried_widened) {
+		json_object_set_new(step, "widened_tile", tile_json(f, m->tried_widened));
+		json_object_set_new(step, "widened_reason", reason_json(m->why_widened));
+	}
+	if (reason)
 		json_object_set_new(step, "reason", reason);
-		return step;
-	}
-	for (int op = 0; op < f->n; op++)
-		if (f->group_of[op] == gp)
-			members[count++] = op;
-	memcpy(old, f->tile[gc], sizeof(old));
-	for (int d = 0; d < rank; d++) {
-		widened[d] = d == 0 ? tile[d] : shape[d];
-		wider |= widened[d] != tile[d];
-	}
-	if (try_tile(f, gp, gc, tile, false, why, sizeof(why))) {
-		json_object_set_new(step, "fused", json_true());
-		json_object_set_new(step, "tile", tile_json(f, root, tile));
-		json_object_set_new(step, "tile_kind", json_string("default"));
-		return step;
-	}
-	undo_merge(f, members, count, gp, gc, old, old_widened);
-	if (wider && try_tile(f, gp, gc, widened, true, why_wide, sizeof(why_wide))) {
-		json_object_set_new(step, "fused", json_true());
-		json_object_set_new(step, "tile", tile_json(f, root, widened));
-		json_object_set_new(step, "tile_kind", json_string("widened"));
-		json_object_set_new(step, "default_reason", json_string(why));
-		return step;
-	}
-	json_object_set_new(step, "reason", json_string(why));
-	json_object_set_new(step, "default_tile", tile_json(f, root, tile));
-	if (wider) {
-		undo_merge(f, members, count, gp, gc, old, old_widened);
-		json_object_set_new(step, "widened_tile", tile_json(f, root, widened));
-		json_object_set_new(step, "widened_reason", json_string(why_wide));
-	}
-	return step;
+	json_array_append_new(f->merges, step);
 }
 
 static const char *store_name(enum sched_store store)
@@ -521,19 +331,18 @@ static json_t *explain_group(const fusion *f, const kgen_plan *plan, int k)
 {
 	const kgen_kernel *kernel = &plan->kernels[k];
 	json_t *ops = json_array(), *roots = json_array(), *stages = json_array();
-	int g = f->group_of[kernel->ops[0]], threads = 1;
+	int threads = 1;
 	kgen_error err = {0};
 	sched_group *group;
 	json_t *obj;
 
 	for (int i = 0; i < kernel->nops; i++)
 		json_array_append_new(ops, json_integer(kernel->ops[i]));
-	for (int d = 0; d < rank_of(f, f->root[g]); d++)
+	for (int d = 0; d < rank_of(f, kernel_root(f, kernel)); d++)
 		threads *= kernel->schedule.threads[d];
 	obj = json_pack("{s:s, s:o, s:o, s:s, s:i}", "name", kernel->name,
-			"ops", ops, "tile", tile_json(f, f->root[g], kernel->schedule.tile),
-			"tile_kind", f->widened[g] ? "widened" : "default",
-			"threads", threads);
+			"ops", ops, "tile", tile_json(f, kernel),
+			"tile_kind", tile_kind(f, kernel), "threads", threads);
 	if (kgen_kernel_group(f->graph, kernel, true, &group, &err) < 0) {
 		json_object_set_new(obj, "roots", roots);
 		json_object_set_new(obj, "error", json_string(err.message));
@@ -554,24 +363,16 @@ static json_t *explain_group(const fusion *f, const kgen_plan *plan, int k)
 	return obj;
 }
 
-/* The walk over the dependences, then the groups and their plan. */
+/* The planner's merges, then its groups and their plan. */
 static int plan_groups(fusion *f, json_t *obj, char *why, size_t size)
 {
-	json_t *merges = json_array(), *groups = json_array();
-	kgen_plan *plan;
+	kgen_plan *plan = tuner_fusion_edges(f->graph, true, record_merge, f);
+	json_t *groups;
 
-	for (int i = 0; i < f->n; i++)
-		for (int j = 0; j < i; j++) {
-			int c = f->order[i], p = f->order[j];
-
-			if (f->reads[c * f->n + p])
-				json_array_append_new(merges, merge_step(f, p, c));
-		}
-	json_object_set_new(obj, "merges", merges);
-	if (!(plan = checked_plan(f, why, size))) {
-		json_decref(groups);
-		return -1;
-	}
+	if (!plan)
+		return snprintf(why, size, "out of memory"), -1;
+	json_object_set(obj, "merges", f->merges);
+	groups = json_array();
 	for (int k = 0; k < plan->nkernels; k++)
 		json_array_append_new(groups, explain_group(f, plan, k));
 	json_object_set_new(obj, "groups", groups);
@@ -678,12 +479,43 @@ static void print_dependence(json_t *dep)
 	printf("\n    %s\n", json_string_value(json_object_get(dep, "relation")));
 }
 
+/* Whether merge "i" tells nothing new: a later pass tries every edge
+ * again, and the text shows only what changed, not pairs already in one
+ * group nor what the last try of the same pair said. */
+static bool repeats(json_t *merges, size_t i)
+{
+	json_t *step = json_object_get(json_array_get(merges, i), "producer");
+	json_t *to = json_object_get(json_array_get(merges, i), "consumer");
+	json_t *now = json_deep_copy(json_array_get(merges, i)), *before = NULL;
+	bool same;
+
+	if (json_integer_value(json_object_get(now, "pass")) > 1 &&
+	    json_is_true(json_object_get(now, "already"))) {
+		json_decref(now);
+		return true;
+	}
+	for (size_t j = i; j-- > 0 && !before;)
+		if (json_equal(json_object_get(json_array_get(merges, j), "producer"), step) &&
+		    json_equal(json_object_get(json_array_get(merges, j), "consumer"), to))
+			before = json_deep_copy(json_array_get(merges, j));
+	json_object_del(now, "pass");
+	json_object_del(before, "pass");
+	same = before && json_equal(now, before);
+	json_decref(now);
+	json_decref(before);
+	return same;
+}
+
 static void print_merge(json_t *step)
 {
 	json_t *wide = json_object_get(step, "widened_reason");
 	json_t *def = json_object_get(step, "default_reason");
+	long long pass = json_integer_value(json_object_get(step, "pass"));
 
-	printf("  op %lld -> op %lld (%s): ",
+	printf("  ");
+	if (pass > 1)
+		printf("pass %lld: ", pass);
+	printf("op %lld -> op %lld (%s): ",
 	       json_integer_value(json_object_get(step, "producer")),
 	       json_integer_value(json_object_get(step, "consumer")),
 	       json_string_value(json_object_get(step, "tensor")));
@@ -771,9 +603,12 @@ void tunectl_print_fusion(json_t *obj)
 		printf("  none\n");
 	json_array_foreach(json_object_get(obj, "dependences"), i, item)
 		print_dependence(item);
-	printf("fusion groups (a producer's group joins its consumer's where legal)\n");
+	printf("fusion groups (the planner's: each producer's group joins its "
+	       "consumer's where legal, producers nearer the inputs first, in "
+	       "passes until none merges; a later pass shows what changed)\n");
 	json_array_foreach(json_object_get(obj, "merges"), i, item)
-		print_merge(item);
+		if (!repeats(json_object_get(obj, "merges"), i))
+			print_merge(item);
 	json_array_foreach(json_object_get(obj, "groups"), i, item)
 		print_group(i, item);
 	printf("plan\n{\"kernels\": [\n");

@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "common.h"
 #include "scheduler.h"
 #include "tunectl.h"
 #include "tuner.h"
@@ -197,7 +198,7 @@ int tunectl_run(const tunectl_command *command, const tunectl_args *args)
 	if ((status = parse_run_options(command, args, &o)) != 0)
 		return status;
 	status = EXIT_INVALID;
-	if (!(text = tunectl_read_text(o.file)))
+	if (!(text = tuned_read_file(o.file, NULL)))
 		return fprintf(stderr, "%s: cannot read the file\n", o.file), EXIT_INVALID;
 	if (sched_graph_read_string(text, &graph, &err) < 0)
 		fprintf(stderr, "%s: %s\n", o.file, err.message);

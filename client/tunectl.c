@@ -42,22 +42,6 @@ static const char *code_name(int code)
 	}
 }
 
-char *tunectl_read_text(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	char *text = NULL;
-	size_t len = 0;
-
-	if (!f)
-		return NULL;
-	if (getdelim(&text, &len, '\0', f) < 0) {
-		free(text);
-		text = NULL;
-	}
-	fclose(f);
-	return text;
-}
-
 void tunectl_print_json(json_t *obj)
 {
 	char *text = json_dumps(obj, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -180,10 +164,12 @@ static const tunectl_command offline_commands[] = {
 	 "planner's view: every dependence (the consumer reads the producer's\n"
 	 "target) as an isl map with its width (thread, block, or global and\n"
 	 "why) for the pair fused under the consumer's default tile and 256\n"
-	 "threads; the groups a greedy walk over the dependences fuses (each\n"
-	 "legal under its root's default tile or that tile widened to the\n"
-	 "whole extent after the first dim), with tiles, blocks and each\n"
-	 "stage's store, width and barrier; and their plan, for run --plan\n",
+	 "threads; the fusion planner's merges along the dependences (each\n"
+	 "producer's group joins its consumer's where the group is legal under\n"
+	 "its root's default tile or that tile widened to whole rows, in\n"
+	 "passes until none merges) and the groups it makes, with tiles,\n"
+	 "blocks and each stage's store, width and barrier; and their plan,\n"
+	 "for run --plan\n",
 	 {TUNECTL_FLAG("json",
 		       "print one JSON object on stdout instead of text,\n"
 		       "with the keys dependences, merges, groups and plan\n"),

@@ -12,16 +12,14 @@
 #define EXIT_INVALID 1
 #define EXIT_USAGE 2
 
-/* The whole file at "path" (caller frees), or NULL. */
-char *tunectl_read_text(const char *path);
-
 /* Prints "obj" (taken) indented, on stdout. */
 void tunectl_print_json(json_t *obj);
 
 /* explain_fusion.c: adds to "obj" (tunectl explain's JSON) what the fusion
  * planner makes of "graph": "dependences" (each with its width), "merges"
- * (the greedy walk's steps), "groups" and "plan"; with "dot_path", writes
- * them as a Graphviz file there. -1 with the reason in "why" on failure. */
+ * (each merge the planner tried, tuner_fusion_edges), "groups" and "plan";
+ * with "dot_path", writes them as a Graphviz file there. -1 with the
+ * reason in "why" on failure. */
 struct sched_graph;
 int tunectl_explain_fusion(const struct sched_graph *graph, json_t *obj,
 			   const char *dot_path, char *why, size_t size);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "kgen_int.h"
 
 static int open_named(kgen_backend *backend, const char *name, kgen_error *err)
@@ -161,21 +162,13 @@ int kgen_share_write(const char *path, const void *data, size_t size,
 int kgen_share_read(const char *path, char **data, size_t *size,
 		    kgen_error *err)
 {
-	FILE *f = fopen(path, "rb");
-	long length = -1;
-
-	*data = NULL;
 	*size = 0;
-	if (f && fseek(f, 0, SEEK_END) == 0)
-		length = ftell(f);
-	if (length > 0 && fseek(f, 0, SEEK_SET) == 0 && (*data = malloc(length)))
-		*size = fread(*data, 1, length, f);
-	if (f)
-		fclose(f);
-	if (length > 0 && *size == (size_t)length)
+	*data = tuned_read_file(path, size);
+	if (*data && *size > 0)
 		return KGEN_OK;
 	free(*data);
 	*data = NULL;
+	*size = 0;
 	return kgen_fail(err, KGEN_EIO, "cannot read '%s'", path);
 }
 

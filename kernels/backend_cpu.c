@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "kgen_int.h"
 
 extern char **environ;
@@ -75,22 +76,6 @@ static int write_file(const char *path, const char *text, kgen_error *err)
 						   "cannot write '%s'", path);
 }
 
-static char *read_file(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *text = NULL;
-	size_t len = 0;
-
-	if (!f)
-		return NULL;
-	if (getdelim(&text, &len, '\0', f) < 0) {
-		free(text);
-		text = NULL;
-	}
-	fclose(f);
-	return text;
-}
-
 /* Runs "command" (a compiler and its flags) on "source_path", making
  * "object_path", with its output in "log_path". */
 static int run_compiler(const char *const *command, const char *source_path,
@@ -134,7 +119,7 @@ static int compile_file(const char *const *command, const char *src, const char 
 				 command[0], strerror(rc));
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
 		if (err)
-			err->log = read_file(log);
+			err->log = tuned_read_file(log, NULL);
 		return kgen_fail(err, KGEN_ECOMPILE, "%s failed on kernel '%s'",
 				 command[0], entry);
 	}
@@ -453,7 +438,7 @@ static void compiler_version(const cpu_state *cpu, char *out, size_t size)
 	posix_spawn_file_actions_init(&actions);
 	posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	if (posix_spawnp(&pid, argv[0], &actions, NULL, (char **)argv, environ) == 0 &&
-	    waitpid(pid, &status, 0) == pid && (text = read_file(log))) {
+	    waitpid(pid, &status, 0) == pid && (text = tuned_read_file(log, NULL))) {
 		text[strcspn(text, "\n")] = 0;
 		snprintf(out, size, "%s", text);
 		free(text);

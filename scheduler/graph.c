@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "sched_int.h"
 
 #define MAX_OPS 4096
@@ -360,26 +361,6 @@ int sched_graph_read_string(const char *text, sched_graph **out,
 	return sched_graph_read_limited(text, &none, out, err);
 }
 
-static char *read_whole_file(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	char *text = NULL;
-	long size;
-
-	if (!f)
-		return NULL;
-	if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) >= 0 &&
-	    fseek(f, 0, SEEK_SET) == 0 && (text = malloc(size + 1)) &&
-	    fread(text, 1, size, f) == (size_t)size) {
-		text[size] = 0;
-	} else {
-		free(text);
-		text = NULL;
-	}
-	fclose(f);
-	return text;
-}
-
 int sched_graph_read_file(const char *path, sched_graph **out,
 			  sched_error *err)
 {
@@ -388,7 +369,7 @@ int sched_graph_read_file(const char *path, sched_graph **out,
 
 	*out = NULL;
 	errno = 0;
-	if (!(text = read_whole_file(path)))
+	if (!(text = tuned_read_file(path, NULL)))
 		return sched_fail(err, SCHED_EIO, -1, 0, "cannot read '%s': %s",
 				  path, errno ? strerror(errno) : "read error");
 	rc = sched_graph_read_string(text, out, err);

@@ -13,6 +13,8 @@
  * root's tile or that tile widened to whole rows, and, when the device's
  * peaks are known, not raise the cost model's estimate. Analyses are
  * remembered by group, tile and lanes: genomes share most of them.
+ * tunectl explain shows the same planner at work (tuner_fusion_edges,
+ * tuner.h): every edge gene on, each merge told as it is tried.
  */
 #include <math.h>
 #include <stdio.h>
@@ -46,6 +48,8 @@ struct tuner_fusion {
 	int *layer;        /* per op, the longest path from the inputs to it */
 	verdict *cache;
 	int cached;
+	tuner_merge_fn *trace; /* told each merge tried (tuner_fusion_edges) */
+	void *trace_user;
 };
 
 static bool reads_op(const tuner_fusion *f, int consumer, int producer)
@@ -221,6 +225,7 @@ typedef struct decoding {
 	const int *genes;
 	int *group;          /* op -> the op that represents its group */
 	kgen_kernel *kernels; /* by representative */
+	int pass;            /* of the walk over the genes, from 1 */
 } decoding;
 
 static int find_group(const decoding *d, int op)
@@ -368,8 +373,9 @@ static verdict *slot_of(tuner_fusion *f, const char *key)
 	return NULL;
 }
 
-/* Whether the planner accepts kernel k as it stands. */
-static bool accepted(const tuner_fusion *f, const kgen_kernel *k)
+/* Whether the planner accepts kernel k as it stands; why not in "err"
+ * (may be NULL). */
+static bool accepted(const tuner_fusion *f, const kgen_kernel *k, kgen_error *err)
 {
 	const sched_op *root = kgen_kernel_op(f->graph, k);
 	const sched_tensor *t = &f->graph->tensors[root->target];
@@ -379,31 +385,40 @@ static bool accepted(const tuner_fusion *f, const kgen_kernel *k)
 	for (int d = 0; d < t->rank; d++)
 		elements *= k->schedule.tile[d];
 	if (root->reducer != SCHED_RED_NONE && elements > MAX_CPU_TILE)
-		return false;
-	if (kgen_kernel_group(f->graph, k, f->cuda, &group, NULL) < 0)
+		return kgen_fail(err, KGEN_EPLAN, "the root '%s' reduces into a tile of "
+				 "%lld elements, more than the %d accumulators a tile "
+				 "may hold", t->name, (long long)elements, MAX_CPU_TILE), false;
+	if (kgen_kernel_group(f->graph, k, f->cuda, &group, err) < 0)
 		return false;
 	sched_group_free(group);
 	return true;
 }
 
-/* The planner's verdict on kernel k under its tile or, failing that, the
- * tile widened to whole rows (every dim after the first). */
-static void judge(const tuner_fusion *f, kgen_kernel *k, verdict *v)
+/* Kernel k with its tile widened to whole rows (every dim after the
+ * first) and its threads within them, into "wide"; false when its root
+ * has one dim, so that nothing widens. */
+static bool widen(const tuner_fusion *f, const kgen_kernel *k, kgen_kernel *wide)
 {
 	const sched_tensor *t = &f->graph->tensors[kgen_kernel_op(f->graph, k)->target];
 
-	v->legal = accepted(f, k);
-	if (!v->legal && t->rank > 1) {
-		kgen_kernel wide = *k;
+	*wide = *k;
+	for (int d = 1; d < t->rank; d++)
+		wide->schedule.tile[d] = t->shape[d];
+	for (int d = 1; d < t->rank; d++)
+		wide->schedule.threads[d] = wide->schedule.threads[d] > t->shape[d] ?
+					    (int)t->shape[d] : wide->schedule.threads[d];
+	return t->rank > 1;
+}
 
-		for (int d = 1; d < t->rank; d++)
-			wide.schedule.tile[d] = t->shape[d];
-		for (int d = 1; d < t->rank; d++)
-			wide.schedule.threads[d] = wide.schedule.threads[d] > t->shape[d] ?
-						   (int)t->shape[d] : wide.schedule.threads[d];
-		if ((v->legal = accepted(f, &wide)))
-			*k = wide;
-	}
+/* The planner's verdict on kernel k under its tile or, failing that, the
+ * tile widened to whole rows. */
+static void judge(const tuner_fusion *f, kgen_kernel *k, verdict *v)
+{
+	kgen_kernel wide;
+
+	v->legal = accepted(f, k, NULL);
+	if (!v->legal && widen(f, k, &wide) && (v->legal = accepted(f, &wide, NULL)))
+		*k = wide;
 	memcpy(v->tile, k->schedule.tile, sizeof(v->tile));
 	v->ms = v->legal && f->peaks ? tuner_kernel_ms(f->graph, k, f->peaks, f->cuda) : 0;
 }
@@ -455,6 +470,38 @@ static bool library_step(const decoding *d, kgen_kernel *k)
 	return true;
 }
 
+/* Tells the trace (when there is one) what came of merging a's group
+ * and b's: "tried" the kernel of both under the root's tile (NULL when
+ * none was formed), "made" the one kept or refused by the cost model. A
+ * group refused or fused only under the widened tile is judged again
+ * for the planner's reasons, which verdicts do not keep. */
+static void tell(const decoding *d, int a, int b, enum tuner_merge_outcome outcome,
+		 const kgen_kernel *tried, const kgen_kernel *made)
+{
+	const tuner_fusion *f = d->f;
+	tuner_merge m = {.pass = d->pass, .a = a, .b = b, .outcome = outcome,
+			 .kernel = made ? made : tried};
+	kgen_error why = {0}, why_widened = {0};
+	kgen_kernel wide;
+
+	if (!f->trace)
+		return;
+	m.widened = made && tried && memcmp(made->schedule.tile, tried->schedule.tile,
+					   sizeof(made->schedule.tile));
+	if (outcome == TUNER_MERGE_REFUSED || m.widened) {
+		accepted(f, tried, &why);
+		m.why = why.message;
+	}
+	if (outcome == TUNER_MERGE_REFUSED && widen(f, tried, &wide)) {
+		accepted(f, &wide, &why_widened);
+		m.tried_widened = &wide;
+		m.why_widened = why_widened.message;
+	}
+	f->trace(&m, f->trace_user);
+	kgen_error_release(&why);
+	kgen_error_release(&why_widened);
+}
+
 /* Merges the groups of a and b when the merged group is legal (and, with
  * peaks, estimated no slower than the two apart), or a library step;
  * whether it did. */
@@ -463,27 +510,28 @@ static bool try_merge(decoding *d, int a, int b)
 	const tuner_fusion *f = d->f;
 	int ra = find_group(d, a), rb = find_group(d, b);
 	bool in[TUNER_FUSION_MAX_OPS] = {false};
-	kgen_kernel k = {.nops = 0};
+	kgen_kernel k = {.nops = 0}, tried;
 	const sched_op *root;
 	sched_contraction product;
 	verdict scratch = {0};
 	const verdict *v;
 
 	if (ra == rb)
-		return false;
+		return tell(d, a, b, TUNER_MERGE_ALREADY, NULL, NULL), false;
 	for (int op = 0; op < f->nops; op++) {
 		in[op] = find_group(d, op) == ra || find_group(d, op) == rb;
 		if (in[op] && k.nops < KGEN_MAX_OPS)
 			k.ops[k.nops++] = op;
 		else if (in[op])
-			return false;
+			return tell(d, a, b, TUNER_MERGE_TOO_MANY, NULL, NULL), false;
 	}
 	if (!convex(d, ra, rb))
-		return false;
+		return tell(d, a, b, TUNER_MERGE_CYCLIC, NULL, NULL), false;
 	strcpy(k.name, "fused");
 	if (library_step(d, &k)) {
 		d->group[rb] = ra;
 		d->kernels[ra] = k;
+		tell(d, a, b, TUNER_MERGE_LIBRARY, &k, NULL);
 		return true;
 	}
 	root = kgen_kernel_op(f->graph, &k);
@@ -501,11 +549,14 @@ static bool try_merge(decoding *d, int a, int b)
 	    (d->kernels[ra].schedule.parallel || d->kernels[rb].schedule.parallel))
 		k.schedule.parallel = 1;
 	set_lanes(d, &k);
-	if (!(v = judged(d->f, &k, &scratch)) || !v->legal ||
-	    (f->peaks && v->ms > kernel_cost(d, &d->kernels[ra]) + kernel_cost(d, &d->kernels[rb])))
-		return false;
+	tried = k;
+	if (!(v = judged(d->f, &k, &scratch)) || !v->legal)
+		return tell(d, a, b, TUNER_MERGE_REFUSED, &tried, NULL), false;
+	if (f->peaks && v->ms > kernel_cost(d, &d->kernels[ra]) + kernel_cost(d, &d->kernels[rb]))
+		return tell(d, a, b, TUNER_MERGE_SLOWER, &tried, &k), false;
 	d->group[rb] = ra;
 	d->kernels[ra] = k;
+	tell(d, a, b, TUNER_MERGE_FUSED, &tried, &k);
 	return true;
 }
 
@@ -587,7 +638,7 @@ kgen_plan *tuner_fusion_plan(tuner_fusion *f, const kgen_schedule *schedules,
 	if (f->nops > TUNER_FUSION_MAX_OPS)
 		return unfused(f, schedules);
 	decoding d = {f, schedules, genes, calloc(f->nops, sizeof(int)),
-		      calloc(f->nops, sizeof(kgen_kernel))};
+		      calloc(f->nops, sizeof(kgen_kernel)), 1};
 	kgen_plan *plan = NULL;
 
 	if (d.group && d.kernels) {
@@ -596,7 +647,7 @@ kgen_plan *tuner_fusion_plan(tuner_fusion *f, const kgen_schedule *schedules,
 			d.kernels[op] = f->base->kernels[f->kernel_of[op]];
 			d.kernels[op].schedule = schedules[f->kernel_of[op]];
 		}
-		for (bool merged = true; merged;) { /* again, until none merges */
+		for (bool merged = true; merged; d.pass++) { /* again, until none merges */
 			merged = false;
 			for (int i = 0; i < tuner_fusion_genes(f); i++)
 				if (genes[f->order[i]])
@@ -607,6 +658,30 @@ kgen_plan *tuner_fusion_plan(tuner_fusion *f, const kgen_schedule *schedules,
 	}
 	free(d.group);
 	free(d.kernels);
+	return plan;
+}
+
+kgen_plan *tuner_fusion_edges(const sched_graph *graph, int cuda,
+			       tuner_merge_fn *trace, void *user)
+{
+	kgen_plan *base = kgen_plan_default(graph), *plan = NULL;
+	tuner_fusion *f = base ? tuner_fusion_new(graph, base, NULL, cuda) : NULL;
+	int *genes = f ? calloc(tuner_fusion_genes(f) + 1, sizeof(int)) : NULL;
+	kgen_schedule *schedules = base ? calloc(base->nkernels, sizeof(*schedules)) : NULL;
+
+	if (genes && schedules) {
+		for (int k = 0; k < base->nkernels; k++)
+			schedules[k] = base->kernels[k].schedule;
+		for (int g = 0; g < f->nedges; g++)
+			genes[g] = 1;
+		f->trace = trace;
+		f->trace_user = user;
+		plan = tuner_fusion_plan(f, schedules, genes);
+	}
+	free(genes);
+	free(schedules);
+	tuner_fusion_free(f);
+	kgen_plan_free(base);
 	return plan;
 }
 

@@ -298,6 +298,48 @@ double tuner_optimistic_ms(__tuner_keep const struct sched_graph *graph,
 			   __tuner_keep const struct kgen_plan *plan,
 			   __tuner_keep const struct kgen_peaks *peaks, int cuda);
 
+/* fuse.c: the fusion planner's grouping, as tunectl explain shows it
+ * (docs/fusion.md): the plan the genes of a search decode to when every
+ * edge gene is on (each producer joins its consumer's group where the
+ * planner allows it) and every sibling gene off, on the default
+ * schedules, with no cost model (no peaks), for the cuda backend or the
+ * cpu's. Each merge the planner tries is told to "trace" (may be NULL)
+ * as it is decided, in the planner's order: passes over the edges by
+ * layer of their producer, again until a pass merges nothing. NULL when
+ * out of memory or the graph has no default plan. */
+enum tuner_merge_outcome {
+	TUNER_MERGE_FUSED,    /* under the root's tile, or widened to whole rows */
+	TUNER_MERGE_LIBRARY,  /* fused as a library step and its epilogue */
+	TUNER_MERGE_ALREADY,  /* the two ops are in one group already */
+	TUNER_MERGE_TOO_MANY, /* the group would pass KGEN_MAX_OPS ops */
+	TUNER_MERGE_CYCLIC,   /* an op outside would feed the group and read it */
+	TUNER_MERGE_REFUSED,  /* the planner refuses the group under both tiles */
+	TUNER_MERGE_SLOWER,   /* the cost model says it cannot pay */
+};
+
+struct kgen_kernel;
+typedef struct tuner_merge {
+	int pass;     /* 1, 2, ... */
+	int a, b;     /* the ops whose groups merge: producer, consumer */
+	enum tuner_merge_outcome outcome;
+	/* the group as one kernel: as fused, or as tried under the root's
+	 * tile; NULL when none was formed (already, too many, cyclic) */
+	__tuner_keep const struct kgen_kernel *kernel;
+	bool widened; /* fused under the tile widened to whole rows */
+	/* refused, or fused only widened: why not under the root's tile */
+	const char *why;
+	/* refused: the group under the widened tile and why not, or NULL
+	 * when the root has one dim and nothing widens */
+	__tuner_keep const struct kgen_kernel *tried_widened;
+	const char *why_widened;
+} tuner_merge;
+
+typedef void tuner_merge_fn(const tuner_merge *merge, void *user);
+
+__tuner_give struct kgen_plan *tuner_fusion_edges(__tuner_keep const struct sched_graph *graph,
+						  int cuda, tuner_merge_fn *trace,
+						  void *user);
+
 /* measure.c: the measurement protocol a worker process runs for one
  * request {"graph": TEXT, "plan": PLAN or null, "seed": N, "timing":
  * {...}, "sources": [...], "cutoff_ms": MS}: compile, verify against the

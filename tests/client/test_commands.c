@@ -3,8 +3,9 @@
  * process beside this test in the build tree on the examples.
  *
  * explain: what it shows of the fusion planner (client/explain_fusion.c):
- * the width of every dependence, the fused groups, their plan (read back
- * with kgen_plan_from_json) and the Graphviz file of --dot.
+ * the width of every dependence, the planner's merges and fused groups
+ * (tuner_fusion_edges'), their plan (read back with kgen_plan_from_json)
+ * and the Graphviz file of --dot.
  *
  * sources (client/sources.c): a plan's code written without running it,
  * and for cuda NVRTC's PTX and cubin, read with bench/sass_mix where
@@ -31,6 +32,7 @@
 
 #include "kgen.h"
 #include "scheduler.h"
+#include "tuner.h"
 
 static char folder[64];
 
@@ -249,6 +251,60 @@ Test(explain, every_example_plans_groups_that_read_back)
 		expect_plan_reads_back(names[n], obj);
 		json_decref(obj);
 	}
+}
+
+/* explain's groups and plan are the fusion planner's own
+ * (tuner_fusion_edges), where a walk of another kind would make others:
+ * softmax_scores and ln_residual fuse whole, in a second pass. */
+Test(explain, groups_are_the_planners)
+{
+	static const char *const names[] = {"softmax_scores", "ln_residual",
+		"lstm_cell_small", "conv_pair", "bert_qkv", NULL};
+
+	for (int n = 0; names[n]; n++) {
+		json_t *obj = explain_json(names[n]), *expected;
+		char file[PATH_MAX];
+		sched_graph *graph;
+		kgen_plan *plan;
+
+		example(names[n], file, sizeof(file));
+		cr_assert_eq(sched_graph_read_file(file, &graph, NULL), 0);
+		plan = tuner_fusion_edges(graph, 1, NULL, NULL);
+		cr_assert_not_null(plan);
+		expected = kgen_plan_to_json(graph, plan);
+		cr_expect(json_equal(json_object_get(obj, "plan"), expected),
+			  "%s: explain's plan is not the planner's", names[n]);
+		json_decref(expected);
+		kgen_plan_free(plan);
+		sched_graph_free(graph);
+		json_decref(obj);
+	}
+}
+
+/* The merges are the planner's tries as it made them: in ln_residual,
+ * s -> mean leaves a cycle until mean and var have joined y, and fuses
+ * in the second pass. */
+Test(explain, merges_are_the_planners_passes)
+{
+	json_t *obj = explain_json("ln_residual"), *step;
+	bool refused = false, fused_later = false;
+	size_t i;
+
+	json_array_foreach(json_object_get(obj, "merges"), i, step) {
+		bool s_to_mean = json_integer_value(json_object_get(step, "producer")) == 0 &&
+				 json_integer_value(json_object_get(step, "consumer")) == 1;
+		long long pass = json_integer_value(json_object_get(step, "pass"));
+
+		refused |= s_to_mean && pass == 1 &&
+			   json_is_false(json_object_get(step, "fused")) &&
+			   json_is_string(json_object_get(step, "reason"));
+		fused_later |= s_to_mean && pass == 2 &&
+			       json_is_true(json_object_get(step, "fused"));
+	}
+	cr_expect(refused, "ln_residual: s -> mean was not refused in the first pass");
+	cr_expect(fused_later, "ln_residual: s -> mean did not fuse in the second pass");
+	cr_expect_eq(json_array_size(json_object_get(obj, "groups")), 1);
+	json_decref(obj);
 }
 
 Test(explain, text_has_the_fusion_sections)

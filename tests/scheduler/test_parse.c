@@ -3,6 +3,7 @@
  */
 #include <criterion/criterion.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "graph_builder.h"
 #include "scheduler.h"
@@ -184,4 +185,37 @@ Test(parse, max_of_one_fresh_name_without_body_is_a_call)
 		     SCHED_EMEANING,
 		     "op 0, column 12: cannot infer the range of reduction variable "
 		     "'j': no access indexes a dim with it alone; write it as 'var < N'");
+}
+
+/* A graph read from a pipe (sched_graph_read_file reads to the end, not
+ * the size a seek would give): the same key as from its file. */
+Test(parse, a_graph_file_may_be_a_pipe)
+{
+	char path[512], pipe_path[64];
+	sched_graph *from_file = NULL, *from_pipe = NULL;
+	sched_error err = {0};
+	json_t *root;
+	char *text;
+	int fds[2];
+
+	snprintf(path, sizeof(path), "%s/examples/softmax_scores_small.json",
+		 getenv("TUNED_SOURCE_ROOT"));
+	root = json_load_file(path, 0, NULL);
+	cr_assert_not_null(root, "cannot read %s", path);
+	text = json_dumps(root, JSON_COMPACT);
+	cr_assert_lt(strlen(text), 4096, "too long for one write to a pipe");
+	cr_assert_eq(pipe(fds), 0);
+	cr_assert_eq(write(fds[1], text, strlen(text)), (ssize_t)strlen(text));
+	close(fds[1]);
+	snprintf(pipe_path, sizeof(pipe_path), "/dev/fd/%d", fds[0]);
+	cr_assert_eq(sched_graph_read_file(pipe_path, &from_pipe, &err), SCHED_OK,
+		     "%s", err.message);
+	close(fds[0]);
+	cr_assert_eq(sched_graph_read_file(path, &from_file, &err), SCHED_OK, "%s",
+		     err.message);
+	cr_expect_str_eq(sched_graph_key(from_pipe), sched_graph_key(from_file));
+	sched_graph_free(from_pipe);
+	sched_graph_free(from_file);
+	free(text);
+	json_decref(root);
 }
