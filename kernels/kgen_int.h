@@ -7,6 +7,12 @@
 #include "../scheduler/sched_int.h"
 #include "kgen.h"
 
+/* "x" rounded up to a multiple of "step". */
+static inline int64_t kgen_round_up(int64_t x, int64_t step)
+{
+	return (x + step - 1) / step * step;
+}
+
 /* Fills "err" like sched_fail; returns code. Safe with err == NULL. */
 int kgen_fail(kgen_error *err, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -11,8 +11,6 @@
 #include "print_int.h"
 
 #define MAX_KERNELS 4096
-#define MAX_THREADS 1024
-#define MAX_CPU_TILE 16384
 #define PARALLEL_MIN_POINTS (1 << 16)
 #define MAX_PARTS 1024
 #define MAX_PARTS_BYTES (256 << 20)
@@ -278,10 +276,10 @@ static int check_threads(const sched_tensor *t, kgen_kernel *kernel,
 
 	for (int d = 0; d < t->rank; d++)
 		total *= kernel->schedule.threads[d];
-	if (total > MAX_THREADS)
+	if (total > KGEN_MAX_THREADS)
 		return kgen_fail(err, KGEN_EPLAN,
 				 "kernel '%s': %lld threads per block, more than %d",
-				 kernel->name, (long long)total, MAX_THREADS);
+				 kernel->name, (long long)total, KGEN_MAX_THREADS);
 	if (kernel->schedule.split == KGEN_SPLIT_WARP && total % 32)
 		return kgen_fail(err, KGEN_EPLAN,
 				 "kernel '%s': split \"warp\" needs whole warps, and "
@@ -301,11 +299,6 @@ static int read_shared(json_t *sched, kgen_kernel *kernel, kgen_error *err)
 			 "supported yet; give \"shared\": []", kernel->name);
 }
 
-static int64_t round_up(int64_t x, int64_t step)
-{
-	return (x + step - 1) / step * step;
-}
-
 /* Checks "micro" of a kernel of contraction "c" (docs/kernels.md). */
 static int check_micro(const sched_contraction *c, const kgen_kernel *kernel,
 		       kgen_error *err)
@@ -315,14 +308,14 @@ static int check_micro(const sched_contraction *c, const kgen_kernel *kernel,
 	if (m->nr % KGEN_MICRO_NR_STEP)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': micro 'nr' must be a "
 				 "multiple of %d", kernel->name, KGEN_MICRO_NR_STEP);
-	if (m->mc % m->mr || m->mc > round_up(c->m, m->mr))
+	if (m->mc % m->mr || m->mc > kgen_round_up(c->m, m->mr))
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': micro 'mc' must be a "
 				 "multiple of mr (%d) up to %lld", kernel->name, m->mr,
-				 (long long)round_up(c->m, m->mr));
-	if (m->nc % m->nr || m->nc > round_up(c->n, m->nr))
+				 (long long)kgen_round_up(c->m, m->mr));
+	if (m->nc % m->nr || m->nc > kgen_round_up(c->n, m->nr))
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': micro 'nc' must be a "
 				 "multiple of nr (%d) up to %lld", kernel->name, m->nr,
-				 (long long)round_up(c->n, m->nr));
+				 (long long)kgen_round_up(c->n, m->nr));
 	if (m->kc > c->k)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': micro 'kc' must be "
 				 "from 1 to K (%lld)", kernel->name, (long long)c->k);
@@ -599,11 +592,6 @@ const char *kgen_fused_mma_unfit(const sched_graph *graph, const kgen_kernel *ke
 	return why;
 }
 
-static int round_up_to(int v, int step)
-{
-	return (v + step - 1) / step * step;
-}
-
 /* "mma" repaired to fit the first product's region, "extent": warps no
  * larger than the region rounded up to whole mma tiles (16 x 8), the
  * block the region rounded up to whole warps, then kgen_mma_repair; its
@@ -614,10 +602,10 @@ static kgen_mma fitted_mma(const int64_t *extent, const kgen_mma *mma, int facto
 
 	m.raster = 0;
 	m.split_k = 0;
-	m.wm = m.wm < round_up_to((int)extent[0], 16) ? m.wm : round_up_to((int)extent[0], 16);
-	m.wn = m.wn < round_up_to((int)extent[1], 8) ? m.wn : round_up_to((int)extent[1], 8);
-	m.bm = round_up_to((int)extent[0], m.wm);
-	m.bn = round_up_to((int)extent[1], m.wn);
+	m.wm = m.wm < (int)kgen_round_up(extent[0], 16) ? m.wm : (int)kgen_round_up(extent[0], 16);
+	m.wn = m.wn < (int)kgen_round_up(extent[1], 8) ? m.wn : (int)kgen_round_up(extent[1], 8);
+	m.bm = (int)kgen_round_up(extent[0], m.wm);
+	m.bn = (int)kgen_round_up(extent[1], m.wn);
 	kgen_mma_repair(&m, factor_bytes);
 	return m;
 }
@@ -634,7 +622,7 @@ bool kgen_fused_mma_fit(const sched_graph *graph, kgen_kernel *kernel, const kge
 	m = group->stages[0].rank == 2 ?
 		fitted_mma(group->stages[0].extent, mma, factor_bytes) : (kgen_mma){0};
 	sched_group_free(group);
-	if (!m.bm || kgen_mma_threads(&m) > MAX_THREADS ||
+	if (!m.bm || kgen_mma_threads(&m) > KGEN_MAX_THREADS ||
 	    kgen_mma_shared_bytes(&m, factor_bytes) > KGEN_LOCAL_BYTES || m.bm > 256 ||
 	    m.bn > 256)
 		return false;
@@ -665,10 +653,10 @@ static int check_mma(const sched_graph *graph, const sched_contraction *c,
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'mma' needs wm a "
 				 "multiple of 16 dividing bm, wn a multiple of 8 dividing bn, "
 				 "bk a multiple of 16", kernel->name);
-	if (kgen_mma_threads(m) > MAX_THREADS || shared > KGEN_LOCAL_BYTES)
+	if (kgen_mma_threads(m) > KGEN_MAX_THREADS || shared > KGEN_LOCAL_BYTES)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'mma' takes %d threads "
 				 "and %d bytes of shared memory, more than %d or %d",
-				 kernel->name, kgen_mma_threads(m), shared, MAX_THREADS,
+				 kernel->name, kgen_mma_threads(m), shared, KGEN_MAX_THREADS,
 				 KGEN_LOCAL_BYTES);
 	if (!c && (why = kgen_fused_mma_unfit(graph, kernel)))
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'mma' in a fused kernel "
@@ -716,10 +704,10 @@ static int check_cpu_tile(const sched_op *op, const sched_tensor *t,
 
 	for (int d = 0; d < t->rank; d++)
 		total *= kernel->schedule.tile[d];
-	if (op->reducer != SCHED_RED_NONE && total > MAX_CPU_TILE)
+	if (op->reducer != SCHED_RED_NONE && total > KGEN_MAX_CPU_TILE)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': a tile of %lld "
 				 "elements, more than %d", kernel->name,
-				 (long long)total, MAX_CPU_TILE);
+				 (long long)total, KGEN_MAX_CPU_TILE);
 	return KGEN_OK;
 }
 

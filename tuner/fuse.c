@@ -21,7 +21,6 @@
 
 #include "tuner_int.h"
 
-#define MAX_CPU_TILE 16384
 #define CACHE_SLOTS 4096
 
 typedef struct verdict {
@@ -378,7 +377,7 @@ static bool accepted(const tuner_fusion *f, const kgen_kernel *k)
 
 	for (int d = 0; d < t->rank; d++)
 		elements *= k->schedule.tile[d];
-	if (root->reducer != SCHED_RED_NONE && elements > MAX_CPU_TILE)
+	if (root->reducer != SCHED_RED_NONE && elements > KGEN_MAX_CPU_TILE)
 		return false;
 	if (kgen_kernel_group(f->graph, k, f->cuda, &group, NULL) < 0)
 		return false;

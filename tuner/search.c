@@ -31,12 +31,10 @@
 #include "tuner_int.h"
 
 #define MAX_TILES 12   /* powers of two to 256, the extent, the default */
-#define MAX_THREADS 10 /* 1, 2, 4, ... 256 and the default */
+#define THREAD_CHOICES 10 /* 1, 2, 4, ... 256 and the default */
 #define TOURNAMENT 3
 #define TRIES 50       /* genomes drawn per place in a generation, at most */
 #define FUSION_NEIGHBOURS 8 /* at most population / 8 of them per generation */
-#define MAX_BLOCK 1024
-#define MAX_CPU_TILE 16384
 
 static const int64_t unrolls[] = {1, 2, 4, 8};
 static const int64_t vectors[] = {1, 2, 4, 8};
@@ -99,7 +97,7 @@ typedef struct kernel_space {
 	int factor_bytes;       /* of an element of the product's factors */
 	int ntiles[SCHED_MAX_RANK], nthreads[SCHED_MAX_RANK];
 	int64_t tiles[SCHED_MAX_RANK][MAX_TILES];
-	int64_t threads[SCHED_MAX_RANK][MAX_THREADS];
+	int64_t threads[SCHED_MAX_RANK][THREAD_CHOICES];
 } kernel_space;
 
 /* What the open generation draws next: the plans proposed at once
@@ -327,11 +325,6 @@ static int index_of(const int64_t *values, int n, int64_t value)
 	return -1;
 }
 
-static int64_t round_up(int64_t x, int64_t step)
-{
-	return (x + step - 1) / step * step;
-}
-
 /* The micro-kernel of genes "at", repaired: the accumulators, the B
  * vectors and an A value fit the vector registers (32 with AVX-512, 16
  * else), kc within K, mc and nc within M and N rounded up. */
@@ -349,10 +342,10 @@ static kgen_micro decode_micro(const kernel_space *ks, const int *at)
 	if (m.mr > (registers - 1 - m.nr / width) / (m.nr / width))
 		m.mr = (registers - 1 - m.nr / width) / (m.nr / width);
 	m.kc = (int)(micro_kcs[at[2]] && micro_kcs[at[2]] < c->k ? micro_kcs[at[2]] : c->k);
-	m.mc = (int)(micro_blocks[at[3]] * m.mr < round_up(c->m, m.mr)
-		     ? micro_blocks[at[3]] * m.mr : round_up(c->m, m.mr));
-	m.nc = (int)(micro_blocks[at[4]] * m.nr < round_up(c->n, m.nr)
-		     ? micro_blocks[at[4]] * m.nr : round_up(c->n, m.nr));
+	m.mc = (int)(micro_blocks[at[3]] * m.mr < kgen_round_up(c->m, m.mr)
+		     ? micro_blocks[at[3]] * m.mr : kgen_round_up(c->m, m.mr));
+	m.nc = (int)(micro_blocks[at[4]] * m.nr < kgen_round_up(c->n, m.nr)
+		     ? micro_blocks[at[4]] * m.nr : kgen_round_up(c->n, m.nr));
 	m.pack = at[5];
 	return m;
 }
@@ -573,11 +566,11 @@ static void decode_kernel(const tuner_search *s, int k, const int *genes,
 		sch->tile[d] = ks->tiles[d][at[d]];
 		threads[d] = ks->threads[d][at[r + d]];
 	}
-	while (ks->reduces && product(sch->tile, r) > MAX_CPU_TILE)
+	while (ks->reduces && product(sch->tile, r) > KGEN_MAX_CPU_TILE)
 		halve_largest(sch->tile, r);
 	for (int d = 0; d < r; d++)
 		threads[d] = threads[d] < sch->tile[d] ? threads[d] : sch->tile[d];
-	while (product(threads, r) > MAX_BLOCK)
+	while (product(threads, r) > KGEN_MAX_THREADS)
 		halve_largest(threads, r);
 	for (int d = 0; d < r; d++)
 		sch->threads[d] = (int)threads[d];
