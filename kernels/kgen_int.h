@@ -20,6 +20,9 @@ int kgen_fail(kgen_error *err, int code, const char *fmt, ...)
 /* The op whose output the kernel's schedule cuts: its only op, or the
  * root of a fused group's first branch. */
 const sched_op *kgen_kernel_op(const sched_graph *graph, const kgen_kernel *kernel);
+/* That op's target, whose dims the schedule's are. */
+const sched_tensor *kgen_kernel_target(const sched_graph *graph,
+				       const kgen_kernel *kernel);
 /* The tiles the schedule's tile cuts that op's output into, and the
  * elements of one tile (those past the output's edge included). */
 int64_t kgen_kernel_tiles(const sched_graph *graph, const kgen_kernel *kernel);
@@ -157,7 +160,7 @@ int kgen_cpu_open(kgen_backend *backend, kgen_error *err);
 int kgen_cuda_open(kgen_backend *backend, kgen_error *err);
 int kgen_emulated_open(kgen_backend *backend, kgen_error *err);
 
-/* plan.c: the bytes of an element of the factors of the first matrix
+/* mma_geometry.c: the bytes of an element of the factors of the first matrix
  * product among the ops of "kernel" (2 when it has none: the check that
  * needs one fails), for kgen_mma_shared_bytes. */
 int kgen_mma_factor_bytes(const sched_graph *graph, const kgen_kernel *kernel);
