@@ -1,6 +1,7 @@
 /*
  * plan.c: plans as data: reading, checking, writing, and the default plan.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,52 +165,96 @@ static int check_micro(const sched_contraction *c, const kgen_kernel *kernel,
 enum blocking_of { BLOCKING_ONE_PRODUCT, BLOCKING_ONE_BATCH, BLOCKING_SIDE_BY_SIDE,
 		   BLOCKING_FUSED };
 
-/* The six integer fields of blocking "name" of the schedule (the first
- * six of "keys", each in [lowest, highest]; a seventh key, when not NULL,
- * may be there too) into "fields", for a kernel "of" that kind; the
- * contraction (the root's, side by side) goes to "c". 1 when absent. */
-static int read_blocking(const sched_graph *graph, json_t *sched, const char *name,
-			 const char *const *keys, const int64_t *lowest,
-			 const int64_t *highest, int *const *fields,
-			 const kgen_kernel *kernel, enum blocking_of of, sched_contraction *c,
-			 kgen_error *err)
+/* One integer field of a blocking: its key, its range, where it goes in
+ * the blocking (a kgen_micro or a kgen_mma), and whether it may be left
+ * out. */
+typedef struct blocking_field {
+	const char *key;
+	int64_t lowest, highest;
+	size_t offset;
+	bool optional;
+} blocking_field;
+
+/* A blocking of the schedule: its key, its fields (the required ones
+ * first, then the optional; a NULL key ends them), the struct they fill
+ * and the kind of kernel it is for. */
+typedef struct blocking {
+	const char *name;
+	const blocking_field *fields;
+	void *out;
+	enum blocking_of of;
+} blocking;
+
+/* "mr, nr, kc, mc, nc and pack, and maybe raster, ...": the keys of
+ * "fields", as an error lists them. */
+static void blocking_keys(const blocking_field *fields, char *out, size_t size)
 {
-	json_t *obj = json_object_get(sched, name);
-	size_t optional = 0;
-	char maybe[64] = "";
+	int required = 0, optional = 0;
+	size_t len = 0;
+
+	while (fields[required].key && !fields[required].optional)
+		required++;
+	out[0] = '\0';
+	for (int f = 0; fields[f].key && len < size; f++) {
+		const char *sep = f == 0 ? "" : f < required - 1 ? ", " :
+				  f == required - 1 ? " and " :
+				  optional++ ? ", " : ", and maybe ";
+
+		len += snprintf(out + len, size - len, "%s%s", sep, fields[f].key);
+	}
+}
+
+/* Whether blocking "b" may go on kernel "kernel": the contraction it
+ * blocks (the root's, side by side) into "c". */
+static bool blocking_fits(const sched_graph *graph, const blocking *b,
+			  const kgen_kernel *kernel, sched_contraction *c)
+{
+	if (b->of == BLOCKING_FUSED)
+		return true;
+	if (kernel->nops > 1 && b->of != BLOCKING_SIDE_BY_SIDE)
+		return false;
+	return b->of == BLOCKING_ONE_BATCH ? kgen_mma_product(graph, kernel->ops[0], c)
+					   : kgen_kernel_products(graph, kernel, c);
+}
+
+/* The integer fields of blocking "b" of the schedule, each in its range,
+ * into b->out; the contraction (the root's, side by side) goes to "c".
+ * 1 when absent. */
+static int read_blocking(const sched_graph *graph, json_t *sched, const blocking *b,
+			 const kgen_kernel *kernel, sched_contraction *c, kgen_error *err)
+{
+	json_t *obj = json_object_get(sched, b->name);
+	size_t expected = 0;
+	char keys[128];
 	int rc;
 
-	for (int f = 6; keys[f]; f++) {
-		optional += json_object_get(obj, keys[f]) != NULL;
-		snprintf(maybe + strlen(maybe), sizeof(maybe) - strlen(maybe), "%s%s",
-			 f == 6 ? ", and maybe " : ", ", keys[f]);
-	}
 	if (!obj)
 		return 1;
-	if (of != BLOCKING_FUSED &&
-	    ((kernel->nops > 1 && of != BLOCKING_SIDE_BY_SIDE) ||
-	     !(of == BLOCKING_ONE_BATCH ? kgen_mma_product(graph, kernel->ops[0], c)
-					: kgen_kernel_products(graph, kernel, c))))
+	if (!blocking_fits(graph, b, kernel, c))
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': '%s' is for a kernel "
-				 "of %s", kernel->name, name, of == BLOCKING_SIDE_BY_SIDE ?
+				 "of %s", kernel->name, b->name,
+				 b->of == BLOCKING_SIDE_BY_SIDE ?
 				 "matrix products of one shape, none reading another" :
 				 "one op that is a matrix product, or a fused kernel");
-	if (!json_is_object(obj) || json_object_size(obj) != 6 + optional)
+	for (const blocking_field *f = b->fields; f->key; f++)
+		expected += !f->optional || json_object_get(obj, f->key);
+	if (!json_is_object(obj) || json_object_size(obj) != expected) {
+		blocking_keys(b->fields, keys, sizeof(keys));
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': '%s' must be an object "
-				 "of %s, %s, %s, %s, %s and %s%s", kernel->name, name,
-				 keys[0], keys[1], keys[2], keys[3], keys[4], keys[5], maybe);
-	for (int f = 0; keys[f]; f++) {
+				 "of %s", kernel->name, b->name, keys);
+	}
+	for (const blocking_field *f = b->fields; f->key; f++) {
 		int64_t v = -1;
 
-		if (f >= 6 && !json_object_get(obj, keys[f]))
+		if (f->optional && !json_object_get(obj, f->key))
 			continue;
-		if (!json_object_get(obj, keys[f]))
+		if (!json_object_get(obj, f->key))
 			return kgen_fail(err, KGEN_EPLAN, "kernel '%s': '%s' has no '%s'",
-					 kernel->name, name, keys[f]);
-		if ((rc = read_int(obj, keys[f], lowest[f], highest[f], &v, kernel->name,
+					 kernel->name, b->name, f->key);
+		if ((rc = read_int(obj, f->key, f->lowest, f->highest, &v, kernel->name,
 				   err)) < 0)
 			return rc;
-		*fields[f] = (int)v;
+		*(int *)((char *)b->out + f->offset) = (int)v;
 	}
 	return KGEN_OK;
 }
@@ -218,15 +263,19 @@ static int read_blocking(const sched_graph *graph, json_t *sched, const char *na
 static int read_micro(const sched_graph *graph, json_t *sched, kgen_kernel *kernel,
 		      kgen_error *err)
 {
-	static const char *const keys[] = {"mr", "nr", "kc", "mc", "nc", "pack", NULL};
-	static const int64_t lowest[] = {1, 1, 1, 1, 1, 0};
-	static const int64_t highest[] = {KGEN_MICRO_MAX_MR, KGEN_MICRO_MAX_NR,
-					  INT32_MAX, INT32_MAX, INT32_MAX, 1};
-	kgen_micro *m = &kernel->schedule.micro;
-	int *const fields[] = {&m->mr, &m->nr, &m->kc, &m->mc, &m->nc, &m->pack};
+	static const blocking_field fields[] = {
+		{"mr", 1, KGEN_MICRO_MAX_MR, offsetof(kgen_micro, mr), false},
+		{"nr", 1, KGEN_MICRO_MAX_NR, offsetof(kgen_micro, nr), false},
+		{"kc", 1, INT32_MAX, offsetof(kgen_micro, kc), false},
+		{"mc", 1, INT32_MAX, offsetof(kgen_micro, mc), false},
+		{"nc", 1, INT32_MAX, offsetof(kgen_micro, nc), false},
+		{"pack", 0, 1, offsetof(kgen_micro, pack), false},
+		{NULL},
+	};
+	const blocking micro = {"micro", fields, &kernel->schedule.micro,
+				BLOCKING_SIDE_BY_SIDE};
 	sched_contraction c;
-	int rc = read_blocking(graph, sched, "micro", keys, lowest, highest, fields,
-			       kernel, BLOCKING_SIDE_BY_SIDE, &c, err);
+	int rc = read_blocking(graph, sched, &micro, kernel, &c, err);
 
 	if (rc)
 		return rc < 0 ? rc : KGEN_OK;
@@ -277,17 +326,23 @@ static int check_mma(const sched_graph *graph, const sched_contraction *c,
 static int read_mma(const sched_graph *graph, json_t *sched, kgen_kernel *kernel,
 		    kgen_error *err)
 {
-	static const char *const keys[] = {"bm", "bn", "bk", "wm", "wn", "stages", "raster",
-					   "rotated", "split_k", NULL};
-	static const int64_t lowest[] = {16, 8, 16, 16, 8, 2, 1, 0, 1};
-	static const int64_t highest[] = {256, 256, 128, 256, 256, 8, 64, 1, 16};
+	static const blocking_field fields[] = {
+		{"bm", 16, 256, offsetof(kgen_mma, bm), false},
+		{"bn", 8, 256, offsetof(kgen_mma, bn), false},
+		{"bk", 16, 128, offsetof(kgen_mma, bk), false},
+		{"wm", 16, 256, offsetof(kgen_mma, wm), false},
+		{"wn", 8, 256, offsetof(kgen_mma, wn), false},
+		{"stages", 2, 8, offsetof(kgen_mma, stages), false},
+		{"raster", 1, 64, offsetof(kgen_mma, raster), true},
+		{"rotated", 0, 1, offsetof(kgen_mma, rotated), true},
+		{"split_k", 1, 16, offsetof(kgen_mma, split_k), true},
+		{NULL},
+	};
 	kgen_mma *m = &kernel->schedule.mma;
-	int *const fields[] = {&m->bm, &m->bn, &m->bk, &m->wm, &m->wn, &m->stages,
-			       &m->raster, &m->rotated, &m->split_k};
-	sched_contraction c;
 	bool fused = kernel->nops > 1;
-	int rc = read_blocking(graph, sched, "mma", keys, lowest, highest, fields, kernel,
-			       fused ? BLOCKING_FUSED : BLOCKING_ONE_BATCH, &c, err);
+	const blocking mma = {"mma", fields, m, fused ? BLOCKING_FUSED : BLOCKING_ONE_BATCH};
+	sched_contraction c;
+	int rc = read_blocking(graph, sched, &mma, kernel, &c, err);
 
 	if (rc)
 		return rc < 0 ? rc : KGEN_OK;
