@@ -2,9 +2,7 @@
  * kernel.c: what one kernel of a plan computes: its root op, its tiles,
  * its fused group (remembered), its products and its scratch memory.
  */
-#include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "kgen_int.h"
 
@@ -57,26 +55,12 @@ int64_t kgen_tile_elements(const sched_graph *graph, const kgen_kernel *kernel)
 	return n;
 }
 
-/* Analyses are remembered (by graph, ops, tile, lanes and threads): a
- * kernel is checked when its plan is read, printed, estimated and
- * compiled, and the search meets the same groups again and again. */
-#define MEMO_SLOTS 512
-
-typedef struct memo_entry {
-	char *key;
-	sched_group *group; /* NULL: refused, with "why" */
-	sched_error why;
-} memo_entry;
-
-static memo_entry memo[MEMO_SLOTS];
-static int memo_used;
-static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static char *memo_key(const sched_graph *graph, const kgen_kernel *kernel, int threads)
+/* What tells the analysis of "kernel" on "threads" apart from others on
+ * its graph (sched_group_recall): its ops, tile, lanes and threads. */
+static char *group_key(const sched_graph *graph, const kgen_kernel *kernel, int threads)
 {
 	sched_buf buf = {0};
 
-	sched_buf_printf(&buf, "%s|", graph->key);
 	for (int i = 0; i < kernel->nops; i++)
 		sched_buf_printf(&buf, "%d,", kernel->ops[i]);
 	for (int d = 0; d < kgen_kernel_target(graph, kernel)->rank; d++)
@@ -85,36 +69,6 @@ static char *memo_key(const sched_graph *graph, const kgen_kernel *kernel, int t
 		sched_buf_printf(&buf, "l%d,", kernel->lanes[l]);
 	sched_buf_printf(&buf, "x%d", threads);
 	return buf.str;
-}
-
-/* The remembered analysis of "key" (copied into *out), or false. */
-static bool recall(const char *key, sched_group **out, sched_error *why)
-{
-	bool found = false;
-
-	pthread_mutex_lock(&memo_lock);
-	for (int i = 0; i < memo_used && !found; i++)
-		if (!strcmp(memo[i].key, key)) {
-			found = true;
-			*out = memo[i].group ? sched_group_copy(memo[i].group) : NULL;
-			*why = memo[i].why;
-		}
-	pthread_mutex_unlock(&memo_lock);
-	return found;
-}
-
-static void remember(char *key, const sched_group *group, const sched_error *why)
-{
-	pthread_mutex_lock(&memo_lock);
-	if (memo_used == MEMO_SLOTS) {
-		for (int i = 0; i < memo_used; i++) {
-			free(memo[i].key);
-			sched_group_free(memo[i].group);
-		}
-		memo_used = 0;
-	}
-	memo[memo_used++] = (memo_entry){key, group ? sched_group_copy(group) : NULL, *why};
-	pthread_mutex_unlock(&memo_lock);
 }
 
 int kgen_kernel_group(const sched_graph *graph, const kgen_kernel *kernel,
@@ -127,26 +81,18 @@ int kgen_kernel_group(const sched_graph *graph, const kgen_kernel *kernel,
 				 KGEN_LOCAL_BYTES};
 	sched_error why = {0};
 	char *key;
+	int rc;
 
 	for (int d = 0; cuda && d < t->rank; d++)
 		threads *= kernel->schedule.threads[d];
 	if (kernel->schedule.mma.bm)
 		threads = kgen_mma_threads(&kernel->schedule.mma);
 	spec.threads = cuda ? threads : 0;
-	key = memo_key(graph, kernel, spec.threads);
-	*out = NULL;
-	if (!key || !recall(key, out, &why)) {
-		sched_group_new(graph, &spec, out, &why);
-		if (key && why.code != SCHED_ENOMEM)
-			remember(key, *out, &why);
-		else
-			free(key);
-	} else {
-		free(key);
-	}
-	if (!*out)
-		return kgen_fail(err, why.code == SCHED_ENOMEM || why.code == 0 ?
-				 KGEN_ENOMEM : KGEN_EPLAN,
+	key = group_key(graph, kernel, spec.threads);
+	rc = sched_group_recall(graph, key, &spec, out, &why);
+	free(key);
+	if (rc < 0)
+		return kgen_fail(err, rc == SCHED_ENOMEM ? KGEN_ENOMEM : KGEN_EPLAN,
 				 "kernel '%s': %s", kernel->name, why.message);
 	return KGEN_OK;
 }

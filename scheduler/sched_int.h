@@ -105,8 +105,15 @@ typedef struct sched_tensor {
 	int writer;
 } sched_tensor;
 
+/* The fused groups analysed on a graph (group_memo.c). */
+typedef struct sched_group_memo sched_group_memo;
+
+sched_group_memo *sched_group_memo_new(void);
+void sched_group_memo_free(sched_group_memo *memo);
+
 struct sched_graph {
 	sched_arena arena;
+	sched_group_memo *groups;
 	const char *name;
 	bool allow_tf32;
 	int ntensors;
@@ -172,6 +179,14 @@ void sched_op_print(sched_buf *buf, const sched_op *op,
 int64_t sched_op_flops(const sched_op *op);
 /* The points of the op's reduction (1 for an op without one). */
 int64_t sched_op_reduction_points(const sched_op *op);
+
+/* sched_group_new of "spec" remembered by "graph" under "key" (what
+ * tells "spec" apart from the caller's other specs on this graph; NULL:
+ * neither recalled nor remembered): a copy of the analysis made before,
+ * refusals included, or a new one, kept until the graph is freed. */
+int sched_group_recall(const sched_graph *graph, const char *key,
+		       const sched_group_spec *spec, sched_group **out,
+		       sched_error *err);
 
 /* canon.c */
 int sched_graph_canonicalize(sched_graph *graph);
