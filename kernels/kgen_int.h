@@ -4,7 +4,7 @@
 #ifndef KGEN_INT_H
 #define KGEN_INT_H
 
-#include "../scheduler/sched_int.h"
+#include "ir.h"
 #include "kgen.h"
 
 /* "x" rounded up to a multiple of "step". */
