@@ -336,7 +336,7 @@ static void set_lanes(const decoding *d, kgen_kernel *k)
 
 static char *verdict_key(const tuner_fusion *f, const kgen_kernel *k)
 {
-	const sched_tensor *t = &f->graph->tensors[kgen_kernel_op(f->graph, k)->target];
+	const sched_tensor *t = kgen_kernel_target(f->graph, k);
 	sched_buf buf = {0};
 	int threads = 1;
 
@@ -389,7 +389,7 @@ static bool accepted(const tuner_fusion *f, const kgen_kernel *k)
  * tile widened to whole rows (every dim after the first). */
 static void judge(const tuner_fusion *f, kgen_kernel *k, verdict *v)
 {
-	const sched_tensor *t = &f->graph->tensors[kgen_kernel_op(f->graph, k)->target];
+	const sched_tensor *t = kgen_kernel_target(f->graph, k);
 
 	v->legal = accepted(f, k);
 	if (!v->legal && t->rank > 1) {
@@ -529,7 +529,7 @@ static void place(const decoding *d, kgen_plan *plan, int r)
 
 	*k = d->kernels[r];
 	snprintf(k->name, sizeof(k->name), "k%d_%s", plan->nkernels,
-		 d->f->graph->tensors[kgen_kernel_op(d->f->graph, k)->target].name);
+		 kgen_kernel_target(d->f->graph, k)->name);
 	plan->nkernels++;
 }
 
