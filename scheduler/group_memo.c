@@ -5,8 +5,8 @@
  * and compiled, and the search meets the same groups again and again; so
  * each graph keeps the analyses made on it (refusals too) under the key
  * its caller gives, until it is freed. Past GROUP_MEMO_SLOTS the oldest
- * is forgotten first. Graphs are read from several threads: a lock
- * guards the memo.
+ * is forgotten first. A lock guards the memo, as a graph, const to its
+ * readers, may be read from several threads at once.
  */
 #include <pthread.h>
 #include <stdlib.h>
