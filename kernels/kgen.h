@@ -20,6 +20,11 @@
 #include "scheduler.h"
 
 #define KGEN_MAX_OPS 16
+/* A plan's limits on a kernel: threads per block (cuda), and the elements
+ * of a reducing kernel's tile, whose accumulators the cpu keeps on its
+ * stack. */
+#define KGEN_MAX_THREADS 1024
+#define KGEN_MAX_CPU_TILE 16384
 
 /* The version of the code generators: part of every cache key, so that a
  * change of generated code never serves a stale kernel. Bump it with any

@@ -4,8 +4,14 @@
 #ifndef KGEN_INT_H
 #define KGEN_INT_H
 
-#include "../scheduler/sched_int.h"
+#include "ir.h"
 #include "kgen.h"
+
+/* "x" rounded up to a multiple of "step". */
+static inline int64_t kgen_round_up(int64_t x, int64_t step)
+{
+	return (x + step - 1) / step * step;
+}
 
 /* Fills "err" like sched_fail; returns code. Safe with err == NULL. */
 int kgen_fail(kgen_error *err, int code, const char *fmt, ...)
@@ -14,6 +20,9 @@ int kgen_fail(kgen_error *err, int code, const char *fmt, ...)
 /* The op whose output the kernel's schedule cuts: its only op, or the
  * root of a fused group's first branch. */
 const sched_op *kgen_kernel_op(const sched_graph *graph, const kgen_kernel *kernel);
+/* That op's target, whose dims the schedule's are. */
+const sched_tensor *kgen_kernel_target(const sched_graph *graph,
+				       const kgen_kernel *kernel);
 /* The tiles the schedule's tile cuts that op's output into, and the
  * elements of one tile (those past the output's edge included). */
 int64_t kgen_kernel_tiles(const sched_graph *graph, const kgen_kernel *kernel);
@@ -151,7 +160,7 @@ int kgen_cpu_open(kgen_backend *backend, kgen_error *err);
 int kgen_cuda_open(kgen_backend *backend, kgen_error *err);
 int kgen_emulated_open(kgen_backend *backend, kgen_error *err);
 
-/* plan.c: the bytes of an element of the factors of the first matrix
+/* mma_geometry.c: the bytes of an element of the factors of the first matrix
  * product among the ops of "kernel" (2 when it has none: the check that
  * needs one fails), for kgen_mma_shared_bytes. */
 int kgen_mma_factor_bytes(const sched_graph *graph, const kgen_kernel *kernel);

@@ -1,18 +1,14 @@
 /*
  * plan.c: plans as data: reading, checking, writing, and the default plan.
  */
-#include <ctype.h>
-#include <pthread.h>
-#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "print_int.h"
+#include "kgen_int.h"
 
 #define MAX_KERNELS 4096
-#define MAX_THREADS 1024
-#define MAX_CPU_TILE 16384
 #define PARALLEL_MIN_POINTS (1 << 16)
 #define MAX_PARTS 1024
 #define MAX_PARTS_BYTES (256 << 20)
@@ -21,169 +17,6 @@ static const char *const split_names[] = {
 	[KGEN_SPLIT_THREAD] = "thread", [KGEN_SPLIT_WARP] = "warp",
 	[KGEN_SPLIT_BLOCK] = "block",
 };
-
-int kgen_fail(kgen_error *err, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err)
-		return code;
-	err->code = code;
-	va_start(ap, fmt);
-	vsnprintf(err->message, sizeof(err->message), fmt, ap);
-	va_end(ap);
-	return code;
-}
-
-void kgen_error_release(kgen_error *err)
-{
-	free(err->log);
-	err->log = NULL;
-}
-
-static bool read_by_member(const sched_graph *graph, const kgen_kernel *kernel,
-			   int tensor)
-{
-	for (int i = 0; i < kernel->nops; i++)
-		if (graph->ops[kernel->ops[i]].target != tensor &&
-		    kgen_op_touches(&graph->ops[kernel->ops[i]], tensor))
-			return true;
-	return false;
-}
-
-const sched_op *kgen_kernel_op(const sched_graph *graph, const kgen_kernel *kernel)
-{
-	int root = -1;
-
-	for (int i = 0; i < kernel->nops; i++) {
-		int op = kernel->ops[i];
-
-		if ((root < 0 || op < root) &&
-		    !read_by_member(graph, kernel, graph->ops[op].target))
-			root = op;
-	}
-	return &graph->ops[root < 0 ? kernel->ops[0] : root];
-}
-
-static const sched_tensor *target_of(const sched_graph *graph,
-				     const kgen_kernel *kernel)
-{
-	return &graph->tensors[kgen_kernel_op(graph, kernel)->target];
-}
-
-int64_t kgen_kernel_tiles(const sched_graph *graph, const kgen_kernel *kernel)
-{
-	const sched_tensor *t = target_of(graph, kernel);
-	int64_t n = 1;
-
-	for (int d = 0; d < t->rank; d++)
-		n *= (t->shape[d] + kernel->schedule.tile[d] - 1) / kernel->schedule.tile[d];
-	return n;
-}
-
-int64_t kgen_tile_elements(const sched_graph *graph, const kgen_kernel *kernel)
-{
-	int64_t n = 1;
-
-	for (int d = 0; d < target_of(graph, kernel)->rank; d++)
-		n *= kernel->schedule.tile[d];
-	return n;
-}
-
-/* Analyses are remembered (by graph, ops, tile, lanes and threads): a
- * kernel is checked when its plan is read, printed, estimated and
- * compiled, and the search meets the same groups again and again. */
-#define MEMO_SLOTS 512
-
-typedef struct memo_entry {
-	char *key;
-	sched_group *group; /* NULL: refused, with "why" */
-	sched_error why;
-} memo_entry;
-
-static memo_entry memo[MEMO_SLOTS];
-static int memo_used;
-static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static char *memo_key(const sched_graph *graph, const kgen_kernel *kernel, int threads)
-{
-	sched_buf buf = {0};
-
-	sched_buf_printf(&buf, "%s|", graph->key);
-	for (int i = 0; i < kernel->nops; i++)
-		sched_buf_printf(&buf, "%d,", kernel->ops[i]);
-	for (int d = 0; d < target_of(graph, kernel)->rank; d++)
-		sched_buf_printf(&buf, "t%lld,", (long long)kernel->schedule.tile[d]);
-	for (int l = 0; l < kernel->nlanes; l++)
-		sched_buf_printf(&buf, "l%d,", kernel->lanes[l]);
-	sched_buf_printf(&buf, "x%d", threads);
-	return buf.str;
-}
-
-/* The remembered analysis of "key" (copied into *out), or false. */
-static bool recall(const char *key, sched_group **out, sched_error *why)
-{
-	bool found = false;
-
-	pthread_mutex_lock(&memo_lock);
-	for (int i = 0; i < memo_used && !found; i++)
-		if (!strcmp(memo[i].key, key)) {
-			found = true;
-			*out = memo[i].group ? sched_group_copy(memo[i].group) : NULL;
-			*why = memo[i].why;
-		}
-	pthread_mutex_unlock(&memo_lock);
-	return found;
-}
-
-static void remember(char *key, const sched_group *group, const sched_error *why)
-{
-	pthread_mutex_lock(&memo_lock);
-	if (memo_used == MEMO_SLOTS) {
-		for (int i = 0; i < memo_used; i++) {
-			free(memo[i].key);
-			sched_group_free(memo[i].group);
-		}
-		memo_used = 0;
-	}
-	memo[memo_used++] = (memo_entry){key, group ? sched_group_copy(group) : NULL, *why};
-	pthread_mutex_unlock(&memo_lock);
-}
-
-int kgen_kernel_group(const sched_graph *graph, const kgen_kernel *kernel,
-		      bool cuda, sched_group **out, kgen_error *err)
-{
-	const sched_tensor *t = target_of(graph, kernel);
-	int threads = 1;
-	sched_group_spec spec = {kernel->nops, kernel->ops, kernel->schedule.tile,
-				 kernel->nlanes ? kernel->lanes : NULL, 0,
-				 KGEN_LOCAL_BYTES};
-	sched_error why = {0};
-	char *key;
-
-	for (int d = 0; cuda && d < t->rank; d++)
-		threads *= kernel->schedule.threads[d];
-	if (kernel->schedule.mma.bm)
-		threads = kgen_mma_threads(&kernel->schedule.mma);
-	spec.threads = cuda ? threads : 0;
-	key = memo_key(graph, kernel, spec.threads);
-	*out = NULL;
-	if (!key || !recall(key, out, &why)) {
-		sched_group_new(graph, &spec, out, &why);
-		if (key && why.code != SCHED_ENOMEM)
-			remember(key, *out, &why);
-		else
-			free(key);
-	} else {
-		free(key);
-	}
-	if (!*out)
-		return kgen_fail(err, why.code == SCHED_ENOMEM || why.code == 0 ?
-				 KGEN_ENOMEM : KGEN_EPLAN,
-				 "kernel '%s': %s", kernel->name, why.message);
-	return KGEN_OK;
-}
-
 
 void kgen_plan_free(kgen_plan *plan)
 {
@@ -278,10 +111,10 @@ static int check_threads(const sched_tensor *t, kgen_kernel *kernel,
 
 	for (int d = 0; d < t->rank; d++)
 		total *= kernel->schedule.threads[d];
-	if (total > MAX_THREADS)
+	if (total > KGEN_MAX_THREADS)
 		return kgen_fail(err, KGEN_EPLAN,
 				 "kernel '%s': %lld threads per block, more than %d",
-				 kernel->name, (long long)total, MAX_THREADS);
+				 kernel->name, (long long)total, KGEN_MAX_THREADS);
 	if (kernel->schedule.split == KGEN_SPLIT_WARP && total % 32)
 		return kgen_fail(err, KGEN_EPLAN,
 				 "kernel '%s': split \"warp\" needs whole warps, and "
@@ -301,12 +134,7 @@ static int read_shared(json_t *sched, kgen_kernel *kernel, kgen_error *err)
 			 "supported yet; give \"shared\": []", kernel->name);
 }
 
-static int64_t round_up(int64_t x, int64_t step)
-{
-	return (x + step - 1) / step * step;
-}
-
-/* Checks "micro" of a kernel of contraction "c" (docs/design/kernels.md). */
+/* Checks "micro" of a kernel of contraction "c" (docs/kernels.md). */
 static int check_micro(const sched_contraction *c, const kgen_kernel *kernel,
 		       kgen_error *err)
 {
@@ -315,50 +143,20 @@ static int check_micro(const sched_contraction *c, const kgen_kernel *kernel,
 	if (m->nr % KGEN_MICRO_NR_STEP)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': micro 'nr' must be a "
 				 "multiple of %d", kernel->name, KGEN_MICRO_NR_STEP);
-	if (m->mc % m->mr || m->mc > round_up(c->m, m->mr))
+	if (m->mc % m->mr || m->mc > kgen_round_up(c->m, m->mr))
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': micro 'mc' must be a "
 				 "multiple of mr (%d) up to %lld", kernel->name, m->mr,
-				 (long long)round_up(c->m, m->mr));
-	if (m->nc % m->nr || m->nc > round_up(c->n, m->nr))
+				 (long long)kgen_round_up(c->m, m->mr));
+	if (m->nc % m->nr || m->nc > kgen_round_up(c->n, m->nr))
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': micro 'nc' must be a "
 				 "multiple of nr (%d) up to %lld", kernel->name, m->nr,
-				 (long long)round_up(c->n, m->nr));
+				 (long long)kgen_round_up(c->n, m->nr));
 	if (m->kc > c->k)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': micro 'kc' must be "
 				 "from 1 to K (%lld)", kernel->name, (long long)c->k);
 	return KGEN_OK;
 }
 
-static bool same_product(const sched_graph *graph, const sched_contraction *a,
-			 int a_target, const sched_contraction *b, int b_target)
-{
-	const sched_tensor *t = graph->tensors;
-
-	return a->gathered == b->gathered && a->m == b->m && a->n == b->n &&
-	       a->k == b->k && a->a_m == b->a_m &&
-	       a->a_k == b->a_k && a->c_m == b->c_m && a->c_n == b->c_n &&
-	       t[a->a].dtype == t[b->a].dtype && t[a->b].dtype == t[b->b].dtype &&
-	       t[a_target].dtype == t[b_target].dtype;
-}
-
-bool kgen_kernel_products(const sched_graph *graph, const kgen_kernel *kernel,
-			  sched_contraction *c)
-{
-	const sched_op *root = kgen_kernel_op(graph, kernel);
-
-	if (!sched_op_gathered_contraction(graph, root->index, c))
-		return false;
-	for (int i = 0; i < kernel->nops; i++) {
-		const sched_op *op = &graph->ops[kernel->ops[i]];
-		sched_contraction other;
-
-		if (!sched_op_gathered_contraction(graph, op->index, &other) ||
-		    !same_product(graph, c, root->target, &other, op->target) ||
-		    read_by_member(graph, kernel, op->target))
-			return false;
-	}
-	return true;
-}
 
 /* What kind of kernel a blocking is for: one matrix product
  * (kgen_kernel_products: gathered ones too), one product for tensor
@@ -367,52 +165,96 @@ bool kgen_kernel_products(const sched_graph *graph, const kgen_kernel *kernel,
 enum blocking_of { BLOCKING_ONE_PRODUCT, BLOCKING_ONE_BATCH, BLOCKING_SIDE_BY_SIDE,
 		   BLOCKING_FUSED };
 
-/* The six integer fields of blocking "name" of the schedule (the first
- * six of "keys", each in [lowest, highest]; a seventh key, when not NULL,
- * may be there too) into "fields", for a kernel "of" that kind; the
- * contraction (the root's, side by side) goes to "c". 1 when absent. */
-static int read_blocking(const sched_graph *graph, json_t *sched, const char *name,
-			 const char *const *keys, const int64_t *lowest,
-			 const int64_t *highest, int *const *fields,
-			 const kgen_kernel *kernel, enum blocking_of of, sched_contraction *c,
-			 kgen_error *err)
+/* One integer field of a blocking: its key, its range, where it goes in
+ * the blocking (a kgen_micro or a kgen_mma), and whether it may be left
+ * out. */
+typedef struct blocking_field {
+	const char *key;
+	int64_t lowest, highest;
+	size_t offset;
+	bool optional;
+} blocking_field;
+
+/* A blocking of the schedule: its key, its fields (the required ones
+ * first, then the optional; a NULL key ends them), the struct they fill
+ * and the kind of kernel it is for. */
+typedef struct blocking {
+	const char *name;
+	const blocking_field *fields;
+	void *out;
+	enum blocking_of of;
+} blocking;
+
+/* "mr, nr, kc, mc, nc and pack, and maybe raster, ...": the keys of
+ * "fields", as an error lists them. */
+static void blocking_keys(const blocking_field *fields, char *out, size_t size)
 {
-	json_t *obj = json_object_get(sched, name);
-	size_t optional = 0;
-	char maybe[64] = "";
+	int required = 0, optional = 0;
+	size_t len = 0;
+
+	while (fields[required].key && !fields[required].optional)
+		required++;
+	out[0] = '\0';
+	for (int f = 0; fields[f].key && len < size; f++) {
+		const char *sep = f == 0 ? "" : f < required - 1 ? ", " :
+				  f == required - 1 ? " and " :
+				  optional++ ? ", " : ", and maybe ";
+
+		len += snprintf(out + len, size - len, "%s%s", sep, fields[f].key);
+	}
+}
+
+/* Whether blocking "b" may go on kernel "kernel": the contraction it
+ * blocks (the root's, side by side) into "c". */
+static bool blocking_fits(const sched_graph *graph, const blocking *b,
+			  const kgen_kernel *kernel, sched_contraction *c)
+{
+	if (b->of == BLOCKING_FUSED)
+		return true;
+	if (kernel->nops > 1 && b->of != BLOCKING_SIDE_BY_SIDE)
+		return false;
+	return b->of == BLOCKING_ONE_BATCH ? kgen_mma_product(graph, kernel->ops[0], c)
+					   : kgen_kernel_products(graph, kernel, c);
+}
+
+/* The integer fields of blocking "b" of the schedule, each in its range,
+ * into b->out; the contraction (the root's, side by side) goes to "c".
+ * 1 when absent. */
+static int read_blocking(const sched_graph *graph, json_t *sched, const blocking *b,
+			 const kgen_kernel *kernel, sched_contraction *c, kgen_error *err)
+{
+	json_t *obj = json_object_get(sched, b->name);
+	size_t expected = 0;
+	char keys[128];
 	int rc;
 
-	for (int f = 6; keys[f]; f++) {
-		optional += json_object_get(obj, keys[f]) != NULL;
-		snprintf(maybe + strlen(maybe), sizeof(maybe) - strlen(maybe), "%s%s",
-			 f == 6 ? ", and maybe " : ", ", keys[f]);
-	}
 	if (!obj)
 		return 1;
-	if (of != BLOCKING_FUSED &&
-	    ((kernel->nops > 1 && of != BLOCKING_SIDE_BY_SIDE) ||
-	     !(of == BLOCKING_ONE_BATCH ? kgen_mma_product(graph, kernel->ops[0], c)
-					: kgen_kernel_products(graph, kernel, c))))
+	if (!blocking_fits(graph, b, kernel, c))
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': '%s' is for a kernel "
-				 "of %s", kernel->name, name, of == BLOCKING_SIDE_BY_SIDE ?
+				 "of %s", kernel->name, b->name,
+				 b->of == BLOCKING_SIDE_BY_SIDE ?
 				 "matrix products of one shape, none reading another" :
 				 "one op that is a matrix product, or a fused kernel");
-	if (!json_is_object(obj) || json_object_size(obj) != 6 + optional)
+	for (const blocking_field *f = b->fields; f->key; f++)
+		expected += !f->optional || json_object_get(obj, f->key);
+	if (!json_is_object(obj) || json_object_size(obj) != expected) {
+		blocking_keys(b->fields, keys, sizeof(keys));
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': '%s' must be an object "
-				 "of %s, %s, %s, %s, %s and %s%s", kernel->name, name,
-				 keys[0], keys[1], keys[2], keys[3], keys[4], keys[5], maybe);
-	for (int f = 0; keys[f]; f++) {
+				 "of %s", kernel->name, b->name, keys);
+	}
+	for (const blocking_field *f = b->fields; f->key; f++) {
 		int64_t v = -1;
 
-		if (f >= 6 && !json_object_get(obj, keys[f]))
+		if (f->optional && !json_object_get(obj, f->key))
 			continue;
-		if (!json_object_get(obj, keys[f]))
+		if (!json_object_get(obj, f->key))
 			return kgen_fail(err, KGEN_EPLAN, "kernel '%s': '%s' has no '%s'",
-					 kernel->name, name, keys[f]);
-		if ((rc = read_int(obj, keys[f], lowest[f], highest[f], &v, kernel->name,
+					 kernel->name, b->name, f->key);
+		if ((rc = read_int(obj, f->key, f->lowest, f->highest, &v, kernel->name,
 				   err)) < 0)
 			return rc;
-		*fields[f] = (int)v;
+		*(int *)((char *)b->out + f->offset) = (int)v;
 	}
 	return KGEN_OK;
 }
@@ -421,233 +263,28 @@ static int read_blocking(const sched_graph *graph, json_t *sched, const char *na
 static int read_micro(const sched_graph *graph, json_t *sched, kgen_kernel *kernel,
 		      kgen_error *err)
 {
-	static const char *const keys[] = {"mr", "nr", "kc", "mc", "nc", "pack", NULL};
-	static const int64_t lowest[] = {1, 1, 1, 1, 1, 0};
-	static const int64_t highest[] = {KGEN_MICRO_MAX_MR, KGEN_MICRO_MAX_NR,
-					  INT32_MAX, INT32_MAX, INT32_MAX, 1};
-	kgen_micro *m = &kernel->schedule.micro;
-	int *const fields[] = {&m->mr, &m->nr, &m->kc, &m->mc, &m->nc, &m->pack};
+	static const blocking_field fields[] = {
+		{"mr", 1, KGEN_MICRO_MAX_MR, offsetof(kgen_micro, mr), false},
+		{"nr", 1, KGEN_MICRO_MAX_NR, offsetof(kgen_micro, nr), false},
+		{"kc", 1, INT32_MAX, offsetof(kgen_micro, kc), false},
+		{"mc", 1, INT32_MAX, offsetof(kgen_micro, mc), false},
+		{"nc", 1, INT32_MAX, offsetof(kgen_micro, nc), false},
+		{"pack", 0, 1, offsetof(kgen_micro, pack), false},
+		{NULL},
+	};
+	const blocking micro = {"micro", fields, &kernel->schedule.micro,
+				BLOCKING_SIDE_BY_SIDE};
 	sched_contraction c;
-	int rc = read_blocking(graph, sched, "micro", keys, lowest, highest, fields,
-			       kernel, BLOCKING_SIDE_BY_SIDE, &c, err);
+	int rc = read_blocking(graph, sched, &micro, kernel, &c, err);
 
 	if (rc)
 		return rc < 0 ? rc : KGEN_OK;
 	return check_micro(&c, kernel, err);
 }
 
-static void count_tensor(const sched_node *access, void *user)
-{
-	int *tensors = user;
-
-	tensors[1] += access->tensor != tensors[0];
-}
-
-bool kgen_mma_product(const sched_graph *graph, int op, sched_contraction *c)
-{
-	int others[2];
-
-	if (sched_op_batched_contraction(graph, op, c))
-		return true;
-	if (!sched_op_gathered_contraction(graph, op, c))
-		return false;
-	others[0] = c->b;
-	others[1] = 0;
-	sched_node_each_access(graph->ops[op].body->args[c->factor_b], count_tensor, others);
-	return others[1] == 0;
-}
-
-const char *kgen_mma_operands_unfit(const sched_graph *graph, const sched_contraction *c)
-{
-	enum sched_dtype a = graph->tensors[c->a].dtype, b = graph->tensors[c->b].dtype;
-	int per_16_bytes = 16 / sched_dtype_bytes(a);
-	bool b_fits = c->gathered || (c->b_n == 1 && c->b_k % per_16_bytes == 0 &&
-				      c->b0 % per_16_bytes == 0);
-
-	if (a != b || (a != SCHED_F16 && a != SCHED_BF16 &&
-		       (a != SCHED_F32 || !graph->allow_tf32)))
-		return "factors both f16 or both bf16 (or both f32 where the graph allows tf32)";
-	if (c->a_k != 1 || !b_fits || c->a_m % per_16_bytes || c->a0 % per_16_bytes ||
-	    (c->batch > 1 && (c->a_batch % per_16_bytes || c->b_batch % per_16_bytes)))
-		return "A with K contiguous and B with N contiguous, rows starting on "
-		       "8 elements (4 of f32: 16 bytes), and so each product of a batch";
-	return NULL;
-}
-
-int kgen_mma_threads(const kgen_mma *m)
-{
-	return m->bm / m->wm * (m->bn / m->wn) * 32;
-}
-
-int64_t kgen_mma_tiles(const sched_contraction *c, const kgen_mma *m)
-{
-	return (c->m + m->bm - 1) / m->bm * ((c->n + m->bn - 1) / m->bn) *
-	       (c->batch > 1 ? c->batch : 1);
-}
-
-void kgen_mma_pads(const kgen_mma *m, int factor_bytes, int *a_pad, int *b_pad)
-{
-	int chunk = 16 / factor_bytes;
-
-	*a_pad = m->rotated ? 0 : chunk;
-	*b_pad = m->rotated ? 0 : factor_bytes == 4 || m->bn / chunk % 2 == 0 ? 8 : 0;
-}
-
-/* A counter per tile, then the partial results of the tile's elements,
- * part after part. */
-static size_t parts_scratch_bytes(const sched_graph *graph, const kgen_kernel *kernel,
-				  size_t *zeroed)
-{
-	size_t tiles = (size_t)kgen_kernel_tiles(graph, kernel);
-
-	*zeroed = tiles * sizeof(unsigned);
-	return *zeroed + tiles * (size_t)kernel->schedule.parts *
-			 (size_t)kgen_tile_elements(graph, kernel) * sizeof(float);
-}
-
-size_t kgen_kernel_scratch_bytes(const sched_graph *graph, const kgen_kernel *kernel,
-				 size_t *zeroed)
-{
-	const kgen_mma *m = &kernel->schedule.mma;
-	sched_contraction c;
-	size_t tiles;
-
-	*zeroed = 0;
-	if (kernel->schedule.parts > 1)
-		return parts_scratch_bytes(graph, kernel, zeroed);
-	if (m->split_k < 2 || kernel->nops > 1 || !kgen_mma_product(graph, kernel->ops[0], &c))
-		return 0;
-	tiles = (size_t)kgen_mma_tiles(&c, m);
-	*zeroed = tiles * sizeof(unsigned);
-	return *zeroed + tiles * (size_t)m->split_k * (size_t)m->bm * (size_t)m->bn * sizeof(float);
-}
-
-int kgen_mma_shared_bytes(const kgen_mma *m, int factor_bytes)
-{
-	int a_pad, b_pad, stages, c_tile = m->bm * (m->bn + 8) * 2;
-
-	kgen_mma_pads(m, factor_bytes, &a_pad, &b_pad);
-	stages = m->stages * (m->bm * (m->bk + a_pad) + m->bk * (m->bn + b_pad)) * factor_bytes;
-
-	return stages > c_tile ? stages : c_tile;
-}
-
-void kgen_mma_repair(kgen_mma *m, int factor_bytes)
-{
-	while (kgen_mma_shared_bytes(m, factor_bytes) > KGEN_LOCAL_BYTES && m->stages > 2)
-		m->stages--;
-	while (kgen_mma_shared_bytes(m, factor_bytes) > KGEN_LOCAL_BYTES && m->bk > 16)
-		m->bk /= 2;
-}
-
-int kgen_mma_factor_bytes(const sched_graph *graph, const kgen_kernel *kernel)
-{
-	sched_contraction c;
-
-	for (int i = 0; i < kernel->nops; i++)
-		if (kgen_mma_product(graph, kernel->ops[i], &c))
-			return sched_dtype_bytes(graph->tensors[c.a].dtype);
-	return 2;
-}
-
-/* The first stage of each branch of "group" that is a matrix product
- * runs on tensor cores in a fused kernel of "mma" (docs/design/kernels.md,
- * "Fused epilogues"): why one cannot, or NULL. All must be products of
- * one shape whose factors fit, each writing an M x N matrix of its own
- * (row-major from its first element: its target variables are m and n)
- * over a region within bm x bn, kept for the stages after it. */
-static const char *fused_products_unfit(const sched_graph *graph, const sched_group *group,
-					const kgen_mma *mma)
-{
-	sched_contraction first = {0}, c;
-
-	for (int s = 0; s < group->nstages; s++) {
-		const sched_stage *st = &group->stages[s];
-		const sched_tensor *t = &graph->tensors[graph->ops[st->op].target];
-
-		if (!sched_group_starts_branch(group, s))
-			continue;
-		if (!sched_op_contraction(graph, st->op, &c))
-			return "each branch's first op a matrix product";
-		if (kgen_mma_operands_unfit(graph, &c))
-			return kgen_mma_operands_unfit(graph, &c);
-		if (t->rank != 2 || c.c_m != t->shape[1] || c.c_n != 1 || c.c0 != 0)
-			return "each product's C a row-major M x N matrix of its own";
-		if (st->store == SCHED_STORE_INLINE)
-			return "each product kept, not recomputed";
-		if (st->extent[0] > mma->bm || st->extent[1] > mma->bn)
-			return "each product's region within bm x bn under the kernel's tile";
-		if (s > 0 && (c.m != first.m || c.n != first.n || c.k != first.k ||
-			      c.a_m != first.a_m || c.b_k != first.b_k ||
-			      graph->tensors[c.a].dtype != graph->tensors[first.a].dtype))
-			return "products of one shape, strides and dtype";
-		if (s == 0)
-			first = c;
-	}
-	return NULL;
-}
-
-const char *kgen_fused_mma_unfit(const sched_graph *graph, const kgen_kernel *kernel)
-{
-	sched_group *group;
-	const char *why;
-
-	if (kgen_kernel_group(graph, kernel, true, &group, NULL) < 0)
-		return "a fused group that is legal on cuda";
-	why = fused_products_unfit(graph, group, &kernel->schedule.mma);
-	sched_group_free(group);
-	return why;
-}
-
-static int round_up_to(int v, int step)
-{
-	return (v + step - 1) / step * step;
-}
-
-/* "mma" repaired to fit the first product's region, "extent": warps no
- * larger than the region rounded up to whole mma tiles (16 x 8), the
- * block the region rounded up to whole warps, then kgen_mma_repair; its
- * blocks follow the group's, not a raster. */
-static kgen_mma fitted_mma(const int64_t *extent, const kgen_mma *mma, int factor_bytes)
-{
-	kgen_mma m = *mma;
-
-	m.raster = 0;
-	m.split_k = 0;
-	m.wm = m.wm < round_up_to((int)extent[0], 16) ? m.wm : round_up_to((int)extent[0], 16);
-	m.wn = m.wn < round_up_to((int)extent[1], 8) ? m.wn : round_up_to((int)extent[1], 8);
-	m.bm = round_up_to((int)extent[0], m.wm);
-	m.bn = round_up_to((int)extent[1], m.wn);
-	kgen_mma_repair(&m, factor_bytes);
-	return m;
-}
-
-bool kgen_fused_mma_fit(const sched_graph *graph, kgen_kernel *kernel, const kgen_mma *mma)
-{
-	int factor_bytes = kgen_mma_factor_bytes(graph, kernel);
-	sched_group *group;
-	kgen_mma m;
-
-	kernel->schedule.mma = (kgen_mma){0};
-	if (kernel->nops < 2 || kgen_kernel_group(graph, kernel, true, &group, NULL) < 0)
-		return false;
-	m = group->stages[0].rank == 2 ?
-		fitted_mma(group->stages[0].extent, mma, factor_bytes) : (kgen_mma){0};
-	sched_group_free(group);
-	if (!m.bm || kgen_mma_threads(&m) > MAX_THREADS ||
-	    kgen_mma_shared_bytes(&m, factor_bytes) > KGEN_LOCAL_BYTES || m.bm > 256 ||
-	    m.bn > 256)
-		return false;
-	kernel->schedule.mma = m;
-	if (kgen_fused_mma_unfit(graph, kernel)) {
-		kernel->schedule.mma = (kgen_mma){0};
-		return false;
-	}
-	return true;
-}
 
 /* Checks "mma" of a kernel of contraction "c", or of a fused kernel
- * (c NULL; kgen_fused_mma_unfit) (docs/design/kernels.md): operands that fit
+ * (c NULL; kgen_fused_mma_unfit) (docs/kernels.md): operands that fit
  * (kgen_mma_operands_unfit); warps that divide the tile; the stages
  * within static shared memory. */
 static int check_mma(const sched_graph *graph, const sched_contraction *c,
@@ -665,10 +302,10 @@ static int check_mma(const sched_graph *graph, const sched_contraction *c,
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'mma' needs wm a "
 				 "multiple of 16 dividing bm, wn a multiple of 8 dividing bn, "
 				 "bk a multiple of 16", kernel->name);
-	if (kgen_mma_threads(m) > MAX_THREADS || shared > KGEN_LOCAL_BYTES)
+	if (kgen_mma_threads(m) > KGEN_MAX_THREADS || shared > KGEN_LOCAL_BYTES)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'mma' takes %d threads "
 				 "and %d bytes of shared memory, more than %d or %d",
-				 kernel->name, kgen_mma_threads(m), shared, MAX_THREADS,
+				 kernel->name, kgen_mma_threads(m), shared, KGEN_MAX_THREADS,
 				 KGEN_LOCAL_BYTES);
 	if (!c && (why = kgen_fused_mma_unfit(graph, kernel)))
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': 'mma' in a fused kernel "
@@ -689,17 +326,23 @@ static int check_mma(const sched_graph *graph, const sched_contraction *c,
 static int read_mma(const sched_graph *graph, json_t *sched, kgen_kernel *kernel,
 		    kgen_error *err)
 {
-	static const char *const keys[] = {"bm", "bn", "bk", "wm", "wn", "stages", "raster",
-					   "rotated", "split_k", NULL};
-	static const int64_t lowest[] = {16, 8, 16, 16, 8, 2, 1, 0, 1};
-	static const int64_t highest[] = {256, 256, 128, 256, 256, 8, 64, 1, 16};
+	static const blocking_field fields[] = {
+		{"bm", 16, 256, offsetof(kgen_mma, bm), false},
+		{"bn", 8, 256, offsetof(kgen_mma, bn), false},
+		{"bk", 16, 128, offsetof(kgen_mma, bk), false},
+		{"wm", 16, 256, offsetof(kgen_mma, wm), false},
+		{"wn", 8, 256, offsetof(kgen_mma, wn), false},
+		{"stages", 2, 8, offsetof(kgen_mma, stages), false},
+		{"raster", 1, 64, offsetof(kgen_mma, raster), true},
+		{"rotated", 0, 1, offsetof(kgen_mma, rotated), true},
+		{"split_k", 1, 16, offsetof(kgen_mma, split_k), true},
+		{NULL},
+	};
 	kgen_mma *m = &kernel->schedule.mma;
-	int *const fields[] = {&m->bm, &m->bn, &m->bk, &m->wm, &m->wn, &m->stages,
-			       &m->raster, &m->rotated, &m->split_k};
-	sched_contraction c;
 	bool fused = kernel->nops > 1;
-	int rc = read_blocking(graph, sched, "mma", keys, lowest, highest, fields, kernel,
-			       fused ? BLOCKING_FUSED : BLOCKING_ONE_BATCH, &c, err);
+	const blocking mma = {"mma", fields, m, fused ? BLOCKING_FUSED : BLOCKING_ONE_BATCH};
+	sched_contraction c;
+	int rc = read_blocking(graph, sched, &mma, kernel, &c, err);
 
 	if (rc)
 		return rc < 0 ? rc : KGEN_OK;
@@ -716,10 +359,10 @@ static int check_cpu_tile(const sched_op *op, const sched_tensor *t,
 
 	for (int d = 0; d < t->rank; d++)
 		total *= kernel->schedule.tile[d];
-	if (op->reducer != SCHED_RED_NONE && total > MAX_CPU_TILE)
+	if (op->reducer != SCHED_RED_NONE && total > KGEN_MAX_CPU_TILE)
 		return kgen_fail(err, KGEN_EPLAN, "kernel '%s': a tile of %lld "
 				 "elements, more than %d", kernel->name,
-				 (long long)total, MAX_CPU_TILE);
+				 (long long)total, KGEN_MAX_CPU_TILE);
 	return KGEN_OK;
 }
 
@@ -834,7 +477,7 @@ static int read_schedule(const sched_graph *graph, json_t *sched,
 					   "unroll", "vector", "split", "parts", "shared",
 					   "micro", "mma", NULL};
 	const sched_op *op = kgen_kernel_op(graph, kernel);
-	const sched_tensor *t = target_of(graph, kernel);
+	const sched_tensor *t = kgen_kernel_target(graph, kernel);
 	kgen_schedule *s = &kernel->schedule;
 	int64_t threads[SCHED_MAX_RANK], v;
 	const char *key;
@@ -891,7 +534,7 @@ static int read_schedule(const sched_graph *graph, json_t *sched,
 static void default_name(const sched_graph *graph, int index, kgen_kernel *kernel)
 {
 	snprintf(kernel->name, sizeof(kernel->name), "k%d_%s", index,
-		 target_of(graph, kernel)->name);
+		 kgen_kernel_target(graph, kernel)->name);
 }
 
 static int read_name(json_t *name, kgen_kernel *kernel, int index, kgen_error *err)
@@ -988,7 +631,7 @@ static int read_kernel(const sched_graph *graph, json_t *obj, kgen_kernel *kerne
 	    (rc = read_lanes(json_object_get(obj, "lanes"), kernel, index, err)) < 0)
 		return rc;
 	default_name(graph, index, kernel);
-	default_schedule(kgen_kernel_op(graph, kernel), target_of(graph, kernel),
+	default_schedule(kgen_kernel_op(graph, kernel), kgen_kernel_target(graph, kernel),
 			 &kernel->schedule);
 	if ((rc = read_name(json_object_get(obj, "name"), kernel, index, err)) < 0 ||
 	    (rc = read_schedule(graph, json_object_get(obj, "schedule"), kernel, err)) < 0)
@@ -1113,7 +756,7 @@ kgen_plan *kgen_plan_default(const sched_graph *graph)
 
 		kernel->ops[kernel->nops++] = graph->order[k];
 		default_name(graph, k, kernel);
-		default_schedule(kgen_kernel_op(graph, kernel), target_of(graph, kernel),
+		default_schedule(kgen_kernel_op(graph, kernel), kgen_kernel_target(graph, kernel),
 			 &kernel->schedule);
 	}
 	return plan;
@@ -1198,7 +841,7 @@ json_t *kgen_plan_to_json(const sched_graph *graph, const kgen_plan *plan)
 		for (int i = 0; i < kernel->nops; i++)
 			json_array_append_new(ops, json_integer(kernel->ops[i]));
 		json_t *schedule = schedule_json(kgen_kernel_op(graph, kernel),
-						 target_of(graph, kernel),
+						 kgen_kernel_target(graph, kernel),
 						 &kernel->schedule);
 		json_t *obj = json_pack("{s:s, s:o}", "name", kernel->name, "ops", ops);
 

@@ -58,7 +58,7 @@ static void mma_launch_shape(const sched_graph *graph, const kgen_kernel *kernel
 void kgen_cuda_launch_shape(const sched_graph *graph, const kgen_kernel *kernel,
 			    unsigned *blocks, unsigned *threads)
 {
-	const sched_tensor *t = &graph->tensors[kgen_kernel_op(graph, kernel)->target];
+	const sched_tensor *t = kgen_kernel_target(graph, kernel);
 	int64_t b = kgen_kernel_tiles(graph, kernel), n = 1;
 	sched_group *group;
 

@@ -14,7 +14,7 @@
 #define PROTO_MESSAGE_MAX 1024  /* bytes of an error message, NUL included */
 #define PROTO_EVENT_NAME_MAX 64 /* bytes of an event name, NUL included */
 
-/* Ranges of params (docs/protocol.md, "Requests"). */
+/* Ranges of params (docs/protocol.md, "Operations"). */
 #define PROTO_BUDGET_MAX_S 2592000.0 /* 30 days */
 #define PROTO_PRIORITY_MIN -1000
 #define PROTO_PRIORITY_MAX 1000

@@ -337,7 +337,9 @@ int sched_graph_read_limited(const char *text, const sched_limits *limits,
 		return sched_fail(err, SCHED_EJSON, -1, 0,
 				  "line %d, column %d: %s", jerr.line, jerr.column,
 				  jerr.text);
-	if (!(graph = calloc(1, sizeof(*graph)))) {
+	if (!(graph = calloc(1, sizeof(*graph))) ||
+	    !(graph->groups = sched_group_memo_new())) {
+		free(graph);
 		json_decref(root);
 		return sched_fail(err, SCHED_ENOMEM, -1, 0, "out of memory");
 	}
@@ -382,6 +384,7 @@ void sched_graph_free(sched_graph *graph)
 	if (!graph)
 		return;
 	free(graph->canonical);
+	sched_group_memo_free(graph->groups);
 	sched_arena_release(&graph->arena);
 	free(graph);
 }

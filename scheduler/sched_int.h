@@ -1,127 +1,18 @@
 /*
- * sched_int.h: the scheduler's private forms, shared by its files.
+ * sched_int.h: what is private to the scheduler's files: the arena's
+ * functions, parsing, checking, canonical forms, isl forms of accesses and
+ * printing. The IR itself, which other modules read, is in ir.h.
  */
 #ifndef SCHED_INT_H
 #define SCHED_INT_H
 
 #include <isl/ctx.h>
 
-#include "scheduler.h"
-
-/* Every allocation of one graph comes from its arena and is freed at once. */
-typedef struct sched_arena_block sched_arena_block;
-typedef struct sched_arena {
-	sched_arena_block *head;
-} sched_arena;
+#include "ir.h"
 
 void *sched_arena_alloc(sched_arena *arena, size_t size);
 char *sched_arena_strndup(sched_arena *arena, const char *s, size_t n);
 void sched_arena_release(sched_arena *arena);
-
-/* A growable string; str is NULL after an allocation failure. */
-typedef struct sched_buf {
-	char *str;
-	size_t len, cap;
-} sched_buf;
-
-void sched_buf_printf(sched_buf *buf, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-void sched_buf_release(sched_buf *buf);
-
-enum sched_node_kind {
-	SCHED_NODE_NUM,
-	SCHED_NODE_VAR,
-	SCHED_NODE_ACCESS,
-	SCHED_NODE_CALL,
-	SCHED_NODE_UNARY,
-	SCHED_NODE_BINARY,
-};
-
-enum sched_binop {
-	SCHED_ADD, SCHED_SUB, SCHED_MUL, SCHED_DIV, SCHED_MOD,
-	SCHED_LT, SCHED_LE, SCHED_GT, SCHED_GE, SCHED_EQ, SCHED_NE,
-	SCHED_AND, SCHED_OR,
-};
-
-enum sched_unop { SCHED_NEG, SCHED_NOT };
-
-enum sched_func {
-	SCHED_EXP, SCHED_LOG, SCHED_SQRT, SCHED_RSQRT, SCHED_TANH,
-	SCHED_SIGMOID, SCHED_RELU, SCHED_GELU, SCHED_GELU_TANH, SCHED_SILU,
-	SCHED_ERF, SCHED_ABS, SCHED_MAX2, SCHED_MIN2, SCHED_POW, SCHED_SELECT,
-	SCHED_FUNC_COUNT,
-};
-
-enum sched_reducer {
-	SCHED_RED_NONE, SCHED_RED_SUM, SCHED_RED_MAX, SCHED_RED_MIN,
-	SCHED_RED_PROD,
-};
-
-/* One node of an op's expression. col and end_col delimit its source text
- * (1-based, end exclusive). access_id numbers an op's accesses from 0.
- * "op" is a sched_binop, sched_unop or sched_func. */
-typedef struct sched_node {
-	enum sched_node_kind kind;
-	int col, end_col;
-	double num;
-	int var;
-	int tensor;
-	int access_id;
-	int op;
-	int nargs;
-	struct sched_node **args;
-} sched_node;
-
-/* A variable of an op: the target's first, then the reducer's. Its range is
- * [lo, hi). */
-typedef struct sched_var {
-	const char *name;
-	int64_t lo, hi;
-	int col;
-	bool reduction;
-	bool inferred;
-} sched_var;
-
-typedef struct sched_op {
-	const char *text;
-	int index;
-	int target;
-	int target_col;
-	int ntarget_vars;
-	int nvars;
-	sched_var *vars;
-	enum sched_reducer reducer;
-	sched_node *body;
-	int naccesses;
-} sched_op;
-
-typedef struct sched_tensor {
-	const char *name;
-	int rank;
-	int64_t shape[SCHED_MAX_RANK];
-	int64_t size;
-	enum sched_dtype dtype;
-	enum sched_role role;
-	int writer;
-} sched_tensor;
-
-struct sched_graph {
-	sched_arena arena;
-	const char *name;
-	bool allow_tf32;
-	int ntensors;
-	sched_tensor *tensors;
-	int nops;
-	sched_op *ops;
-	int *order;          /* the canonical order of the ops */
-	int *tensor_number;  /* each tensor's number in the canonical form */
-	char *canonical;
-	char key[SCHED_KEY_HEX + 1];
-};
-
-/* The first key of JSON object "obj" not in the NULL-terminated "keys",
- * or NULL. */
-const char *sched_unknown_key(json_t *obj, const char *const *keys);
 
 /* Fills "err" with code, op, column and a printf-style message; returns
  * code. Safe with err == NULL. */
@@ -138,13 +29,9 @@ const char *sched_node_excerpt(const sched_node *node, const char *text,
 int sched_op_parse(sched_graph *graph, int index, const char *text,
 		   sched_error *err);
 const char *sched_func_name(enum sched_func func);
-bool sched_node_int_const(const sched_node *node, int64_t *value);
 bool sched_int_binop(int op, int64_t a, int64_t b, int64_t *value);
-const char *sched_index_problem(const sched_node *node);
 const char *sched_reducer_name(enum sched_reducer reducer);
 bool sched_name_is_reserved(const char *name);
-/* Letters, digits and '_', not starting with a digit (graph.c). */
-bool sched_is_identifier(const char *s);
 
 /* graph.c: checks that need the whole graph: writes, reads, cycles. */
 int sched_graph_check_dataflow(sched_graph *graph, sched_error *err);
@@ -167,24 +54,11 @@ void sched_node_print(sched_buf *buf, const sched_node *node,
 void sched_op_print(sched_buf *buf, const sched_op *op,
 		    const sched_names *names);
 
-/* explain.c: the arithmetic of "op" over its whole domain: every operator
- * and call on values per point, plus one per point for a reducer. */
-int64_t sched_op_flops(const sched_op *op);
-/* The points of the op's reduction (1 for an op without one). */
-int64_t sched_op_reduction_points(const sched_op *op);
+/* group_memo.c: a graph's memo of group analyses (sched_group_recall). */
+sched_group_memo *sched_group_memo_new(void);
+void sched_group_memo_free(sched_group_memo *memo);
 
 /* canon.c */
 int sched_graph_canonicalize(sched_graph *graph);
-
-/* Whether the body of "op" reads "tensor" (fusion.c). */
-bool sched_op_reads_tensor(const sched_op *op, int tensor);
-
-/* Whether var "var" occurs under "node". */
-bool sched_node_mentions(const sched_node *node, int var);
-
-/* Visits every access node under "node" (pre-order). */
-typedef void (*sched_access_fn)(const sched_node *access, void *user);
-void sched_node_each_access(const sched_node *node, sched_access_fn fn,
-			    void *user);
 
 #endif

@@ -23,7 +23,6 @@
 
 #include "tuner_int.h"
 
-#define MAX_CPU_TILE 16384
 #define CACHE_SLOTS 4096
 
 typedef struct verdict {
@@ -342,7 +341,7 @@ static void set_lanes(const decoding *d, kgen_kernel *k)
 
 static char *verdict_key(const tuner_fusion *f, const kgen_kernel *k)
 {
-	const sched_tensor *t = &f->graph->tensors[kgen_kernel_op(f->graph, k)->target];
+	const sched_tensor *t = kgen_kernel_target(f->graph, k);
 	sched_buf buf = {0};
 	int threads = 1;
 
@@ -384,10 +383,10 @@ static bool accepted(const tuner_fusion *f, const kgen_kernel *k, kgen_error *er
 
 	for (int d = 0; d < t->rank; d++)
 		elements *= k->schedule.tile[d];
-	if (root->reducer != SCHED_RED_NONE && elements > MAX_CPU_TILE)
+	if (root->reducer != SCHED_RED_NONE && elements > KGEN_MAX_CPU_TILE)
 		return kgen_fail(err, KGEN_EPLAN, "the root '%s' reduces into a tile of "
 				 "%lld elements, more than the %d accumulators a tile "
-				 "may hold", t->name, (long long)elements, MAX_CPU_TILE), false;
+				 "may hold", t->name, (long long)elements, KGEN_MAX_CPU_TILE), false;
 	if (kgen_kernel_group(f->graph, k, f->cuda, &group, err) < 0)
 		return false;
 	sched_group_free(group);
@@ -399,7 +398,7 @@ static bool accepted(const tuner_fusion *f, const kgen_kernel *k, kgen_error *er
  * has one dim, so that nothing widens. */
 static bool widen(const tuner_fusion *f, const kgen_kernel *k, kgen_kernel *wide)
 {
-	const sched_tensor *t = &f->graph->tensors[kgen_kernel_op(f->graph, k)->target];
+	const sched_tensor *t = kgen_kernel_target(f->graph, k);
 
 	*wide = *k;
 	for (int d = 1; d < t->rank; d++)
@@ -581,7 +580,7 @@ static void place(const decoding *d, kgen_plan *plan, int r)
 
 	*k = d->kernels[r];
 	snprintf(k->name, sizeof(k->name), "k%d_%s", plan->nkernels,
-		 d->f->graph->tensors[kgen_kernel_op(d->f->graph, k)->target].name);
+		 kgen_kernel_target(d->f->graph, k)->name);
 	plan->nkernels++;
 }
 

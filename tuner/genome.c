@@ -21,8 +21,6 @@
 
 #include "genome.h"
 
-#define MAX_BLOCK 1024
-#define MAX_CPU_TILE 16384
 #define PARTS_MAX_OUTPUT 65536
 
 const int64_t genome_unrolls[4] = {1, 2, 4, 8};
@@ -210,11 +208,6 @@ int genome_index_of(const int64_t *values, int n, int64_t value)
 	return -1;
 }
 
-static int64_t round_up(int64_t x, int64_t step)
-{
-	return (x + step - 1) / step * step;
-}
-
 /* The micro-kernel of genes "at", repaired: the accumulators, the B
  * vectors and an A value fit the vector registers (32 with AVX-512, 16
  * else), kc within K, mc and nc within M and N rounded up. */
@@ -232,10 +225,10 @@ static kgen_micro decode_micro(const kernel_space *ks, const int *at)
 	if (m.mr > (registers - 1 - m.nr / width) / (m.nr / width))
 		m.mr = (registers - 1 - m.nr / width) / (m.nr / width);
 	m.kc = (int)(micro_kcs[at[2]] && micro_kcs[at[2]] < c->k ? micro_kcs[at[2]] : c->k);
-	m.mc = (int)(micro_blocks[at[3]] * m.mr < round_up(c->m, m.mr)
-		     ? micro_blocks[at[3]] * m.mr : round_up(c->m, m.mr));
-	m.nc = (int)(micro_blocks[at[4]] * m.nr < round_up(c->n, m.nr)
-		     ? micro_blocks[at[4]] * m.nr : round_up(c->n, m.nr));
+	m.mc = (int)(micro_blocks[at[3]] * m.mr < kgen_round_up(c->m, m.mr)
+		     ? micro_blocks[at[3]] * m.mr : kgen_round_up(c->m, m.mr));
+	m.nc = (int)(micro_blocks[at[4]] * m.nr < kgen_round_up(c->n, m.nr)
+		     ? micro_blocks[at[4]] * m.nr : kgen_round_up(c->n, m.nr));
 	m.pack = at[5];
 	return m;
 }
@@ -462,11 +455,11 @@ static void decode_kernel(const tuner_genome *g, int k, const int *genes,
 		sch->tile[d] = ks->tiles[d][genes[at->tile + d]];
 		threads[d] = ks->threads[d][genes[at->threads + d]];
 	}
-	while (ks->reduces && product(sch->tile, r) > MAX_CPU_TILE)
+	while (ks->reduces && product(sch->tile, r) > KGEN_MAX_CPU_TILE)
 		halve_largest(sch->tile, r);
 	for (int d = 0; d < r; d++)
 		threads[d] = threads[d] < sch->tile[d] ? threads[d] : sch->tile[d];
-	while (product(threads, r) > MAX_BLOCK)
+	while (product(threads, r) > KGEN_MAX_THREADS)
 		halve_largest(threads, r);
 	for (int d = 0; d < r; d++)
 		sch->threads[d] = (int)threads[d];

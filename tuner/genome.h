@@ -14,7 +14,7 @@
 #include "tuner_int.h"
 
 #define MAX_TILES 12   /* powers of two to 256, the extent, the default */
-#define MAX_THREADS 10 /* 1, 2, 4, ... 256 and the default */
+#define THREAD_CHOICES 10 /* 1, 2, 4, ... 256 and the default */
 
 /* The blocking genes of a contraction, after the kernel's others: on the
  * cpu its micro-kernels (kgen_micro): mr (0: none, the tiles rule), nr,
@@ -65,7 +65,7 @@ typedef struct kernel_space {
 	int factor_bytes;       /* of an element of the product's factors */
 	int ntiles[SCHED_MAX_RANK], nthreads[SCHED_MAX_RANK];
 	int64_t tiles[SCHED_MAX_RANK][MAX_TILES];
-	int64_t threads[SCHED_MAX_RANK][MAX_THREADS];
+	int64_t threads[SCHED_MAX_RANK][THREAD_CHOICES];
 } kernel_space;
 
 /* The genome of a graph: its layout, each gene's domain, the genomes of

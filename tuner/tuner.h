@@ -299,7 +299,7 @@ double tuner_optimistic_ms(__tuner_keep const struct sched_graph *graph,
 			   __tuner_keep const struct kgen_peaks *peaks, int cuda);
 
 /* fuse.c: the fusion planner's grouping, as tunectl explain shows it
- * (docs/fusion.md): the plan the genes of a search decode to when every
+ * (docs/design/fusion.md): the plan the genes of a search decode to when every
  * edge gene is on (each producer joins its consumer's group where the
  * planner allows it) and every sibling gene off, on the default
  * schedules, with no cost model (no peaks), for the cuda backend or the

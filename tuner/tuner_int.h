@@ -5,6 +5,7 @@
 #define TUNER_INT_H
 
 #include "../kernels/kgen_int.h"
+#include "ir.h"
 #include "tuner.h"
 
 /* fuse.c: the fusion genes of a graph (docs/design/fusion.md). One gene per

@@ -18,9 +18,9 @@
 
 #include "fuzz.h"
 #include "fuzz_graph.h"
+#include "ir.h"
 #include "kgen.h"
 #include "random_graph.h"
-#include "sched_int.h"
 
 #define RANDOM_GRAPHS 200
 #define INTERP_POINTS 200000 /* domain points the interpreter runs at most */

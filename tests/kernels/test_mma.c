@@ -161,6 +161,10 @@ Test(mma, misuses_are_refused_with_the_reason)
 		       "\"wn\": 64, \"stages\": 2", "bytes of shared memory");
 	expect_refused(f16, product, "\"bm\": 64, \"bn\": 64", "object of bm, bn, bk, wm, "
 		       "wn and stages");
+	expect_refused(f16, product, "\"bm\": 64, \"bn\": 64", "object of bm, bn, bk, wm, "
+		       "wn and stages, and maybe raster, rotated, split_k");
+	expect_refused(f16, product, "\"bm\": 64, \"bn\": 64, \"bk\": 32, \"wm\": 32, "
+		       "\"wn\": 32, \"stage\": 2", "'mma' has no 'stages'");
 	expect_refused("a f16 64,32 in; y f16 64 out", "y[i] = sum(k) a[i, k]", GOOD,
 		       "one op that is a matrix product");
 	expect_refused("x f16 8,10 in; m f16 8,10 in; w f16 16,8,3 in; y f16 16,8 out",

@@ -15,7 +15,7 @@
 #include <isl/map.h>
 
 #include "graph_builder.h"
-#include "scheduler.h"
+#include "ir.h"
 
 #define LOCAL_48K (48 * 1024)
 
@@ -674,4 +674,64 @@ Test(fusion, malformed_specs_are_refused)
 	f = analyse("bert_qkv", 0, INTS(0), TILE(1, 8, 32), NULL, 0, LOCAL_48K);
 	expect_refused(&f, "no ops", "a fused group has 1 to 16 ops, not 0");
 	release(&f);
+}
+
+/* ---- the analyses a graph remembers (sched_group_recall) ---- */
+
+static void expect_same_group(const sched_group *a, const sched_group *b)
+{
+	cr_assert_eq(a->nstages, b->nstages);
+	cr_expect_eq(a->blocks, b->blocks);
+	cr_expect_eq(a->local_floats, b->local_floats);
+	for (int s = 0; s < a->nstages; s++) {
+		cr_expect_eq(a->stages[s].op, b->stages[s].op);
+		cr_expect_eq(a->stages[s].store, b->stages[s].store);
+		for (int d = 0; d < a->stages[s].rank; d++)
+			cr_expect_str_eq(a->stages[s].lo[d], b->stages[s].lo[d]);
+	}
+}
+
+/* A key recalls what was analysed under it, whatever spec comes with it
+ * later: the legal group, or the refusal and its reason; past 512 keys
+ * the oldest is analysed afresh; a NULL key is never remembered. */
+Test(fusion, a_graph_recalls_its_analyses_by_key)
+{
+	sched_graph *g = example("ln_residual");
+	sched_group_spec legal = {4, INTS(0, 1, 2, 3), TILE(8, 768), NULL, 256, LOCAL_48K};
+	sched_group_spec refused = {4, INTS(0, 1, 2, 3), TILE(8, 128), NULL, 256,
+				    LOCAL_48K};
+	sched_group *fresh = NULL, *group = NULL;
+	sched_error err = {0}, why = {0};
+	char key[32];
+
+	cr_assert_eq(sched_group_new(g, &legal, &fresh, &err), SCHED_OK, "%s", err.message);
+	cr_assert_eq(sched_group_recall(g, "legal", &legal, &group, &err), SCHED_OK);
+	expect_same_group(group, fresh);
+	sched_group_free(group);
+	cr_assert_eq(sched_group_recall(g, "legal", &refused, &group, &err), SCHED_OK,
+		     "the key's analysis is recalled, not made again: %s", err.message);
+	expect_same_group(group, fresh);
+	sched_group_free(group);
+
+	cr_expect_eq(sched_group_recall(g, "refused", &refused, &group, &why),
+		     SCHED_EMEANING);
+	cr_expect_null(group);
+	cr_expect_eq(sched_group_recall(g, "refused", &legal, &group, &err),
+		     SCHED_EMEANING, "a refusal is recalled too");
+	cr_expect_str_eq(err.message, why.message);
+	cr_expect_null(group);
+
+	cr_expect_eq(sched_group_recall(g, NULL, &refused, &group, &err), SCHED_EMEANING);
+	cr_expect_eq(sched_group_recall(g, NULL, &legal, &group, &err), SCHED_OK);
+	sched_group_free(group);
+
+	for (int i = 0; i < 512; i++) {
+		snprintf(key, sizeof(key), "filler %d", i);
+		cr_assert_eq(sched_group_recall(g, key, &refused, &group, &err),
+			     SCHED_EMEANING);
+	}
+	cr_expect_eq(sched_group_recall(g, "legal", &refused, &group, &err),
+		     SCHED_EMEANING, "the oldest key was forgotten and analysed afresh");
+	sched_group_free(fresh);
+	sched_graph_free(g);
 }
