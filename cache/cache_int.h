@@ -1,8 +1,10 @@
 /*
  * cache_int.h: the cache's private forms, shared by its files.
  *
- * open.c opens, checks and recovers the file; schema.c holds the
- * migrations; write.c the writes; read.c the reads; prune.c pruning and
+ * engine.c holds the public functions, each passing the call to the
+ * cache's engine (struct cache_engine): SQLite (the files below) or
+ * PostgreSQL (pg_*.c). open.c opens, checks and recovers the SQLite file;
+ * schema.c holds the migrations; write.c the writes; read.c the reads; prune.c pruning and
  * checkpoints; jobs.c the daemon's job queue; transfer.c export and
  * import; util.c errors, statements, transactions and JSON; checksum.c
  * the checksum of published versions.
@@ -54,7 +56,81 @@ typedef struct cache_found_bad {
 	int64_t found_at[CACHE_FOUND_BAD_MAX];
 } cache_found_bad;
 
+/* The operations of cache.h that differ by engine, in its order:
+ * OP(return type, name, parameters). Each engine defines them as
+ * cache_<engine>_<name> and lists them in its table, so that an engine
+ * lacking one does not build. */
+#define CACHE_ENGINE_OPS(OP)                                                   \
+	OP(int, open, (const char *where, const cache_options *options,        \
+		       cache **out, cache_error *err))                          \
+	OP(int, open_reader, (const cache *c, cache **out, cache_error *err))  \
+	OP(void, close, (cache *c))                                            \
+	OP(int, mark_found_bad, (cache *c, cache_error *err))                  \
+	OP(int, put_graph, (cache *c, const char *key, const char *canonical,  \
+			    const char *name, cache_error *err))               \
+	OP(int, record_trial, (cache *c, const cache_trial *trial,             \
+			       cache_error *err))                              \
+	OP(int, publish, (cache *c, const cache_plan *plan, int *version,      \
+			  cache_error *err))                                   \
+	OP(int, quarantine, (cache *c, const cache_quarantine_entry *entry,    \
+			     cache_error *err))                                \
+	OP(int, prune, (cache *c, int64_t max_age_s, int64_t max_bytes,        \
+			cache_prune_stats *stats, cache_error *err))           \
+	OP(int, checkpoint, (cache *c, cache_error *err))                      \
+	OP(int, fetch_best, (cache *c, const char *graph, const char *device,  \
+			     const char *codegen, int min_version,             \
+			     cache_plan **out, cache_error *err))              \
+	OP(bool, is_quarantined, (cache *c, const char *graph,                 \
+				  const char *device, const char *codegen,     \
+				  const char *plan_json, cache_error *err))    \
+	OP(int, quarantined_plans, (cache *c, const char *graph,               \
+				    const char *device, const char *codegen,   \
+				    json_t **out, cache_error *err))           \
+	OP(int, quarantine_entries, (cache *c, const char *key, json_t **out,  \
+				     cache_error *err))                        \
+	OP(int, list, (cache *c, int (*fn)(void *user,                         \
+					   const cache_entry *entry),          \
+		       void *user, cache_error *err))                           \
+	OP(int, show, (cache *c, const char *key, json_t **out,                \
+		       cache_error *err))                                      \
+	OP(int, trials, (cache *c, const char *graph, const char *device,      \
+			 const char *codegen, int64_t limit, json_t **out,     \
+			 cache_error *err))                                    \
+	OP(int, stat, (cache *c, cache_stats *out, cache_error *err))          \
+	OP(int, put_jobs, (cache *c, const cache_job *jobs, int n,             \
+			   int keep_finished, cache_error *err))               \
+	OP(int, jobs, (cache *c, int (*fn)(void *user, const cache_job *job),  \
+		       void *user, cache_error *err))                           \
+	OP(int, keep_graph_json, (cache *c, const char *key,                   \
+				  const char *graph_json, cache_error *err))   \
+	OP(int, export_graph, (cache *c, const char *key, json_t **out,        \
+			       cache_error *err))                              \
+	OP(int, import_graph, (cache *c, json_t *entry, const char *canonical, \
+			       json_t **out, cache_error *err))
+
+#define CACHE_ENGINE_FIELD(ret, name, params) ret (*name) params;
+#define CACHE_SQLITE_DECLARE(ret, name, params) ret cache_sqlite_##name params;
+#define CACHE_PG_DECLARE(ret, name, params) ret cache_pg_##name params;
+#define CACHE_SQLITE_ENTRY(ret, name, params) .name = cache_sqlite_##name,
+#define CACHE_PG_ENTRY(ret, name, params) .name = cache_pg_##name,
+
+typedef struct cache_engine {
+	const char *name; /* "SQLite", "PostgreSQL": in messages */
+	CACHE_ENGINE_OPS(CACHE_ENGINE_FIELD)
+} cache_engine;
+
+CACHE_ENGINE_OPS(CACHE_SQLITE_DECLARE)
+CACHE_ENGINE_OPS(CACHE_PG_DECLARE)
+
+extern const cache_engine cache_sqlite_engine; /* open.c */
+extern const cache_engine cache_pg_engine;     /* pg_open.c */
+
+/* A PostgreSQL connection (libpq's PGconn), named here so that the
+ * SQLite files need no libpq header. */
+struct pg_conn;
+
 struct cache {
+	const cache_engine *engine;
 	sqlite3 *writer;   /* the owner's; every write and checkpoint */
 	sqlite3 *reader;   /* SQLITE_OPEN_READONLY; reads, any thread */
 	sqlite3_stmt *txn[CACHE_TXN_STMTS];
@@ -65,7 +141,18 @@ struct cache {
 	bool borrows_found_bad;
 	int lock_fd;       /* flock'd "<path>-lock", or -1 */
 	cache_options options;
+	struct pg_conn *pg_writer; /* PostgreSQL: the owner's connection */
+	struct pg_conn *pg_reader; /* PostgreSQL: the reads' connection */
+	char *conninfo;    /* PostgreSQL: what to connect with (it may hold a
+			    * password: "path" is its form for messages) */
 };
+
+/* open.c: a new cache of "engine" named "path" in messages, with the
+ * options' defaults filled in; its connections are left to the engine. */
+int cache_alloc(const cache_engine *engine, const char *path,
+		const cache_options *options, cache **out, cache_error *err);
+/* Frees what cache_alloc allocated. */
+void cache_free(cache *c);
 
 /* util.c */
 void cache_set_error(cache_error *err, int code, const char *fmt, ...)

@@ -93,7 +93,7 @@ static int forget_finished(cache *c, int keep, cache_error *err)
 	return cache_run(c->writer, stmt, "cannot forget old jobs", err);
 }
 
-int cache_put_jobs(__cache_keep cache *c, __cache_keep const cache_job *jobs,
+int cache_sqlite_put_jobs(__cache_keep cache *c, __cache_keep const cache_job *jobs,
 		   int n, int keep_finished, cache_error *err)
 {
 	int rc;
@@ -148,7 +148,7 @@ static bool job_from_row(sqlite3_stmt *stmt, cache_job *job)
 	return job->key && job->name && job->graph && job->state && job->error;
 }
 
-int cache_jobs(__cache_keep cache *c,
+int cache_sqlite_jobs(__cache_keep cache *c,
 	       int (*fn)(void *user, const cache_job *job), void *user,
 	       cache_error *err)
 {

@@ -156,7 +156,7 @@ static int prune(cache *c, int64_t max_age_s, int64_t max_bytes,
 	return 0;
 }
 
-int cache_prune(__cache_keep cache *c, int64_t max_age_s, int64_t max_bytes,
+int cache_sqlite_prune(__cache_keep cache *c, int64_t max_age_s, int64_t max_bytes,
 		cache_prune_stats *stats, cache_error *err)
 {
 	cache_prune_stats st = { 0 };
@@ -183,11 +183,11 @@ int cache_prune(__cache_keep cache *c, int64_t max_age_s, int64_t max_bytes,
 	if (stats)
 		*stats = st;
 	/* A reader in the way only delays the shrinking of the file. */
-	rc = cache_checkpoint(c, err);
+	rc = cache_sqlite_checkpoint(c, err);
 	return rc == CACHE_EBUSY ? 0 : rc;
 }
 
-int cache_checkpoint(__cache_keep cache *c, cache_error *err)
+int cache_sqlite_checkpoint(__cache_keep cache *c, cache_error *err)
 {
 	int rc;
 

@@ -193,7 +193,7 @@ bool cache_found_bad_waiting(__cache_keep cache *c)
 	return waiting;
 }
 
-int cache_mark_found_bad(__cache_keep cache *c, cache_error *err)
+int cache_sqlite_mark_found_bad(__cache_keep cache *c, cache_error *err)
 {
 	cache_found_bad *f = c->found_bad;
 	int64_t ids[CACHE_FOUND_BAD_MAX], found_at[CACHE_FOUND_BAD_MAX];
@@ -215,7 +215,7 @@ int cache_mark_found_bad(__cache_keep cache *c, cache_error *err)
 	return n;
 }
 
-int cache_fetch_best(__cache_keep cache *c, const char *graph,
+int cache_sqlite_fetch_best(__cache_keep cache *c, const char *graph,
 		     const char *device, const char *codegen, int min_version,
 		     __cache_give cache_plan **out, cache_error *err)
 {
@@ -293,7 +293,7 @@ static int find_quarantined(cache *c, const char *graph, const char *device,
 	return rc;
 }
 
-bool cache_is_quarantined(__cache_keep cache *c, const char *graph,
+bool cache_sqlite_is_quarantined(__cache_keep cache *c, const char *graph,
 			  const char *device, const char *codegen,
 			  const char *plan_json, cache_error *err)
 {
@@ -337,7 +337,7 @@ static const char list_sql[] =
 	" AND q.codegen = p.codegen AND q.bad IS NULL) "
 	"ORDER BY p.graph, d.signature, p.codegen";
 
-int cache_list(__cache_keep cache *c,
+int cache_sqlite_list(__cache_keep cache *c,
 	       int (*fn)(void *user, const cache_entry *entry), void *user,
 	       cache_error *err)
 {
@@ -596,7 +596,7 @@ static int show(cache *c, const char *key, json_t **out, cache_error *err)
 	return rc;
 }
 
-int cache_show(__cache_keep cache *c, const char *key,
+int cache_sqlite_show(__cache_keep cache *c, const char *key,
 	       __cache_give json_t **out, cache_error *err)
 {
 	int rc;
@@ -674,7 +674,7 @@ static int list_trials(cache *c, const char *graph, const char *device,
 	return rc;
 }
 
-int cache_trials(__cache_keep cache *c, const char *graph, const char *device,
+int cache_sqlite_trials(__cache_keep cache *c, const char *graph, const char *device,
 		 const char *codegen, int64_t limit, __cache_give json_t **out,
 		 cache_error *err)
 {
@@ -723,7 +723,7 @@ static const char stat_sql[] =
 	"(SELECT count(*) FROM plans), (SELECT count(*) FROM trials), "
 	"(SELECT count(*) FROM quarantine)";
 
-int cache_stat(__cache_keep cache *c, cache_stats *out, cache_error *err)
+int cache_sqlite_stat(__cache_keep cache *c, cache_stats *out, cache_error *err)
 {
 	sqlite3_stmt *stmt = NULL;
 	int64_t *fields[] = {
@@ -790,7 +790,7 @@ static json_t *quarantined_plan_row(sqlite3_stmt *stmt)
 	return column(stmt, 0) ? stored_json(column(stmt, 0)) : NULL;
 }
 
-int cache_quarantined_plans(__cache_keep cache *c, const char *graph,
+int cache_sqlite_quarantined_plans(__cache_keep cache *c, const char *graph,
 			    const char *device, const char *codegen,
 			    __cache_give json_t **out, cache_error *err)
 {
@@ -841,7 +841,7 @@ static json_t *entry_row(sqlite3_stmt *stmt)
 			 "worker_log", text_or_null(stmt, 14));
 }
 
-int cache_quarantine_entries(__cache_keep cache *c, const char *key,
+int cache_sqlite_quarantine_entries(__cache_keep cache *c, const char *key,
 			     __cache_give json_t **out, cache_error *err)
 {
 	if (!out) {

@@ -92,7 +92,7 @@ static int put_graph(cache *c, const char *key, const char *canonical,
 	return rc;
 }
 
-int cache_put_graph(__cache_keep cache *c, const char *key,
+int cache_sqlite_put_graph(__cache_keep cache *c, const char *key,
 		    const char *canonical, const char *name, cache_error *err)
 {
 	int rc;
@@ -147,7 +147,7 @@ static int insert_trial(cache *c, const cache_trial *trial, const char *plan,
 	return cache_run(c->writer, stmt, "cannot record a trial", err);
 }
 
-int cache_record_trial(__cache_keep cache *c,
+int cache_sqlite_record_trial(__cache_keep cache *c,
 		       __cache_keep const cache_trial *trial, cache_error *err)
 {
 	char *plan = NULL;
@@ -273,7 +273,7 @@ static int insert_plan(cache *c, const cache_plan *p, const plan_texts *t,
 	return cache_run(c->writer, stmt, "cannot publish a plan", err);
 }
 
-int cache_publish(__cache_keep cache *c, __cache_keep const cache_plan *plan,
+int cache_sqlite_publish(__cache_keep cache *c, __cache_keep const cache_plan *plan,
 		  int *version, cache_error *err)
 {
 	plan_texts texts = { NULL, NULL, NULL };
@@ -348,7 +348,7 @@ static int insert_quarantine(cache *c, const cache_quarantine_entry *q,
 	return cache_run(c->writer, stmt, "cannot quarantine a plan", err);
 }
 
-int cache_quarantine(__cache_keep cache *c,
+int cache_sqlite_quarantine(__cache_keep cache *c,
 		     __cache_keep const cache_quarantine_entry *entry,
 		     cache_error *err)
 {
