@@ -60,7 +60,10 @@ enum cache_code {
 	CACHE_ECORRUPT = -6,  /* damage found after open: reopen to recover */
 	CACHE_ESCHEMA = -7,   /* the file's schema is newer than this build */
 	CACHE_ETHREAD = -8,   /* a write from a thread that does not own it */
-	CACHE_ESQLITE = -9,   /* any other SQLite failure */
+	CACHE_ESQLITE = -9,   /* any other failure of the database (SQLite or
+			       * PostgreSQL) */
+	CACHE_ESTALE = -10,   /* cache_publish on PostgreSQL: a version as
+			       * fast or faster was published meanwhile */
 };
 
 /* The name of "code", e.g. "CACHE_EBUSY"; "unknown" for others. */
@@ -111,6 +114,11 @@ typedef struct cache cache;
  * alone: a negative code and *out NULL. */
 int cache_open(const char *path, const cache_options *options,
 	       __cache_give cache **out, cache_error *err);
+
+/* Whether cache_open takes "where" for a PostgreSQL database (a
+ * "postgresql://" or "postgres://" URI, or a conninfo string: it holds
+ * "="), not a file. */
+bool cache_is_database(const char *where);
 
 /* A second read-only handle of the open cache "c", for reads on another
  * thread that must not wait for the reads of "c" (the daemon looks for a

@@ -65,7 +65,7 @@ typedef struct cache_found_bad {
 		       cache **out, cache_error *err))                          \
 	OP(int, open_reader, (const cache *c, cache **out, cache_error *err))  \
 	OP(void, close, (cache *c))                                            \
-	OP(int, mark_found_bad, (cache *c, cache_error *err))                  \
+	OP(void, mark_bad, (cache *c, int64_t id, const char *why))            \
 	OP(int, put_graph, (cache *c, const char *key, const char *canonical,  \
 			    const char *name, cache_error *err))               \
 	OP(int, record_trial, (cache *c, const cache_trial *trial,             \
@@ -195,14 +195,93 @@ int cache_json_canonical(const char *text, const char *what, bool sources,
 void cache_json_free(__cache_take char *text);
 size_t cache_utf8_cut(const char *text, size_t max);
 
+/* write.c: the checks of each write's arguments, shared by the engines;
+ * the texts they give in canonical form go with cache_json_free. */
+int cache_trial_check(const cache_trial *trial, char **plan, cache_error *err);
+int cache_quarantine_check(const cache_quarantine_entry *entry, char **plan,
+			   char **sources, cache_error *err);
+/* The JSON texts of a plan in canonical form. */
+typedef struct plan_texts {
+	char *plan, *sources, *launch;
+} plan_texts;
+int cache_plan_check(const cache_plan *p, plan_texts *t, cache_error *err);
+void cache_plan_texts_release(plan_texts *t);
+/* jobs.c */
+int cache_jobs_check(const cache_job *jobs, int n, int keep_finished,
+		     cache_error *err);
 /* write.c */
 int cache_device_id(cache *c, const char *signature, int64_t now,
 		    int64_t *id, cache_error *err);
 
 /* checksum.c: plan_checksum(plan, sources, launch) in SQL on "db" */
 int cache_add_functions(sqlite3 *db, cache_error *err);
+/* The checksum of the three texts ("launch" may be NULL) into "hex", 64
+ * hex digits; -1 when out of memory. */
+int cache_checksum(const char *plan, const char *sources, const char *launch,
+		   char hex[65]);
+
+/* read.c */
+/* Copies "from", whose pointers are borrowed, into one allocation
+ * (cache_plan_free); NULL when out of memory. */
+cache_plan *cache_plan_copy(const cache_plan *from);
+/* A version (row "id") that failed its checksum, found by a thread that
+ * cannot write: left for the owner (cache_mark_found_bad). */
+void cache_leave_for_owner(cache *c, int64_t id);
+/* Why a version found at "found_at" is bad, into "why". */
+void cache_checksum_failure(int64_t found_at, char *why, size_t size);
 
 /* schema.c */
 int cache_migrate(cache *c, cache_error *err);
+
+/* pg_util.c: statements on PostgreSQL. The parameters of one statement,
+ * $1, $2... in the order added: texts (NULL: NULL), integers, reals (NaN:
+ * NULL) and bytes. */
+#define PG_ARGS_MAX 20
+
+typedef struct pg_args {
+	int n;
+	const char *values[PG_ARGS_MAX];
+	int lengths[PG_ARGS_MAX];
+	int formats[PG_ARGS_MAX];
+	char numbers[PG_ARGS_MAX][32];
+} pg_args;
+
+struct pg_result;
+
+void pg_text(pg_args *a, const char *text);
+void pg_int(pg_args *a, int64_t value);
+void pg_real(pg_args *a, double value);
+void pg_bytes(pg_args *a, const void *bytes, size_t len);
+
+/* Runs "sql" with "a" (may be NULL) on "conn", the cache's writer or
+ * reader, reconnecting it first when the connection was lost. *res (may
+ * be NULL: cleared) gets the result to PQclear; on failure "what: the
+ * server's message" goes to "err" and a negative code is returned. */
+int pg_run(cache *c, struct pg_conn *conn, const char *sql, const pg_args *a,
+	   struct pg_result **res, const char *what, cache_error *err);
+/* The rows "sql" changed (UPDATE, DELETE, INSERT), or a negative code. */
+int pg_change(cache *c, const char *sql, const pg_args *a, const char *what,
+	      cache_error *err);
+/* The SQLSTATE of the last failure of pg_run on this thread ("" none). */
+const char *pg_last_state(void);
+/* One write transaction on the writer: pg_end commits when "rc" is 0,
+ * rolls back otherwise; returns the final rc. */
+int pg_begin(cache *c, cache_error *err);
+int pg_end(cache *c, int rc, cache_error *err);
+/* Field (row, col) of "res": NULL for SQL NULL. */
+const char *pg_value(const struct pg_result *res, int row, int col);
+int64_t pg_int_at(const struct pg_result *res, int row, int col);
+double pg_real_at(const struct pg_result *res, int row, int col);
+/* The JSON text of the first field of "res" parsed, with the integers
+ * under the keys of reals (median_ms...) made reals; NULL when out of
+ * memory. */
+json_t *pg_json_at(const struct pg_result *res, int row, int col);
+
+/* pg_schema.c */
+int pg_migrate(cache *c, cache_error *err);
+
+/* pg_write.c: the row of device "signature", added when new. */
+int pg_device_id(cache *c, const char *signature, int64_t now, int64_t *id,
+		 cache_error *err);
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * engine.c: the public functions of cache.h, each passed to the engine
- * of its cache (docs/cache.md, "Engines").
+ * of its cache: SQLite for a file path, PostgreSQL for a connection URI
+ * or conninfo string (docs/cache.md, "Engines").
  *
  * A NULL cache goes to SQLite's function, which refuses it as it always
  * has, naming what could not be done.
@@ -10,6 +11,14 @@
 #include "cache_int.h"
 
 #define ENGINE(c) ((c) ? (c)->engine : &cache_sqlite_engine)
+
+/* "postgresql://...", "postgres://..." or a conninfo string
+ * ("host=... dbname=..."): PostgreSQL. Anything else is a file. */
+bool cache_is_database(const char *where)
+{
+	return where && (strncmp(where, "postgresql://", 13) == 0 ||
+			 strncmp(where, "postgres://", 11) == 0 || strchr(where, '='));
+}
 
 int cache_open(const char *path, const cache_options *options,
 	       __cache_give cache **out, cache_error *err)
@@ -24,6 +33,8 @@ int cache_open(const char *path, const cache_options *options,
 	rc = cache_check_text(path, "cache path", err);
 	if (rc)
 		return rc;
+	if (cache_is_database(path))
+		return cache_pg_open(path, options, out, err);
 	return cache_sqlite_open(path, options, out, err);
 }
 
@@ -37,11 +48,6 @@ void cache_close(__cache_take cache *c)
 {
 	if (c)
 		c->engine->close(c);
-}
-
-int cache_mark_found_bad(__cache_keep cache *c, cache_error *err)
-{
-	return ENGINE(c)->mark_found_bad(c, err);
 }
 
 int cache_put_graph(__cache_keep cache *c, const char *key,

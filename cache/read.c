@@ -33,15 +33,18 @@ static const char **plan_text(cache_plan *p, int i)
 }
 
 /* Copies "from", whose pointers are borrowed, into one allocation. */
-static cache_plan *plan_copy(cache_plan *from)
+cache_plan *cache_plan_copy(const cache_plan *from)
 {
 	size_t size = sizeof(*from) + from->binaries_len;
 	cache_plan *p;
 	char *cursor;
 
-	for (int i = 0; i < PLAN_TEXTS; i++)
-		if (*plan_text(from, i))
-			size += strlen(*plan_text(from, i)) + 1;
+	for (int i = 0; i < PLAN_TEXTS; i++) {
+		const char *text = *plan_text((cache_plan *)from, i);
+
+		if (text)
+			size += strlen(text) + 1;
+	}
 	p = sqlite3_malloc64(size);
 	if (!p)
 		return NULL;
@@ -95,7 +98,7 @@ static int plan_from_row(sqlite3_stmt *stmt, const char *graph,
 		row.binaries = empty;
 	if (row.plan && row.sources && row.found_by &&
 	    (row.launch || !has_launch))
-		*out = plan_copy(&row);
+		*out = cache_plan_copy(&row);
 	if (!*out) {
 		cache_set_error(err, CACHE_ENOMEM, "cannot fetch a plan: out of "
 				"memory");
@@ -116,7 +119,7 @@ static const char fetch_sql[] =
 	"AND p.bad IS NULL ORDER BY p.version DESC";
 
 /* Marks the version in row "id" bad, saying "why"; only the owner can. */
-static void mark_bad(cache *c, int64_t id, const char *why)
+void cache_sqlite_mark_bad(cache *c, int64_t id, const char *why)
 {
 	sqlite3_stmt *stmt = NULL;
 	cache_error err = {0};
@@ -141,7 +144,7 @@ out:
 
 /* Left for the owner (cache_mark_found_bad); beyond CACHE_FOUND_BAD_MAX
  * waiting, it is found again at a later fetch. */
-static void leave_for_owner(cache *c, int64_t id)
+void cache_leave_for_owner(cache *c, int64_t id)
 {
 	cache_found_bad *f = c->found_bad;
 
@@ -157,7 +160,7 @@ out:
 	pthread_mutex_unlock(&f->lock);
 }
 
-static void checksum_failure(int64_t found_at, char *why, size_t size)
+void cache_checksum_failure(int64_t found_at, char *why, size_t size)
 {
 	snprintf(why, size, "fails its checksum (found at %lld): its plan, sources "
 		 "or launch changed after it was stored", (long long)found_at);
@@ -172,15 +175,15 @@ static void version_failed(cache *c, sqlite3_stmt *stmt, const char *graph,
 	bool owner = pthread_equal(pthread_self(), c->owner) && c->writer;
 	char why[160];
 
-	checksum_failure(cache_now(c), why, sizeof(why));
+	cache_checksum_failure(cache_now(c), why, sizeof(why));
 	cache_log(&c->options, CACHE_LOG_ERR, "graph '%s' version %d on '%s' "
 		  "(codegen '%s') %s; it is %s", graph, sqlite3_column_int(stmt, 0),
 		  device, codegen, why, owner ? "marked bad and never served" :
 		  "not served, and marked bad by the cache's writer");
 	if (owner)
-		mark_bad(c, sqlite3_column_int64(stmt, 10), why);
+		cache_sqlite_mark_bad(c, sqlite3_column_int64(stmt, 10), why);
 	else
-		leave_for_owner(c, sqlite3_column_int64(stmt, 10));
+		cache_leave_for_owner(c, sqlite3_column_int64(stmt, 10));
 }
 
 bool cache_found_bad_waiting(__cache_keep cache *c)
@@ -193,7 +196,7 @@ bool cache_found_bad_waiting(__cache_keep cache *c)
 	return waiting;
 }
 
-int cache_sqlite_mark_found_bad(__cache_keep cache *c, cache_error *err)
+int cache_mark_found_bad(__cache_keep cache *c, cache_error *err)
 {
 	cache_found_bad *f = c->found_bad;
 	int64_t ids[CACHE_FOUND_BAD_MAX], found_at[CACHE_FOUND_BAD_MAX];
@@ -209,8 +212,8 @@ int cache_sqlite_mark_found_bad(__cache_keep cache *c, cache_error *err)
 	f->n = 0;
 	pthread_mutex_unlock(&f->lock);
 	for (int i = 0; i < n; i++) {
-		checksum_failure(found_at[i], why, sizeof(why));
-		mark_bad(c, ids[i], why);
+		cache_checksum_failure(found_at[i], why, sizeof(why));
+		c->engine->mark_bad(c, ids[i], why);
 	}
 	return n;
 }
