@@ -262,8 +262,6 @@ int pg_run(cache *c, struct pg_conn *conn, const char *sql, const pg_args *a,
 /* The rows "sql" changed (UPDATE, DELETE, INSERT), or a negative code. */
 int pg_change(cache *c, const char *sql, const pg_args *a, const char *what,
 	      cache_error *err);
-/* The SQLSTATE of the last failure of pg_run on this thread ("" none). */
-const char *pg_last_state(void);
 /* One write transaction on the writer: pg_end commits when "rc" is 0,
  * rolls back otherwise; returns the final rc. */
 int pg_begin(cache *c, cache_error *err);

@@ -16,8 +16,6 @@
 
 #include "cache_int.h"
 
-static __thread char last_state[6];
-
 void pg_text(pg_args *a, const char *text)
 {
 	a->values[a->n] = text;
@@ -44,11 +42,6 @@ void pg_bytes(pg_args *a, const void *bytes, size_t len)
 	a->values[a->n] = bytes;
 	a->lengths[a->n] = (int)len;
 	a->formats[a->n++] = 1;
-}
-
-const char *pg_last_state(void)
-{
-	return last_state;
 }
 
 /* The cache_code of a failed result, by its SQLSTATE class. */
@@ -83,7 +76,6 @@ int pg_run(cache *c, PGconn *conn, const char *sql, const pg_args *a,
 	PGresult *r;
 	int status, rc;
 
-	last_state[0] = 0;
 	if (PQstatus(conn) == CONNECTION_BAD)
 		PQreset(conn);
 	/* Without parameters, "sql" may hold several statements. */
@@ -98,7 +90,6 @@ int pg_run(cache *c, PGconn *conn, const char *sql, const pg_args *a,
 		return 0;
 	}
 	state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-	snprintf(last_state, sizeof(last_state), "%s", state ? state : "");
 	one_line(r ? PQresultErrorMessage(r) : PQerrorMessage(conn), message,
 		 sizeof(message));
 	if (state && strcmp(state, "23514") == 0) /* as SQLite says it */

@@ -3,13 +3,16 @@
  * writer connection, one transaction each, as write.c does on SQLite.
  *
  * Publish is a compare-and-set on the latest version of its (graph,
- * device, codegen): it reads the latest, refuses a plan not faster than
- * the latest good version (CACHE_ESTALE: times of one device signature
- * compare), and inserts the next number; the unique (graph, device,
- * codegen, version) makes the insert of a connection that lost the race
- * fail, and that connection reads the latest again and decides again. So
- * two connections never publish one version number, and a slower plan
- * never follows a faster one, whichever daemon measured it.
+ * device, codegen). Its first statement marks the graph used, which locks
+ * the graph's row until the transaction ends: publishes of one graph, from
+ * any connection, run one after the other, and each then reads the latest
+ * version as the one before it committed it (READ COMMITTED: each
+ * statement sees what committed before it). It refuses a plan not faster
+ * than the latest good version (CACHE_ESTALE: times of one device
+ * signature compare) and inserts the next number, which the unique
+ * (graph, device, codegen, version) guards besides. So two connections
+ * never publish one version number, and a slower plan never follows a
+ * faster one, whichever daemon measured it.
  */
 #include <math.h>
 #include <stdio.h>
@@ -18,9 +21,6 @@
 #include <libpq-fe.h>
 
 #include "cache_int.h"
-
-/* Tries of a publish that loses the race to other writers. */
-#define PUBLISH_TRIES 16
 
 /* Marks graph "key" as used at "now"; CACHE_NOT_FOUND when it is unknown. */
 static int touch_graph(cache *c, const char *key, int64_t now, cache_error *err)
@@ -229,16 +229,14 @@ static int check_faster(const cache_plan *p, const latest *l, cache_error *err)
 	return CACHE_ESTALE;
 }
 
-/* One try of a publish, in its own transaction; CACHE_EBUSY with
- * *raced when another connection took the version number first. */
-static int publish_once(cache *c, const cache_plan *p, const plan_texts *t,
-			int *version, bool *raced, cache_error *err)
+/* The publish, in its own transaction; touch_graph takes the lock. */
+static int publish_locked(cache *c, const cache_plan *p, const plan_texts *t,
+			  int *version, cache_error *err)
 {
 	int64_t now = cache_now(c), device;
 	latest l;
 	int rc;
 
-	*raced = false;
 	rc = pg_begin(c, err);
 	if (rc)
 		return rc;
@@ -251,7 +249,6 @@ static int publish_once(cache *c, const cache_plan *p, const plan_texts *t,
 		rc = check_faster(p, &l, err);
 	if (rc == 0)
 		rc = insert_plan(c, p, t, device, l.version + 1, now, err);
-	*raced = rc != 0 && strcmp(pg_last_state(), "23505") == 0;
 	rc = pg_end(c, rc, err);
 	if (rc == 0)
 		*version = l.version + 1;
@@ -262,8 +259,7 @@ int cache_pg_publish(cache *c, const cache_plan *plan, int *version,
 		     cache_error *err)
 {
 	plan_texts texts = {NULL, NULL, NULL};
-	bool raced = false;
-	int v = 0, tries = 0, rc;
+	int v = 0, rc;
 
 	rc = cache_check_owner(c, "publish a plan", err);
 	if (rc)
@@ -274,15 +270,7 @@ int cache_pg_publish(cache *c, const cache_plan *plan, int *version,
 	}
 	rc = cache_plan_check(plan, &texts, err);
 	if (rc == 0)
-		do
-			rc = publish_once(c, plan, &texts, &v, &raced, err);
-		while (raced && ++tries < PUBLISH_TRIES);
-	if (raced) {
-		rc = CACHE_EBUSY;
-		cache_set_error(err, rc, "cannot publish graph '%s' on '%s': "
-				"other writers took the next version %d times",
-				plan->graph, plan->device, tries);
-	}
+		rc = publish_locked(c, plan, &texts, &v, err);
 	if (rc == 0 && version)
 		*version = v;
 	cache_plan_texts_release(&texts);
