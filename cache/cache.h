@@ -120,6 +120,11 @@ int cache_open(const char *path, const cache_options *options,
  * "="), not a file. */
 bool cache_is_database(const char *where);
 
+/* What messages call "c": its file's path, or its PostgreSQL database by
+ * database, host, port and user (never the connection string, which may
+ * hold a password). */
+const char *cache_name(__cache_keep const cache *c);
+
 /* A second read-only handle of the open cache "c", for reads on another
  * thread that must not wait for the reads of "c" (the daemon looks for a
  * job's nearest key on one): only the reads below, no writes, and its own

@@ -38,6 +38,11 @@ int cache_open(const char *path, const cache_options *options,
 	return cache_sqlite_open(path, options, out, err);
 }
 
+const char *cache_name(__cache_keep const cache *c)
+{
+	return c ? c->path : "(no cache)";
+}
+
 int cache_open_reader(__cache_keep const cache *c, __cache_give cache **out,
 		      cache_error *err)
 {
