@@ -153,6 +153,9 @@ int cache_alloc(const cache_engine *engine, const char *path,
 		const cache_options *options, cache **out, cache_error *err);
 /* Frees what cache_alloc allocated. */
 void cache_free(cache *c);
+/* Makes reader "r" (cache_open_reader) share the versions found bad of
+ * its cache "c", which c's owner marks. */
+void cache_borrow_found_bad(cache *r, const cache *c);
 
 /* util.c */
 void cache_set_error(cache_error *err, int code, const char *fmt, ...)

@@ -416,10 +416,7 @@ int cache_sqlite_open_reader(__cache_keep const cache *c, __cache_give cache **o
 
 	if (rc)
 		return rc;
-	pthread_mutex_destroy(&r->found_bad->lock);
-	sqlite3_free(r->found_bad);
-	r->found_bad = c->found_bad; /* what it finds, its cache's owner marks */
-	r->borrows_found_bad = true;
+	cache_borrow_found_bad(r, c);
 	rc = open_db(r, SQLITE_OPEN_READONLY, &r->reader, err);
 	if (!rc)
 		rc = cache_prepare_txn(r, true, err);
@@ -442,6 +439,14 @@ void cache_sqlite_close(__cache_take cache *c)
 	if (c->lock_fd >= 0)
 		close(c->lock_fd);
 	cache_free(c);
+}
+
+void cache_borrow_found_bad(cache *r, const cache *c)
+{
+	pthread_mutex_destroy(&r->found_bad->lock);
+	sqlite3_free(r->found_bad);
+	r->found_bad = c->found_bad; /* what it finds, its cache's owner marks */
+	r->borrows_found_bad = true;
 }
 
 void cache_free(cache *c)

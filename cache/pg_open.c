@@ -140,10 +140,7 @@ int cache_pg_open_reader(const cache *c, cache **out, cache_error *err)
 	rc = pg_alloc(c->conninfo, &c->options, &r, err);
 	if (rc)
 		return rc;
-	pthread_mutex_destroy(&r->found_bad->lock);
-	sqlite3_free(r->found_bad);
-	r->found_bad = c->found_bad; /* what it finds, its cache's owner marks */
-	r->borrows_found_bad = true;
+	cache_borrow_found_bad(r, c);
 	rc = connect_to(r, &r->pg_reader, err);
 	if (rc) {
 		cache_pg_close(r);

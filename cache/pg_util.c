@@ -169,12 +169,15 @@ static void make_reals(json_t *value)
 		return;
 	}
 	json_object_foreach(value, key, item) {
-		for (i = 0; i < sizeof(reals) / sizeof(*reals); i++)
-			if (strcmp(key, reals[i]) == 0 && json_is_integer(item))
-				json_object_set_new(value, key, json_real(
-					(double)json_integer_value(item)));
 		if (json_is_array(item) || json_is_object(item))
 			make_reals(item);
+		for (i = 0; json_is_integer(item) && i < sizeof(reals) / sizeof(*reals); i++)
+			if (strcmp(key, reals[i]) == 0) {
+				/* replaces "item", which is then freed */
+				json_object_set_new(value, key, json_real(
+					(double)json_integer_value(item)));
+				break;
+			}
 	}
 }
 
