@@ -25,7 +25,7 @@ static bool find_bindir(pg_server *s)
 {
 	FILE *p = popen("pg_config --bindir 2>/dev/null", "r");
 	char path[300];
-	glob_t g;
+	glob_t g = {0};
 
 	s->bindir[0] = 0;
 	if (p) {
@@ -36,15 +36,15 @@ static bool find_bindir(pg_server *s)
 	snprintf(path, sizeof(path), "%s/initdb", s->bindir);
 	if (s->bindir[0] && access(path, X_OK) == 0)
 		return true;
+	s->bindir[0] = 0;
 	if (glob("/usr/lib/postgresql/*/bin/initdb", 0, NULL, &g) == 0 &&
 	    g.gl_pathc > 0) {
 		snprintf(s->bindir, sizeof(s->bindir), "%s",
 			 g.gl_pathv[g.gl_pathc - 1]);
 		*strrchr(s->bindir, '/') = 0;
-		globfree(&g);
-		return true;
 	}
-	return false;
+	globfree(&g);
+	return s->bindir[0] != 0;
 }
 
 /* Runs binary "tool" of the server with "args", as the postgres user when
