@@ -159,12 +159,6 @@ void cache_pg_close(cache *c)
 	cache_free(c);
 }
 
-/* The server checkpoints its own write-ahead log: nothing to do. */
-int cache_pg_checkpoint(cache *c, cache_error *err)
-{
-	return cache_check_owner(c, "checkpoint the cache", err);
-}
-
 /* What the PostgreSQL engine does not do yet: refused, after the checks
  * every write makes. */
 static int not_yet(cache *c, const char *function, cache_error *err)
@@ -176,15 +170,6 @@ static int not_yet(cache *c, const char *function, cache_error *err)
 	cache_set_error(err, CACHE_EINVAL, "%s is not yet on PostgreSQL: use a "
 			"SQLite cache (a file path) for it", function);
 	return CACHE_EINVAL;
-}
-
-int cache_pg_prune(cache *c, int64_t max_age_s, int64_t max_bytes,
-		   cache_prune_stats *stats, cache_error *err)
-{
-	(void)max_age_s;
-	(void)max_bytes;
-	(void)stats;
-	return not_yet(c, "cache_prune", err);
 }
 
 int cache_pg_import_graph(cache *c, json_t *entry, const char *canonical,

@@ -653,8 +653,6 @@ Test(cache, prune_by_age_keeps_what_is_recent)
 		.plan = plan, .reason = "crash",
 	};
 
-	fx_sqlite_only("cache_prune is not yet on PostgreSQL");
-
 	put_graph(c, 1, NULL); /* old and recent */
 	put_graph(c, 2, NULL); /* old only */
 	publish(c, 1, DEVICE_CPU, CODEGEN, 1, 1000);
@@ -734,7 +732,7 @@ Test(cache, prune_by_size_trials_then_old_versions)
 	cache_stats st;
 	int64_t max;
 
-	fx_sqlite_only("cache_prune is not yet on PostgreSQL");
+	fx_sqlite_only("pruning by size is not yet on PostgreSQL");
 
 	fill(c);
 	cr_assert_eq(cache_checkpoint(c, NULL), 0);
@@ -774,7 +772,7 @@ Test(cache, prune_by_size_evicts_least_recently_used_graphs_last)
 	cache_prune_stats ps;
 	cache_stats st;
 
-	fx_sqlite_only("cache_prune is not yet on PostgreSQL");
+	fx_sqlite_only("pruning by size is not yet on PostgreSQL");
 
 	fill(c);
 	fx.now += 100;

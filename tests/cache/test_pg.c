@@ -273,13 +273,20 @@ Test(pg, an_edited_source_is_not_served_and_is_marked_bad)
 Test(pg, what_is_not_yet_on_postgresql_says_so)
 {
 	cache_error err = {0};
+	json_t *imported = NULL, *entry = json_object();
 	cache *c;
 
 	postgresql_only();
 	c = fx_open();
-	cr_expect_eq(cache_prune(c, 10, 0, NULL, &err), CACHE_EINVAL);
-	cr_expect(strstr(err.message, "cache_prune is not yet on PostgreSQL"), "%s",
-		  err.message);
+	cr_expect_eq(cache_prune(c, 10, 1 << 20, NULL, &err), CACHE_EINVAL);
+	cr_expect(strstr(err.message, "pruning by size is not yet on PostgreSQL"),
+		  "%s", err.message);
+	cr_expect_eq(cache_import_graph(c, entry, "canonical", &imported, &err),
+		     CACHE_EINVAL);
+	cr_expect_null(imported);
+	json_decref(entry);
+	cr_expect(strstr(err.message, "cache_import_graph is not yet on "
+			 "PostgreSQL"), "%s", err.message);
 	cr_expect_eq(cache_checkpoint(c, &err), 0, "the server checkpoints itself");
 	cache_close(c);
 }
