@@ -58,31 +58,28 @@ static char *describe(const char *conninfo, char *why, size_t size)
 	return text;
 }
 
-/* Connects *conn, with the busy timeout as the time a statement waits for
- * a lock. */
+/* Connects *conn, speaking UTF-8, with the busy timeout as the time a
+ * statement waits for a lock: settings of the connection itself, so that
+ * a connection lost and made again (pg_run) has them too. */
 static int connect_to(cache *c, PGconn **conn, cache_error *err)
 {
-	char message[400], sql[64];
-	int rc;
+	char message[400], options[64];
+	const char *const keys[] = {"dbname", "client_encoding", "options", NULL};
+	const char *const values[] = {c->conninfo, "UTF8", options, NULL};
 
-	*conn = PQconnectdb(c->conninfo);
-	if (!*conn || PQstatus(*conn) != CONNECTION_OK) {
-		snprintf(message, sizeof(message), "%s", *conn ?
-			 PQerrorMessage(*conn) : "out of memory");
-		message[strcspn(message, "\n")] = 0;
-		cache_set_error(err, *conn ? CACHE_EIO : CACHE_ENOMEM, "cannot open "
-				"PostgreSQL cache %s: %s", c->path, message);
-		return *conn ? CACHE_EIO : CACHE_ENOMEM;
+	snprintf(options, sizeof(options), "-c lock_timeout=%d",
+		 c->options.busy_timeout_ms);
+	*conn = PQconnectdbParams(keys, values, 1);
+	if (*conn && PQstatus(*conn) == CONNECTION_OK) {
+		PQsetNoticeProcessor(*conn, no_notice, NULL);
+		return 0;
 	}
-	PQsetNoticeProcessor(*conn, no_notice, NULL);
-	if (PQsetClientEncoding(*conn, "UTF8") != 0) {
-		cache_set_error(err, CACHE_EIO, "cannot open PostgreSQL cache %s: "
-				"it does not speak UTF-8", c->path);
-		return CACHE_EIO;
-	}
-	snprintf(sql, sizeof(sql), "SET lock_timeout = %d", c->options.busy_timeout_ms);
-	rc = pg_run(c, *conn, sql, NULL, NULL, "cannot set up the cache", err);
-	return rc;
+	snprintf(message, sizeof(message), "%s", *conn ? PQerrorMessage(*conn) :
+		 "out of memory");
+	message[strcspn(message, "\n")] = 0;
+	cache_set_error(err, *conn ? CACHE_EIO : CACHE_ENOMEM, "cannot open "
+			"PostgreSQL cache %s: %s", c->path, message);
+	return *conn ? CACHE_EIO : CACHE_ENOMEM;
 }
 
 /* A cache of this engine for "conninfo", connected to nothing yet. */

@@ -504,7 +504,7 @@ static const char export_sql[] =
 	"g.graph IS NULL FROM graphs g WHERE g.key = $1";
 
 /* Drops the versions that fail their checksum, and every version's
- * texts kept for the check. */
+ * texts kept for the check; a missing launch is left out. */
 static void keep_sound(json_t *versions)
 {
 	for (size_t i = json_array_size(versions); i-- > 0;) {
@@ -515,6 +515,8 @@ static void keep_sound(json_t *versions)
 			json_array_remove(versions, i);
 		else
 			json_object_del(v, "bad");
+		if (json_is_null(json_object_get(v, "launch")))
+			json_object_del(v, "launch"); /* as SQLite's export */
 	}
 }
 

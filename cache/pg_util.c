@@ -6,7 +6,6 @@
  * as text: numbers are printed and read back exactly ("%.17g"; the server
  * prints the shortest exact form).
  */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,24 +63,40 @@ static void one_line(const char *message, char *out, size_t size)
 {
 	snprintf(out, size, "%s", message && *message ? message : "no answer");
 	for (char *p = out; *p; p++)
-		if (*p == '\n')
+		if (*p == '\n' || *p == '\t')
 			*p = *(p + 1) ? ' ' : 0;
+}
+
+/* Without parameters, "sql" may hold several statements. */
+static PGresult *exec(PGconn *conn, const char *sql, const pg_args *a)
+{
+	return a ? PQexecParams(conn, sql, a->n, NULL, a->values, a->lengths,
+				a->formats, 0) : PQexec(conn, sql);
 }
 
 int pg_run(cache *c, PGconn *conn, const char *sql, const pg_args *a,
 	   PGresult **res, const char *what, cache_error *err)
 {
+	bool outside = PQtransactionStatus(conn) == PQTRANS_IDLE;
 	const char *state;
 	char message[400];
 	PGresult *r;
 	int status, rc;
 
 	if (PQstatus(conn) == CONNECTION_BAD)
-		PQreset(conn);
-	/* Without parameters, "sql" may hold several statements. */
-	r = a ? PQexecParams(conn, sql, a->n, NULL, a->values, a->lengths,
-			     a->formats, 0) : PQexec(conn, sql);
+		PQreset(conn); /* with the settings it was opened with */
+	r = exec(conn, sql, a);
 	status = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+	/* The server restarted, or ended this session: a statement outside a
+	 * transaction (a read, or the BEGIN of a write) runs again once on a
+	 * new connection; within one, the transaction is lost with it. */
+	if (status == PGRES_FATAL_ERROR && outside &&
+	    PQstatus(conn) == CONNECTION_BAD) {
+		PQclear(r);
+		PQreset(conn);
+		r = exec(conn, sql, a);
+		status = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+	}
 	if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) {
 		if (res)
 			*res = r;

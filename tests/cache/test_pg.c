@@ -290,3 +290,24 @@ Test(pg, what_is_not_yet_on_postgresql_says_so)
 	cr_expect_eq(cache_checkpoint(c, &err), 0, "the server checkpoints itself");
 	cache_close(c);
 }
+
+Test(pg, a_session_the_server_ended_is_opened_again)
+{
+	cache_error err = {0};
+	cache *c;
+
+	postgresql_only();
+	c = fx_open();
+	put_graph(c, 1, NULL);
+	publish(c, 1, DEVICE_GPU, CODEGEN, 1, 10);
+	/* as a server restart does: every other session of the database */
+	cr_assert_eq(raw_pg("SELECT count(pg_terminate_backend(pid)) FROM "
+			    "pg_stat_activity WHERE datname = current_database() "
+			    "AND pid <> pg_backend_pid()"), 2, "the writer and the reader");
+	cr_expect_eq(cache_fetch_best(c, graph_key(1), DEVICE_GPU, CODEGEN, 0, NULL,
+				      &err), 1, "%s", err.message);
+	cr_expect_eq(cache_put_graph(c, graph_key(2), graph_canonical(2), NULL, &err),
+		     0, "%s", err.message);
+	cr_expect_eq(publish(c, 2, DEVICE_GPU, CODEGEN, 1, 10), 1);
+	cache_close(c);
+}
