@@ -209,6 +209,9 @@ typedef struct plan_texts {
 } plan_texts;
 int cache_plan_check(const cache_plan *p, plan_texts *t, cache_error *err);
 void cache_plan_texts_release(plan_texts *t);
+/* prune.c: the owner, and limits not negative. */
+int cache_prune_check(cache *c, int64_t max_age_s, int64_t max_bytes,
+		      cache_error *err);
 /* jobs.c */
 int cache_jobs_check(const cache_job *jobs, int n, int keep_finished,
 		     cache_error *err);

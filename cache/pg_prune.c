@@ -83,14 +83,9 @@ int cache_pg_prune(cache *c, int64_t max_age_s, int64_t max_bytes,
 	cache_prune_stats st = {0};
 	int rc;
 
-	rc = cache_check_owner(c, "prune the cache", err);
+	rc = cache_prune_check(c, max_age_s, max_bytes, err);
 	if (rc)
 		return rc;
-	if (max_age_s < 0 || max_bytes < 0) {
-		cache_set_error(err, CACHE_EINVAL, "cannot prune the cache: "
-				"negative %s", max_age_s < 0 ? "age" : "size");
-		return CACHE_EINVAL;
-	}
 	if (max_bytes > 0) {
 		cache_set_error(err, CACHE_EINVAL, "cannot prune the cache: "
 				"pruning by size is not yet on PostgreSQL (prune "
