@@ -1,5 +1,7 @@
 /*
- * cache.h: the function cache of tuned, one SQLite file (docs/cache.md).
+ * cache.h: the function cache of tuned, one SQLite file or a PostgreSQL
+ * database (docs/cache.md; "Engines" says what differs on PostgreSQL: no
+ * writer lock, the connection string, publish refusing a slower plan).
  *
  * The cache keeps what tuning found: the graphs seen, the devices, the
  * published plans of each (graph key, device signature, codegen version),
@@ -112,6 +114,10 @@ typedef struct cache cache;
  * and CACHE_RECOVERED is returned with that line in "err" too. A path that
  * cannot be opened (a directory, no permission, a read-only file) is left
  * alone: a negative code and *out NULL. */
+/* With a PostgreSQL URI or conninfo string for "path" (cache_is_database),
+ * cache_open connects to that database instead, brings its schema up to
+ * date the same way, and takes no lock: any number of caches may open one
+ * database. */
 int cache_open(const char *path, const cache_options *options,
 	       __cache_give cache **out, cache_error *err);
 
