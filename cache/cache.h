@@ -1,5 +1,7 @@
 /*
- * cache.h: the function cache of tuned, one SQLite file (docs/cache.md).
+ * cache.h: the function cache of tuned, one SQLite file or a PostgreSQL
+ * database (docs/cache.md; "Engines" says what differs on PostgreSQL: no
+ * writer lock, the connection string, publish refusing a slower plan).
  *
  * The cache keeps what tuning found: the graphs seen, the devices, the
  * published plans of each (graph key, device signature, codegen version),
@@ -60,7 +62,10 @@ enum cache_code {
 	CACHE_ECORRUPT = -6,  /* damage found after open: reopen to recover */
 	CACHE_ESCHEMA = -7,   /* the file's schema is newer than this build */
 	CACHE_ETHREAD = -8,   /* a write from a thread that does not own it */
-	CACHE_ESQLITE = -9,   /* any other SQLite failure */
+	CACHE_ESQLITE = -9,   /* any other failure of the database (SQLite or
+			       * PostgreSQL) */
+	CACHE_ESTALE = -10,   /* cache_publish on PostgreSQL: a version as
+			       * fast or faster was published meanwhile */
 };
 
 /* The name of "code", e.g. "CACHE_EBUSY"; "unknown" for others. */
@@ -109,8 +114,22 @@ typedef struct cache cache;
  * and CACHE_RECOVERED is returned with that line in "err" too. A path that
  * cannot be opened (a directory, no permission, a read-only file) is left
  * alone: a negative code and *out NULL. */
+/* With a PostgreSQL URI or conninfo string for "path" (cache_is_database),
+ * cache_open connects to that database instead, brings its schema up to
+ * date the same way, and takes no lock: any number of caches may open one
+ * database. */
 int cache_open(const char *path, const cache_options *options,
 	       __cache_give cache **out, cache_error *err);
+
+/* Whether cache_open takes "where" for a PostgreSQL database (a
+ * "postgresql://" or "postgres://" URI, or a conninfo string: it holds
+ * "="), not a file. */
+bool cache_is_database(const char *where);
+
+/* What messages call "c": its file's path, or its PostgreSQL database by
+ * database, host, port and user (never the connection string, which may
+ * hold a password). */
+const char *cache_name(__cache_keep const cache *c);
 
 /* A second read-only handle of the open cache "c", for reads on another
  * thread that must not wait for the reads of "c" (the daemon looks for a

@@ -1,8 +1,10 @@
 /*
  * cache_int.h: the cache's private forms, shared by its files.
  *
- * open.c opens, checks and recovers the file; schema.c holds the
- * migrations; write.c the writes; read.c the reads; prune.c pruning and
+ * engine.c holds the public functions, each passing the call to the
+ * cache's engine (struct cache_engine): SQLite (the files below) or
+ * PostgreSQL (pg_*.c). open.c opens, checks and recovers the SQLite file;
+ * schema.c holds the migrations; write.c the writes; read.c the reads; prune.c pruning and
  * checkpoints; jobs.c the daemon's job queue; transfer.c export and
  * import; util.c errors, statements, transactions and JSON; checksum.c
  * the checksum of published versions.
@@ -54,7 +56,81 @@ typedef struct cache_found_bad {
 	int64_t found_at[CACHE_FOUND_BAD_MAX];
 } cache_found_bad;
 
+/* The operations of cache.h that differ by engine, in its order:
+ * OP(return type, name, parameters). Each engine defines them as
+ * cache_<engine>_<name> and lists them in its table, so that an engine
+ * lacking one does not build. */
+#define CACHE_ENGINE_OPS(OP)                                                   \
+	OP(int, open, (const char *where, const cache_options *options,        \
+		       cache **out, cache_error *err))                          \
+	OP(int, open_reader, (const cache *c, cache **out, cache_error *err))  \
+	OP(void, close, (cache *c))                                            \
+	OP(void, mark_bad, (cache *c, int64_t id, const char *why))            \
+	OP(int, put_graph, (cache *c, const char *key, const char *canonical,  \
+			    const char *name, cache_error *err))               \
+	OP(int, record_trial, (cache *c, const cache_trial *trial,             \
+			       cache_error *err))                              \
+	OP(int, publish, (cache *c, const cache_plan *plan, int *version,      \
+			  cache_error *err))                                   \
+	OP(int, quarantine, (cache *c, const cache_quarantine_entry *entry,    \
+			     cache_error *err))                                \
+	OP(int, prune, (cache *c, int64_t max_age_s, int64_t max_bytes,        \
+			cache_prune_stats *stats, cache_error *err))           \
+	OP(int, checkpoint, (cache *c, cache_error *err))                      \
+	OP(int, fetch_best, (cache *c, const char *graph, const char *device,  \
+			     const char *codegen, int min_version,             \
+			     cache_plan **out, cache_error *err))              \
+	OP(bool, is_quarantined, (cache *c, const char *graph,                 \
+				  const char *device, const char *codegen,     \
+				  const char *plan_json, cache_error *err))    \
+	OP(int, quarantined_plans, (cache *c, const char *graph,               \
+				    const char *device, const char *codegen,   \
+				    json_t **out, cache_error *err))           \
+	OP(int, quarantine_entries, (cache *c, const char *key, json_t **out,  \
+				     cache_error *err))                        \
+	OP(int, list, (cache *c, int (*fn)(void *user,                         \
+					   const cache_entry *entry),          \
+		       void *user, cache_error *err))                           \
+	OP(int, show, (cache *c, const char *key, json_t **out,                \
+		       cache_error *err))                                      \
+	OP(int, trials, (cache *c, const char *graph, const char *device,      \
+			 const char *codegen, int64_t limit, json_t **out,     \
+			 cache_error *err))                                    \
+	OP(int, stat, (cache *c, cache_stats *out, cache_error *err))          \
+	OP(int, put_jobs, (cache *c, const cache_job *jobs, int n,             \
+			   int keep_finished, cache_error *err))               \
+	OP(int, jobs, (cache *c, int (*fn)(void *user, const cache_job *job),  \
+		       void *user, cache_error *err))                           \
+	OP(int, keep_graph_json, (cache *c, const char *key,                   \
+				  const char *graph_json, cache_error *err))   \
+	OP(int, export_graph, (cache *c, const char *key, json_t **out,        \
+			       cache_error *err))                              \
+	OP(int, import_graph, (cache *c, json_t *entry, const char *canonical, \
+			       json_t **out, cache_error *err))
+
+#define CACHE_ENGINE_FIELD(ret, name, params) ret (*name) params;
+#define CACHE_SQLITE_DECLARE(ret, name, params) ret cache_sqlite_##name params;
+#define CACHE_PG_DECLARE(ret, name, params) ret cache_pg_##name params;
+#define CACHE_SQLITE_ENTRY(ret, name, params) .name = cache_sqlite_##name,
+#define CACHE_PG_ENTRY(ret, name, params) .name = cache_pg_##name,
+
+typedef struct cache_engine {
+	const char *name; /* "SQLite", "PostgreSQL": in messages */
+	CACHE_ENGINE_OPS(CACHE_ENGINE_FIELD)
+} cache_engine;
+
+CACHE_ENGINE_OPS(CACHE_SQLITE_DECLARE)
+CACHE_ENGINE_OPS(CACHE_PG_DECLARE)
+
+extern const cache_engine cache_sqlite_engine; /* open.c */
+extern const cache_engine cache_pg_engine;     /* pg_open.c */
+
+/* A PostgreSQL connection (libpq's PGconn), named here so that the
+ * SQLite files need no libpq header. */
+struct pg_conn;
+
 struct cache {
+	const cache_engine *engine;
 	sqlite3 *writer;   /* the owner's; every write and checkpoint */
 	sqlite3 *reader;   /* SQLITE_OPEN_READONLY; reads, any thread */
 	sqlite3_stmt *txn[CACHE_TXN_STMTS];
@@ -65,7 +141,21 @@ struct cache {
 	bool borrows_found_bad;
 	int lock_fd;       /* flock'd "<path>-lock", or -1 */
 	cache_options options;
+	struct pg_conn *pg_writer; /* PostgreSQL: the owner's connection */
+	struct pg_conn *pg_reader; /* PostgreSQL: the reads' connection */
+	char *conninfo;    /* PostgreSQL: what to connect with (it may hold a
+			    * password: "path" is its form for messages) */
 };
+
+/* open.c: a new cache of "engine" named "path" in messages, with the
+ * options' defaults filled in; its connections are left to the engine. */
+int cache_alloc(const cache_engine *engine, const char *path,
+		const cache_options *options, cache **out, cache_error *err);
+/* Frees what cache_alloc allocated. */
+void cache_free(cache *c);
+/* Makes reader "r" (cache_open_reader) share the versions found bad of
+ * its cache "c", which c's owner marks. */
+void cache_borrow_found_bad(cache *r, const cache *c);
 
 /* util.c */
 void cache_set_error(cache_error *err, int code, const char *fmt, ...)
@@ -108,14 +198,94 @@ int cache_json_canonical(const char *text, const char *what, bool sources,
 void cache_json_free(__cache_take char *text);
 size_t cache_utf8_cut(const char *text, size_t max);
 
+/* write.c: the checks of each write's arguments, shared by the engines;
+ * the texts they give in canonical form go with cache_json_free. */
+int cache_trial_check(const cache_trial *trial, char **plan, cache_error *err);
+int cache_quarantine_check(const cache_quarantine_entry *entry, char **plan,
+			   char **sources, cache_error *err);
+/* The JSON texts of a plan in canonical form. */
+typedef struct plan_texts {
+	char *plan, *sources, *launch;
+} plan_texts;
+int cache_plan_check(const cache_plan *p, plan_texts *t, cache_error *err);
+void cache_plan_texts_release(plan_texts *t);
+/* prune.c: the owner, and limits not negative. */
+int cache_prune_check(cache *c, int64_t max_age_s, int64_t max_bytes,
+		      cache_error *err);
+/* jobs.c */
+int cache_jobs_check(const cache_job *jobs, int n, int keep_finished,
+		     cache_error *err);
 /* write.c */
 int cache_device_id(cache *c, const char *signature, int64_t now,
 		    int64_t *id, cache_error *err);
 
 /* checksum.c: plan_checksum(plan, sources, launch) in SQL on "db" */
 int cache_add_functions(sqlite3 *db, cache_error *err);
+/* The checksum of the three texts ("launch" may be NULL) into "hex", 64
+ * hex digits; -1 when out of memory. */
+int cache_checksum(const char *plan, const char *sources, const char *launch,
+		   char hex[65]);
+
+/* read.c */
+/* Copies "from", whose pointers are borrowed, into one allocation
+ * (cache_plan_free); NULL when out of memory. */
+cache_plan *cache_plan_copy(const cache_plan *from);
+/* A version (row "id") that failed its checksum, found by a thread that
+ * cannot write: left for the owner (cache_mark_found_bad). */
+void cache_leave_for_owner(cache *c, int64_t id);
+/* Why a version found at "found_at" is bad, into "why". */
+void cache_checksum_failure(int64_t found_at, char *why, size_t size);
 
 /* schema.c */
 int cache_migrate(cache *c, cache_error *err);
+
+/* pg_util.c: statements on PostgreSQL. The parameters of one statement,
+ * $1, $2... in the order added: texts (NULL: NULL), integers, reals (NaN:
+ * NULL) and bytes. */
+#define PG_ARGS_MAX 20
+
+typedef struct pg_args {
+	int n;
+	const char *values[PG_ARGS_MAX];
+	int lengths[PG_ARGS_MAX];
+	int formats[PG_ARGS_MAX];
+	char numbers[PG_ARGS_MAX][32];
+} pg_args;
+
+struct pg_result;
+
+void pg_text(pg_args *a, const char *text);
+void pg_int(pg_args *a, int64_t value);
+void pg_real(pg_args *a, double value);
+void pg_bytes(pg_args *a, const void *bytes, size_t len);
+
+/* Runs "sql" with "a" (may be NULL) on "conn", the cache's writer or
+ * reader, reconnecting it first when the connection was lost. *res (may
+ * be NULL: cleared) gets the result to PQclear; on failure "what: the
+ * server's message" goes to "err" and a negative code is returned. */
+int pg_run(cache *c, struct pg_conn *conn, const char *sql, const pg_args *a,
+	   struct pg_result **res, const char *what, cache_error *err);
+/* The rows "sql" changed (UPDATE, DELETE, INSERT), or a negative code. */
+int pg_change(cache *c, const char *sql, const pg_args *a, const char *what,
+	      cache_error *err);
+/* One write transaction on the writer: pg_end commits when "rc" is 0,
+ * rolls back otherwise; returns the final rc. */
+int pg_begin(cache *c, cache_error *err);
+int pg_end(cache *c, int rc, cache_error *err);
+/* Field (row, col) of "res": NULL for SQL NULL. */
+const char *pg_value(const struct pg_result *res, int row, int col);
+int64_t pg_int_at(const struct pg_result *res, int row, int col);
+double pg_real_at(const struct pg_result *res, int row, int col);
+/* The JSON text of the first field of "res" parsed, with the integers
+ * under the keys of reals (median_ms...) made reals; NULL when out of
+ * memory. */
+json_t *pg_json_at(const struct pg_result *res, int row, int col);
+
+/* pg_schema.c */
+int pg_migrate(cache *c, cache_error *err);
+
+/* pg_write.c: the row of device "signature", added when new. */
+int pg_device_id(cache *c, const char *signature, int64_t now, int64_t *id,
+		 cache_error *err);
 
 #endif

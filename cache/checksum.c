@@ -14,8 +14,7 @@
 #include "cache_int.h"
 #include "scheduler.h"
 
-/* The checksum of the three texts into "hex"; -1 when out of memory. */
-static int checksum(const char *plan, const char *sources, const char *launch,
+int cache_checksum(const char *plan, const char *sources, const char *launch,
 		    char hex[SCHED_KEY_HEX + 1])
 {
 	const char *texts[] = {plan, sources, launch ? launch : ""};
@@ -48,7 +47,7 @@ static void plan_checksum(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	(void)argc;
 	if (!plan || !sources)
 		return sqlite3_result_null(ctx);
-	if (checksum(plan, sources, launch, hex) < 0)
+	if (cache_checksum(plan, sources, launch, hex) < 0)
 		return sqlite3_result_error_nomem(ctx);
 	sqlite3_result_text(ctx, hex, SCHED_KEY_HEX, SQLITE_TRANSIENT);
 }

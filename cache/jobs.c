@@ -93,18 +93,28 @@ static int forget_finished(cache *c, int keep, cache_error *err)
 	return cache_run(c->writer, stmt, "cannot forget old jobs", err);
 }
 
-int cache_put_jobs(__cache_keep cache *c, __cache_keep const cache_job *jobs,
-		   int n, int keep_finished, cache_error *err)
+int cache_jobs_check(const cache_job *jobs, int n, int keep_finished,
+		     cache_error *err)
 {
-	int rc;
+	int rc = 0;
 
-	rc = cache_check_owner(c, "write a job", err);
 	for (int i = 0; rc == 0 && i < n; i++)
 		rc = check_job(&jobs[i], err);
 	if (rc == 0 && (n < 0 || keep_finished < 0)) {
 		rc = CACHE_EINVAL;
 		cache_set_error(err, rc, "cannot write jobs: a negative count");
 	}
+	return rc;
+}
+
+int cache_sqlite_put_jobs(__cache_keep cache *c, __cache_keep const cache_job *jobs,
+		   int n, int keep_finished, cache_error *err)
+{
+	int rc;
+
+	rc = cache_check_owner(c, "write a job", err);
+	if (rc == 0)
+		rc = cache_jobs_check(jobs, n, keep_finished, err);
 	if (rc == 0)
 		rc = cache_begin(c, err);
 	if (rc)
@@ -148,7 +158,7 @@ static bool job_from_row(sqlite3_stmt *stmt, cache_job *job)
 	return job->key && job->name && job->graph && job->state && job->error;
 }
 
-int cache_jobs(__cache_keep cache *c,
+int cache_sqlite_jobs(__cache_keep cache *c,
 	       int (*fn)(void *user, const cache_job *job), void *user,
 	       cache_error *err)
 {

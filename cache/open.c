@@ -28,8 +28,8 @@ static void errno_text(int e, char *text, size_t size)
 		text[0] += 'a' - 'A';
 }
 
-static int cache_new(const char *path, const cache_options *options,
-		     cache **out, cache_error *err)
+int cache_alloc(const cache_engine *engine, const char *path,
+		const cache_options *options, cache **out, cache_error *err)
 {
 	cache *c = sqlite3_malloc64(sizeof(*c));
 
@@ -46,7 +46,10 @@ static int cache_new(const char *path, const cache_options *options,
 				"out of memory", path);
 		return CACHE_ENOMEM;
 	}
+	c->engine = engine;
 	c->writer = c->reader = NULL;
+	c->pg_writer = c->pg_reader = NULL;
+	c->conninfo = NULL;
 	memset(c->txn, 0, sizeof(c->txn));
 	pthread_mutex_init(&c->found_bad->lock, NULL);
 	c->found_bad->n = 0;
@@ -363,22 +366,14 @@ static void name_the_cache(cache *c, cache_error *err)
 			message);
 }
 
-int cache_open(const char *path, const cache_options *options,
+int cache_sqlite_open(const char *path, const cache_options *options,
 	       __cache_give cache **out, cache_error *err)
 {
 	bool recovered = false;
 	cache *c = NULL;
 	int rc;
 
-	if (!out) {
-		cache_set_error(err, CACHE_EINVAL, "cannot open a cache: no out");
-		return CACHE_EINVAL;
-	}
-	*out = NULL;
-	rc = cache_check_text(path, "cache path", err);
-	if (rc)
-		return rc;
-	rc = cache_new(path, options, &c, err);
+	rc = cache_alloc(&cache_sqlite_engine, path, options, &c, err);
 	if (rc)
 		return rc;
 	rc = check_path(c, err);
@@ -409,34 +404,31 @@ int cache_open(const char *path, const cache_options *options,
 	return recovered ? CACHE_RECOVERED : 0;
 fail:
 	name_the_cache(c, err);
-	cache_close(c);
+	cache_sqlite_close(c);
 	return rc;
 }
 
-int cache_open_reader(__cache_keep const cache *c, __cache_give cache **out,
+int cache_sqlite_open_reader(__cache_keep const cache *c, __cache_give cache **out,
 		      cache_error *err)
 {
 	cache *r = NULL;
-	int rc = cache_new(c->path, &c->options, &r, err);
+	int rc = cache_alloc(&cache_sqlite_engine, c->path, &c->options, &r, err);
 
 	if (rc)
 		return rc;
-	pthread_mutex_destroy(&r->found_bad->lock);
-	sqlite3_free(r->found_bad);
-	r->found_bad = c->found_bad; /* what it finds, its cache's owner marks */
-	r->borrows_found_bad = true;
+	cache_borrow_found_bad(r, c);
 	rc = open_db(r, SQLITE_OPEN_READONLY, &r->reader, err);
 	if (!rc)
 		rc = cache_prepare_txn(r, true, err);
 	if (rc) {
-		cache_close(r);
+		cache_sqlite_close(r);
 		return rc;
 	}
 	*out = r;
 	return 0;
 }
 
-void cache_close(__cache_take cache *c)
+void cache_sqlite_close(__cache_take cache *c)
 {
 	if (!c)
 		return;
@@ -446,10 +438,29 @@ void cache_close(__cache_take cache *c)
 	sqlite3_close(c->writer);
 	if (c->lock_fd >= 0)
 		close(c->lock_fd);
+	cache_free(c);
+}
+
+void cache_borrow_found_bad(cache *r, const cache *c)
+{
+	pthread_mutex_destroy(&r->found_bad->lock);
+	sqlite3_free(r->found_bad);
+	r->found_bad = c->found_bad; /* what it finds, its cache's owner marks */
+	r->borrows_found_bad = true;
+}
+
+void cache_free(cache *c)
+{
 	sqlite3_free(c->path);
+	sqlite3_free(c->conninfo);
 	if (!c->borrows_found_bad) {
 		pthread_mutex_destroy(&c->found_bad->lock);
 		sqlite3_free(c->found_bad);
 	}
 	sqlite3_free(c);
 }
+
+const cache_engine cache_sqlite_engine = {
+	.name = "SQLite",
+	CACHE_ENGINE_OPS(CACHE_SQLITE_ENTRY)
+};

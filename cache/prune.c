@@ -156,20 +156,28 @@ static int prune(cache *c, int64_t max_age_s, int64_t max_bytes,
 	return 0;
 }
 
-int cache_prune(__cache_keep cache *c, int64_t max_age_s, int64_t max_bytes,
+int cache_prune_check(cache *c, int64_t max_age_s, int64_t max_bytes,
+		      cache_error *err)
+{
+	int rc = cache_check_owner(c, "prune the cache", err);
+
+	if (rc == 0 && (max_age_s < 0 || max_bytes < 0)) {
+		rc = CACHE_EINVAL;
+		cache_set_error(err, rc, "cannot prune the cache: negative %s",
+				max_age_s < 0 ? "age" : "size");
+	}
+	return rc;
+}
+
+int cache_sqlite_prune(__cache_keep cache *c, int64_t max_age_s, int64_t max_bytes,
 		cache_prune_stats *stats, cache_error *err)
 {
 	cache_prune_stats st = { 0 };
 	int rc;
 
-	rc = cache_check_owner(c, "prune the cache", err);
+	rc = cache_prune_check(c, max_age_s, max_bytes, err);
 	if (rc)
 		return rc;
-	if (max_age_s < 0 || max_bytes < 0) {
-		cache_set_error(err, CACHE_EINVAL, "cannot prune the cache: "
-				"negative %s", max_age_s < 0 ? "age" : "size");
-		return CACHE_EINVAL;
-	}
 	rc = cache_begin(c, err);
 	if (rc)
 		return rc;
@@ -183,11 +191,11 @@ int cache_prune(__cache_keep cache *c, int64_t max_age_s, int64_t max_bytes,
 	if (stats)
 		*stats = st;
 	/* A reader in the way only delays the shrinking of the file. */
-	rc = cache_checkpoint(c, err);
+	rc = cache_sqlite_checkpoint(c, err);
 	return rc == CACHE_EBUSY ? 0 : rc;
 }
 
-int cache_checkpoint(__cache_keep cache *c, cache_error *err)
+int cache_sqlite_checkpoint(__cache_keep cache *c, cache_error *err)
 {
 	int rc;
 

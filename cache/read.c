@@ -33,15 +33,18 @@ static const char **plan_text(cache_plan *p, int i)
 }
 
 /* Copies "from", whose pointers are borrowed, into one allocation. */
-static cache_plan *plan_copy(cache_plan *from)
+cache_plan *cache_plan_copy(const cache_plan *from)
 {
 	size_t size = sizeof(*from) + from->binaries_len;
 	cache_plan *p;
 	char *cursor;
 
-	for (int i = 0; i < PLAN_TEXTS; i++)
-		if (*plan_text(from, i))
-			size += strlen(*plan_text(from, i)) + 1;
+	for (int i = 0; i < PLAN_TEXTS; i++) {
+		const char *text = *plan_text((cache_plan *)from, i);
+
+		if (text)
+			size += strlen(text) + 1;
+	}
 	p = sqlite3_malloc64(size);
 	if (!p)
 		return NULL;
@@ -95,7 +98,7 @@ static int plan_from_row(sqlite3_stmt *stmt, const char *graph,
 		row.binaries = empty;
 	if (row.plan && row.sources && row.found_by &&
 	    (row.launch || !has_launch))
-		*out = plan_copy(&row);
+		*out = cache_plan_copy(&row);
 	if (!*out) {
 		cache_set_error(err, CACHE_ENOMEM, "cannot fetch a plan: out of "
 				"memory");
@@ -116,7 +119,7 @@ static const char fetch_sql[] =
 	"AND p.bad IS NULL ORDER BY p.version DESC";
 
 /* Marks the version in row "id" bad, saying "why"; only the owner can. */
-static void mark_bad(cache *c, int64_t id, const char *why)
+void cache_sqlite_mark_bad(cache *c, int64_t id, const char *why)
 {
 	sqlite3_stmt *stmt = NULL;
 	cache_error err = {0};
@@ -141,7 +144,7 @@ out:
 
 /* Left for the owner (cache_mark_found_bad); beyond CACHE_FOUND_BAD_MAX
  * waiting, it is found again at a later fetch. */
-static void leave_for_owner(cache *c, int64_t id)
+void cache_leave_for_owner(cache *c, int64_t id)
 {
 	cache_found_bad *f = c->found_bad;
 
@@ -157,7 +160,7 @@ out:
 	pthread_mutex_unlock(&f->lock);
 }
 
-static void checksum_failure(int64_t found_at, char *why, size_t size)
+void cache_checksum_failure(int64_t found_at, char *why, size_t size)
 {
 	snprintf(why, size, "fails its checksum (found at %lld): its plan, sources "
 		 "or launch changed after it was stored", (long long)found_at);
@@ -172,15 +175,15 @@ static void version_failed(cache *c, sqlite3_stmt *stmt, const char *graph,
 	bool owner = pthread_equal(pthread_self(), c->owner) && c->writer;
 	char why[160];
 
-	checksum_failure(cache_now(c), why, sizeof(why));
+	cache_checksum_failure(cache_now(c), why, sizeof(why));
 	cache_log(&c->options, CACHE_LOG_ERR, "graph '%s' version %d on '%s' "
 		  "(codegen '%s') %s; it is %s", graph, sqlite3_column_int(stmt, 0),
 		  device, codegen, why, owner ? "marked bad and never served" :
 		  "not served, and marked bad by the cache's writer");
 	if (owner)
-		mark_bad(c, sqlite3_column_int64(stmt, 10), why);
+		cache_sqlite_mark_bad(c, sqlite3_column_int64(stmt, 10), why);
 	else
-		leave_for_owner(c, sqlite3_column_int64(stmt, 10));
+		cache_leave_for_owner(c, sqlite3_column_int64(stmt, 10));
 }
 
 bool cache_found_bad_waiting(__cache_keep cache *c)
@@ -209,13 +212,13 @@ int cache_mark_found_bad(__cache_keep cache *c, cache_error *err)
 	f->n = 0;
 	pthread_mutex_unlock(&f->lock);
 	for (int i = 0; i < n; i++) {
-		checksum_failure(found_at[i], why, sizeof(why));
-		mark_bad(c, ids[i], why);
+		cache_checksum_failure(found_at[i], why, sizeof(why));
+		c->engine->mark_bad(c, ids[i], why);
 	}
 	return n;
 }
 
-int cache_fetch_best(__cache_keep cache *c, const char *graph,
+int cache_sqlite_fetch_best(__cache_keep cache *c, const char *graph,
 		     const char *device, const char *codegen, int min_version,
 		     __cache_give cache_plan **out, cache_error *err)
 {
@@ -293,7 +296,7 @@ static int find_quarantined(cache *c, const char *graph, const char *device,
 	return rc;
 }
 
-bool cache_is_quarantined(__cache_keep cache *c, const char *graph,
+bool cache_sqlite_is_quarantined(__cache_keep cache *c, const char *graph,
 			  const char *device, const char *codegen,
 			  const char *plan_json, cache_error *err)
 {
@@ -337,7 +340,7 @@ static const char list_sql[] =
 	" AND q.codegen = p.codegen AND q.bad IS NULL) "
 	"ORDER BY p.graph, d.signature, p.codegen";
 
-int cache_list(__cache_keep cache *c,
+int cache_sqlite_list(__cache_keep cache *c,
 	       int (*fn)(void *user, const cache_entry *entry), void *user,
 	       cache_error *err)
 {
@@ -596,7 +599,7 @@ static int show(cache *c, const char *key, json_t **out, cache_error *err)
 	return rc;
 }
 
-int cache_show(__cache_keep cache *c, const char *key,
+int cache_sqlite_show(__cache_keep cache *c, const char *key,
 	       __cache_give json_t **out, cache_error *err)
 {
 	int rc;
@@ -674,7 +677,7 @@ static int list_trials(cache *c, const char *graph, const char *device,
 	return rc;
 }
 
-int cache_trials(__cache_keep cache *c, const char *graph, const char *device,
+int cache_sqlite_trials(__cache_keep cache *c, const char *graph, const char *device,
 		 const char *codegen, int64_t limit, __cache_give json_t **out,
 		 cache_error *err)
 {
@@ -723,7 +726,7 @@ static const char stat_sql[] =
 	"(SELECT count(*) FROM plans), (SELECT count(*) FROM trials), "
 	"(SELECT count(*) FROM quarantine)";
 
-int cache_stat(__cache_keep cache *c, cache_stats *out, cache_error *err)
+int cache_sqlite_stat(__cache_keep cache *c, cache_stats *out, cache_error *err)
 {
 	sqlite3_stmt *stmt = NULL;
 	int64_t *fields[] = {
@@ -790,7 +793,7 @@ static json_t *quarantined_plan_row(sqlite3_stmt *stmt)
 	return column(stmt, 0) ? stored_json(column(stmt, 0)) : NULL;
 }
 
-int cache_quarantined_plans(__cache_keep cache *c, const char *graph,
+int cache_sqlite_quarantined_plans(__cache_keep cache *c, const char *graph,
 			    const char *device, const char *codegen,
 			    __cache_give json_t **out, cache_error *err)
 {
@@ -841,7 +844,7 @@ static json_t *entry_row(sqlite3_stmt *stmt)
 			 "worker_log", text_or_null(stmt, 14));
 }
 
-int cache_quarantine_entries(__cache_keep cache *c, const char *key,
+int cache_sqlite_quarantine_entries(__cache_keep cache *c, const char *key,
 			     __cache_give json_t **out, cache_error *err)
 {
 	if (!out) {

@@ -69,7 +69,7 @@ static unsigned char *b64_decode(const char *text, size_t *len)
 	return bytes;
 }
 
-int cache_keep_graph_json(__cache_keep cache *c, const char *key,
+int cache_sqlite_keep_graph_json(__cache_keep cache *c, const char *key,
 			  const char *graph_json, cache_error *err)
 {
 	sqlite3_stmt *stmt = NULL;
@@ -202,7 +202,7 @@ static int export_graph(cache *c, const char *key, json_t **out,
 	return rc;
 }
 
-int cache_export_graph(__cache_keep cache *c, const char *key,
+int cache_sqlite_export_graph(__cache_keep cache *c, const char *key,
 		       __cache_give json_t **out, cache_error *err)
 {
 	json_t *versions = json_array();
@@ -621,7 +621,7 @@ static int read_entry(json_t *entry, const char **key, const char **graph,
 	return 0;
 }
 
-int cache_import_graph(__cache_keep cache *c, __cache_keep json_t *entry,
+int cache_sqlite_import_graph(__cache_keep cache *c, __cache_keep json_t *entry,
 		       const char *canonical, __cache_give json_t **out,
 		       cache_error *err)
 {

@@ -22,6 +22,7 @@ const char *cache_strerror(int code)
 	case CACHE_ESCHEMA: return "CACHE_ESCHEMA";
 	case CACHE_ETHREAD: return "CACHE_ETHREAD";
 	case CACHE_ESQLITE: return "CACHE_ESQLITE";
+	case CACHE_ESTALE: return "CACHE_ESTALE";
 	}
 	return "unknown";
 }
@@ -202,7 +203,7 @@ int cache_check_owner(const cache *c, const char *what, cache_error *err)
 				"thread that owns it", what, c->path);
 		return CACHE_ETHREAD;
 	}
-	if (!c->writer) {
+	if (!c->writer && !c->pg_writer) {
 		cache_set_error(err, CACHE_ETHREAD, "cannot %s: this handle of "
 				"cache '%s' only reads", what, c->path);
 		return CACHE_ETHREAD;

@@ -92,7 +92,7 @@ static int put_graph(cache *c, const char *key, const char *canonical,
 	return rc;
 }
 
-int cache_put_graph(__cache_keep cache *c, const char *key,
+int cache_sqlite_put_graph(__cache_keep cache *c, const char *key,
 		    const char *canonical, const char *name, cache_error *err)
 {
 	int rc;
@@ -147,15 +147,11 @@ static int insert_trial(cache *c, const cache_trial *trial, const char *plan,
 	return cache_run(c->writer, stmt, "cannot record a trial", err);
 }
 
-int cache_record_trial(__cache_keep cache *c,
-		       __cache_keep const cache_trial *trial, cache_error *err)
+int cache_trial_check(const cache_trial *trial, char **plan, cache_error *err)
 {
-	char *plan = NULL;
 	int rc;
 
-	rc = cache_check_owner(c, "record a trial", err);
-	if (rc)
-		return rc;
+	*plan = NULL;
 	if (!trial || !cache_outcome_name(trial->outcome)) {
 		cache_set_error(err, CACHE_EINVAL, "cannot record a trial: %s",
 				trial ? "unknown outcome" : "no trial");
@@ -164,7 +160,19 @@ int cache_record_trial(__cache_keep cache *c,
 	rc = cache_check_key(trial->graph, trial->device, trial->codegen, err);
 	if (rc)
 		return rc;
-	rc = cache_json_canonical(trial->plan, "trial plan", false, &plan, err);
+	return cache_json_canonical(trial->plan, "trial plan", false, plan, err);
+}
+
+int cache_sqlite_record_trial(__cache_keep cache *c,
+		       __cache_keep const cache_trial *trial, cache_error *err)
+{
+	char *plan = NULL;
+	int rc;
+
+	rc = cache_check_owner(c, "record a trial", err);
+	if (rc)
+		return rc;
+	rc = cache_trial_check(trial, &plan, err);
 	if (rc)
 		goto out;
 	rc = cache_begin(c, err);
@@ -177,20 +185,14 @@ out:
 	return rc;
 }
 
-/* The JSON texts of a plan in canonical form, each freed with
- * cache_json_free. */
-typedef struct plan_texts {
-	char *plan, *sources, *launch;
-} plan_texts;
-
-static void plan_texts_release(plan_texts *t)
+void cache_plan_texts_release(plan_texts *t)
 {
 	cache_json_free(t->plan);
 	cache_json_free(t->sources);
 	cache_json_free(t->launch);
 }
 
-static int plan_check(const cache_plan *p, plan_texts *t, cache_error *err)
+int cache_plan_check(const cache_plan *p, plan_texts *t, cache_error *err)
 {
 	int rc;
 
@@ -273,7 +275,7 @@ static int insert_plan(cache *c, const cache_plan *p, const plan_texts *t,
 	return cache_run(c->writer, stmt, "cannot publish a plan", err);
 }
 
-int cache_publish(__cache_keep cache *c, __cache_keep const cache_plan *plan,
+int cache_sqlite_publish(__cache_keep cache *c, __cache_keep const cache_plan *plan,
 		  int *version, cache_error *err)
 {
 	plan_texts texts = { NULL, NULL, NULL };
@@ -286,7 +288,7 @@ int cache_publish(__cache_keep cache *c, __cache_keep const cache_plan *plan,
 		cache_set_error(err, CACHE_EINVAL, "cannot publish: no plan");
 		return CACHE_EINVAL;
 	}
-	rc = plan_check(plan, &texts, err);
+	rc = cache_plan_check(plan, &texts, err);
 	if (rc)
 		goto out;
 	rc = cache_begin(c, err);
@@ -297,7 +299,7 @@ int cache_publish(__cache_keep cache *c, __cache_keep const cache_plan *plan,
 	if (rc == 0 && version)
 		*version = v;
 out:
-	plan_texts_release(&texts);
+	cache_plan_texts_release(&texts);
 	return rc;
 }
 
@@ -348,16 +350,12 @@ static int insert_quarantine(cache *c, const cache_quarantine_entry *q,
 	return cache_run(c->writer, stmt, "cannot quarantine a plan", err);
 }
 
-int cache_quarantine(__cache_keep cache *c,
-		     __cache_keep const cache_quarantine_entry *entry,
-		     cache_error *err)
+int cache_quarantine_check(const cache_quarantine_entry *entry, char **plan,
+			   char **sources, cache_error *err)
 {
-	char *plan = NULL, *sources = NULL;
 	int rc;
 
-	rc = cache_check_owner(c, "quarantine a plan", err);
-	if (rc)
-		return rc;
+	*plan = *sources = NULL;
 	if (!entry) {
 		cache_set_error(err, CACHE_EINVAL, "cannot quarantine: no entry");
 		return CACHE_EINVAL;
@@ -371,11 +369,25 @@ int cache_quarantine(__cache_keep cache *c,
 				"neither crash nor timeout", entry->cause);
 		return CACHE_EINVAL;
 	}
-	rc = cache_json_canonical(entry->plan, "quarantined plan", false, &plan,
+	rc = cache_json_canonical(entry->plan, "quarantined plan", false, plan,
 				  err);
 	if (rc == 0 && entry->sources)
 		rc = cache_json_canonical(entry->sources, "quarantined sources", true,
-					  &sources, err);
+					  sources, err);
+	return rc;
+}
+
+int cache_sqlite_quarantine(__cache_keep cache *c,
+		     __cache_keep const cache_quarantine_entry *entry,
+		     cache_error *err)
+{
+	char *plan = NULL, *sources = NULL;
+	int rc;
+
+	rc = cache_check_owner(c, "quarantine a plan", err);
+	if (rc)
+		return rc;
+	rc = cache_quarantine_check(entry, &plan, &sources, err);
 	if (rc)
 		goto out;
 	rc = cache_begin(c, err);

@@ -373,7 +373,7 @@ static int move_queue_file(tuned_jobs *jobs, const char *path)
 	size_t i;
 	int moved, rc;
 
-	if (access(path, F_OK) != 0)
+	if (!path || access(path, F_OK) != 0)
 		return 0;
 	list = json_load_file(path, 0, &jerr);
 	if (!list && json_error_code(&jerr) == json_error_cannot_open_file) {

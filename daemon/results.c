@@ -215,6 +215,13 @@ static void on_version(tuned_daemon *d, tuned_job *job, const result_store *st)
 {
 	const tuned_result *r = st->r;
 
+	if (st->publish_err.code == CACHE_ESTALE) {
+		/* A shared (PostgreSQL) cache holds a faster version, from
+		 * another daemon or an earlier run: the job goes on. */
+		tuned_log(TUNED_INFO, "job %lld: %s: %s", (long long)job->id,
+			  job->key, st->publish_err.message);
+		return;
+	}
 	if (st->publish_err.code < 0)
 		return store_failed(job, "the new version", &st->publish_err);
 	job->best_ms = r->median_ms;

@@ -72,23 +72,29 @@ static int open_cache(tuned_daemon *d)
 	char jobs_path[300];
 	int rc;
 
-	if ((rc = make_parent_dir(d->options.cache_path, 0750)) < 0) {
+	/* A PostgreSQL cache (--cache postgresql://...) has no folder, and
+	 * no queue file of an older tuned; its errors name it without the
+	 * connection string, which may hold a password. */
+	bool database = cache_is_database(d->options.cache_path);
+	const char *name = database ? "(PostgreSQL)" : d->options.cache_path;
+
+	if (!database && (rc = make_parent_dir(d->options.cache_path, 0750)) < 0) {
 		tuned_log(TUNED_ERROR, "cannot make the folder of '%s': %s",
 			  d->options.cache_path, strerror(-rc));
 		return -1;
 	}
 	if (cache_open(d->options.cache_path, &options, &d->cache, &err) < 0) {
-		tuned_log(TUNED_ERROR, "cannot open the cache '%s': %s",
-			  d->options.cache_path, err.message);
+		tuned_log(TUNED_ERROR, "cannot open the cache '%s': %s", name,
+			  err.message);
 		return -1;
 	}
 	if (cache_open_reader(d->cache, &d->reader, &err) < 0) {
 		tuned_log(TUNED_ERROR, "cannot open a reader of the cache '%s': %s",
-			  d->options.cache_path, err.message);
+			  name, err.message);
 		return -1;
 	}
 	snprintf(jobs_path, sizeof(jobs_path), "%s.jobs.json", d->options.cache_path);
-	if ((rc = tuned_jobs_load(&d->jobs, d->cache, jobs_path)) < 0) {
+	if ((rc = tuned_jobs_load(&d->jobs, d->cache, database ? NULL : jobs_path)) < 0) {
 		tuned_log(TUNED_ERROR, "cannot load the job queue: %s", d->jobs.error);
 		return -1;
 	}
@@ -257,7 +263,7 @@ int main(int argc, char **argv)
 		return EXIT_FAILURE;
 	}
 	tuned_log(TUNED_INFO, "listening on %s, cache %s, %d job(s) at once",
-		  d.options.socket_path, d.options.cache_path, d.options.jobs);
+		  d.options.socket_path, cache_name(d.cache), d.options.jobs);
 	tuned_notify("READY=1");
 	uv_run(d.loop, UV_RUN_DEFAULT);
 	finish(&d);

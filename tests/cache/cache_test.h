@@ -14,10 +14,20 @@
 #define DEVICE_GPU "cuda: NVIDIA H100 (sm_90, 132 SMs), driver 13000, nvrtc 13.0"
 #define CODEGEN "kgen 0.1"
 
+/* The engine the tests run on. TUNED_TEST_CACHE_ENGINE=postgresql runs
+ * them on a private PostgreSQL server (pg_server.h) started once per
+ * executable, each test on a database of its own whose URI is fx.path;
+ * they are skipped, saying why, where no PostgreSQL is installed. */
+bool fx_postgresql(void);
+
+/* Skips the current test on PostgreSQL, for "why": it looks inside
+ * SQLite's file, or tests what only the SQLite engine does. */
+void fx_sqlite_only(const char *why);
+
 /* The test's state; each test runs in its own process. */
 typedef struct fixture {
 	char dir[256];   /* a fresh directory, removed at the end */
-	char path[300];  /* dir/cache.db */
+	char path[300];  /* dir/cache.db, or the test's database's URI */
 	int64_t now;     /* what the clock says */
 	int logs;        /* log lines received */
 	int last_level;

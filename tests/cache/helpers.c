@@ -9,10 +9,66 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cache_test.h"
+#include "pg_server.h"
 
 fixture fx;
+
+/* The server of this executable, started and stopped by the runner. */
+static pg_server server;
+
+bool fx_postgresql(void)
+{
+	const char *engine = getenv("TUNED_TEST_CACHE_ENGINE");
+
+	return engine && strcmp(engine, "postgresql") == 0;
+}
+
+void fx_sqlite_only(const char *why)
+{
+	if (fx_postgresql())
+		cr_skip_test("SQLite only: %s", why);
+}
+
+/* The tests learn of the server through the environment: they run in
+ * processes of their own. */
+ReportHook(PRE_ALL)(struct criterion_test_set *tests)
+{
+	int rc;
+
+	(void)tests;
+	if (!fx_postgresql())
+		return;
+	rc = pg_server_start(&server);
+	if (rc == 0)
+		setenv("TUNED_TEST_PG_URI", server.uri, 1);
+	else
+		setenv(rc > 0 ? "TUNED_TEST_PG_SKIP" : "TUNED_TEST_PG_FAIL",
+		       server.why, 1);
+}
+
+ReportHook(POST_ALL)(struct criterion_global_stats *stats)
+{
+	(void)stats;
+	pg_server_stop(&server);
+}
+
+/* The test's own database, as fx.path. */
+static void fx_database(void)
+{
+	const char *uri = getenv("TUNED_TEST_PG_URI");
+	char name[32];
+
+	if (getenv("TUNED_TEST_PG_SKIP"))
+		cr_skip_test("%s", getenv("TUNED_TEST_PG_SKIP"));
+	cr_assert_not_null(uri, "no PostgreSQL server: %s",
+			   getenv("TUNED_TEST_PG_FAIL"));
+	snprintf(name, sizeof(name), "test_%d", (int)getpid());
+	cr_assert_eq(pg_server_create_db(uri, name, fx.path, sizeof(fx.path)), 0,
+		     "%s", fx.path);
+}
 
 void fx_setup(void)
 {
@@ -24,6 +80,8 @@ void fx_setup(void)
 	cr_assert_not_null(mkdtemp(fx.dir), "mkdtemp %s", fx.dir);
 	snprintf(fx.path, sizeof(fx.path), "%s/cache.db", fx.dir);
 	fx.now = 1700000000;
+	if (fx_postgresql())
+		fx_database();
 }
 
 static int remove_one(const char *path, const struct stat *st, int flag,
@@ -173,7 +231,10 @@ int publish(cache *c, int n, const char *device, const char *codegen,
 sqlite3 *raw_open(const char *path)
 {
 	sqlite3 *db = NULL;
-	int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL);
+	int rc;
+
+	fx_sqlite_only("it looks inside the SQLite file");
+	rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL);
 
 	cr_assert_eq(rc, SQLITE_OK, "sqlite3_open_v2 %s: %s", path,
 		     sqlite3_errstr(rc));

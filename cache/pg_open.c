@@ -1,0 +1,184 @@
+/*
+ * pg_open.c: the PostgreSQL engine's connections, and its table of
+ * operations.
+ *
+ * A PostgreSQL cache is a database that any number of daemons open at
+ * once: the owner's connection writes, in one transaction per write as on
+ * SQLite, and a second connection reads. Nothing is locked at open (the
+ * SQLite engine's one writer per file), for the database is the place
+ * where writers meet: publish numbers versions by compare-and-set
+ * (pg_write.c). Messages name the database by host, port, database and
+ * user, never by the connection string, which may hold a password.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include "cache_int.h"
+
+/* The server's notices ("relation already exists, skipping") are not
+ * the user's business. */
+static void no_notice(void *user, const char *message)
+{
+	(void)user;
+	(void)message;
+}
+
+/* "database 'd' on host:port as user", from "conninfo"; NULL when it does
+ * not parse (then "why" says why). sqlite3_free it. */
+static char *describe(const char *conninfo, char *why, size_t size)
+{
+	const char *host = NULL, *port = NULL, *db = NULL, *user = NULL;
+	char *parse_err = NULL, *text;
+	PQconninfoOption *o = PQconninfoParse(conninfo, &parse_err);
+
+	if (!o) {
+		snprintf(why, size, "%s", parse_err ? parse_err : "out of memory");
+		PQfreemem(parse_err);
+		return NULL;
+	}
+	for (PQconninfoOption *i = o; i->keyword; i++) {
+		if (strcmp(i->keyword, "host") == 0)
+			host = i->val;
+		else if (strcmp(i->keyword, "port") == 0)
+			port = i->val;
+		else if (strcmp(i->keyword, "dbname") == 0)
+			db = i->val;
+		else if (strcmp(i->keyword, "user") == 0)
+			user = i->val;
+	}
+	text = sqlite3_mprintf("database '%s' on %s:%s as %s", db ? db : "(default)",
+			       host ? host : "(default host)",
+			       port ? port : "(default port)",
+			       user ? user : "(default user)");
+	PQconninfoFree(o);
+	if (!text)
+		snprintf(why, size, "out of memory");
+	return text;
+}
+
+/* Connects *conn, speaking UTF-8, with the busy timeout as the time a
+ * statement waits for a lock: settings of the connection itself, so that
+ * a connection lost and made again (pg_run) has them too. */
+static int connect_to(cache *c, PGconn **conn, cache_error *err)
+{
+	char message[400], options[64];
+	const char *const keys[] = {"dbname", "client_encoding", "options", NULL};
+	const char *const values[] = {c->conninfo, "UTF8", options, NULL};
+
+	snprintf(options, sizeof(options), "-c lock_timeout=%d",
+		 c->options.busy_timeout_ms);
+	*conn = PQconnectdbParams(keys, values, 1);
+	if (*conn && PQstatus(*conn) == CONNECTION_OK) {
+		PQsetNoticeProcessor(*conn, no_notice, NULL);
+		return 0;
+	}
+	snprintf(message, sizeof(message), "%s", *conn ? PQerrorMessage(*conn) :
+		 "out of memory");
+	message[strcspn(message, "\n")] = 0;
+	cache_set_error(err, *conn ? CACHE_EIO : CACHE_ENOMEM, "cannot open "
+			"PostgreSQL cache %s: %s", c->path, message);
+	return *conn ? CACHE_EIO : CACHE_ENOMEM;
+}
+
+/* A cache of this engine for "conninfo", connected to nothing yet. */
+static int pg_alloc(const char *conninfo, const cache_options *options,
+		    cache **out, cache_error *err)
+{
+	char why[256];
+	char *name = describe(conninfo, why, sizeof(why));
+	int rc;
+
+	*out = NULL;
+	if (!name) {
+		cache_set_error(err, CACHE_EINVAL, "cannot open a PostgreSQL "
+				"cache: its connection string: %s", why);
+		return CACHE_EINVAL;
+	}
+	rc = cache_alloc(&cache_pg_engine, name, options, out, err);
+	sqlite3_free(name);
+	if (rc == 0 && !((*out)->conninfo = sqlite3_mprintf("%s", conninfo))) {
+		cache_free(*out);
+		*out = NULL;
+		cache_set_error(err, CACHE_ENOMEM, "cannot open a PostgreSQL "
+				"cache: out of memory");
+		rc = CACHE_ENOMEM;
+	}
+	return rc;
+}
+
+int cache_pg_open(const char *where, const cache_options *options,
+		  cache **out, cache_error *err)
+{
+	cache *c = NULL;
+	int rc;
+
+	rc = pg_alloc(where, options, &c, err);
+	if (rc == 0)
+		rc = connect_to(c, &c->pg_writer, err);
+	if (rc == 0)
+		rc = pg_migrate(c, err);
+	if (rc == 0)
+		rc = connect_to(c, &c->pg_reader, err);
+	if (rc) {
+		cache_pg_close(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+int cache_pg_open_reader(const cache *c, cache **out, cache_error *err)
+{
+	cache *r = NULL;
+	int rc;
+
+	rc = pg_alloc(c->conninfo, &c->options, &r, err);
+	if (rc)
+		return rc;
+	cache_borrow_found_bad(r, c);
+	rc = connect_to(r, &r->pg_reader, err);
+	if (rc) {
+		cache_pg_close(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
+}
+
+void cache_pg_close(cache *c)
+{
+	if (!c)
+		return;
+	PQfinish(c->pg_reader);
+	PQfinish(c->pg_writer);
+	cache_free(c);
+}
+
+/* What the PostgreSQL engine does not do yet: refused, after the checks
+ * every write makes. */
+static int not_yet(cache *c, const char *function, cache_error *err)
+{
+	int rc = cache_check_owner(c, function, err);
+
+	if (rc)
+		return rc;
+	cache_set_error(err, CACHE_EINVAL, "%s is not yet on PostgreSQL: use a "
+			"SQLite cache (a file path) for it", function);
+	return CACHE_EINVAL;
+}
+
+int cache_pg_import_graph(cache *c, json_t *entry, const char *canonical,
+			  json_t **out, cache_error *err)
+{
+	(void)entry;
+	(void)canonical;
+	*out = NULL;
+	return not_yet(c, "cache_import_graph", err);
+}
+
+const cache_engine cache_pg_engine = {
+	.name = "PostgreSQL",
+	CACHE_ENGINE_OPS(CACHE_PG_ENTRY)
+};

@@ -1,0 +1,313 @@
+/*
+ * test_pg.c: what only the PostgreSQL engine does (the other cache tests
+ * run on it too). Its schema migrates once, whoever opens it. Publish is
+ * a compare-and-set on the latest version: connections that publish the
+ * same key at once never take the same version number, and a plan slower
+ * than the latest is refused (CACHE_ESTALE), whichever connection
+ * measured it. A version edited in the database is never served.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include "cache_test.h"
+
+TestSuite(pg, .init = fx_setup, .fini = fx_teardown, .timeout = 120);
+
+#define WRITERS 4
+#define PUBLISHES 40
+
+/* One writer: its own cache_open (it owns it), then PUBLISHES plans of
+ * made-up medians, counting what was published and what refused. */
+typedef struct writer {
+	int id;
+	int published, refused;
+	int versions[PUBLISHES];
+	double medians[PUBLISHES];
+	char error[600];
+} writer;
+
+static pthread_barrier_t start;
+
+/* SQLite takes one writer per file: the race is PostgreSQL's. */
+static void postgresql_only(void)
+{
+	if (!fx_postgresql())
+		cr_skip_test("PostgreSQL only: one writer per SQLite file");
+}
+
+static int publish_ms(cache *c, int seed, double median_ms, int *version,
+		      cache_error *err)
+{
+	char *plan = make_plan(2, seed);
+	cache_plan p = {
+		.graph = graph_key(1), .device = DEVICE_GPU, .codegen = CODEGEN,
+		.plan = plan, .sources = "[\"k\"]", .median_ms = median_ms,
+		.spread_ms = NAN, .found_by = "race",
+	};
+	int rc = cache_publish(c, &p, version, err);
+
+	free(plan);
+	return rc;
+}
+
+static void *run_writer(void *arg)
+{
+	writer *w = arg;
+	cache_options o = fx_options();
+	cache_error err = {0};
+	cache *c = NULL;
+	unsigned seed = (unsigned)w->id * 7919u;
+
+	if (cache_open(fx.path, &o, &c, &err) != 0) {
+		snprintf(w->error, sizeof(w->error), "open: %s", err.message);
+		pthread_barrier_wait(&start);
+		return NULL;
+	}
+	pthread_barrier_wait(&start);
+	for (int i = 0; i < PUBLISHES && !w->error[0]; i++) {
+		/* Each step faster than the last, the writers' plans of one
+		 * step in a random order: each publish has a chance, and
+		 * they meet. */
+		double ms = 1000.0 - i + (rand_r(&seed) % 1000) / 2000.0;
+		int version = 0, rc = publish_ms(c, w->id * 1000 + i, ms, &version,
+						 &err);
+
+		if (rc == 0) {
+			w->medians[w->published] = ms;
+			w->versions[w->published++] = version;
+		} else if (rc == CACHE_ESTALE) {
+			w->refused++;
+		} else {
+			snprintf(w->error, sizeof(w->error), "publish: %d %s", rc,
+				 err.message);
+		}
+	}
+	cache_close(c);
+	return NULL;
+}
+
+/* The median of every version, read back: medians[v]; returns how many
+ * versions there are. */
+static int read_medians(cache *c, double *medians, int max)
+{
+	cache_error err = {0};
+	json_t *shown = NULL, *plan;
+	size_t i;
+	int n = 0;
+
+	cr_assert_eq(cache_show(c, graph_key(1), &shown, &err), 0, "%s", err.message);
+	json_array_foreach(json_object_get(shown, "plans"), i, plan) {
+		int v = (int)json_integer_value(json_object_get(plan, "version"));
+
+		cr_assert(v >= 1 && v <= max, "version %d", v);
+		medians[v] = json_real_value(json_object_get(plan, "median_ms"));
+		n++;
+	}
+	json_decref(shown);
+	return n;
+}
+
+Test(pg, writers_never_share_a_version_and_never_publish_slower)
+{
+	writer w[WRITERS] = {0};
+	pthread_t t[WRITERS];
+	int total = 0, refused = 0;
+	bool seen[WRITERS * PUBLISHES + 1] = {0};
+	double medians[WRITERS * PUBLISHES + 1] = {0};
+	cache *c;
+
+	postgresql_only();
+	c = fx_open();
+	put_graph(c, 1, "raced");
+	pthread_barrier_init(&start, NULL, WRITERS);
+	for (int i = 0; i < WRITERS; i++) {
+		w[i].id = i + 1;
+		pthread_create(&t[i], NULL, run_writer, &w[i]);
+	}
+	for (int i = 0; i < WRITERS; i++)
+		pthread_join(t[i], NULL);
+	pthread_barrier_destroy(&start);
+	for (int i = 0; i < WRITERS; i++) {
+		cr_assert_str_empty(w[i].error, "writer %d: %s", i, w[i].error);
+		total += w[i].published;
+		refused += w[i].refused;
+	}
+	cr_assert_eq(total + refused, WRITERS * PUBLISHES);
+	cr_assert_gt(refused, 0, "writers at one step: some must be slower");
+	cr_assert_geq(total, PUBLISHES, "one publish at least at each step");
+	cr_assert_eq(read_medians(c, medians, WRITERS * PUBLISHES), total,
+		     "one version per publish that succeeded");
+	for (int i = 0; i < WRITERS; i++) {
+		for (int j = 0; j < w[i].published; j++) {
+			int v = w[i].versions[j];
+
+			cr_assert(v >= 1 && v <= total, "version %d of %d", v, total);
+			cr_assert_not(seen[v], "version %d published twice", v);
+			seen[v] = true;
+			cr_assert_eq(medians[v], w[i].medians[j],
+				     "version %d holds another writer's plan", v);
+		}
+	}
+	for (int v = 2; v <= total; v++)
+		cr_assert_lt(medians[v], medians[v - 1], "version %d (%g ms) is not "
+			     "faster than version %d (%g ms)", v, medians[v], v - 1,
+			     medians[v - 1]);
+	cache_close(c);
+}
+
+Test(pg, a_slower_plan_is_refused_saying_which_version_is_faster)
+{
+	cache_error err = {0};
+	cache *a, *b;
+	int v = 0;
+
+	postgresql_only();
+	a = fx_open();
+	b = fx_open();
+	put_graph(a, 1, NULL);
+	cr_assert_eq(publish_ms(a, 1, 2.0, &v, &err), 0, "%s", err.message);
+	cr_assert_eq(v, 1);
+	cr_assert_eq(publish_ms(b, 2, 1.5, &v, &err), 0, "%s", err.message);
+	cr_assert_eq(v, 2, "the second connection publishes the next version");
+	cr_assert_eq(publish_ms(a, 3, 1.8, &v, &err), CACHE_ESTALE);
+	cr_assert(strstr(err.message, "version 2, 1.5 ms"), "%s", err.message);
+	cr_assert_eq(publish_ms(a, 4, 1.0, &v, &err), 0, "%s", err.message);
+	cr_assert_eq(v, 3);
+	cache_close(b);
+	cache_close(a);
+}
+
+/* Runs "sql" on the test's database behind the cache's back; returns the
+ * first field of its first row as an integer (0 when none). */
+static long long raw_pg(const char *sql)
+{
+	PGconn *conn = PQconnectdb(fx.path);
+	PGresult *res = PQexec(conn, sql);
+	int status = PQresultStatus(res);
+	long long value;
+
+	cr_assert(status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK,
+		  "%s: %s", sql, PQerrorMessage(conn));
+	value = status == PGRES_TUPLES_OK && PQntuples(res) > 0 ?
+		atoll(PQgetvalue(res, 0, 0)) : 0;
+	PQclear(res);
+	PQfinish(conn);
+	return value;
+}
+
+Test(pg, migrates_once_and_reopens_idempotently)
+{
+	cache *c;
+
+	postgresql_only();
+	c = fx_open();
+	cr_expect_eq(fx.logs, 1);
+	cr_expect(strstr(fx.last_log, "from version 0 to 1"), "%s", fx.last_log);
+	cr_expect(!strstr(fx.last_log, "postgresql://"), "the log names the "
+		  "database, not its connection string: %s", fx.last_log);
+	put_graph(c, 1, "bert_qkv");
+	cache_close(c);
+	c = fx_open();
+	cr_expect_eq(fx.logs, 1, "a second open migrates nothing");
+	cr_expect_eq(raw_pg("SELECT version FROM tuned_schema"), 1);
+	cr_expect_eq(raw_pg("SELECT count(*) FROM tuned_schema"), 1);
+	cr_expect_eq(raw_pg("SELECT count(*) FROM graphs"), 1);
+	cache_close(c);
+}
+
+Test(pg, a_newer_schema_is_refused)
+{
+	cache_options o = fx_options();
+	cache_error err = {0};
+	cache *c;
+
+	postgresql_only();
+	c = fx_open();
+	cache_close(c);
+	raw_pg("UPDATE tuned_schema SET version = 99");
+	c = NULL;
+	cr_expect_eq(cache_open(fx.path, &o, &c, &err), CACHE_ESCHEMA);
+	cr_expect_null(c);
+	cr_expect(strstr(err.message, "schema version 99, newer than this "
+			 "build's 1"), "%s", err.message);
+}
+
+Test(pg, an_edited_source_is_not_served_and_is_marked_bad)
+{
+	cache_error err = {0};
+	cache_plan *p = NULL;
+	json_t *shown = NULL;
+	cache *c;
+
+	postgresql_only();
+	c = fx_open();
+	put_graph(c, 1, NULL);
+	publish(c, 1, DEVICE_GPU, CODEGEN, 1, 10);
+	publish(c, 1, DEVICE_GPU, CODEGEN, 2, 10);
+	raw_pg("UPDATE plans SET sources = '[\"int y; \"]' WHERE version = 2");
+	cr_assert_eq(cache_fetch_best(c, graph_key(1), DEVICE_GPU, CODEGEN, 0, &p,
+				      &err), 1, "%s", err.message);
+	cr_expect(strstr(fx.error_log, "version 2") &&
+		  strstr(fx.error_log, "fails its checksum"), "%s", fx.error_log);
+	cache_plan_free(p);
+	cr_expect_eq(raw_pg("SELECT count(*) FROM plans WHERE bad IS NOT NULL"), 1,
+		     "the owner marks it bad");
+	cr_assert_eq(cache_show(c, graph_key(1), &shown, &err), 0, "%s", err.message);
+	cr_expect(json_is_null(json_object_get(json_array_get(json_object_get(
+		shown, "plans"), 0), "bad")));
+	cr_expect(json_is_string(json_object_get(json_array_get(json_object_get(
+		shown, "plans"), 1), "bad")));
+	json_decref(shown);
+	cr_expect_eq(cache_fetch_best(c, graph_key(1), DEVICE_GPU, CODEGEN, 2, NULL,
+				      &err), CACHE_NOT_FOUND);
+	cr_expect(strstr(err.message, "newer"), "%s", err.message);
+	cache_close(c);
+}
+
+Test(pg, what_is_not_yet_on_postgresql_says_so)
+{
+	cache_error err = {0};
+	json_t *imported = NULL, *entry = json_object();
+	cache *c;
+
+	postgresql_only();
+	c = fx_open();
+	cr_expect_eq(cache_prune(c, 10, 1 << 20, NULL, &err), CACHE_EINVAL);
+	cr_expect(strstr(err.message, "pruning by size is not yet on PostgreSQL"),
+		  "%s", err.message);
+	cr_expect_eq(cache_import_graph(c, entry, "canonical", &imported, &err),
+		     CACHE_EINVAL);
+	cr_expect_null(imported);
+	json_decref(entry);
+	cr_expect(strstr(err.message, "cache_import_graph is not yet on "
+			 "PostgreSQL"), "%s", err.message);
+	cr_expect_eq(cache_checkpoint(c, &err), 0, "the server checkpoints itself");
+	cache_close(c);
+}
+
+Test(pg, a_session_the_server_ended_is_opened_again)
+{
+	cache_error err = {0};
+	cache *c;
+
+	postgresql_only();
+	c = fx_open();
+	put_graph(c, 1, NULL);
+	publish(c, 1, DEVICE_GPU, CODEGEN, 1, 10);
+	/* as a server restart does: every other session of the database */
+	cr_assert_eq(raw_pg("SELECT count(pg_terminate_backend(pid)) FROM "
+			    "pg_stat_activity WHERE datname = current_database() "
+			    "AND pid <> pg_backend_pid()"), 2, "the writer and the reader");
+	cr_expect_eq(cache_fetch_best(c, graph_key(1), DEVICE_GPU, CODEGEN, 0, NULL,
+				      &err), 1, "%s", err.message);
+	cr_expect_eq(cache_put_graph(c, graph_key(2), graph_canonical(2), NULL, &err),
+		     0, "%s", err.message);
+	cr_expect_eq(publish(c, 2, DEVICE_GPU, CODEGEN, 1, 10), 1);
+	cache_close(c);
+}
