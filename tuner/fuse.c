@@ -383,10 +383,13 @@ static bool accepted(const tuner_fusion *f, const kgen_kernel *k, kgen_error *er
 
 	for (int d = 0; d < t->rank; d++)
 		elements *= k->schedule.tile[d];
-	if (root->reducer != SCHED_RED_NONE && elements > KGEN_MAX_CPU_TILE)
-		return kgen_fail(err, KGEN_EPLAN, "the root '%s' reduces into a tile of "
-				 "%lld elements, more than the %d accumulators a tile "
-				 "may hold", t->name, (long long)elements, KGEN_MAX_CPU_TILE), false;
+	if (root->reducer != SCHED_RED_NONE && elements > KGEN_MAX_CPU_TILE) {
+		kgen_fail(err, KGEN_EPLAN,
+			  "the root '%s' reduces into a tile of %lld elements, more "
+			  "than the %d accumulators a tile may hold",
+			  t->name, (long long)elements, KGEN_MAX_CPU_TILE);
+		return false;
+	}
 	if (kgen_kernel_group(f->graph, k, f->cuda, &group, err) < 0)
 		return false;
 	sched_group_free(group);

@@ -208,6 +208,11 @@ int genome_index_of(const int64_t *values, int n, int64_t value)
 	return -1;
 }
 
+static int64_t smaller(int64_t a, int64_t b)
+{
+	return a < b ? a : b;
+}
+
 /* The micro-kernel of genes "at", repaired: the accumulators, the B
  * vectors and an A value fit the vector registers (32 with AVX-512, 16
  * else), kc within K, mc and nc within M and N rounded up. */
@@ -225,10 +230,8 @@ static kgen_micro decode_micro(const kernel_space *ks, const int *at)
 	if (m.mr > (registers - 1 - m.nr / width) / (m.nr / width))
 		m.mr = (registers - 1 - m.nr / width) / (m.nr / width);
 	m.kc = (int)(micro_kcs[at[2]] && micro_kcs[at[2]] < c->k ? micro_kcs[at[2]] : c->k);
-	m.mc = (int)(micro_blocks[at[3]] * m.mr < kgen_round_up(c->m, m.mr)
-		     ? micro_blocks[at[3]] * m.mr : kgen_round_up(c->m, m.mr));
-	m.nc = (int)(micro_blocks[at[4]] * m.nr < kgen_round_up(c->n, m.nr)
-		     ? micro_blocks[at[4]] * m.nr : kgen_round_up(c->n, m.nr));
+	m.mc = (int)smaller(micro_blocks[at[3]] * m.mr, kgen_round_up(c->m, m.mr));
+	m.nc = (int)smaller(micro_blocks[at[4]] * m.nr, kgen_round_up(c->n, m.nr));
 	m.pack = at[5];
 	return m;
 }
