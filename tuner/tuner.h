@@ -340,6 +340,26 @@ __tuner_give struct kgen_plan *tuner_fusion_edges(__tuner_keep const struct sche
 						  int cuda, tuner_merge_fn *trace,
 						  void *user);
 
+/* kept_graphs.c: the graphs a worker read last, each with the fused
+ * groups analysed on it (sched_group_recall), kept across its requests so
+ * that a graph sent again is neither read nor analysed again: the last
+ * TUNER_KEPT_GRAPHS texts read, the one asked for least recently
+ * forgotten first. Not thread-safe: one per thread serving requests. */
+#define TUNER_KEPT_GRAPHS 4
+typedef struct tuner_graphs tuner_graphs;
+struct sched_graph;
+struct sched_error;
+/* NULL when out of memory. */
+__tuner_give tuner_graphs *tuner_graphs_new(void);
+void tuner_graphs_free(__tuner_take tuner_graphs *graphs);
+/* The graph of "text" (sched_graph_read_string), kept in "graphs" until
+ * TUNER_KEPT_GRAPHS other texts are read after it: the same graph for the
+ * same text. On failure returns the negative SCHED_E* code, with *err
+ * saying why. */
+int tuner_graphs_read(__tuner_keep tuner_graphs *graphs, const char *text,
+		      __tuner_keep const struct sched_graph **graph,
+		      struct sched_error *err);
+
 /* measure.c: the measurement protocol a worker process runs for one
  * request {"graph": TEXT, "plan": PLAN or null, "seed": N, "timing":
  * {...}, "sources": [...], "cutoff_ms": MS}: compile, verify against the
@@ -349,6 +369,7 @@ __tuner_give struct kgen_plan *tuner_fusion_edges(__tuner_keep const struct sche
  * or error (docs/kernels.md). */
 struct kgen_backend;
 __tuner_give json_t *tuner_measure(struct kgen_backend *backend,
+				   __tuner_keep tuner_graphs *graphs,
 				   __tuner_keep const json_t *request);
 
 /* The source of each kernel of "plan" for "graph" as the worker prints it
@@ -359,7 +380,8 @@ struct sched_graph;
 __tuner_give json_t *tuner_plan_sources(__tuner_keep const struct sched_graph *graph,
 					__tuner_keep json_t *plan, int cuda);
 
-/* Every request a worker serves, by its "op" (docs/kernels.md):
+/* Every request a worker serves, by its "op" (docs/kernels.md), its
+ * "graph" read through "graphs" (tuner_graphs_read):
  * "measure" (or none): tuner_measure;
  * "compile" {"graph", "plan", "sources"}: the kernels compiled into the
  *   backend's shared folder, not loaded: {"kind": ok, invalid,
@@ -372,6 +394,7 @@ __tuner_give json_t *tuner_plan_sources(__tuner_keep const struct sched_graph *g
  *   "spread_ms", "runs"} or {"error"}...]}.
  * Another op is answered {"kind": "invalid", "error"}. */
 __tuner_give json_t *tuner_serve(struct kgen_backend *backend,
+				 __tuner_keep tuner_graphs *graphs,
 				 __tuner_keep const json_t *request);
 
 /* The time limit of one request for "graph" on "backend" ("cpu", "cuda"
