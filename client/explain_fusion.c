@@ -276,7 +276,7 @@ static void record_merge(const tuner_merge *m, void *user)
 	bool fused = m->outcome == TUNER_MERGE_FUSED || m->outcome == TUNER_MERGE_LIBRARY;
 	json_t *step, *reason;
 
-	if (m->outcome == TUNER_MERGE_TOO_LARGE) { /* no ops: a note */
+	if (m->outcome == TUNER_MERGE_TOO_BIG) { /* no ops: a note */
 		json_array_append_new(f->merges, json_pack("{s:i, s:b, s:s}", "pass",
 							   m->pass, "fused", 0,
 							   "reason", m->why));

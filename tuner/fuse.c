@@ -636,7 +636,7 @@ static void trace_too_large(const tuner_fusion *f)
 {
 	char why[128];
 	tuner_merge m = {.pass = 1, .a = -1, .b = -1,
-			 .outcome = TUNER_MERGE_TOO_LARGE, .why = why};
+			 .outcome = TUNER_MERGE_TOO_BIG, .why = why};
 
 	if (!f->trace)
 		return;

@@ -306,7 +306,7 @@ double tuner_optimistic_ms(__tuner_keep const struct sched_graph *graph,
  * cpu's. Each merge the planner tries is told to "trace" (may be NULL)
  * as it is decided, in the planner's order: passes over the edges by
  * layer of their producer, again until a pass merges nothing; a graph
- * of more ops than the planner fuses is told as one TUNER_MERGE_TOO_LARGE
+ * of more ops than the planner fuses is told as one TUNER_MERGE_TOO_BIG
  * and left unfused. NULL only when out of memory (every graph has a
  * default plan: kgen_plan_default fails only then). */
 enum tuner_merge_outcome {
@@ -317,8 +317,8 @@ enum tuner_merge_outcome {
 	TUNER_MERGE_CYCLIC,   /* an op outside would feed the group and read it */
 	TUNER_MERGE_REFUSED,  /* the planner refuses the group under both tiles */
 	TUNER_MERGE_SLOWER,   /* the cost model says it cannot pay */
-	TUNER_MERGE_TOO_LARGE, /* the graph has too many ops to fuse: told once,
-				* before any merge, a and b -1, "why" saying so */
+	TUNER_MERGE_TOO_BIG,  /* the graph has too many ops to fuse: told once,
+			       * before any merge, a and b -1, "why" says so */
 };
 
 struct kgen_kernel;
