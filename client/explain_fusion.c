@@ -277,14 +277,14 @@ static void record_merge(const tuner_merge *m, void *user)
 	json_t *step, *reason;
 
 	if (m->outcome == TUNER_MERGE_TOO_BIG) { /* no ops: a note */
-		json_array_append_new(f->merges, json_pack("{s:i, s:b, s:s}", "pass",
-							   m->pass, "fused", 0,
-							   "reason", m->why));
+		json_array_append_new(f->merges,
+				      json_pack("{s:i, s:b, s:s}", "pass", m->pass,
+						"fused", 0, "reason", m->why));
 		return;
 	}
-	step = json_pack("{s:i, s:i, s:i, s:s, s:b}", "pass", m->pass,
-				 "producer", m->a, "consumer", m->b,
-				 "tensor", tensor_of(f, m->a), "fused", fused);
+	step = json_pack("{s:i, s:i, s:i, s:s, s:b}", "pass", m->pass, "producer", m->a,
+			 "consumer", m->b, "tensor", tensor_of(f, m->a), "fused",
+			 fused);
 	reason = outcome_reason(m->outcome);
 
 	if (m->outcome == TUNER_MERGE_ALREADY)

@@ -635,13 +635,18 @@ static kgen_plan *unfused(const tuner_fusion *f, const kgen_schedule *schedules)
 static void trace_too_large(const tuner_fusion *f)
 {
 	char why[128];
-	tuner_merge m = {.pass = 1, .a = -1, .b = -1,
-			 .outcome = TUNER_MERGE_TOO_BIG, .why = why};
+	tuner_merge m = {.pass = 1,
+			 .a = -1,
+			 .b = -1,
+			 .outcome = TUNER_MERGE_TOO_BIG,
+			 .why = why};
 
 	if (!f->trace)
 		return;
-	snprintf(why, sizeof(why), "the planner does not fuse graphs of more "
-		 "than %d ops (this one has %d)", TUNER_FUSION_MAX_OPS, f->nops);
+	snprintf(why, sizeof(why),
+		 "the planner does not fuse graphs of more than %d ops "
+		 "(this one has %d)",
+		 TUNER_FUSION_MAX_OPS, f->nops);
 	f->trace(&m, f->trace_user);
 }
 

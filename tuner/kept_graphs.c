@@ -68,8 +68,8 @@ static kept_graph *stalest(tuner_graphs *graphs)
 	return slot;
 }
 
-int tuner_graphs_read(tuner_graphs *graphs, const char *text,
-		      const sched_graph **graph, sched_error *err)
+int tuner_graphs_read(tuner_graphs *graphs, const char *text, const sched_graph **graph,
+		      sched_error *err)
 {
 	kept_graph *slot = find(graphs, text);
 	sched_graph *fresh = NULL;

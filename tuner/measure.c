@@ -381,7 +381,7 @@ static json_t *prepare_plan(kgen_backend *backend, const sched_graph *graph,
 
 /* {"op": "compile", "graph", "plan", "sources"}. */
 static json_t *serve_compile(kgen_backend *backend, tuner_graphs *graphs,
-			      const json_t *request)
+			     const json_t *request)
 {
 	const sched_graph *graph = NULL;
 	kgen_plan *plan = NULL;
@@ -533,7 +533,7 @@ static json_t *retime_plans(kgen_backend *backend, const sched_graph *graph,
 
 /* {"op": "retime", "graph", "plans": [...], "seed", "rounds"}. */
 static json_t *serve_retime(kgen_backend *backend, tuner_graphs *graphs,
-			     const json_t *request)
+			    const json_t *request)
 {
 	json_t *list = json_object_get(request, "plans");
 	json_t *given = json_object_get(request, "rounds");
@@ -552,8 +552,7 @@ static json_t *serve_retime(kgen_backend *backend, tuner_graphs *graphs,
 	return obj;
 }
 
-json_t *tuner_serve(kgen_backend *backend, tuner_graphs *graphs,
-		    const json_t *request)
+json_t *tuner_serve(kgen_backend *backend, tuner_graphs *graphs, const json_t *request)
 {
 	json_t *op = json_object_get(request, "op");
 	const char *name = op ? json_string_value(op) : "measure";

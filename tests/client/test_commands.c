@@ -341,8 +341,10 @@ static void write_chain(const char *name, int n, char *path, size_t size)
 	fprintf(f, "{\"version\": 1, \"tensors\": {");
 	for (int t = 0; t <= n; t++)
 		fprintf(f, "%s\"t%d\": {\"shape\": [16], \"dtype\": \"f32\"%s}",
-			t ? ", " : "", t, !t ? ", \"role\": \"input\"" :
-			t == n ? ", \"role\": \"output\"" : "");
+			t ? ", " : "", t,
+			!t     ? ", \"role\": \"input\"" :
+			t == n ? ", \"role\": \"output\"" :
+				 "");
 	fprintf(f, "}, \"ops\": [");
 	for (int op = 1; op <= n; op++)
 		fprintf(f, "%s\"t%d[i] = t%d[i] + 1\"", op > 1 ? ", " : "", op, op - 1);
@@ -358,7 +360,8 @@ Test(explain, a_graph_too_large_to_fuse_says_so)
 	cr_assert_eq(tunectl((const char *const[]){"explain", file, NULL}), 0);
 	text = slurp("out");
 	cr_expect(strstr(text, "not fused: the planner does not fuse graphs of "
-			 "more than 64 ops (this one has 70)"), "%s", text);
+			       "more than 64 ops (this one has 70)"),
+		  "%s", text);
 	free(text);
 }
 

@@ -13,10 +13,12 @@
 /* A graph of "n" elements: each n gives another text. */
 static void graph_text(char *text, size_t size, int n)
 {
-	snprintf(text, size, "{\"version\": 1, \"tensors\": {\"x\": {\"shape\": [%d], "
+	snprintf(text, size,
+		 "{\"version\": 1, \"tensors\": {\"x\": {\"shape\": [%d], "
 		 "\"dtype\": \"f32\", \"role\": \"input\"}, \"y\": {\"shape\": [%d], "
 		 "\"dtype\": \"f32\", \"role\": \"output\"}}, \"ops\": "
-		 "[\"y[i] = x[i] * 2 + 1\"]}", n, n);
+		 "[\"y[i] = x[i] * 2 + 1\"]}",
+		 n, n);
 }
 
 static const sched_graph *read_ok(tuner_graphs *graphs, int n)
