@@ -112,6 +112,9 @@ def chart_compare(rows, path, device):
     names = [r["example"] for r in rows]
     columns = [(key, label) for key, label in COMPARE_TIMES
                if any(r.get(key) for r in rows)]
+    if not columns:
+        sys.exit("plot: compare has no time to chart: every row's %s is null"
+                 % ", ".join(key for key, _ in COMPARE_TIMES))
     fig, (times, ratios) = plt.subplots(2, 1, figsize=(max(10, 1.2 * len(rows)), 8))
     width = 0.8 / len(columns)
     for i, (key, label) in enumerate(columns):

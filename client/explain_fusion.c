@@ -274,10 +274,18 @@ static void record_merge(const tuner_merge *m, void *user)
 {
 	fusion *f = user;
 	bool fused = m->outcome == TUNER_MERGE_FUSED || m->outcome == TUNER_MERGE_LIBRARY;
-	json_t *step = json_pack("{s:i, s:i, s:i, s:s, s:b}", "pass", m->pass,
-				 "producer", m->a, "consumer", m->b,
-				 "tensor", tensor_of(f, m->a), "fused", fused);
-	json_t *reason = outcome_reason(m->outcome);
+	json_t *step, *reason;
+
+	if (m->outcome == TUNER_MERGE_TOO_BIG) { /* no ops: a note */
+		json_array_append_new(f->merges,
+				      json_pack("{s:i, s:b, s:s}", "pass", m->pass,
+						"fused", 0, "reason", m->why));
+		return;
+	}
+	step = json_pack("{s:i, s:i, s:i, s:s, s:b}", "pass", m->pass, "producer", m->a,
+			 "consumer", m->b, "tensor", tensor_of(f, m->a), "fused",
+			 fused);
+	reason = outcome_reason(m->outcome);
 
 	if (m->outcome == TUNER_MERGE_ALREADY)
 		json_object_set_new(step, "already", json_true());
@@ -513,6 +521,11 @@ static void print_merge(json_t *step)
 	long long pass = json_integer_value(json_object_get(step, "pass"));
 
 	printf("  ");
+	if (!json_object_get(step, "producer")) { /* a note on no merge */
+		printf("not fused: %s\n",
+		       json_string_value(json_object_get(step, "reason")));
+		return;
+	}
 	if (pass > 1)
 		printf("pass %lld: ", pass);
 	printf("op %lld -> op %lld (%s): ",

@@ -6,12 +6,14 @@
  * Reads one JSON request per line on stdin, answers one JSON object per
  * line on stdout (tuner_serve in tuner/measure.c says what they hold: the
  * ops measure, compile, probe and retime). {"describe": true} is answered
- * with the backend and the device it drives. With --share, compiled
- * kernels are looked for in DIR and left there (kgen_backend_share): the
- * compile workers of a pipelined tuner fill it, its measuring worker
- * loads from it. A kernel that crashes or hangs takes this process with
- * it, and only it: the caller sees the process die or time out, and starts
- * another.
+ * with the backend and the device it drives. The last graphs read are
+ * kept from request to request (tuner_graphs), with the fused groups
+ * analysed on them, as the same graph is sent again and again. With
+ * --share, compiled kernels are looked for in DIR and left there
+ * (kgen_backend_share): the compile workers of a pipelined tuner fill
+ * it, its measuring worker loads from it. A kernel that crashes or hangs
+ * takes this process with it, and only it: the caller sees the process die
+ * or time out, and starts another.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -42,7 +44,8 @@ static void reply(json_t *obj)
 	json_decref(obj);
 }
 
-static json_t *handle_line(kgen_backend *backend, const char *line)
+static json_t *handle_line(kgen_backend *backend, tuner_graphs *graphs,
+			   const char *line)
 {
 	json_error_t jerr;
 	json_t *request = json_loads(line, 0, &jerr), *obj;
@@ -57,19 +60,25 @@ static json_t *handle_line(kgen_backend *backend, const char *line)
 				"backend", kgen_backend_name(backend),
 				"device", kgen_backend_description(backend));
 	else
-		obj = tuner_serve(backend, request);
+		obj = tuner_serve(backend, graphs, request);
 	json_decref(request);
 	return obj;
 }
 
 static int serve(kgen_backend *backend)
 {
+	tuner_graphs *graphs = tuner_graphs_new();
 	char *line = NULL;
 	size_t cap = 0;
 
+	if (!graphs) {
+		fputs("tuned-worker: out of memory\n", stderr);
+		return EXIT_FAILURE;
+	}
 	while (getline(&line, &cap, stdin) > 0)
-		reply(handle_line(backend, line));
+		reply(handle_line(backend, graphs, line));
 	free(line);
+	tuner_graphs_free(graphs);
 	return EXIT_SUCCESS;
 }
 

@@ -154,7 +154,9 @@ void sched_node_each_access(const sched_node *node, sched_access_fn fn,
 /* sched_group_new of "spec" remembered by "graph" under "key" (what
  * tells "spec" apart from the caller's other specs on this graph; NULL:
  * neither recalled nor remembered): a copy of the analysis made before,
- * refusals included, or a new one, kept until the graph is freed. */
+ * refusals included, or a new one, kept until the graph is freed or,
+ * past 512 analyses on the graph (GROUP_MEMO_SLOTS in group_memo.c), until
+ * the oldest are forgotten to make room. */
 int sched_group_recall(const sched_graph *graph, const char *key,
 		       const sched_group_spec *spec, sched_group **out,
 		       sched_error *err);

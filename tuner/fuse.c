@@ -634,11 +634,32 @@ static kgen_plan *unfused(const tuner_fusion *f, const kgen_schedule *schedules)
 	return plan;
 }
 
+/* Tells the trace that no merge is tried: the graph is too large. */
+static void trace_too_large(const tuner_fusion *f)
+{
+	char why[128];
+	tuner_merge m = {.pass = 1,
+			 .a = -1,
+			 .b = -1,
+			 .outcome = TUNER_MERGE_TOO_BIG,
+			 .why = why};
+
+	if (!f->trace)
+		return;
+	snprintf(why, sizeof(why),
+		 "the planner does not fuse graphs of more than %d ops "
+		 "(this one has %d)",
+		 TUNER_FUSION_MAX_OPS, f->nops);
+	f->trace(&m, f->trace_user);
+}
+
 kgen_plan *tuner_fusion_plan(tuner_fusion *f, const kgen_schedule *schedules,
 			     const int *genes)
 {
-	if (f->nops > TUNER_FUSION_MAX_OPS)
+	if (f->nops > TUNER_FUSION_MAX_OPS) {
+		trace_too_large(f);
 		return unfused(f, schedules);
+	}
 	decoding d = {f, schedules, genes, calloc(f->nops, sizeof(int)),
 		      calloc(f->nops, sizeof(kgen_kernel)), 1};
 	kgen_plan *plan = NULL;

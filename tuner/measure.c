@@ -285,8 +285,10 @@ static json_t *read_plan(const sched_graph *graph, json_t *given, kgen_plan **pl
 	return NULL;
 }
 
-/* The request's "graph" text read; or the answer that refuses it. */
-static json_t *read_graph(const json_t *request, sched_graph **graph)
+/* The request's "graph" text read (kept in "graphs"); or the answer that
+ * refuses it. */
+static json_t *read_graph(tuner_graphs *graphs, const json_t *request,
+			  const sched_graph **graph)
 {
 	const char *text = json_string_value(json_object_get(request, "graph"));
 	sched_error err = {0};
@@ -294,39 +296,46 @@ static json_t *read_graph(const json_t *request, sched_graph **graph)
 	*graph = NULL;
 	if (!text)
 		return outcome("invalid", "the request has no \"graph\" text", NULL);
-	if (sched_graph_read_string(text, graph, &err) < 0)
-		return outcome("invalid", err.message, NULL);
+	if (tuner_graphs_read(graphs, text, graph, &err) < 0)
+		return outcome(err.code == SCHED_ENOMEM ? "error" : "invalid",
+			       err.message, NULL);
 	return NULL;
 }
 
 /* "graph" replaced by the graph whose numbering the plan "given" uses
- * (kgen_graph_for_plan: the canonical form for a fetched plan); or the
- * answer that refuses the plan. */
-static json_t *renumber_for_plan(json_t *given, sched_graph **graph)
+ * (kgen_graph_for_plan: the canonical form for a fetched plan, kept in
+ * "graphs" by its text too); or the answer that refuses the plan. */
+static json_t *renumber_for_plan(tuner_graphs *graphs, json_t *given,
+				 const sched_graph **graph)
 {
 	sched_graph *canonical = NULL;
 	kgen_error err = {0};
+	sched_error serr = {0};
+	char *text = NULL;
 	json_t *obj = NULL;
 
 	if (kgen_graph_for_plan(*graph, given, &canonical, &err) < 0)
 		obj = outcome("invalid_plan", err.message, NULL);
-	else if (canonical) {
-		sched_graph_free(*graph);
-		*graph = canonical;
-	}
+	else if (canonical && !(text = sched_graph_canonical_json(canonical)))
+		obj = outcome("error", "out of memory", NULL);
+	else if (canonical && tuner_graphs_read(graphs, text, graph, &serr) < 0)
+		obj = outcome("invalid_plan", serr.message, NULL);
+	free(text);
+	sched_graph_free(canonical);
 	kgen_error_release(&err);
 	return obj;
 }
 
-json_t *tuner_measure(kgen_backend *backend, const json_t *request)
+json_t *tuner_measure(kgen_backend *backend, tuner_graphs *graphs,
+		      const json_t *request)
 {
 	json_t *given = json_object_get(request, "plan");
-	sched_graph *graph = NULL;
+	const sched_graph *graph = NULL;
 	kgen_plan *plan = NULL;
-	json_t *obj = read_graph(request, &graph);
+	json_t *obj = read_graph(graphs, request, &graph);
 
 	if (!obj)
-		obj = renumber_for_plan(given, &graph);
+		obj = renumber_for_plan(graphs, given, &graph);
 	if (!obj)
 		obj = read_plan(graph, given, &plan);
 	if (obj)
@@ -340,7 +349,6 @@ json_t *tuner_measure(kgen_backend *backend, const json_t *request)
 	if (graph)
 		json_object_set_new(obj, "key", json_string(sched_graph_key(graph)));
 	kgen_plan_free(plan);
-	sched_graph_free(graph);
 	return obj;
 }
 
@@ -372,18 +380,18 @@ static json_t *prepare_plan(kgen_backend *backend, const sched_graph *graph,
 }
 
 /* {"op": "compile", "graph", "plan", "sources"}. */
-static json_t *serve_compile(kgen_backend *backend, const json_t *request)
+static json_t *serve_compile(kgen_backend *backend, tuner_graphs *graphs,
+			     const json_t *request)
 {
-	sched_graph *graph = NULL;
+	const sched_graph *graph = NULL;
 	kgen_plan *plan = NULL;
-	json_t *obj = read_graph(request, &graph);
+	json_t *obj = read_graph(graphs, request, &graph);
 
 	if (!obj)
 		obj = read_plan(graph, json_object_get(request, "plan"), &plan);
 	if (!obj)
 		obj = prepare_plan(backend, graph, plan, request);
 	kgen_plan_free(plan);
-	sched_graph_free(graph);
 	return obj;
 }
 
@@ -524,12 +532,13 @@ static json_t *retime_plans(kgen_backend *backend, const sched_graph *graph,
 }
 
 /* {"op": "retime", "graph", "plans": [...], "seed", "rounds"}. */
-static json_t *serve_retime(kgen_backend *backend, const json_t *request)
+static json_t *serve_retime(kgen_backend *backend, tuner_graphs *graphs,
+			    const json_t *request)
 {
 	json_t *list = json_object_get(request, "plans");
 	json_t *given = json_object_get(request, "rounds");
 	int rounds = given ? (int)json_integer_value(given) : 5;
-	sched_graph *graph = NULL;
+	const sched_graph *graph = NULL;
 	json_t *obj;
 
 	if (!json_is_array(list))
@@ -537,27 +546,26 @@ static json_t *serve_retime(kgen_backend *backend, const json_t *request)
 	if (rounds < 1 || rounds > 1000)
 		return outcome("invalid", "\"rounds\" must be an integer from 1 to 1000",
 			       NULL);
-	if (!(obj = read_graph(request, &graph)))
+	if (!(obj = read_graph(graphs, request, &graph)))
 		obj = retime_plans(backend, graph, list, (unsigned)json_integer_value(
 					   json_object_get(request, "seed")), rounds);
-	sched_graph_free(graph);
 	return obj;
 }
 
-json_t *tuner_serve(kgen_backend *backend, const json_t *request)
+json_t *tuner_serve(kgen_backend *backend, tuner_graphs *graphs, const json_t *request)
 {
 	json_t *op = json_object_get(request, "op");
 	const char *name = op ? json_string_value(op) : "measure";
 	char error[160];
 
 	if (name && !strcmp(name, "measure"))
-		return tuner_measure(backend, request);
+		return tuner_measure(backend, graphs, request);
 	if (name && !strcmp(name, "compile"))
-		return serve_compile(backend, request);
+		return serve_compile(backend, graphs, request);
 	if (name && !strcmp(name, "probe"))
 		return serve_probe(backend);
 	if (name && !strcmp(name, "retime"))
-		return serve_retime(backend, request);
+		return serve_retime(backend, graphs, request);
 	if (!name)
 		return outcome("invalid", "\"op\" is not a string", NULL);
 	snprintf(error, sizeof(error), "unknown op '%.64s': use measure, compile, "

@@ -305,8 +305,10 @@ double tuner_optimistic_ms(__tuner_keep const struct sched_graph *graph,
  * schedules, with no cost model (no peaks), for the cuda backend or the
  * cpu's. Each merge the planner tries is told to "trace" (may be NULL)
  * as it is decided, in the planner's order: passes over the edges by
- * layer of their producer, again until a pass merges nothing. NULL when
- * out of memory or the graph has no default plan. */
+ * layer of their producer, again until a pass merges nothing; a graph
+ * of more ops than the planner fuses is told as one TUNER_MERGE_TOO_BIG
+ * and left unfused. NULL only when out of memory (every graph has a
+ * default plan: kgen_plan_default fails only then). */
 enum tuner_merge_outcome {
 	TUNER_MERGE_FUSED,    /* under the root's tile, or widened to whole rows */
 	TUNER_MERGE_LIBRARY,  /* fused as a library step and its epilogue */
@@ -315,6 +317,8 @@ enum tuner_merge_outcome {
 	TUNER_MERGE_CYCLIC,   /* an op outside would feed the group and read it */
 	TUNER_MERGE_REFUSED,  /* the planner refuses the group under both tiles */
 	TUNER_MERGE_SLOWER,   /* the cost model says it cannot pay */
+	TUNER_MERGE_TOO_BIG,  /* the graph has too many ops to fuse: told once,
+			       * before any merge, a and b -1, "why" says so */
 };
 
 struct kgen_kernel;
@@ -340,6 +344,26 @@ __tuner_give struct kgen_plan *tuner_fusion_edges(__tuner_keep const struct sche
 						  int cuda, tuner_merge_fn *trace,
 						  void *user);
 
+/* kept_graphs.c: the graphs a worker read last, each with the fused
+ * groups analysed on it (sched_group_recall), kept across its requests so
+ * that a graph sent again is neither read nor analysed again: the last
+ * TUNER_KEPT_GRAPHS texts read, the one asked for least recently
+ * forgotten first. Not thread-safe: one per thread serving requests. */
+#define TUNER_KEPT_GRAPHS 4
+typedef struct tuner_graphs tuner_graphs;
+struct sched_graph;
+struct sched_error;
+/* NULL when out of memory. */
+__tuner_give tuner_graphs *tuner_graphs_new(void);
+void tuner_graphs_free(__tuner_take tuner_graphs *graphs);
+/* The graph of "text" (sched_graph_read_string), kept in "graphs" until
+ * TUNER_KEPT_GRAPHS other texts are read after it: the same graph for the
+ * same text. On failure returns the negative SCHED_E* code, with *err
+ * saying why. */
+int tuner_graphs_read(__tuner_keep tuner_graphs *graphs, const char *text,
+		      __tuner_keep const struct sched_graph **graph,
+		      struct sched_error *err);
+
 /* measure.c: the measurement protocol a worker process runs for one
  * request {"graph": TEXT, "plan": PLAN or null, "seed": N, "timing":
  * {...}, "sources": [...], "cutoff_ms": MS}: compile, verify against the
@@ -349,6 +373,7 @@ __tuner_give struct kgen_plan *tuner_fusion_edges(__tuner_keep const struct sche
  * or error (docs/kernels.md). */
 struct kgen_backend;
 __tuner_give json_t *tuner_measure(struct kgen_backend *backend,
+				   __tuner_keep tuner_graphs *graphs,
 				   __tuner_keep const json_t *request);
 
 /* The source of each kernel of "plan" for "graph" as the worker prints it
@@ -359,7 +384,8 @@ struct sched_graph;
 __tuner_give json_t *tuner_plan_sources(__tuner_keep const struct sched_graph *graph,
 					__tuner_keep json_t *plan, int cuda);
 
-/* Every request a worker serves, by its "op" (docs/kernels.md):
+/* Every request a worker serves, by its "op" (docs/kernels.md), its
+ * "graph" read through "graphs" (tuner_graphs_read):
  * "measure" (or none): tuner_measure;
  * "compile" {"graph", "plan", "sources"}: the kernels compiled into the
  *   backend's shared folder, not loaded: {"kind": ok, invalid,
@@ -372,6 +398,7 @@ __tuner_give json_t *tuner_plan_sources(__tuner_keep const struct sched_graph *g
  *   "spread_ms", "runs"} or {"error"}...]}.
  * Another op is answered {"kind": "invalid", "error"}. */
 __tuner_give json_t *tuner_serve(struct kgen_backend *backend,
+				 __tuner_keep tuner_graphs *graphs,
 				 __tuner_keep const json_t *request);
 
 /* The time limit of one request for "graph" on "backend" ("cpu", "cuda"

@@ -1,10 +1,12 @@
 """bench/plot.py draws both charts from committed JSON (curves.json: a
 tuning_curve run, two small examples, 12 trials; compare.json: the cpu rows
 of a bench/compare run in docs/benchmarks.md), each a valid PNG of a sane
-size, and refuses input that is not the benchmark's JSON, saying why.
+size, and refuses input that is not the benchmark's JSON or that has
+nothing to chart, saying why.
 
 usage: test_plot.py PLOT_PY. Exit 77 (meson: skipped) without matplotlib.
 """
+import json
 import os
 import struct
 import subprocess
@@ -69,6 +71,22 @@ def main():
         assert done.returncode != 0 and "not bench/tuning_curve JSON" in done.stderr \
             and wrong in done.stderr, done.stderr
         assert not os.path.exists(out), "a chart of the wrong JSON"
+        print("ok: refused: %s" % done.stderr.strip())
+
+        # compare's rows with no time in any column: refused, saying so.
+        with open(os.path.join(HERE, "compare.json")) as f:
+            report = json.load(f)
+        for row in report["rows"]:
+            for key in row:
+                if key.endswith("_ms"):
+                    row[key] = None
+        untimed = os.path.join(work, "untimed.json")
+        with open(untimed, "w") as f:
+            json.dump(report, f)
+        done = plot(plot_py, "compare", untimed, out)
+        assert done.returncode != 0 and "compare has no time to chart" in done.stderr \
+            and "Traceback" not in done.stderr, done.stderr
+        assert not os.path.exists(out), "a chart of no times"
         print("ok: refused: %s" % done.stderr.strip())
 
 

@@ -328,6 +328,43 @@ Test(explain, text_has_the_fusion_sections)
 	free(text);
 }
 
+/* A chain of "n" ops, t1 = t0 + 1 ... tn = tn-1 + 1 (t1 ... tn-1
+ * intermediates), written to "name" in the test's folder, whose path goes
+ * into "path". */
+static void write_chain(const char *name, int n, char *path, size_t size)
+{
+	FILE *f;
+
+	snprintf(path, size, "%s/%s", folder, name);
+	f = fopen(path, "w");
+	cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+	fprintf(f, "{\"version\": 1, \"tensors\": {");
+	for (int t = 0; t <= n; t++)
+		fprintf(f, "%s\"t%d\": {\"shape\": [16], \"dtype\": \"f32\"%s}",
+			t ? ", " : "", t,
+			!t     ? ", \"role\": \"input\"" :
+			t == n ? ", \"role\": \"output\"" :
+				 "");
+	fprintf(f, "}, \"ops\": [");
+	for (int op = 1; op <= n; op++)
+		fprintf(f, "%s\"t%d[i] = t%d[i] + 1\"", op > 1 ? ", " : "", op, op - 1);
+	fprintf(f, "]}\n");
+	fclose(f);
+}
+
+Test(explain, a_graph_too_large_to_fuse_says_so)
+{
+	char file[PATH_MAX], *text;
+
+	write_chain("chain.json", 70, file, sizeof(file));
+	cr_assert_eq(tunectl((const char *const[]){"explain", file, NULL}), 0);
+	text = slurp("out");
+	cr_expect(strstr(text, "not fused: the planner does not fuse graphs of "
+			       "more than 64 ops (this one has 70)"),
+		  "%s", text);
+	free(text);
+}
+
 /* Every dependence of "obj" is an edge of "dot" coloured by its width. */
 static void expect_edges(json_t *obj, const char *dot)
 {
