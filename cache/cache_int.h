@@ -281,6 +281,11 @@ double pg_real_at(const struct pg_result *res, int row, int col);
  * memory. */
 json_t *pg_json_at(const struct pg_result *res, int row, int col);
 
+/* pg_open.c: takes the lock of the database's one owner on its writer,
+ * at open and after the writer connected again (a new session has no
+ * lock); CACHE_EBUSY, saying so, when another holds it. */
+int pg_lock_owner(cache *c, cache_error *err);
+
 /* pg_schema.c */
 int pg_migrate(cache *c, cache_error *err);
 

@@ -2,12 +2,14 @@
  * pg_open.c: the PostgreSQL engine's connections, and its table of
  * operations.
  *
- * A PostgreSQL cache is a database that any number of daemons open at
- * once: the owner's connection writes, in one transaction per write as on
- * SQLite, and a second connection reads. Nothing is locked at open (the
- * SQLite engine's one writer per file), for the database is the place
- * where writers meet: publish numbers versions by compare-and-set
- * (pg_write.c). Messages name the database by host, port, database and
+ * A PostgreSQL cache is a database with one owner, as a SQLite file has
+ * one writer: the owner's connection writes, in one transaction per write
+ * as on SQLite, and holds a session-level advisory lock from open to
+ * close, for the job queue is one daemon's (pg_write.c writes and deletes
+ * every job by id) until it is shared. A second owner is refused; readers
+ * (cache_open_reader) take no lock. Publish numbers versions by
+ * compare-and-set (pg_write.c) all the same, ready for owners that share
+ * the database. Messages name the database by host, port, database and
  * user, never by the connection string, which may hold a password.
  */
 #include <stdio.h>
@@ -56,6 +58,35 @@ static char *describe(const char *conninfo, char *why, size_t size)
 	if (!text)
 		snprintf(why, size, "out of memory");
 	return text;
+}
+
+/* The key of the owner's advisory lock, any number of our own (the
+ * migrations take 7415839). */
+#define OWNER_LOCK "7415840"
+
+int pg_lock_owner(cache *c, cache_error *err)
+{
+	PGresult *res = PQexec(c->pg_writer, "SELECT pg_try_advisory_lock("
+			       OWNER_LOCK ")");
+	char message[400];
+	int rc = 0;
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		snprintf(message, sizeof(message), "%s", res ?
+			 PQresultErrorMessage(res) : PQerrorMessage(c->pg_writer));
+		message[strcspn(message, "\n")] = 0;
+		rc = CACHE_EIO;
+		cache_set_error(err, rc, "cannot open PostgreSQL cache %s: cannot "
+				"take the owner's lock: %s", c->path, message);
+	} else if (strcmp(PQgetvalue(res, 0, 0), "t") != 0) {
+		rc = CACHE_EBUSY;
+		cache_set_error(err, rc, "cannot open PostgreSQL cache %s: it is "
+				"open for writing elsewhere (another daemon holds "
+				"the cache %s: one daemon per database for now)",
+				c->path, PQdb(c->pg_writer));
+	}
+	PQclear(res);
+	return rc;
 }
 
 /* Connects *conn, speaking UTF-8, with the busy timeout as the time a
@@ -117,6 +148,8 @@ int cache_pg_open(const char *where, const cache_options *options,
 	rc = pg_alloc(where, options, &c, err);
 	if (rc == 0)
 		rc = connect_to(c, &c->pg_writer, err);
+	if (rc == 0)
+		rc = pg_lock_owner(c, err);
 	if (rc == 0)
 		rc = pg_migrate(c, err);
 	if (rc == 0)

@@ -624,20 +624,21 @@ Test(cache, a_handed_over_cache_is_written_by_its_new_owner_only)
 	cache_close(c);
 }
 
-Test(cache, one_writer_per_file)
+Test(cache, one_writer_per_file_or_database)
 {
 	cache_options o = fx_options();
 	cache_error err = { 0 };
 	cache *c = fx_open(), *second = NULL;
 	int rc;
 
-	fx_sqlite_only("a PostgreSQL database takes many writers");
-
 	rc = cache_open(fx.path, &o, &second, &err);
 	cr_expect_eq(rc, CACHE_EBUSY, "%d %s", rc, err.message);
 	cr_expect_null(second);
 	cr_expect(strstr(err.message, "open for writing elsewhere"), "%s",
 		  err.message);
+	if (fx_postgresql())
+		cr_expect(strstr(err.message, "one daemon per database for now"),
+			  "%s", err.message);
 	cache_close(c);
 	c = fx_open();
 	cache_close(c);

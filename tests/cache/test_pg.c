@@ -4,7 +4,9 @@
  * a compare-and-set on the latest version: connections that publish the
  * same key at once never take the same version number, and a plan slower
  * than the latest is refused (CACHE_ESTALE), whichever connection
- * measured it. A version edited in the database is never served.
+ * measured it. A version edited in the database is never served. A
+ * database has one owner for now (the job queue is one daemon's): a
+ * second is refused until the first closes.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -15,6 +17,7 @@
 
 #include <libpq-fe.h>
 
+#include "cache_int.h"
 #include "cache_test.h"
 
 TestSuite(pg, .init = fx_setup, .fini = fx_teardown, .timeout = 120);
@@ -33,6 +36,31 @@ typedef struct writer {
 } writer;
 
 static pthread_barrier_t start;
+static pthread_mutex_t opening = PTHREAD_MUTEX_INITIALIZER;
+
+/* Lets another owner open the database while "c" is open, as owners
+ * that share the job queue will: the publish races below are between
+ * owners. Behind the engine's back (its owner's lock, pg_open.c). */
+static void share_the_database(cache *c)
+{
+	PGresult *res = PQexec(c->pg_writer, "SELECT pg_advisory_unlock_all()");
+
+	cr_assert_eq(PQresultStatus(res), PGRES_TUPLES_OK, "%s",
+		     PQerrorMessage(c->pg_writer));
+	PQclear(res);
+}
+
+/* fx_open, then share_the_database, one owner at a time. */
+static cache *open_shared(void)
+{
+	cache *c;
+
+	pthread_mutex_lock(&opening);
+	c = fx_open();
+	share_the_database(c);
+	pthread_mutex_unlock(&opening);
+	return c;
+}
 
 /* SQLite takes one writer per file: the race is PostgreSQL's. */
 static void postgresql_only(void)
@@ -64,11 +92,15 @@ static void *run_writer(void *arg)
 	cache *c = NULL;
 	unsigned seed = (unsigned)w->id * 7919u;
 
+	pthread_mutex_lock(&opening);
 	if (cache_open(fx.path, &o, &c, &err) != 0) {
+		pthread_mutex_unlock(&opening);
 		snprintf(w->error, sizeof(w->error), "open: %s", err.message);
 		pthread_barrier_wait(&start);
 		return NULL;
 	}
+	share_the_database(c);
+	pthread_mutex_unlock(&opening);
 	pthread_barrier_wait(&start);
 	for (int i = 0; i < PUBLISHES && !w->error[0]; i++) {
 		/* Each step faster than the last, the writers' plans of one
@@ -123,7 +155,7 @@ Test(pg, writers_never_share_a_version_and_never_publish_slower)
 	cache *c;
 
 	postgresql_only();
-	c = fx_open();
+	c = open_shared();
 	put_graph(c, 1, "raced");
 	pthread_barrier_init(&start, NULL, WRITERS);
 	for (int i = 0; i < WRITERS; i++) {
@@ -168,8 +200,8 @@ Test(pg, a_slower_plan_is_refused_saying_which_version_is_faster)
 	int v = 0;
 
 	postgresql_only();
-	a = fx_open();
-	b = fx_open();
+	a = open_shared();
+	b = open_shared();
 	put_graph(a, 1, NULL);
 	cr_assert_eq(publish_ms(a, 1, 2.0, &v, &err), 0, "%s", err.message);
 	cr_assert_eq(v, 1);
@@ -309,5 +341,76 @@ Test(pg, a_session_the_server_ended_is_opened_again)
 	cr_expect_eq(cache_put_graph(c, graph_key(2), graph_canonical(2), NULL, &err),
 		     0, "%s", err.message);
 	cr_expect_eq(publish(c, 2, DEVICE_GPU, CODEGEN, 1, 10), 1);
+	cache_close(c);
+}
+
+/* A second owner is refused until the first closes, and the owner's lock
+ * is taken again with a session the server ended (pg_run connects it
+ * again). */
+Test(pg, a_second_owner_is_refused_until_the_first_closes)
+{
+	cache_options o = fx_options();
+	cache_error err = {0};
+	cache *c, *second = NULL;
+
+	postgresql_only();
+	c = fx_open();
+	cr_expect_eq(cache_open(fx.path, &o, &second, &err), CACHE_EBUSY);
+	cr_expect_null(second);
+	cr_expect(strstr(err.message, "another daemon holds the cache test_"),
+		  "%s", err.message);
+	raw_pg("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+	       "WHERE datname = current_database() AND pid <> pg_backend_pid()");
+	put_graph(c, 1, NULL);
+	cr_expect_eq(cache_open(fx.path, &o, &second, &err), CACHE_EBUSY,
+		     "the owner's new session holds the lock: %s", err.message);
+	cache_close(c);
+	c = fx_open();
+	cache_close(c);
+}
+
+/* Runs "sql" on the server's own database, outside the test's. */
+static void on_server(const char *sql)
+{
+	PGconn *conn = PQconnectdb(getenv("TUNED_TEST_PG_URI"));
+	PGresult *res = PQexec(conn, sql);
+	int status = PQresultStatus(res);
+
+	cr_assert(status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK, "%s: %s",
+		  sql, PQerrorMessage(conn));
+	PQclear(res);
+	PQfinish(conn);
+}
+
+/* The server turns the test's database away, as one down would be, and
+ * lets it in again. */
+Test(pg, a_server_that_cannot_be_reached_is_an_io_error_naming_why)
+{
+	cache_error err = {0};
+	char database[64], sql[300];
+	cache *c;
+
+	postgresql_only();
+	c = fx_open();
+	put_graph(c, 1, NULL);
+	snprintf(database, sizeof(database), "%s", PQdb(c->pg_writer));
+	snprintf(sql, sizeof(sql), "ALTER DATABASE \"%s\" ALLOW_CONNECTIONS false",
+		 database);
+	on_server(sql);
+	snprintf(sql, sizeof(sql), "SELECT pg_terminate_backend(pid) FROM "
+		 "pg_stat_activity WHERE datname = '%s'", database);
+	on_server(sql);
+	cr_expect_eq(cache_fetch_best(c, graph_key(1), DEVICE_GPU, CODEGEN, 0, NULL,
+				      &err), CACHE_EIO, "%s", err.message);
+	cr_expect(strstr(err.message, "not currently accepting connections"),
+		  "%s", err.message);
+	cr_expect_eq(cache_put_graph(c, graph_key(2), graph_canonical(2), NULL,
+				     &err), CACHE_EIO, "%s", err.message);
+	cr_expect(strstr(err.message, "not currently accepting connections"),
+		  "%s", err.message);
+	snprintf(sql, sizeof(sql), "ALTER DATABASE \"%s\" ALLOW_CONNECTIONS true",
+		 database);
+	on_server(sql);
+	put_graph(c, 2, NULL);
 	cache_close(c);
 }
