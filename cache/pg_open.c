@@ -89,18 +89,72 @@ int pg_lock_owner(cache *c, cache_error *err)
 	return rc;
 }
 
-/* Connects *conn, speaking UTF-8, with the busy timeout as the time a
- * statement waits for a lock: settings of the connection itself, so that
- * a connection lost and made again (pg_run) has them too. */
+/* What the engine asks of every connection, unless the user's conninfo
+ * says otherwise: a blackholed server fails a connect, and a dead one a
+ * statement, in bounded time instead of freezing the daemon's loop. */
+static const char *const defaults[][2] = {
+	{"connect_timeout", "5"},
+	{"keepalives", "1"},
+	{"keepalives_idle", "30"},
+	{"keepalives_interval", "10"},
+	{"keepalives_count", "3"},
+};
+
+#define DEFAULTS ((int)(sizeof(defaults) / sizeof(defaults[0])))
+#define CONNECT_KEYS (DEFAULTS + 4)
+
+/* The settings of the connection itself, so that one lost and made again
+ * (pg_run) has them too, appended to the user's own "options" (a
+ * search_path...): the busy timeout as the time a statement waits for a
+ * lock, a bound on any statement, and reals printed exactly. */
+static char *session_options(const cache *c, const char *user_options)
+{
+	return sqlite3_mprintf("%s%s-c lock_timeout=%d -c statement_timeout=30000 "
+			       "-c extra_float_digits=3",
+			       user_options ? user_options : "",
+			       user_options && *user_options ? " " : "",
+			       c->options.busy_timeout_ms);
+}
+
+/* Keys and values for PQconnectdbParams: the user's conninfo as dbname
+ * (expanded), then UTF-8, the session's options and the defaults the user
+ * left out. 0, or CACHE_ENOMEM; *options to sqlite3_free. */
+static int connect_params(const cache *c, const char **keys,
+			  const char **values, char **options)
+{
+	PQconninfoOption *given = PQconninfoParse(c->conninfo, NULL), *o;
+	int n = 0;
+
+	*options = NULL;
+	if (!given)
+		return CACHE_ENOMEM; /* it parsed at pg_alloc */
+	keys[n] = "dbname", values[n++] = c->conninfo;
+	keys[n] = "client_encoding", values[n++] = "UTF8";
+	for (o = given; o->keyword && strcmp(o->keyword, "options") != 0; o++)
+		;
+	*options = session_options(c, o->keyword ? o->val : NULL);
+	keys[n] = "options", values[n++] = *options;
+	for (int i = 0; i < DEFAULTS; i++) {
+		for (o = given; o->keyword &&
+		     strcmp(o->keyword, defaults[i][0]) != 0; o++)
+			;
+		if (!o->keyword || !o->val)
+			keys[n] = defaults[i][0], values[n++] = defaults[i][1];
+	}
+	keys[n] = values[n] = NULL;
+	PQconninfoFree(given);
+	return *options ? 0 : CACHE_ENOMEM;
+}
+
+/* Connects *conn with the settings above. */
 static int connect_to(cache *c, PGconn **conn, cache_error *err)
 {
-	char message[400], options[64];
-	const char *const keys[] = {"dbname", "client_encoding", "options", NULL};
-	const char *const values[] = {c->conninfo, "UTF8", options, NULL};
+	const char *keys[CONNECT_KEYS], *values[CONNECT_KEYS];
+	char message[400], *options;
+	int rc = connect_params(c, keys, values, &options);
 
-	snprintf(options, sizeof(options), "-c lock_timeout=%d",
-		 c->options.busy_timeout_ms);
-	*conn = PQconnectdbParams(keys, values, 1);
+	*conn = rc ? NULL : PQconnectdbParams(keys, values, 1);
+	sqlite3_free(options);
 	if (*conn && PQstatus(*conn) == CONNECTION_OK) {
 		PQsetNoticeProcessor(*conn, no_notice, NULL);
 		return 0;

@@ -369,6 +369,69 @@ Test(pg, a_second_owner_is_refused_until_the_first_closes)
 	cache_close(c);
 }
 
+/* "sql"'s one value on connection "conn", as text, into "out". */
+static void show(PGconn *conn, const char *sql, char *out, size_t size)
+{
+	PGresult *res = PQexec(conn, sql);
+
+	cr_assert_eq(PQresultStatus(res), PGRES_TUPLES_OK, "%s: %s", sql,
+		     PQerrorMessage(conn));
+	snprintf(out, size, "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+}
+
+/* Option "key" that connection "conn" was made with; "" when none. */
+static void connected_with(PGconn *conn, const char *key, char *out, size_t size)
+{
+	PQconninfoOption *o = PQconninfo(conn);
+
+	out[0] = 0;
+	for (PQconninfoOption *i = o; i->keyword; i++)
+		if (strcmp(i->keyword, key) == 0 && i->val)
+			snprintf(out, size, "%s", i->val);
+	PQconninfoFree(o);
+}
+
+Test(pg, connections_bound_their_waits_and_keep_the_users_options)
+{
+	cache_options o = fx_options();
+	cache_error err = {0};
+	char uri[400], value[64];
+	cache *c = NULL;
+
+	postgresql_only();
+	raw_pg("CREATE SCHEMA tuned");
+	snprintf(uri, sizeof(uri), "%s&connect_timeout=2&options=-c%%20search_path"
+		 "%%3Dtuned", fx.path);
+	cr_assert_eq(cache_open(uri, &o, &c, &err), 0, "%s", err.message);
+	put_graph(c, 1, NULL);
+	cr_expect_eq(raw_pg("SELECT count(*) FROM tuned.graphs"), 1,
+		     "the tables are in the user's search_path");
+	cr_expect_eq(raw_pg("SELECT count(*) FROM pg_tables WHERE tablename = "
+			    "'graphs' AND schemaname = 'public'"), 0);
+	for (int i = 0; i < 2; i++) {
+		PGconn *conn = i ? c->pg_reader : c->pg_writer;
+
+		show(conn, "SHOW statement_timeout", value, sizeof(value));
+		cr_expect_str_eq(value, "30s");
+		show(conn, "SHOW lock_timeout", value, sizeof(value));
+		cr_expect_str_eq(value, "5s");
+		show(conn, "SHOW extra_float_digits", value, sizeof(value));
+		cr_expect_str_eq(value, "3");
+		connected_with(conn, "connect_timeout", value, sizeof(value));
+		cr_expect_str_eq(value, "2", "the user's connect_timeout stays");
+		connected_with(conn, "keepalives", value, sizeof(value));
+		cr_expect_str_eq(value, "1");
+		connected_with(conn, "keepalives_idle", value, sizeof(value));
+		cr_expect_str_eq(value, "30");
+	}
+	cache_close(c);
+	c = fx_open();
+	connected_with(c->pg_writer, "connect_timeout", value, sizeof(value));
+	cr_expect_str_eq(value, "5", "the engine's connect_timeout by default");
+	cache_close(c);
+}
+
 /* Runs "sql" on the server's own database, outside the test's. */
 static void on_server(const char *sql)
 {
