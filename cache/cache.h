@@ -122,8 +122,9 @@ int cache_open(const char *path, const cache_options *options,
 	       __cache_give cache **out, cache_error *err);
 
 /* Whether cache_open takes "where" for a PostgreSQL database (a
- * "postgresql://" or "postgres://" URI, or a conninfo string: it holds
- * "="), not a file. */
+ * "postgresql://" or "postgres://" URI, or a conninfo string: a keyword
+ * and "=" first, as "host=db dbname=tuned"), not a file: a path with "="
+ * in it (/srv/gpu=0/cache.db) is a file. */
 bool cache_is_database(const char *where);
 
 /* What messages call "c": its file's path, or its PostgreSQL database by

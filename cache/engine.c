@@ -6,18 +6,39 @@
  * A NULL cache goes to SQLite's function, which refuses it as it always
  * has, naming what could not be done.
  */
+#include <ctype.h>
 #include <string.h>
 
 #include "cache_int.h"
 
 #define ENGINE(c) ((c) ? (c)->engine : &cache_sqlite_engine)
 
-/* "postgresql://...", "postgres://..." or a conninfo string
- * ("host=... dbname=..."): PostgreSQL. Anything else is a file. */
+/* Whether "where" starts as a conninfo string does, a keyword and '='
+ * ("host=... dbname=..."): a path, even one with '=' in a folder's name
+ * (/srv/gpu=0/cache.db), has a '/' or '.' before it. */
+static bool is_conninfo(const char *where)
+{
+	const char *p = where, *keyword;
+
+	while (isspace((unsigned char)*p))
+		p++;
+	keyword = p;
+	while (isalpha((unsigned char)*p) || *p == '_')
+		p++;
+	if (p == keyword)
+		return false;
+	while (isspace((unsigned char)*p))
+		p++;
+	return *p == '=';
+}
+
+/* "postgresql://...", "postgres://..." or a conninfo string: PostgreSQL.
+ * Anything else is a file. */
 bool cache_is_database(const char *where)
 {
 	return where && (strncmp(where, "postgresql://", 13) == 0 ||
-			 strncmp(where, "postgres://", 11) == 0 || strchr(where, '='));
+			 strncmp(where, "postgres://", 11) == 0 ||
+			 is_conninfo(where));
 }
 
 int cache_open(const char *path, const cache_options *options,

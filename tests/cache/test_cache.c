@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cache_test.h"
 
@@ -68,6 +70,32 @@ Test(cache, refuses_a_newer_schema_and_leaves_it_alone)
 	db = raw_open(fx.path);
 	cr_expect_eq(raw_int(db, "PRAGMA user_version"), 99);
 	sqlite3_close(db);
+}
+
+/* Only a URI or a conninfo string is a database: a path with '=' in a
+ * folder's name is a SQLite file. */
+Test(cache, a_path_with_an_equals_sign_is_a_file)
+{
+	cache_options o = fx_options();
+	cache_error err = { 0 };
+	char folder[300], path[320];
+	cache *c = NULL;
+
+	fx_sqlite_only("it makes a SQLite file");
+	cr_expect(cache_is_database("postgresql:///tuned"));
+	cr_expect(cache_is_database("postgres://db/tuned"));
+	cr_expect(cache_is_database(" host = db dbname=tuned"));
+	cr_expect(cache_is_database("dbname=tuned"));
+	cr_expect_not(cache_is_database("cache.db"));
+	cr_expect_not(cache_is_database("./gpu=0.db"));
+	snprintf(folder, sizeof(folder), "%s/gpu=0", fx.dir);
+	snprintf(path, sizeof(path), "%s/cache.db", folder);
+	cr_assert_eq(mkdir(folder, 0700), 0);
+	cr_expect_not(cache_is_database(path));
+	cr_assert_eq(cache_open(path, &o, &c, &err), 0, "%s", err.message);
+	put_graph(c, 1, NULL);
+	cache_close(c);
+	cr_expect_eq(access(path, F_OK), 0, "the SQLite file is there");
 }
 
 Test(cache, publish_numbers_versions_and_fetch_returns_the_newest)
