@@ -477,3 +477,35 @@ Test(pg, a_server_that_cannot_be_reached_is_an_io_error_naming_why)
 	put_graph(c, 2, NULL);
 	cache_close(c);
 }
+
+/* A device looked up in a write locks its row until the write ends: a
+ * prune of another connection waits, and cannot delete it in between. */
+Test(pg, a_device_looked_up_is_locked_until_the_write_ends)
+{
+	cache_error err = {0};
+	int64_t id = 0;
+	PGconn *other;
+	PGresult *res;
+	cache *c;
+
+	postgresql_only();
+	c = fx_open();
+	cr_assert_eq(pg_begin(c, &err), 0, "%s", err.message);
+	cr_assert_eq(pg_device_id(c, DEVICE_GPU, 1, &id, &err), 0, "%s",
+		     err.message);
+	cr_assert_eq(pg_end(c, 0, &err), 0, "%s", err.message);
+	cr_assert_eq(pg_begin(c, &err), 0, "%s", err.message);
+	cr_assert_eq(pg_device_id(c, DEVICE_GPU, 2, &id, &err), 0, "%s",
+		     err.message);
+	cr_expect_eq(raw_pg("SELECT count(*) FROM devices"), 1, "one row");
+	other = PQconnectdb(fx.path);
+	res = PQexec(other, "SET lock_timeout = 200; DELETE FROM devices");
+	cr_expect_eq(PQresultStatus(res), PGRES_FATAL_ERROR, "the delete waits");
+	cr_expect_str_eq(PQresultErrorField(res, PG_DIAG_SQLSTATE) ?: "", "55P03",
+			 "%s", PQerrorMessage(other));
+	PQclear(res);
+	PQfinish(other);
+	cr_assert_eq(pg_end(c, 0, &err), 0, "%s", err.message);
+	cr_expect_eq(raw_pg("SELECT id FROM devices"), id);
+	cache_close(c);
+}
