@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <libpq-fe.h>
 
@@ -508,4 +509,36 @@ Test(pg, a_device_looked_up_is_locked_until_the_write_ends)
 	cr_assert_eq(pg_end(c, 0, &err), 0, "%s", err.message);
 	cr_expect_eq(raw_pg("SELECT id FROM devices"), id);
 	cache_close(c);
+}
+
+/* A role allowed to read and write the tables, not to create any, opens
+ * a database whose schema is up to date. */
+Test(pg, a_role_without_create_opens_an_up_to_date_database)
+{
+	cache_options o = fx_options();
+	cache_error err = {0};
+	char role[32], sql[300], uri[400];
+	const char *user;
+	cache *c = fx_open();
+
+	postgresql_only();
+	cache_close(c);
+	snprintf(role, sizeof(role), "dml_%d", (int)getpid());
+	snprintf(sql, sizeof(sql), "CREATE ROLE %s LOGIN; GRANT SELECT, INSERT, "
+		 "UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO %s; GRANT "
+		 "USAGE ON ALL SEQUENCES IN SCHEMA public TO %s", role, role, role);
+	raw_pg(sql);
+	snprintf(sql, sizeof(sql), "SELECT has_schema_privilege('%s', 'public', "
+		 "'CREATE')::int", role);
+	cr_expect_eq(raw_pg(sql), 0, "the role may not create tables");
+	user = strstr(fx.path, "user=postgres");
+	cr_assert_not_null(user, "%s", fx.path);
+	snprintf(uri, sizeof(uri), "%.*suser=%s%s", (int)(user - fx.path), fx.path,
+		 role, user + strlen("user=postgres"));
+	cr_assert_eq(cache_open(uri, &o, &c, &err), 0, "%s", err.message);
+	put_graph(c, 1, NULL);
+	publish(c, 1, DEVICE_GPU, CODEGEN, 1, 10);
+	cache_close(c);
+	snprintf(sql, sizeof(sql), "DROP OWNED BY %s; DROP ROLE %s", role, role);
+	raw_pg(sql);
 }
