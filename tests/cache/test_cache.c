@@ -98,6 +98,34 @@ Test(cache, a_path_with_an_equals_sign_is_a_file)
 	cr_expect_eq(access(path, F_OK), 0, "the SQLite file is there");
 }
 
+/* Every function refuses a NULL cache, naming what it could not do, and
+ * clears its out argument. */
+Test(cache, a_null_cache_is_refused_naming_what)
+{
+	cache_error err = { 0 };
+	json_t *out = json_object();
+	cache_stats st;
+	cache *r = (cache *)&err;
+
+	cr_expect_eq(cache_open_reader(NULL, &r, &err), CACHE_EINVAL);
+	cr_expect_null(r);
+	cr_expect_str_eq(err.message, "cannot open a reader: no cache");
+	cr_expect_eq(cache_show(NULL, graph_key(1), &out, &err), CACHE_EINVAL);
+	cr_expect_null(out);
+	cr_expect_str_eq(err.message, "cannot show a graph: no cache");
+	cr_expect_eq(cache_export_graph(NULL, graph_key(1), &out, &err),
+		     CACHE_EINVAL);
+	cr_expect_str_eq(err.message, "cannot export a graph: no cache");
+	cr_expect_eq(cache_stat(NULL, &st, &err), CACHE_EINVAL);
+	cr_expect_str_eq(err.message, "cannot read the cache's numbers: no cache");
+	cr_expect_not(cache_is_quarantined(NULL, graph_key(1), DEVICE_GPU, CODEGEN,
+					   "[]", &err));
+	cr_expect_str_eq(err.message, "cannot read the quarantine: no cache");
+	cr_expect_eq(cache_checkpoint(NULL, &err), CACHE_EINVAL);
+	cr_expect_str_eq(err.message, "cannot checkpoint the cache: no cache");
+	cache_close(NULL);
+}
+
 Test(cache, publish_numbers_versions_and_fetch_returns_the_newest)
 {
 	cache *c = fx_open();
