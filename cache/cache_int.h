@@ -235,6 +235,11 @@ cache_plan *cache_plan_copy(const cache_plan *from);
 void cache_leave_for_owner(cache *c, int64_t id);
 /* Why a version found at "found_at" is bad, into "why". */
 void cache_checksum_failure(int64_t found_at, char *why, size_t size);
+/* Version "version" (row "id") of (graph, device, codegen) failed its
+ * checksum in a fetch: logged, not served, and marked bad through the
+ * engine when the caller owns the cache, or left for the owner. */
+void cache_version_failed(cache *c, const char *graph, const char *device,
+			  const char *codegen, int version, int64_t id);
 
 /* schema.c */
 int cache_migrate(cache *c, cache_error *err);

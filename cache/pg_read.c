@@ -41,26 +41,6 @@ static const char fetch_sql[] =
 	"WHERE p.graph = $1 AND d.signature = $2 AND p.codegen = $3 "
 	"AND p.bad IS NULL AND p.version >= $4 ORDER BY p.version DESC";
 
-/* Row "i" of fetch_sql failed its checksum: logged, not served, and
- * marked bad when the caller owns the cache, or left for the owner. */
-static void version_failed(cache *c, const PGresult *res, int i,
-			   const char *graph, const char *device,
-			   const char *codegen)
-{
-	bool owner = pthread_equal(pthread_self(), c->owner) && c->pg_writer;
-	char why[160];
-
-	cache_checksum_failure(cache_now(c), why, sizeof(why));
-	cache_log(&c->options, CACHE_LOG_ERR, "graph '%s' version %d on '%s' "
-		  "(codegen '%s') %s; it is %s", graph, (int)pg_int_at(res, i, 0),
-		  device, codegen, why, owner ? "marked bad and never served" :
-		  "not served, and marked bad by the cache's writer");
-	if (owner)
-		cache_pg_mark_bad(c, pg_int_at(res, i, 10), why);
-	else
-		cache_leave_for_owner(c, pg_int_at(res, i, 10));
-}
-
 static int plan_from_row(const PGresult *res, int i, const char *graph,
 			 const char *device, const char *codegen,
 			 cache_plan **out, cache_error *err)
@@ -131,7 +111,9 @@ int cache_pg_fetch_best(cache *c, const char *graph, const char *device,
 		return rc;
 	for (n = PQntuples(res); i < n && !checksum_holds(pg_value(res, i, 1),
 		pg_value(res, i, 2), pg_value(res, i, 4), pg_value(res, i, 9)); i++) {
-		version_failed(c, res, i, graph, device, codegen);
+		cache_version_failed(c, graph, device, codegen,
+				     (int)pg_int_at(res, i, 0),
+				     pg_int_at(res, i, 10));
 		failed = (int)pg_int_at(res, i, 0);
 	}
 	if (i < n) {

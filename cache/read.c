@@ -166,24 +166,22 @@ void cache_checksum_failure(int64_t found_at, char *why, size_t size)
 		 "or launch changed after it was stored", (long long)found_at);
 }
 
-/* The version of (graph, device, codegen) in the current row of
- * fetch_sql fails its checksum: logged, not served, and marked bad when
- * the caller owns the cache, or left for the owner to mark. */
-static void version_failed(cache *c, sqlite3_stmt *stmt, const char *graph,
-			   const char *device, const char *codegen)
+void cache_version_failed(cache *c, const char *graph, const char *device,
+			  const char *codegen, int version, int64_t id)
 {
-	bool owner = pthread_equal(pthread_self(), c->owner) && c->writer;
+	bool owner = pthread_equal(pthread_self(), c->owner) &&
+		     (c->writer || c->pg_writer);
 	char why[160];
 
 	cache_checksum_failure(cache_now(c), why, sizeof(why));
 	cache_log(&c->options, CACHE_LOG_ERR, "graph '%s' version %d on '%s' "
-		  "(codegen '%s') %s; it is %s", graph, sqlite3_column_int(stmt, 0),
-		  device, codegen, why, owner ? "marked bad and never served" :
+		  "(codegen '%s') %s; it is %s", graph, version, device, codegen,
+		  why, owner ? "marked bad and never served" :
 		  "not served, and marked bad by the cache's writer");
 	if (owner)
-		cache_sqlite_mark_bad(c, sqlite3_column_int64(stmt, 10), why);
+		c->engine->mark_bad(c, id, why);
 	else
-		cache_leave_for_owner(c, sqlite3_column_int64(stmt, 10));
+		cache_leave_for_owner(c, id);
 }
 
 bool cache_found_bad_waiting(__cache_keep cache *c)
@@ -240,7 +238,9 @@ int cache_sqlite_fetch_best(__cache_keep cache *c, const char *graph,
 	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW &&
 	       sqlite3_column_int(stmt, 0) >= min_version &&
 	       !sqlite3_column_int(stmt, 9)) {
-		version_failed(c, stmt, graph, device, codegen);
+		cache_version_failed(c, graph, device, codegen,
+				     sqlite3_column_int(stmt, 0),
+				     sqlite3_column_int64(stmt, 10));
 		failed = sqlite3_column_int(stmt, 0);
 	}
 	if (rc == SQLITE_ROW && sqlite3_column_int(stmt, 0) >= min_version) {
