@@ -59,7 +59,9 @@ typedef struct cache_found_bad {
 /* The operations of cache.h that differ by engine, in its order:
  * OP(return type, name, parameters). Each engine defines them as
  * cache_<engine>_<name> and lists them in its table, so that an engine
- * lacking one does not build. */
+ * lacking one does not build. engine.c has refused a NULL cache, a missing
+ * out argument or callback and a negative limit before calling one, and
+ * cleared the out argument. */
 #define CACHE_ENGINE_OPS(OP)                                                   \
 	OP(int, open, (const char *where, const cache_options *options,        \
 		       cache **out, cache_error *err))                          \

@@ -3,8 +3,9 @@
  * of its cache: SQLite for a file path, PostgreSQL for a connection URI
  * or conninfo string (docs/cache.md, "Engines").
  *
- * A NULL cache is refused here, for both engines, naming what could not
- * be done, with the out argument cleared where there is one.
+ * A NULL cache, and a missing out argument or callback, are refused here,
+ * for both engines, naming what could not be done, with the out argument
+ * cleared where there is one: the engines' functions take them as given.
  */
 #include <ctype.h>
 #include <string.h>
@@ -58,11 +59,17 @@ int cache_open(const char *path, const cache_options *options,
 	return cache_sqlite_open(path, options, out, err);
 }
 
+/* The refusal of a missing argument: "cannot <what>: <which>". */
+static int no_argument(const char *what, const char *which, cache_error *err)
+{
+	cache_set_error(err, CACHE_EINVAL, "cannot %s: %s", what, which);
+	return CACHE_EINVAL;
+}
+
 /* The refusal of a NULL cache: "cannot <what>: no cache". */
 static int no_cache(const char *what, cache_error *err)
 {
-	cache_set_error(err, CACHE_EINVAL, "cannot %s: no cache", what);
-	return CACHE_EINVAL;
+	return no_argument(what, "no cache", err);
 }
 
 const char *cache_name(__cache_keep const cache *c)
@@ -169,6 +176,8 @@ int cache_quarantined_plans(__cache_keep cache *c, const char *graph,
 		*out = NULL;
 	if (!c)
 		return no_cache("read the quarantine", err);
+	if (!out)
+		return no_argument("read the quarantine", "no out", err);
 	return c->engine->quarantined_plans(c, graph, device, codegen, out, err);
 }
 
@@ -179,6 +188,8 @@ int cache_quarantine_entries(__cache_keep cache *c, const char *key,
 		*out = NULL;
 	if (!c)
 		return no_cache("list the quarantine", err);
+	if (!out)
+		return no_argument("list the quarantine", "no out", err);
 	return c->engine->quarantine_entries(c, key, out, err);
 }
 
@@ -188,6 +199,8 @@ int cache_list(__cache_keep cache *c,
 {
 	if (!c)
 		return no_cache("list the cache", err);
+	if (!fn)
+		return no_argument("list the cache", "no callback", err);
 	return c->engine->list(c, fn, user, err);
 }
 
@@ -198,6 +211,8 @@ int cache_show(__cache_keep cache *c, const char *key,
 		*out = NULL;
 	if (!c)
 		return no_cache("show a graph", err);
+	if (!out)
+		return no_argument("show a graph", "no out", err);
 	return c->engine->show(c, key, out, err);
 }
 
@@ -209,6 +224,9 @@ int cache_trials(__cache_keep cache *c, const char *graph, const char *device,
 		*out = NULL;
 	if (!c)
 		return no_cache("read the trials", err);
+	if (!out || limit < 0)
+		return no_argument("read the trials", out ? "a negative limit" :
+				   "no out", err);
 	return c->engine->trials(c, graph, device, codegen, limit, out, err);
 }
 
@@ -216,6 +234,8 @@ int cache_stat(__cache_keep cache *c, cache_stats *out, cache_error *err)
 {
 	if (!c)
 		return no_cache("read the cache's numbers", err);
+	if (!out)
+		return no_argument("read the cache's numbers", "no out", err);
 	return c->engine->stat(c, out, err);
 }
 
@@ -233,6 +253,8 @@ int cache_jobs(__cache_keep cache *c,
 {
 	if (!c)
 		return no_cache("read the jobs", err);
+	if (!fn)
+		return no_argument("read the jobs", "no callback", err);
 	return c->engine->jobs(c, fn, user, err);
 }
 
@@ -251,6 +273,8 @@ int cache_export_graph(__cache_keep cache *c, const char *key,
 		*out = NULL;
 	if (!c)
 		return no_cache("export a graph", err);
+	if (!out)
+		return no_argument("export a graph", "no out", err);
 	return c->engine->export_graph(c, key, out, err);
 }
 
@@ -262,5 +286,7 @@ int cache_import_graph(__cache_keep cache *c, __cache_keep json_t *entry,
 		*out = NULL;
 	if (!c)
 		return no_cache("import a graph", err);
+	if (!out)
+		return no_argument("import a graph", "no out", err);
 	return c->engine->import_graph(c, entry, canonical, out, err);
 }

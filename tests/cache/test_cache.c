@@ -126,6 +126,28 @@ Test(cache, a_null_cache_is_refused_naming_what)
 	cache_close(NULL);
 }
 
+/* A missing out argument or callback is refused, by engine.c for both
+ * engines, naming what could not be done. */
+Test(cache, a_missing_out_or_callback_is_refused_naming_what)
+{
+	cache_error err = { 0 };
+	cache *c = fx_open();
+
+	cr_expect_eq(cache_show(c, graph_key(1), NULL, &err), CACHE_EINVAL);
+	cr_expect_str_eq(err.message, "cannot show a graph: no out");
+	cr_expect_eq(cache_stat(c, NULL, &err), CACHE_EINVAL);
+	cr_expect_str_eq(err.message, "cannot read the cache's numbers: no out");
+	cr_expect_eq(cache_list(c, NULL, NULL, &err), CACHE_EINVAL);
+	cr_expect_str_eq(err.message, "cannot list the cache: no callback");
+	cr_expect_eq(cache_jobs(c, NULL, NULL, &err), CACHE_EINVAL);
+	cr_expect_str_eq(err.message, "cannot read the jobs: no callback");
+	cr_expect_eq(cache_export_graph(c, graph_key(1), NULL, &err), CACHE_EINVAL);
+	cr_expect_str_eq(err.message, "cannot export a graph: no out");
+	cr_expect_eq(cache_open_reader(c, NULL, &err), CACHE_EINVAL);
+	cr_expect_str_eq(err.message, "cannot open a reader: no out");
+	cache_close(c);
+}
+
 Test(cache, publish_numbers_versions_and_fetch_returns_the_newest)
 {
 	cache *c = fx_open();
