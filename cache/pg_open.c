@@ -116,33 +116,42 @@ static char *session_options(const cache *c, const char *user_options)
 			       c->options.busy_timeout_ms);
 }
 
+/* Option "keyword" of parsed "options"; NULL when not given. */
+static const char *given(const PQconninfoOption *options, const char *keyword)
+{
+	for (const PQconninfoOption *o = options; o->keyword; o++)
+		if (strcmp(o->keyword, keyword) == 0)
+			return o->val;
+	return NULL;
+}
+
 /* Keys and values for PQconnectdbParams: the user's conninfo as dbname
  * (expanded), then UTF-8, the session's options and the defaults the user
  * left out. 0, or CACHE_ENOMEM; *options to sqlite3_free. */
 static int connect_params(const cache *c, const char **keys,
 			  const char **values, char **options)
 {
-	PQconninfoOption *given = PQconninfoParse(c->conninfo, NULL), *o;
+	PQconninfoOption *user = PQconninfoParse(c->conninfo, NULL);
 	int n = 0;
 
 	*options = NULL;
-	if (!given)
+	if (!user)
 		return CACHE_ENOMEM; /* it parsed at pg_alloc */
-	keys[n] = "dbname", values[n++] = c->conninfo;
-	keys[n] = "client_encoding", values[n++] = "UTF8";
-	for (o = given; o->keyword && strcmp(o->keyword, "options") != 0; o++)
-		;
-	*options = session_options(c, o->keyword ? o->val : NULL);
-	keys[n] = "options", values[n++] = *options;
+	*options = session_options(c, given(user, "options"));
+	keys[n] = "dbname";
+	values[n++] = c->conninfo;
+	keys[n] = "client_encoding";
+	values[n++] = "UTF8";
+	keys[n] = "options";
+	values[n++] = *options;
 	for (int i = 0; i < DEFAULTS; i++) {
-		for (o = given; o->keyword &&
-		     strcmp(o->keyword, defaults[i][0]) != 0; o++)
-			;
-		if (!o->keyword || !o->val)
-			keys[n] = defaults[i][0], values[n++] = defaults[i][1];
+		if (given(user, defaults[i][0]))
+			continue;
+		keys[n] = defaults[i][0];
+		values[n++] = defaults[i][1];
 	}
 	keys[n] = values[n] = NULL;
-	PQconninfoFree(given);
+	PQconninfoFree(user);
 	return *options ? 0 : CACHE_ENOMEM;
 }
 
