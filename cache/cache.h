@@ -18,8 +18,9 @@
  * serves cache_fetch_best, cache_is_quarantined, cache_list, cache_show,
  * cache_trials and cache_stat; any thread may call those, one call at a
  * time: the caller guards them (one mutex for the reads of one cache), and
- * a read may run while the owner writes. A second cache_open of the same file, from this
- * process or another, fails with CACHE_EBUSY while the first is open;
+ * a read may run while the owner writes. A second cache_open of the same file
+ * (or PostgreSQL database), from this process or another, fails with
+ * CACHE_EBUSY while the first is open;
  * cache_open_reader gives a second read-only handle, with its own reader.
  *
  * Errors. Functions return 0 (or a count or version) on success and a
@@ -116,14 +117,18 @@ typedef struct cache cache;
  * alone: a negative code and *out NULL. */
 /* With a PostgreSQL URI or conninfo string for "path" (cache_is_database),
  * cache_open connects to that database instead, brings its schema up to
- * date the same way, and takes no lock: any number of caches may open one
- * database. */
+ * date the same way, and holds an advisory lock until cache_close: one
+ * owner per database for now, as one writer per file (the job queue is
+ * one daemon's), a second cache_open failing with CACHE_EBUSY. Its
+ * connections time out (connect_timeout 5 s, TCP keepalives, statements
+ * 30 s) unless the conninfo says otherwise, and keep its options. */
 int cache_open(const char *path, const cache_options *options,
 	       __cache_give cache **out, cache_error *err);
 
 /* Whether cache_open takes "where" for a PostgreSQL database (a
- * "postgresql://" or "postgres://" URI, or a conninfo string: it holds
- * "="), not a file. */
+ * "postgresql://" or "postgres://" URI, or a conninfo string: a keyword
+ * and "=" first, as "host=db dbname=tuned"), not a file: a path with "="
+ * in it (/srv/gpu=0/cache.db) is a file. */
 bool cache_is_database(const char *where);
 
 /* What messages call "c": its file's path, or its PostgreSQL database by

@@ -59,7 +59,9 @@ typedef struct cache_found_bad {
 /* The operations of cache.h that differ by engine, in its order:
  * OP(return type, name, parameters). Each engine defines them as
  * cache_<engine>_<name> and lists them in its table, so that an engine
- * lacking one does not build. */
+ * lacking one does not build. engine.c has refused a NULL cache, a missing
+ * out argument or callback and a negative limit before calling one, and
+ * cleared the out argument. */
 #define CACHE_ENGINE_OPS(OP)                                                   \
 	OP(int, open, (const char *where, const cache_options *options,        \
 		       cache **out, cache_error *err))                          \
@@ -235,6 +237,11 @@ cache_plan *cache_plan_copy(const cache_plan *from);
 void cache_leave_for_owner(cache *c, int64_t id);
 /* Why a version found at "found_at" is bad, into "why". */
 void cache_checksum_failure(int64_t found_at, char *why, size_t size);
+/* Version "version" (row "id") of (graph, device, codegen) failed its
+ * checksum in a fetch: logged, not served, and marked bad through the
+ * engine when the caller owns the cache, or left for the owner. */
+void cache_version_failed(cache *c, const char *graph, const char *device,
+			  const char *codegen, int version, int64_t id);
 
 /* schema.c */
 int cache_migrate(cache *c, cache_error *err);
@@ -280,6 +287,11 @@ double pg_real_at(const struct pg_result *res, int row, int col);
  * under the keys of reals (median_ms...) made reals; NULL when out of
  * memory. */
 json_t *pg_json_at(const struct pg_result *res, int row, int col);
+
+/* pg_open.c: takes the lock of the database's one owner on its writer,
+ * at open and after the writer connected again (a new session has no
+ * lock); CACHE_EBUSY, saying so, when another holds it. */
+int pg_lock_owner(cache *c, cache_error *err);
 
 /* pg_schema.c */
 int pg_migrate(cache *c, cache_error *err);

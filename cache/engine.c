@@ -3,21 +3,42 @@
  * of its cache: SQLite for a file path, PostgreSQL for a connection URI
  * or conninfo string (docs/cache.md, "Engines").
  *
- * A NULL cache goes to SQLite's function, which refuses it as it always
- * has, naming what could not be done.
+ * A NULL cache, and a missing out argument or callback, are refused here,
+ * for both engines, naming what could not be done, with the out argument
+ * cleared where there is one: the engines' functions take them as given.
  */
+#include <ctype.h>
 #include <string.h>
 
 #include "cache_int.h"
 
-#define ENGINE(c) ((c) ? (c)->engine : &cache_sqlite_engine)
 
-/* "postgresql://...", "postgres://..." or a conninfo string
- * ("host=... dbname=..."): PostgreSQL. Anything else is a file. */
+/* Whether "where" starts as a conninfo string does, a keyword and '='
+ * ("host=... dbname=..."): a path, even one with '=' in a folder's name
+ * (/srv/gpu=0/cache.db), has a '/' or '.' before it. */
+static bool is_conninfo(const char *where)
+{
+	const char *p = where, *keyword;
+
+	while (isspace((unsigned char)*p))
+		p++;
+	keyword = p;
+	while (isalpha((unsigned char)*p) || *p == '_')
+		p++;
+	if (p == keyword)
+		return false;
+	while (isspace((unsigned char)*p))
+		p++;
+	return *p == '=';
+}
+
+/* "postgresql://...", "postgres://..." or a conninfo string: PostgreSQL.
+ * Anything else is a file. */
 bool cache_is_database(const char *where)
 {
 	return where && (strncmp(where, "postgresql://", 13) == 0 ||
-			 strncmp(where, "postgres://", 11) == 0 || strchr(where, '='));
+			 strncmp(where, "postgres://", 11) == 0 ||
+			 is_conninfo(where));
 }
 
 int cache_open(const char *path, const cache_options *options,
@@ -38,6 +59,19 @@ int cache_open(const char *path, const cache_options *options,
 	return cache_sqlite_open(path, options, out, err);
 }
 
+/* The refusal of a missing argument: "cannot <what>: <which>". */
+static int no_argument(const char *what, const char *which, cache_error *err)
+{
+	cache_set_error(err, CACHE_EINVAL, "cannot %s: %s", what, which);
+	return CACHE_EINVAL;
+}
+
+/* The refusal of a NULL cache: "cannot <what>: no cache". */
+static int no_cache(const char *what, cache_error *err)
+{
+	return no_argument(what, "no cache", err);
+}
+
 const char *cache_name(__cache_keep const cache *c)
 {
 	return c ? c->path : "(no cache)";
@@ -46,7 +80,14 @@ const char *cache_name(__cache_keep const cache *c)
 int cache_open_reader(__cache_keep const cache *c, __cache_give cache **out,
 		      cache_error *err)
 {
-	return ENGINE(c)->open_reader(c, out, err);
+	if (!out) {
+		cache_set_error(err, CACHE_EINVAL, "cannot open a reader: no out");
+		return CACHE_EINVAL;
+	}
+	*out = NULL;
+	if (!c)
+		return no_cache("open a reader", err);
+	return c->engine->open_reader(c, out, err);
 }
 
 void cache_close(__cache_take cache *c)
@@ -58,44 +99,60 @@ void cache_close(__cache_take cache *c)
 int cache_put_graph(__cache_keep cache *c, const char *key,
 		    const char *canonical, const char *name, cache_error *err)
 {
-	return ENGINE(c)->put_graph(c, key, canonical, name, err);
+	if (!c)
+		return no_cache("put a graph", err);
+	return c->engine->put_graph(c, key, canonical, name, err);
 }
 
 int cache_record_trial(__cache_keep cache *c,
 		       __cache_keep const cache_trial *trial, cache_error *err)
 {
-	return ENGINE(c)->record_trial(c, trial, err);
+	if (!c)
+		return no_cache("record a trial", err);
+	return c->engine->record_trial(c, trial, err);
 }
 
 int cache_publish(__cache_keep cache *c, __cache_keep const cache_plan *plan,
 		  int *version, cache_error *err)
 {
-	return ENGINE(c)->publish(c, plan, version, err);
+	if (!c)
+		return no_cache("publish a plan", err);
+	return c->engine->publish(c, plan, version, err);
 }
 
 int cache_quarantine(__cache_keep cache *c,
 		     __cache_keep const cache_quarantine_entry *entry,
 		     cache_error *err)
 {
-	return ENGINE(c)->quarantine(c, entry, err);
+	if (!c)
+		return no_cache("quarantine a plan", err);
+	return c->engine->quarantine(c, entry, err);
 }
 
 int cache_prune(__cache_keep cache *c, int64_t max_age_s, int64_t max_bytes,
 		cache_prune_stats *stats, cache_error *err)
 {
-	return ENGINE(c)->prune(c, max_age_s, max_bytes, stats, err);
+	if (!c)
+		return no_cache("prune the cache", err);
+	return c->engine->prune(c, max_age_s, max_bytes, stats, err);
 }
 
 int cache_checkpoint(__cache_keep cache *c, cache_error *err)
 {
-	return ENGINE(c)->checkpoint(c, err);
+	if (!c)
+		return no_cache("checkpoint the cache", err);
+	return c->engine->checkpoint(c, err);
 }
 
 int cache_fetch_best(__cache_keep cache *c, const char *graph,
 		     const char *device, const char *codegen, int min_version,
 		     __cache_give cache_plan **out, cache_error *err)
 {
-	return ENGINE(c)->fetch_best(c, graph, device, codegen, min_version,
+	if (out)
+		*out = NULL;
+	if (!c)
+		return no_cache("fetch a plan", err);
+	return c->engine->fetch_best(c, graph, device, codegen, min_version,
 				     out, err);
 }
 
@@ -103,7 +160,11 @@ bool cache_is_quarantined(__cache_keep cache *c, const char *graph,
 			  const char *device, const char *codegen,
 			  const char *plan_json, cache_error *err)
 {
-	return ENGINE(c)->is_quarantined(c, graph, device, codegen, plan_json,
+	if (!c) {
+		no_cache("read the quarantine", err);
+		return false;
+	}
+	return c->engine->is_quarantined(c, graph, device, codegen, plan_json,
 					 err);
 }
 
@@ -111,68 +172,121 @@ int cache_quarantined_plans(__cache_keep cache *c, const char *graph,
 			    const char *device, const char *codegen,
 			    __cache_give json_t **out, cache_error *err)
 {
-	return ENGINE(c)->quarantined_plans(c, graph, device, codegen, out, err);
+	if (out)
+		*out = NULL;
+	if (!c)
+		return no_cache("read the quarantine", err);
+	if (!out)
+		return no_argument("read the quarantine", "no out", err);
+	return c->engine->quarantined_plans(c, graph, device, codegen, out, err);
 }
 
 int cache_quarantine_entries(__cache_keep cache *c, const char *key,
 			     __cache_give json_t **out, cache_error *err)
 {
-	return ENGINE(c)->quarantine_entries(c, key, out, err);
+	if (out)
+		*out = NULL;
+	if (!c)
+		return no_cache("list the quarantine", err);
+	if (!out)
+		return no_argument("list the quarantine", "no out", err);
+	return c->engine->quarantine_entries(c, key, out, err);
 }
 
 int cache_list(__cache_keep cache *c,
 	       int (*fn)(void *user, const cache_entry *entry), void *user,
 	       cache_error *err)
 {
-	return ENGINE(c)->list(c, fn, user, err);
+	if (!c)
+		return no_cache("list the cache", err);
+	if (!fn)
+		return no_argument("list the cache", "no callback", err);
+	return c->engine->list(c, fn, user, err);
 }
 
 int cache_show(__cache_keep cache *c, const char *key,
 	       __cache_give json_t **out, cache_error *err)
 {
-	return ENGINE(c)->show(c, key, out, err);
+	if (out)
+		*out = NULL;
+	if (!c)
+		return no_cache("show a graph", err);
+	if (!out)
+		return no_argument("show a graph", "no out", err);
+	return c->engine->show(c, key, out, err);
 }
 
 int cache_trials(__cache_keep cache *c, const char *graph, const char *device,
 		 const char *codegen, int64_t limit, __cache_give json_t **out,
 		 cache_error *err)
 {
-	return ENGINE(c)->trials(c, graph, device, codegen, limit, out, err);
+	if (out)
+		*out = NULL;
+	if (!c)
+		return no_cache("read the trials", err);
+	if (!out || limit < 0)
+		return no_argument("read the trials", out ? "a negative limit" :
+				   "no out", err);
+	return c->engine->trials(c, graph, device, codegen, limit, out, err);
 }
 
 int cache_stat(__cache_keep cache *c, cache_stats *out, cache_error *err)
 {
-	return ENGINE(c)->stat(c, out, err);
+	if (!c)
+		return no_cache("read the cache's numbers", err);
+	if (!out)
+		return no_argument("read the cache's numbers", "no out", err);
+	return c->engine->stat(c, out, err);
 }
 
 int cache_put_jobs(__cache_keep cache *c, __cache_keep const cache_job *jobs,
 		   int n, int keep_finished, cache_error *err)
 {
-	return ENGINE(c)->put_jobs(c, jobs, n, keep_finished, err);
+	if (!c)
+		return no_cache("write a job", err);
+	return c->engine->put_jobs(c, jobs, n, keep_finished, err);
 }
 
 int cache_jobs(__cache_keep cache *c,
 	       int (*fn)(void *user, const cache_job *job), void *user,
 	       cache_error *err)
 {
-	return ENGINE(c)->jobs(c, fn, user, err);
+	if (!c)
+		return no_cache("read the jobs", err);
+	if (!fn)
+		return no_argument("read the jobs", "no callback", err);
+	return c->engine->jobs(c, fn, user, err);
 }
 
 int cache_keep_graph_json(__cache_keep cache *c, const char *key,
 			  const char *graph_json, cache_error *err)
 {
-	return ENGINE(c)->keep_graph_json(c, key, graph_json, err);
+	if (!c)
+		return no_cache("keep a graph", err);
+	return c->engine->keep_graph_json(c, key, graph_json, err);
 }
 
 int cache_export_graph(__cache_keep cache *c, const char *key,
 		       __cache_give json_t **out, cache_error *err)
 {
-	return ENGINE(c)->export_graph(c, key, out, err);
+	if (out)
+		*out = NULL;
+	if (!c)
+		return no_cache("export a graph", err);
+	if (!out)
+		return no_argument("export a graph", "no out", err);
+	return c->engine->export_graph(c, key, out, err);
 }
 
 int cache_import_graph(__cache_keep cache *c, __cache_keep json_t *entry,
 		       const char *canonical, __cache_give json_t **out,
 		       cache_error *err)
 {
-	return ENGINE(c)->import_graph(c, entry, canonical, out, err);
+	if (out)
+		*out = NULL;
+	if (!c)
+		return no_cache("import a graph", err);
+	if (!out)
+		return no_argument("import a graph", "no out", err);
+	return c->engine->import_graph(c, entry, canonical, out, err);
 }

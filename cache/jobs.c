@@ -166,11 +166,6 @@ int cache_sqlite_jobs(__cache_keep cache *c,
 	cache_job job;
 	int rc, calls = 0;
 
-	if (NEVER(!c) || !fn) {
-		cache_set_error(err, CACHE_EINVAL, "cannot read the jobs: %s",
-				c ? "no callback" : "no cache");
-		return CACHE_EINVAL;
-	}
 	cache_read_end(c);
 	rc = cache_prepare(c->reader, "SELECT id, key, name, graph, state, "
 			   "budget_s, max_trials, priority, trials, best_ms, "

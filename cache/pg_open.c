@@ -2,12 +2,14 @@
  * pg_open.c: the PostgreSQL engine's connections, and its table of
  * operations.
  *
- * A PostgreSQL cache is a database that any number of daemons open at
- * once: the owner's connection writes, in one transaction per write as on
- * SQLite, and a second connection reads. Nothing is locked at open (the
- * SQLite engine's one writer per file), for the database is the place
- * where writers meet: publish numbers versions by compare-and-set
- * (pg_write.c). Messages name the database by host, port, database and
+ * A PostgreSQL cache is a database with one owner, as a SQLite file has
+ * one writer: the owner's connection writes, in one transaction per write
+ * as on SQLite, and holds a session-level advisory lock from open to
+ * close, for the job queue is one daemon's (pg_write.c writes and deletes
+ * every job by id) until it is shared. A second owner is refused; readers
+ * (cache_open_reader) take no lock. Publish numbers versions by
+ * compare-and-set (pg_write.c) all the same, ready for owners that share
+ * the database. Messages name the database by host, port, database and
  * user, never by the connection string, which may hold a password.
  */
 #include <stdio.h>
@@ -58,18 +60,110 @@ static char *describe(const char *conninfo, char *why, size_t size)
 	return text;
 }
 
-/* Connects *conn, speaking UTF-8, with the busy timeout as the time a
- * statement waits for a lock: settings of the connection itself, so that
- * a connection lost and made again (pg_run) has them too. */
+/* The key of the owner's advisory lock, any number of our own (the
+ * migrations take 7415839). */
+#define OWNER_LOCK "7415840"
+
+int pg_lock_owner(cache *c, cache_error *err)
+{
+	PGresult *res = PQexec(c->pg_writer, "SELECT pg_try_advisory_lock("
+			       OWNER_LOCK ")");
+	char message[400];
+	int rc = 0;
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		snprintf(message, sizeof(message), "%s", res ?
+			 PQresultErrorMessage(res) : PQerrorMessage(c->pg_writer));
+		message[strcspn(message, "\n")] = 0;
+		rc = CACHE_EIO;
+		cache_set_error(err, rc, "cannot open PostgreSQL cache %s: cannot "
+				"take the owner's lock: %s", c->path, message);
+	} else if (strcmp(PQgetvalue(res, 0, 0), "t") != 0) {
+		rc = CACHE_EBUSY;
+		cache_set_error(err, rc, "cannot open PostgreSQL cache %s: it is "
+				"open for writing elsewhere (another daemon holds "
+				"the cache %s: one daemon per database for now)",
+				c->path, PQdb(c->pg_writer));
+	}
+	PQclear(res);
+	return rc;
+}
+
+/* What the engine asks of every connection, unless the user's conninfo
+ * says otherwise: a blackholed server fails a connect, and a dead one a
+ * statement, in bounded time instead of freezing the daemon's loop. */
+static const char *const defaults[][2] = {
+	{"connect_timeout", "5"},
+	{"keepalives", "1"},
+	{"keepalives_idle", "30"},
+	{"keepalives_interval", "10"},
+	{"keepalives_count", "3"},
+};
+
+#define DEFAULTS ((int)(sizeof(defaults) / sizeof(defaults[0])))
+#define CONNECT_KEYS (DEFAULTS + 4)
+
+/* The settings of the connection itself, so that one lost and made again
+ * (pg_run) has them too, appended to the user's own "options" (a
+ * search_path...): the busy timeout as the time a statement waits for a
+ * lock, a bound on any statement, and reals printed exactly. */
+static char *session_options(const cache *c, const char *user_options)
+{
+	return sqlite3_mprintf("%s%s-c lock_timeout=%d -c statement_timeout=30000 "
+			       "-c extra_float_digits=3",
+			       user_options ? user_options : "",
+			       user_options && *user_options ? " " : "",
+			       c->options.busy_timeout_ms);
+}
+
+/* Option "keyword" of parsed "options"; NULL when not given. */
+static const char *given(const PQconninfoOption *options, const char *keyword)
+{
+	for (const PQconninfoOption *o = options; o->keyword; o++)
+		if (strcmp(o->keyword, keyword) == 0)
+			return o->val;
+	return NULL;
+}
+
+/* Keys and values for PQconnectdbParams: the user's conninfo as dbname
+ * (expanded), then UTF-8, the session's options and the defaults the user
+ * left out. 0, or CACHE_ENOMEM; *options to sqlite3_free. */
+static int connect_params(const cache *c, const char **keys,
+			  const char **values, char **options)
+{
+	PQconninfoOption *user = PQconninfoParse(c->conninfo, NULL);
+	int n = 0;
+
+	*options = NULL;
+	if (!user)
+		return CACHE_ENOMEM; /* it parsed at pg_alloc */
+	*options = session_options(c, given(user, "options"));
+	keys[n] = "dbname";
+	values[n++] = c->conninfo;
+	keys[n] = "client_encoding";
+	values[n++] = "UTF8";
+	keys[n] = "options";
+	values[n++] = *options;
+	for (int i = 0; i < DEFAULTS; i++) {
+		if (given(user, defaults[i][0]))
+			continue;
+		keys[n] = defaults[i][0];
+		values[n++] = defaults[i][1];
+	}
+	keys[n] = values[n] = NULL;
+	PQconninfoFree(user);
+	return *options ? 0 : CACHE_ENOMEM;
+}
+
+/* Connects *conn with the settings above. */
 static int connect_to(cache *c, PGconn **conn, cache_error *err)
 {
-	char message[400], options[64];
-	const char *const keys[] = {"dbname", "client_encoding", "options", NULL};
-	const char *const values[] = {c->conninfo, "UTF8", options, NULL};
+	const char *keys[CONNECT_KEYS], *values[CONNECT_KEYS];
+	char message[400], *options;
+	int rc = connect_params(c, keys, values, &options);
 
-	snprintf(options, sizeof(options), "-c lock_timeout=%d",
-		 c->options.busy_timeout_ms);
-	*conn = PQconnectdbParams(keys, values, 1);
+	*conn = rc ? NULL : PQconnectdbParams(keys, values, 1);
+	sqlite3_free(options);
 	if (*conn && PQstatus(*conn) == CONNECTION_OK) {
 		PQsetNoticeProcessor(*conn, no_notice, NULL);
 		return 0;
@@ -117,6 +211,8 @@ int cache_pg_open(const char *where, const cache_options *options,
 	rc = pg_alloc(where, options, &c, err);
 	if (rc == 0)
 		rc = connect_to(c, &c->pg_writer, err);
+	if (rc == 0)
+		rc = pg_lock_owner(c, err);
 	if (rc == 0)
 		rc = pg_migrate(c, err);
 	if (rc == 0)

@@ -13,15 +13,6 @@
 
 #include "cache_int.h"
 
-static int check_cache(cache *c, const char *what, cache_error *err)
-{
-	if (NEVER(!c)) {
-		cache_set_error(err, CACHE_EINVAL, "cannot %s: no cache", what);
-		return CACHE_EINVAL;
-	}
-	return 0;
-}
-
 /* Whether the texts of the row still match the checksum stored with them. */
 static bool checksum_holds(const char *plan, const char *sources,
 			   const char *launch, const char *stored)
@@ -40,26 +31,6 @@ static const char fetch_sql[] =
 	"FROM plans p JOIN devices d ON d.id = p.device "
 	"WHERE p.graph = $1 AND d.signature = $2 AND p.codegen = $3 "
 	"AND p.bad IS NULL AND p.version >= $4 ORDER BY p.version DESC";
-
-/* Row "i" of fetch_sql failed its checksum: logged, not served, and
- * marked bad when the caller owns the cache, or left for the owner. */
-static void version_failed(cache *c, const PGresult *res, int i,
-			   const char *graph, const char *device,
-			   const char *codegen)
-{
-	bool owner = pthread_equal(pthread_self(), c->owner) && c->pg_writer;
-	char why[160];
-
-	cache_checksum_failure(cache_now(c), why, sizeof(why));
-	cache_log(&c->options, CACHE_LOG_ERR, "graph '%s' version %d on '%s' "
-		  "(codegen '%s') %s; it is %s", graph, (int)pg_int_at(res, i, 0),
-		  device, codegen, why, owner ? "marked bad and never served" :
-		  "not served, and marked bad by the cache's writer");
-	if (owner)
-		cache_pg_mark_bad(c, pg_int_at(res, i, 10), why);
-	else
-		cache_leave_for_owner(c, pg_int_at(res, i, 10));
-}
 
 static int plan_from_row(const PGresult *res, int i, const char *graph,
 			 const char *device, const char *codegen,
@@ -115,11 +86,7 @@ int cache_pg_fetch_best(cache *c, const char *graph, const char *device,
 	int rc, failed = 0, i = 0, n;
 	char why[96] = "";
 
-	if (out)
-		*out = NULL;
-	rc = check_cache(c, "fetch a plan", err);
-	if (rc == 0)
-		rc = cache_check_key(graph, device, codegen, err);
+	rc = cache_check_key(graph, device, codegen, err);
 	if (rc)
 		return rc;
 	pg_text(&a, graph);
@@ -131,7 +98,9 @@ int cache_pg_fetch_best(cache *c, const char *graph, const char *device,
 		return rc;
 	for (n = PQntuples(res); i < n && !checksum_holds(pg_value(res, i, 1),
 		pg_value(res, i, 2), pg_value(res, i, 4), pg_value(res, i, 9)); i++) {
-		version_failed(c, res, i, graph, device, codegen);
+		cache_version_failed(c, graph, device, codegen,
+				     (int)pg_int_at(res, i, 0),
+				     pg_int_at(res, i, 10));
 		failed = (int)pg_int_at(res, i, 0);
 	}
 	if (i < n) {
@@ -161,9 +130,7 @@ static int read_json(cache *c, const char *sql, pg_args *a, json_t **out,
 	int rc;
 
 	*out = NULL;
-	rc = check_cache(c, what, err);
-	if (rc == 0)
-		rc = pg_run(c, c->pg_reader, sql, a, &res, what, err);
+	rc = pg_run(c, c->pg_reader, sql, a, &res, what, err);
 	if (rc)
 		return rc;
 	if (PQntuples(res) == 0)
@@ -187,9 +154,7 @@ bool cache_pg_is_quarantined(cache *c, const char *graph, const char *device,
 	int rc;
 
 	cache_set_error(err, 0, "%s", "");
-	rc = check_cache(c, "read the quarantine", err);
-	if (rc == 0)
-		rc = cache_check_key(graph, device, codegen, err);
+	rc = cache_check_key(graph, device, codegen, err);
 	if (rc == 0)
 		rc = cache_json_canonical(plan_json, "plan", false, &plan, err);
 	pg_text(&a, graph);
@@ -215,11 +180,6 @@ int cache_pg_quarantined_plans(cache *c, const char *graph, const char *device,
 	pg_args a = {0};
 	int rc = cache_check_key(graph, device, codegen, err);
 
-	if (!out) {
-		cache_set_error(err, CACHE_EINVAL, "cannot read the quarantine: no out");
-		return CACHE_EINVAL;
-	}
-	*out = NULL;
 	if (rc)
 		return rc;
 	pg_text(&a, graph);
@@ -246,10 +206,6 @@ int cache_pg_quarantine_entries(cache *c, const char *key, json_t **out,
 {
 	pg_args a = {0};
 
-	if (!out) {
-		cache_set_error(err, CACHE_EINVAL, "cannot list the quarantine: no out");
-		return CACHE_EINVAL;
-	}
 	pg_text(&a, key);
 	return read_json(c, entries_sql, &a, out, "cannot list the quarantine", err);
 }
@@ -284,14 +240,8 @@ int cache_pg_list(cache *c, int (*fn)(void *user, const cache_entry *entry),
 	PGresult *res = NULL;
 	int rc, calls = 0;
 
-	rc = check_cache(c, "list the cache", err);
-	if (rc == 0 && !fn) {
-		rc = CACHE_EINVAL;
-		cache_set_error(err, rc, "cannot list the cache: no callback");
-	}
-	if (rc == 0)
-		rc = pg_run(c, c->pg_reader, list_sql, NULL, &res,
-			    "cannot list the cache", err);
+	rc = pg_run(c, c->pg_reader, list_sql, NULL, &res,
+		    "cannot list the cache", err);
 	for (int i = 0; rc == 0 && i < PQntuples(res); i++) {
 		cache_entry entry = {
 			.graph = pg_value(res, i, 0), .name = pg_value(res, i, 1),
@@ -367,10 +317,6 @@ int cache_pg_show(cache *c, const char *key, json_t **out, cache_error *err)
 	size_t i;
 	int rc;
 
-	if (!out) {
-		cache_set_error(err, CACHE_EINVAL, "cannot show a graph: no out");
-		return CACHE_EINVAL;
-	}
 	rc = cache_check_text(key, "graph key", err);
 	pg_text(&a, key);
 	if (rc == 0)
@@ -389,13 +335,6 @@ int cache_pg_trials(cache *c, const char *graph, const char *device,
 	pg_args a = {0};
 	int rc;
 
-	if (out)
-		*out = NULL;
-	if (!out || limit < 0) {
-		cache_set_error(err, CACHE_EINVAL, "cannot read the trials: %s",
-				out ? "a negative limit" : "no out");
-		return CACHE_EINVAL;
-	}
 	rc = cache_check_key(graph, device, codegen, err);
 	if (rc)
 		return rc;
@@ -433,10 +372,8 @@ int cache_pg_stat(cache *c, cache_stats *out, cache_error *err)
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	rc = check_cache(c, "read the cache's numbers", err);
-	if (rc == 0)
-		rc = pg_run(c, c->pg_reader, stat_sql, NULL, &res,
-			    "cannot read the cache's numbers", err);
+	rc = pg_run(c, c->pg_reader, stat_sql, NULL, &res,
+		    "cannot read the cache's numbers", err);
 	for (int i = 0; rc == 0 && i < 9; i++)
 		*fields[i] = pg_int_at(res, 0, i);
 	PQclear(res);
@@ -449,11 +386,6 @@ int cache_pg_jobs(cache *c, int (*fn)(void *user, const cache_job *job),
 	PGresult *res = NULL;
 	int rc, calls = 0;
 
-	if (NEVER(!c) || !fn) {
-		cache_set_error(err, CACHE_EINVAL, "cannot read the jobs: %s",
-				c ? "no callback" : "no cache");
-		return CACHE_EINVAL;
-	}
 	rc = pg_run(c, c->pg_reader, "SELECT id, key, name, graph, state, "
 		    "budget_s, max_trials, priority, trials, coalesce(best_ms, 0), "
 		    "version, error, created_at, coalesce(finished_at, 0), "
@@ -527,10 +459,7 @@ int cache_pg_export_graph(cache *c, const char *key, json_t **out,
 	pg_args a = {0};
 	int rc;
 
-	*out = NULL;
 	rc = cache_check_text(key, "graph key", err);
-	if (rc == 0)
-		rc = check_cache(c, "export a graph", err);
 	pg_text(&a, key);
 	if (rc == 0)
 		rc = pg_run(c, c->pg_reader, export_sql, &a, &res,

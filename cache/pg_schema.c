@@ -9,6 +9,8 @@
  * version. A new step is appended to "migrations"; a step, once released,
  * never changes.
  */
+#include <string.h>
+
 #include <libpq-fe.h>
 
 #include "cache_int.h"
@@ -101,6 +103,23 @@ static const char *const migrations[] = {
 
 #define MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
+/* Creates table tuned_schema where there is none: only then, for a role
+ * allowed no CREATE opens an up-to-date database. */
+static int make_schema_table(cache *c, cache_error *err)
+{
+	PGresult *res = NULL;
+	int rc;
+
+	rc = pg_run(c, c->pg_writer, "SELECT to_regclass('tuned_schema') IS NULL",
+		    NULL, &res, "cannot read the schema version", err);
+	if (rc == 0 && strcmp(pg_value(res, 0, 0), "t") == 0)
+		rc = pg_run(c, c->pg_writer, "CREATE TABLE tuned_schema (version "
+			    "INTEGER NOT NULL)", NULL, NULL,
+			    "cannot make the schema version's table", err);
+	PQclear(res);
+	return rc;
+}
+
 /* The version under the migration lock (another daemon may have migrated
  * meanwhile), inside the step's transaction. */
 static int locked_version(cache *c, int64_t *version, cache_error *err)
@@ -111,9 +130,7 @@ static int locked_version(cache *c, int64_t *version, cache_error *err)
 	rc = pg_run(c, c->pg_writer, "SELECT pg_advisory_xact_lock("
 		    MIGRATION_LOCK ")", NULL, NULL, "cannot lock the schema", err);
 	if (rc == 0)
-		rc = pg_run(c, c->pg_writer, "CREATE TABLE IF NOT EXISTS "
-			    "tuned_schema (version INTEGER NOT NULL)", NULL, NULL,
-			    "cannot read the schema version", err);
+		rc = make_schema_table(c, err);
 	if (rc == 0)
 		rc = pg_run(c, c->pg_writer, "SELECT max(version) FROM "
 			    "tuned_schema", NULL, &res,

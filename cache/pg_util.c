@@ -6,6 +6,7 @@
  * as text: numbers are printed and read back exactly ("%.17g"; the server
  * prints the shortest exact form).
  */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 
 void pg_text(pg_args *a, const char *text)
 {
+	assert(a->n < PG_ARGS_MAX);
 	a->values[a->n] = text;
 	a->lengths[a->n] = 0;
 	a->formats[a->n++] = 0;
@@ -24,12 +26,14 @@ void pg_text(pg_args *a, const char *text)
 
 void pg_int(pg_args *a, int64_t value)
 {
+	assert(a->n < PG_ARGS_MAX);
 	snprintf(a->numbers[a->n], sizeof(a->numbers[0]), "%lld", (long long)value);
 	pg_text(a, a->numbers[a->n]);
 }
 
 void pg_real(pg_args *a, double value)
 {
+	assert(a->n < PG_ARGS_MAX);
 	if (isnan(value))
 		return pg_text(a, NULL);
 	snprintf(a->numbers[a->n], sizeof(a->numbers[0]), "%.17g", value);
@@ -38,6 +42,7 @@ void pg_real(pg_args *a, double value)
 
 void pg_bytes(pg_args *a, const void *bytes, size_t len)
 {
+	assert(a->n < PG_ARGS_MAX);
 	a->values[a->n] = bytes;
 	a->lengths[a->n] = (int)len;
 	a->formats[a->n++] = 1;
@@ -74,17 +79,63 @@ static PGresult *exec(PGconn *conn, const char *sql, const pg_args *a)
 				a->formats, 0) : PQexec(conn, sql);
 }
 
+/* Makes "conn" again, with the settings it was opened with; the writer
+ * takes the owner's lock again, which its lost session held. CACHE_EIO
+ * with the server's cause when the server cannot be reached. */
+static int reconnect(cache *c, PGconn *conn, const char *what, cache_error *err)
+{
+	char message[400];
+
+	PQreset(conn);
+	if (PQstatus(conn) != CONNECTION_OK) {
+		one_line(PQerrorMessage(conn), message, sizeof(message));
+		cache_set_error(err, CACHE_EIO, "%s: the connection was lost and "
+				"cannot be made again: %s (PostgreSQL cache %s)",
+				what, message, c->path);
+		return CACHE_EIO;
+	}
+	return conn == c->pg_writer ? pg_lock_owner(c, err) : 0;
+}
+
+/* "err" for the failed result "r" (NULL: nothing came back, for the
+ * connection failed or memory ran out); returns its code. */
+static int failure(cache *c, PGconn *conn, PGresult *r, const char *what,
+		   cache_error *err)
+{
+	const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+	const char *constraint;
+	char message[400];
+	int rc;
+
+	one_line(r ? PQresultErrorMessage(r) : PQerrorMessage(conn), message,
+		 sizeof(message));
+	if (state && strcmp(state, "23514") == 0) { /* as SQLite says it */
+		constraint = PQresultErrorField(r, PG_DIAG_CONSTRAINT_NAME);
+		snprintf(message, sizeof(message), "CHECK constraint failed: %s",
+			 constraint ? constraint : "(unnamed)");
+	}
+	if (r)
+		rc = code_of(state);
+	else
+		rc = PQstatus(conn) == CONNECTION_OK ? CACHE_ENOMEM : CACHE_EIO;
+	cache_set_error(err, rc, "%s: %s (PostgreSQL cache %s)", what, message,
+			c->path);
+	return rc;
+}
+
 int pg_run(cache *c, PGconn *conn, const char *sql, const pg_args *a,
 	   PGresult **res, const char *what, cache_error *err)
 {
 	bool outside = PQtransactionStatus(conn) == PQTRANS_IDLE;
-	const char *state;
-	char message[400];
-	PGresult *r;
-	int status, rc;
+	PGresult *r = NULL;
+	int status, rc = 0;
 
+	if (res)
+		*res = NULL;
 	if (PQstatus(conn) == CONNECTION_BAD)
-		PQreset(conn); /* with the settings it was opened with */
+		rc = reconnect(c, conn, what, err);
+	if (rc)
+		return rc;
 	r = exec(conn, sql, a);
 	status = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
 	/* The server restarted, or ended this session: a statement outside a
@@ -93,7 +144,10 @@ int pg_run(cache *c, PGconn *conn, const char *sql, const pg_args *a,
 	if (status == PGRES_FATAL_ERROR && outside &&
 	    PQstatus(conn) == CONNECTION_BAD) {
 		PQclear(r);
-		PQreset(conn);
+		r = NULL;
+		rc = reconnect(c, conn, what, err);
+		if (rc)
+			return rc;
 		r = exec(conn, sql, a);
 		status = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
 	}
@@ -104,18 +158,8 @@ int pg_run(cache *c, PGconn *conn, const char *sql, const pg_args *a,
 			PQclear(r);
 		return 0;
 	}
-	state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-	one_line(r ? PQresultErrorMessage(r) : PQerrorMessage(conn), message,
-		 sizeof(message));
-	if (state && strcmp(state, "23514") == 0) /* as SQLite says it */
-		snprintf(message, sizeof(message), "CHECK constraint failed: %s",
-			 PQresultErrorField(r, PG_DIAG_CONSTRAINT_NAME));
-	rc = r ? code_of(state) : CACHE_ENOMEM;
-	cache_set_error(err, rc, "%s: %s (PostgreSQL cache %s)", what, message,
-			c->path);
+	rc = failure(c, conn, r, what, err);
 	PQclear(r);
-	if (res)
-		*res = NULL;
 	return rc;
 }
 

@@ -40,8 +40,10 @@ static int touch_graph(cache *c, const char *key, int64_t now, cache_error *err)
 	return rc < 0 ? rc : 0;
 }
 
-/* The insert waits for a concurrent insert of the same signature and
- * then does nothing; the select after it sees either row. */
+/* One statement: the insert, on a signature there already, updates it to
+ * itself, which locks its row until the transaction ends, so a prune of
+ * another connection cannot delete it between the lookup and its use;
+ * either way RETURNING gives the row's id. */
 int pg_device_id(cache *c, const char *signature, int64_t now, int64_t *id,
 		 cache_error *err)
 {
@@ -51,13 +53,10 @@ int pg_device_id(cache *c, const char *signature, int64_t now, int64_t *id,
 
 	pg_text(&a, signature);
 	pg_int(&a, now);
-	rc = pg_change(c, "INSERT INTO devices (signature, first_seen) VALUES "
-		       "($1, $2) ON CONFLICT (signature) DO NOTHING", &a,
-		       "cannot add a device", err);
-	a.n = 1;
-	if (rc >= 0)
-		rc = pg_run(c, c->pg_writer, "SELECT id FROM devices WHERE "
-			    "signature = $1", &a, &res, "cannot find a device", err);
+	rc = pg_run(c, c->pg_writer, "INSERT INTO devices (signature, first_seen) "
+		    "VALUES ($1, $2) ON CONFLICT (signature) DO UPDATE SET "
+		    "signature = EXCLUDED.signature RETURNING id", &a, &res,
+		    "cannot add a device", err);
 	if (rc == 0)
 		*id = pg_int_at(res, 0, 0);
 	PQclear(res);

@@ -11,16 +11,6 @@
 
 #include "cache_int.h"
 
-static int check_cache(cache *c, const char *what, cache_error *err)
-{
-	if (NEVER(!c)) {
-		cache_set_error(err, CACHE_EINVAL, "cannot %s: no cache", what);
-		return CACHE_EINVAL;
-	}
-	cache_read_end(c);
-	return 0;
-}
-
 /* The strings of a cache_plan, to size and copy them in one loop. */
 #define PLAN_TEXTS 7
 static const char **plan_text(cache_plan *p, int i)
@@ -166,24 +156,22 @@ void cache_checksum_failure(int64_t found_at, char *why, size_t size)
 		 "or launch changed after it was stored", (long long)found_at);
 }
 
-/* The version of (graph, device, codegen) in the current row of
- * fetch_sql fails its checksum: logged, not served, and marked bad when
- * the caller owns the cache, or left for the owner to mark. */
-static void version_failed(cache *c, sqlite3_stmt *stmt, const char *graph,
-			   const char *device, const char *codegen)
+void cache_version_failed(cache *c, const char *graph, const char *device,
+			  const char *codegen, int version, int64_t id)
 {
-	bool owner = pthread_equal(pthread_self(), c->owner) && c->writer;
+	bool owner = pthread_equal(pthread_self(), c->owner) &&
+		     (c->writer || c->pg_writer);
 	char why[160];
 
 	cache_checksum_failure(cache_now(c), why, sizeof(why));
 	cache_log(&c->options, CACHE_LOG_ERR, "graph '%s' version %d on '%s' "
-		  "(codegen '%s') %s; it is %s", graph, sqlite3_column_int(stmt, 0),
-		  device, codegen, why, owner ? "marked bad and never served" :
+		  "(codegen '%s') %s; it is %s", graph, version, device, codegen,
+		  why, owner ? "marked bad and never served" :
 		  "not served, and marked bad by the cache's writer");
 	if (owner)
-		cache_sqlite_mark_bad(c, sqlite3_column_int64(stmt, 10), why);
+		c->engine->mark_bad(c, id, why);
 	else
-		cache_leave_for_owner(c, sqlite3_column_int64(stmt, 10));
+		cache_leave_for_owner(c, id);
 }
 
 bool cache_found_bad_waiting(__cache_keep cache *c)
@@ -225,11 +213,8 @@ int cache_sqlite_fetch_best(__cache_keep cache *c, const char *graph,
 	sqlite3_stmt *stmt = NULL;
 	int rc, failed = 0;
 
-	if (out)
-		*out = NULL;
-	rc = check_cache(c, "fetch a plan", err);
-	if (rc == 0)
-		rc = cache_check_key(graph, device, codegen, err);
+	cache_read_end(c);
+	rc = cache_check_key(graph, device, codegen, err);
 	if (rc == 0)
 		rc = cache_prepare(c->reader, fetch_sql, &stmt, err);
 	if (rc)
@@ -240,7 +225,9 @@ int cache_sqlite_fetch_best(__cache_keep cache *c, const char *graph,
 	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW &&
 	       sqlite3_column_int(stmt, 0) >= min_version &&
 	       !sqlite3_column_int(stmt, 9)) {
-		version_failed(c, stmt, graph, device, codegen);
+		cache_version_failed(c, graph, device, codegen,
+				     sqlite3_column_int(stmt, 0),
+				     sqlite3_column_int64(stmt, 10));
 		failed = sqlite3_column_int(stmt, 0);
 	}
 	if (rc == SQLITE_ROW && sqlite3_column_int(stmt, 0) >= min_version) {
@@ -304,9 +291,8 @@ bool cache_sqlite_is_quarantined(__cache_keep cache *c, const char *graph,
 	int rc;
 
 	cache_set_error(err, 0, "%s", "");
-	rc = check_cache(c, "read the quarantine", err);
-	if (rc == 0)
-		rc = cache_check_key(graph, device, codegen, err);
+	cache_read_end(c);
+	rc = cache_check_key(graph, device, codegen, err);
 	if (rc == 0)
 		rc = cache_json_canonical(plan_json, "plan", false, &plan, err);
 	if (rc == 0)
@@ -348,13 +334,8 @@ int cache_sqlite_list(__cache_keep cache *c,
 	cache_entry entry;
 	int rc, calls = 0;
 
-	rc = check_cache(c, "list the cache", err);
-	if (rc == 0 && !fn) {
-		rc = CACHE_EINVAL;
-		cache_set_error(err, rc, "cannot list the cache: no callback");
-	}
-	if (rc == 0)
-		rc = cache_prepare(c->reader, list_sql, &stmt, err);
+	cache_read_end(c);
+	rc = cache_prepare(c->reader, list_sql, &stmt, err);
 	if (rc)
 		return rc;
 	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
@@ -604,14 +585,8 @@ int cache_sqlite_show(__cache_keep cache *c, const char *key,
 {
 	int rc;
 
-	if (!out) {
-		cache_set_error(err, CACHE_EINVAL, "cannot show a graph: no out");
-		return CACHE_EINVAL;
-	}
-	*out = NULL;
-	rc = check_cache(c, "show a graph", err);
-	if (rc == 0)
-		rc = cache_check_text(key, "graph key", err);
+	cache_read_end(c);
+	rc = cache_check_text(key, "graph key", err);
 	if (rc == 0)
 		rc = cache_read_begin(c, "cannot show a graph", err);
 	if (rc)
@@ -683,16 +658,8 @@ int cache_sqlite_trials(__cache_keep cache *c, const char *graph, const char *de
 {
 	int rc;
 
-	if (out)
-		*out = NULL;
-	if (!out || limit < 0) {
-		cache_set_error(err, CACHE_EINVAL, "cannot read the trials: %s",
-				out ? "a negative limit" : "no out");
-		return CACHE_EINVAL;
-	}
-	rc = check_cache(c, "read the trials", err);
-	if (rc == 0)
-		rc = cache_check_key(graph, device, codegen, err);
+	cache_read_end(c);
+	rc = cache_check_key(graph, device, codegen, err);
 	if (rc == 0 && !(*out = json_array()))
 		rc = CACHE_ENOMEM;
 	if (rc == 0)
@@ -737,9 +704,8 @@ int cache_sqlite_stat(__cache_keep cache *c, cache_stats *out, cache_error *err)
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	rc = check_cache(c, "read the cache's numbers", err);
-	if (rc == 0)
-		rc = cache_prepare(c->reader, stat_sql, &stmt, err);
+	cache_read_end(c);
+	rc = cache_prepare(c->reader, stat_sql, &stmt, err);
 	if (rc)
 		return rc;
 	rc = sqlite3_step(stmt);
@@ -767,10 +733,9 @@ static int read_rows(cache *c, const char *sql, const char *a, const char *b,
 	sqlite3_stmt *stmt = NULL;
 	int rc;
 
+	cache_read_end(c);
 	*out = json_array();
-	rc = *out ? check_cache(c, what, err) : CACHE_ENOMEM;
-	if (rc == 0)
-		rc = cache_read_begin(c, what, err);
+	rc = *out ? cache_read_begin(c, what, err) : CACHE_ENOMEM;
 	if (rc == 0) {
 		rc = cache_prepare(c->reader, sql, &stmt, err);
 		if (rc == 0) {
@@ -799,11 +764,6 @@ int cache_sqlite_quarantined_plans(__cache_keep cache *c, const char *graph,
 {
 	int rc = cache_check_key(graph, device, codegen, err);
 
-	if (!out) {
-		cache_set_error(err, CACHE_EINVAL, "cannot read the quarantine: no out");
-		return CACHE_EINVAL;
-	}
-	*out = NULL;
 	return rc ? rc : read_rows(c, "SELECT q.plan FROM quarantine q JOIN devices d "
 				   "ON d.id = q.device WHERE q.graph = ?1 AND "
 				   "d.signature = ?2 AND q.codegen = ?3 ORDER BY q.id",
@@ -847,10 +807,6 @@ static json_t *entry_row(sqlite3_stmt *stmt)
 int cache_sqlite_quarantine_entries(__cache_keep cache *c, const char *key,
 			     __cache_give json_t **out, cache_error *err)
 {
-	if (!out) {
-		cache_set_error(err, CACHE_EINVAL, "cannot list the quarantine: no out");
-		return CACHE_EINVAL;
-	}
 	return read_rows(c, "SELECT q.id, q.graph, g.name, d.signature, q.codegen, "
 			 "q.plan, q.reason, q.cause, q.signal, q.time_limit_s, q.seed, "
 			 "q.created_at, q.graph_json, q.sources, q.worker_log "

@@ -210,8 +210,6 @@ int cache_sqlite_export_graph(__cache_keep cache *c, const char *key,
 
 	*out = NULL;
 	rc = cache_check_text(key, "graph key", err);
-	if (rc == 0 && NEVER(!c))
-		rc = CACHE_EINVAL;
 	if (rc == 0)
 		rc = cache_read_begin(c, "cannot export a graph", err);
 	if (rc == 0) {

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cache_test.h"
 
@@ -68,6 +70,82 @@ Test(cache, refuses_a_newer_schema_and_leaves_it_alone)
 	db = raw_open(fx.path);
 	cr_expect_eq(raw_int(db, "PRAGMA user_version"), 99);
 	sqlite3_close(db);
+}
+
+/* Only a URI or a conninfo string is a database: a path with '=' in a
+ * folder's name is a SQLite file. */
+Test(cache, a_path_with_an_equals_sign_is_a_file)
+{
+	cache_options o = fx_options();
+	cache_error err = { 0 };
+	char folder[300], path[320];
+	cache *c = NULL;
+
+	fx_sqlite_only("it makes a SQLite file");
+	cr_expect(cache_is_database("postgresql:///tuned"));
+	cr_expect(cache_is_database("postgres://db/tuned"));
+	cr_expect(cache_is_database(" host = db dbname=tuned"));
+	cr_expect(cache_is_database("dbname=tuned"));
+	cr_expect_not(cache_is_database("cache.db"));
+	cr_expect_not(cache_is_database("./gpu=0.db"));
+	snprintf(folder, sizeof(folder), "%s/gpu=0", fx.dir);
+	snprintf(path, sizeof(path), "%s/cache.db", folder);
+	cr_assert_eq(mkdir(folder, 0700), 0);
+	cr_expect_not(cache_is_database(path));
+	cr_assert_eq(cache_open(path, &o, &c, &err), 0, "%s", err.message);
+	put_graph(c, 1, NULL);
+	cache_close(c);
+	cr_expect_eq(access(path, F_OK), 0, "the SQLite file is there");
+}
+
+/* Every function refuses a NULL cache, naming what it could not do, and
+ * clears its out argument. */
+Test(cache, a_null_cache_is_refused_naming_what)
+{
+	cache_error err = { 0 };
+	json_t *out = json_object();
+	cache_stats st;
+	cache *r = (cache *)&err;
+
+	cr_expect_eq(cache_open_reader(NULL, &r, &err), CACHE_EINVAL);
+	cr_expect_null(r);
+	cr_expect_str_eq(err.message, "cannot open a reader: no cache");
+	cr_expect_eq(cache_show(NULL, graph_key(1), &out, &err), CACHE_EINVAL);
+	cr_expect_null(out);
+	cr_expect_str_eq(err.message, "cannot show a graph: no cache");
+	cr_expect_eq(cache_export_graph(NULL, graph_key(1), &out, &err),
+		     CACHE_EINVAL);
+	cr_expect_str_eq(err.message, "cannot export a graph: no cache");
+	cr_expect_eq(cache_stat(NULL, &st, &err), CACHE_EINVAL);
+	cr_expect_str_eq(err.message, "cannot read the cache's numbers: no cache");
+	cr_expect_not(cache_is_quarantined(NULL, graph_key(1), DEVICE_GPU, CODEGEN,
+					   "[]", &err));
+	cr_expect_str_eq(err.message, "cannot read the quarantine: no cache");
+	cr_expect_eq(cache_checkpoint(NULL, &err), CACHE_EINVAL);
+	cr_expect_str_eq(err.message, "cannot checkpoint the cache: no cache");
+	cache_close(NULL);
+}
+
+/* A missing out argument or callback is refused, by engine.c for both
+ * engines, naming what could not be done. */
+Test(cache, a_missing_out_or_callback_is_refused_naming_what)
+{
+	cache_error err = { 0 };
+	cache *c = fx_open();
+
+	cr_expect_eq(cache_show(c, graph_key(1), NULL, &err), CACHE_EINVAL);
+	cr_expect_str_eq(err.message, "cannot show a graph: no out");
+	cr_expect_eq(cache_stat(c, NULL, &err), CACHE_EINVAL);
+	cr_expect_str_eq(err.message, "cannot read the cache's numbers: no out");
+	cr_expect_eq(cache_list(c, NULL, NULL, &err), CACHE_EINVAL);
+	cr_expect_str_eq(err.message, "cannot list the cache: no callback");
+	cr_expect_eq(cache_jobs(c, NULL, NULL, &err), CACHE_EINVAL);
+	cr_expect_str_eq(err.message, "cannot read the jobs: no callback");
+	cr_expect_eq(cache_export_graph(c, graph_key(1), NULL, &err), CACHE_EINVAL);
+	cr_expect_str_eq(err.message, "cannot export a graph: no out");
+	cr_expect_eq(cache_open_reader(c, NULL, &err), CACHE_EINVAL);
+	cr_expect_str_eq(err.message, "cannot open a reader: no out");
+	cache_close(c);
 }
 
 Test(cache, publish_numbers_versions_and_fetch_returns_the_newest)
@@ -624,20 +702,21 @@ Test(cache, a_handed_over_cache_is_written_by_its_new_owner_only)
 	cache_close(c);
 }
 
-Test(cache, one_writer_per_file)
+Test(cache, one_writer_per_file_or_database)
 {
 	cache_options o = fx_options();
 	cache_error err = { 0 };
 	cache *c = fx_open(), *second = NULL;
 	int rc;
 
-	fx_sqlite_only("a PostgreSQL database takes many writers");
-
 	rc = cache_open(fx.path, &o, &second, &err);
 	cr_expect_eq(rc, CACHE_EBUSY, "%d %s", rc, err.message);
 	cr_expect_null(second);
 	cr_expect(strstr(err.message, "open for writing elsewhere"), "%s",
 		  err.message);
+	if (fx_postgresql())
+		cr_expect(strstr(err.message, "one daemon per database for now"),
+			  "%s", err.message);
 	cache_close(c);
 	c = fx_open();
 	cache_close(c);

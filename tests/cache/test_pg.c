@@ -4,7 +4,9 @@
  * a compare-and-set on the latest version: connections that publish the
  * same key at once never take the same version number, and a plan slower
  * than the latest is refused (CACHE_ESTALE), whichever connection
- * measured it. A version edited in the database is never served.
+ * measured it. A version edited in the database is never served. A
+ * database has one owner for now (the job queue is one daemon's): a
+ * second is refused until the first closes.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -12,9 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <libpq-fe.h>
 
+#include "cache_int.h"
 #include "cache_test.h"
 
 TestSuite(pg, .init = fx_setup, .fini = fx_teardown, .timeout = 120);
@@ -33,6 +37,31 @@ typedef struct writer {
 } writer;
 
 static pthread_barrier_t start;
+static pthread_mutex_t opening = PTHREAD_MUTEX_INITIALIZER;
+
+/* Lets another owner open the database while "c" is open, as owners
+ * that share the job queue will: the publish races below are between
+ * owners. Behind the engine's back (its owner's lock, pg_open.c). */
+static void share_the_database(cache *c)
+{
+	PGresult *res = PQexec(c->pg_writer, "SELECT pg_advisory_unlock_all()");
+
+	cr_assert_eq(PQresultStatus(res), PGRES_TUPLES_OK, "%s",
+		     PQerrorMessage(c->pg_writer));
+	PQclear(res);
+}
+
+/* fx_open, then share_the_database, one owner at a time. */
+static cache *open_shared(void)
+{
+	cache *c;
+
+	pthread_mutex_lock(&opening);
+	c = fx_open();
+	share_the_database(c);
+	pthread_mutex_unlock(&opening);
+	return c;
+}
 
 /* SQLite takes one writer per file: the race is PostgreSQL's. */
 static void postgresql_only(void)
@@ -64,11 +93,15 @@ static void *run_writer(void *arg)
 	cache *c = NULL;
 	unsigned seed = (unsigned)w->id * 7919u;
 
+	pthread_mutex_lock(&opening);
 	if (cache_open(fx.path, &o, &c, &err) != 0) {
+		pthread_mutex_unlock(&opening);
 		snprintf(w->error, sizeof(w->error), "open: %s", err.message);
 		pthread_barrier_wait(&start);
 		return NULL;
 	}
+	share_the_database(c);
+	pthread_mutex_unlock(&opening);
 	pthread_barrier_wait(&start);
 	for (int i = 0; i < PUBLISHES && !w->error[0]; i++) {
 		/* Each step faster than the last, the writers' plans of one
@@ -123,7 +156,7 @@ Test(pg, writers_never_share_a_version_and_never_publish_slower)
 	cache *c;
 
 	postgresql_only();
-	c = fx_open();
+	c = open_shared();
 	put_graph(c, 1, "raced");
 	pthread_barrier_init(&start, NULL, WRITERS);
 	for (int i = 0; i < WRITERS; i++) {
@@ -168,8 +201,8 @@ Test(pg, a_slower_plan_is_refused_saying_which_version_is_faster)
 	int v = 0;
 
 	postgresql_only();
-	a = fx_open();
-	b = fx_open();
+	a = open_shared();
+	b = open_shared();
 	put_graph(a, 1, NULL);
 	cr_assert_eq(publish_ms(a, 1, 2.0, &v, &err), 0, "%s", err.message);
 	cr_assert_eq(v, 1);
@@ -310,4 +343,202 @@ Test(pg, a_session_the_server_ended_is_opened_again)
 		     0, "%s", err.message);
 	cr_expect_eq(publish(c, 2, DEVICE_GPU, CODEGEN, 1, 10), 1);
 	cache_close(c);
+}
+
+/* A second owner is refused until the first closes, and the owner's lock
+ * is taken again with a session the server ended (pg_run connects it
+ * again). */
+Test(pg, a_second_owner_is_refused_until_the_first_closes)
+{
+	cache_options o = fx_options();
+	cache_error err = {0};
+	cache *c, *second = NULL;
+
+	postgresql_only();
+	c = fx_open();
+	cr_expect_eq(cache_open(fx.path, &o, &second, &err), CACHE_EBUSY);
+	cr_expect_null(second);
+	cr_expect(strstr(err.message, "another daemon holds the cache test_"),
+		  "%s", err.message);
+	raw_pg("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+	       "WHERE datname = current_database() AND pid <> pg_backend_pid()");
+	put_graph(c, 1, NULL);
+	cr_expect_eq(cache_open(fx.path, &o, &second, &err), CACHE_EBUSY,
+		     "the owner's new session holds the lock: %s", err.message);
+	cache_close(c);
+	c = fx_open();
+	cache_close(c);
+}
+
+/* "sql"'s one value on connection "conn", as text, into "out". */
+static void show(PGconn *conn, const char *sql, char *out, size_t size)
+{
+	PGresult *res = PQexec(conn, sql);
+
+	cr_assert_eq(PQresultStatus(res), PGRES_TUPLES_OK, "%s: %s", sql,
+		     PQerrorMessage(conn));
+	snprintf(out, size, "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+}
+
+/* Option "key" that connection "conn" was made with; "" when none. */
+static void connected_with(PGconn *conn, const char *key, char *out, size_t size)
+{
+	PQconninfoOption *o = PQconninfo(conn);
+
+	out[0] = 0;
+	for (PQconninfoOption *i = o; i->keyword; i++)
+		if (strcmp(i->keyword, key) == 0 && i->val)
+			snprintf(out, size, "%s", i->val);
+	PQconninfoFree(o);
+}
+
+Test(pg, connections_bound_their_waits_and_keep_the_users_options)
+{
+	cache_options o = fx_options();
+	cache_error err = {0};
+	char uri[400], value[64];
+	cache *c = NULL;
+
+	postgresql_only();
+	raw_pg("CREATE SCHEMA tuned");
+	snprintf(uri, sizeof(uri), "%s&connect_timeout=2&options=-c%%20search_path"
+		 "%%3Dtuned", fx.path);
+	cr_assert_eq(cache_open(uri, &o, &c, &err), 0, "%s", err.message);
+	put_graph(c, 1, NULL);
+	cr_expect_eq(raw_pg("SELECT count(*) FROM tuned.graphs"), 1,
+		     "the tables are in the user's search_path");
+	cr_expect_eq(raw_pg("SELECT count(*) FROM pg_tables WHERE tablename = "
+			    "'graphs' AND schemaname = 'public'"), 0);
+	for (int i = 0; i < 2; i++) {
+		PGconn *conn = i ? c->pg_reader : c->pg_writer;
+
+		show(conn, "SHOW statement_timeout", value, sizeof(value));
+		cr_expect_str_eq(value, "30s");
+		show(conn, "SHOW lock_timeout", value, sizeof(value));
+		cr_expect_str_eq(value, "5s");
+		show(conn, "SHOW extra_float_digits", value, sizeof(value));
+		cr_expect_str_eq(value, "3");
+		connected_with(conn, "connect_timeout", value, sizeof(value));
+		cr_expect_str_eq(value, "2", "the user's connect_timeout stays");
+		connected_with(conn, "keepalives", value, sizeof(value));
+		cr_expect_str_eq(value, "1");
+		connected_with(conn, "keepalives_idle", value, sizeof(value));
+		cr_expect_str_eq(value, "30");
+	}
+	cache_close(c);
+	c = fx_open();
+	connected_with(c->pg_writer, "connect_timeout", value, sizeof(value));
+	cr_expect_str_eq(value, "5", "the engine's connect_timeout by default");
+	cache_close(c);
+}
+
+/* Runs "sql" on the server's own database, outside the test's. */
+static void on_server(const char *sql)
+{
+	PGconn *conn = PQconnectdb(getenv("TUNED_TEST_PG_URI"));
+	PGresult *res = PQexec(conn, sql);
+	int status = PQresultStatus(res);
+
+	cr_assert(status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK, "%s: %s",
+		  sql, PQerrorMessage(conn));
+	PQclear(res);
+	PQfinish(conn);
+}
+
+/* The server turns the test's database away, as one down would be, and
+ * lets it in again. */
+Test(pg, a_server_that_cannot_be_reached_is_an_io_error_naming_why)
+{
+	cache_error err = {0};
+	char database[64], sql[300];
+	cache *c;
+
+	postgresql_only();
+	c = fx_open();
+	put_graph(c, 1, NULL);
+	snprintf(database, sizeof(database), "%s", PQdb(c->pg_writer));
+	snprintf(sql, sizeof(sql), "ALTER DATABASE \"%s\" ALLOW_CONNECTIONS false",
+		 database);
+	on_server(sql);
+	snprintf(sql, sizeof(sql), "SELECT pg_terminate_backend(pid) FROM "
+		 "pg_stat_activity WHERE datname = '%s'", database);
+	on_server(sql);
+	cr_expect_eq(cache_fetch_best(c, graph_key(1), DEVICE_GPU, CODEGEN, 0, NULL,
+				      &err), CACHE_EIO, "%s", err.message);
+	cr_expect(strstr(err.message, "not currently accepting connections"),
+		  "%s", err.message);
+	cr_expect_eq(cache_put_graph(c, graph_key(2), graph_canonical(2), NULL,
+				     &err), CACHE_EIO, "%s", err.message);
+	cr_expect(strstr(err.message, "not currently accepting connections"),
+		  "%s", err.message);
+	snprintf(sql, sizeof(sql), "ALTER DATABASE \"%s\" ALLOW_CONNECTIONS true",
+		 database);
+	on_server(sql);
+	put_graph(c, 2, NULL);
+	cache_close(c);
+}
+
+/* A device looked up in a write locks its row until the write ends: a
+ * prune of another connection waits, and cannot delete it in between. */
+Test(pg, a_device_looked_up_is_locked_until_the_write_ends)
+{
+	cache_error err = {0};
+	int64_t id = 0;
+	PGconn *other;
+	PGresult *res;
+	cache *c;
+
+	postgresql_only();
+	c = fx_open();
+	cr_assert_eq(pg_begin(c, &err), 0, "%s", err.message);
+	cr_assert_eq(pg_device_id(c, DEVICE_GPU, 1, &id, &err), 0, "%s",
+		     err.message);
+	cr_assert_eq(pg_end(c, 0, &err), 0, "%s", err.message);
+	cr_assert_eq(pg_begin(c, &err), 0, "%s", err.message);
+	cr_assert_eq(pg_device_id(c, DEVICE_GPU, 2, &id, &err), 0, "%s",
+		     err.message);
+	cr_expect_eq(raw_pg("SELECT count(*) FROM devices"), 1, "one row");
+	other = PQconnectdb(fx.path);
+	res = PQexec(other, "SET lock_timeout = 200; DELETE FROM devices");
+	cr_expect_eq(PQresultStatus(res), PGRES_FATAL_ERROR, "the delete waits");
+	cr_expect_str_eq(PQresultErrorField(res, PG_DIAG_SQLSTATE) ?: "", "55P03",
+			 "%s", PQerrorMessage(other));
+	PQclear(res);
+	PQfinish(other);
+	cr_assert_eq(pg_end(c, 0, &err), 0, "%s", err.message);
+	cr_expect_eq(raw_pg("SELECT id FROM devices"), id);
+	cache_close(c);
+}
+
+/* A role allowed to read and write the tables, not to create any, opens
+ * a database whose schema is up to date. */
+Test(pg, a_role_without_create_opens_an_up_to_date_database)
+{
+	cache_options o = fx_options();
+	cache_error err = {0};
+	char role[32], sql[300], uri[400];
+	const char *user;
+	cache *c = fx_open();
+
+	postgresql_only();
+	cache_close(c);
+	snprintf(role, sizeof(role), "dml_%d", (int)getpid());
+	snprintf(sql, sizeof(sql), "CREATE ROLE %s LOGIN; GRANT SELECT, INSERT, "
+		 "UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO %s; GRANT "
+		 "USAGE ON ALL SEQUENCES IN SCHEMA public TO %s", role, role, role);
+	raw_pg(sql);
+	snprintf(sql, sizeof(sql), "SELECT has_schema_privilege('%s', 'public', "
+		 "'CREATE')::int", role);
+	cr_expect_eq(raw_pg(sql), 0, "the role may not create tables");
+	user = strstr(fx.path, "user=postgres");
+	cr_assert_not_null(user, "%s", fx.path);
+	snprintf(uri, sizeof(uri), "%.*suser=%s%s", (int)(user - fx.path), fx.path,
+		 role, user + strlen("user=postgres"));
+	cr_assert_eq(cache_open(uri, &o, &c, &err), 0, "%s", err.message);
+	put_graph(c, 1, NULL);
+	publish(c, 1, DEVICE_GPU, CODEGEN, 1, 10);
+	cache_close(c);
+	snprintf(sql, sizeof(sql), "DROP OWNED BY %s; DROP ROLE %s", role, role);
+	raw_pg(sql);
 }

@@ -1,7 +1,9 @@
 /*
  * test_postgresql.c: a real tuned on a PostgreSQL cache (--cache
  * postgresql://...): a job from submit to fetch, its version in the
- * database, and a daemon started again on the database serving it. The
+ * database, a second daemon on the database refused while the first runs
+ * (one daemon per database for now), and a daemon started again on the
+ * database after the first stopped serving it. The
  * server is a private one (tests/cache/pg_server.h); the test is skipped
  * where no PostgreSQL is installed.
  */
@@ -52,6 +54,21 @@ static json_t *fetch_key(conn *c, const char *key)
 	return conn_call(c, "fetch", json_pack("{s:s}", "key", key));
 }
 
+/* A second daemon, on its own socket, on the database "first" holds. */
+static void expect_second_refused(const fixture *first)
+{
+	fixture second = *first;
+
+	second.pid = 0;
+	snprintf(second.socket, sizeof(second.socket), "%s/second.sock", first->dir);
+	snprintf(second.log, sizeof(second.log), "%s/second.log", first->dir);
+	cr_expect_eq(fixture_start_refused(&second, NULL, NULL), 1);
+	if (!fixture_log_contains(&second, "one daemon per database for now"))
+		fixture_print_log(&second);
+	cr_expect(fixture_log_contains(&second, "another daemon holds the cache "
+				       "tuned: one daemon per database for now"));
+}
+
 Test(postgresql, a_daemon_tunes_into_the_database_and_another_serves_it,
      .init = start_server, .fini = stop_server, .timeout = 300)
 {
@@ -65,6 +82,7 @@ Test(postgresql, a_daemon_tunes_into_the_database_and_another_serves_it,
 	cr_assert_eq(pg_server_create_db(server.uri, "tuned", f.cache,
 					 sizeof(f.cache)), 0, "%s", f.cache);
 	fixture_start(&f, NULL);
+	expect_second_refused(&f);
 	cr_assert(conn_open(&c, f.socket));
 	conn_hello(&c);
 	reply = conn_call(&c, "submit", json_pack("{s:s}", "graph", text));
