@@ -243,10 +243,15 @@ int cache_pg_open_reader(const cache *c, cache **out, cache_error *err)
 	return 0;
 }
 
+/* The owner's lock is given back before the connection ends: a server
+ * ends the session after PQfinish returns, and a daemon started right
+ * after this one stopped must find the lock free. */
 void cache_pg_close(cache *c)
 {
 	if (!c)
 		return;
+	if (c->pg_writer && PQstatus(c->pg_writer) == CONNECTION_OK)
+		PQclear(PQexec(c->pg_writer, "SELECT pg_advisory_unlock(" OWNER_LOCK ")"));
 	PQfinish(c->pg_reader);
 	PQfinish(c->pg_writer);
 	cache_free(c);
