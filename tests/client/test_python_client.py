@@ -114,6 +114,27 @@ class DaemonTest(unittest.TestCase):
         self.assertIn("running", states)
         self.assertIn("progress", names)
 
+    def test_submit_with_grad_returns_the_backward_graph_s_job(self):
+        client = self.client()
+        graph = {"version": 1, "name": "scale", "tensors": {
+            "x": {"shape": [4, 8], "dtype": "f32", "role": "input"},
+            "y": {"shape": [4, 8], "dtype": "f32", "role": "output"}},
+            "ops": ["y[i, j] = 2 * x[i, j]"]}
+        job = client.submit(graph, budget=1, trials=1, grad=("x",))
+        backward = job["grad"]
+        self.assertRegex(backward["key"], "^[0-9a-f]{64}$")
+        self.assertNotEqual(backward["key"], job["key"])
+        self.assertEqual(backward["name"], "scale_grad")
+        self.assertEqual(backward["cached_version"], 0)
+        tensors = json.loads(backward["graph"])["tensors"]
+        self.assertEqual({n: t["role"] for n, t in tensors.items()},
+                         {"x": "input", "d_y": "input", "d_x": "output"})
+        with self.assertRaises(tuned_gpu.BadRequestError) as caught:
+            client.submit(graph, grad=["y"])
+        self.assertEqual(caught.exception.message,
+                         "params.grad: cannot differentiate with respect to 'y': it is an "
+                         "output, whose gradient is the input d_y")
+
     def test_a_bad_graph_is_a_bad_request_with_the_daemon_s_message(self):
         client = self.client()
         graph = {"version": 1, "tensors": {

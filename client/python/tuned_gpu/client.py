@@ -209,13 +209,18 @@ class Client:
                 return reply.get("result")
             # a reply to an earlier call that ran out of time: dropped
 
-    def submit(self, graph, budget=None, priority=None, trials=None):
+    def submit(self, graph, budget=None, priority=None, trials=None, grad=None):
         """Submits "graph" (graph.json as text or as a dict) to be tuned for
         "budget" seconds (None: the daemon's default), with "priority" and
         at most "trials" trials. Returns the job, with "cached_version";
-        the job's events come to this client from then on."""
+        the job's events come to this client from then on. With "grad"
+        (tensor names), the daemon also tunes the backward graph with
+        respect to them (docs/autodiff.md): the job's "grad" is that
+        graph's job, with its "cached_version" and its "graph" (the
+        backward graph.json text)."""
         params = {"graph": graph}
-        for name, value in (("budget", budget), ("priority", priority), ("trials", trials)):
+        for name, value in (("budget", budget), ("priority", priority), ("trials", trials),
+                            ("grad", None if grad is None else list(grad))):
             if value is not None:
                 params[name] = value
         return self.call("submit", params)

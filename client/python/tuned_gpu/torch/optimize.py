@@ -30,6 +30,26 @@ class TunedWarning(UserWarning):
     torch (or keeps its plan), and the message says why."""
 
 
+class _Differentiable(torch.autograd.Function):
+    """A partition's plans as one op of autograd: forward runs the forward
+    plan on the graph's inputs (`values`, in the partition's order) and
+    saves them; backward runs the backward plan on them and the incoming
+    gradients, which recomputes the intermediates it reads
+    (docs/autodiff.md), and gives each input that needs it its gradient."""
+
+    @staticmethod
+    def forward(ctx, partition, plan, inputs, *values):
+        ctx.partition, ctx.inputs = partition, inputs
+        ctx.save_for_backward(*values)
+        return partition.run_forward(plan, values)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        needed = ctx.needs_input_grad[3:]
+        return (None, None, None) + ctx.partition.run_backward(ctx.saved_tensors, grads,
+                                                               needed, ctx.inputs)
+
+
 class TunedPartition(torch.nn.Module):
     """One partition of an optimized module: called with the values of the
     fx nodes it reads (`reads`, by name), it returns those of its nodes
@@ -39,9 +59,14 @@ class TunedPartition(torch.nn.Module):
     replaces in one assignment, so a call runs the one complete plan it
     read at its start; before a plan, or when running one fails, it runs
     `fallback`, the partition's torch nodes, and warns once per cause.
+
+    Where autograd asks for gradients, a call runs its forward plan as one
+    autograd op whose backward runs the backward plan (`backward`, a
+    (Plan, version) too), of the graph differentiated with respect to
+    `wrt` (graph inputs); before a backward plan, it runs in torch.
     """
 
-    def __init__(self, partition, fallback, reads, gives, parameters):
+    def __init__(self, partition, fallback, reads, gives, parameters, wrt):
         super().__init__()
         self.fallback = fallback
         self.name = partition.graph["name"]
@@ -51,13 +76,15 @@ class TunedPartition(torch.nn.Module):
         self.key = None
         self.current = (None, 0)
         self.trouble = None   # why tuned is not serving it, set by the upgrader
+        self.wrt = wrt        # the inputs its backward graph gives gradients of
+        self.grad_key = None
+        self.backward = (None, 0)
+        self.backward_trouble = None  # why it has no backward plan, set by the upgrader
         self._warned = None
         self._lock = threading.Lock()  # a plan's scratch buffers serve one call at a time
-        self._checked = None  # the plan whose first call checked every tensor
+        self._checked = {}    # per direction, the plan whose first call checked every tensor
         self._inputs = self._input_getters(partition.inputs, parameters)
-        self._outputs = {name: (tuple(d["shape"]), TORCH_DTYPES[d["dtype"]])
-                         for name, d in partition.graph["tensors"].items()
-                         if d.get("role") == "output"}
+        self._outputs = self._tensor_layout(partition.graph, "output")
         self._results = self._result_layout(partition.outputs)
 
     @property
@@ -65,6 +92,19 @@ class TunedPartition(torch.nn.Module):
         """The version of the plan it runs; 0 while it runs in torch."""
         plan, version = self.current
         return version if plan is not None else 0
+
+    @property
+    def backward_version(self):
+        """The version of the backward plan it runs; 0 while its gradients
+        come from torch."""
+        plan, version = self.backward
+        return version if plan is not None else 0
+
+    @staticmethod
+    def _tensor_layout(graph, role):
+        """The graph's tensors of `role`, by name: shape and torch dtype."""
+        return {name: (tuple(d["shape"]), TORCH_DTYPES[d["dtype"]])
+                for name, d in graph["tensors"].items() if d.get("role") == role}
 
     def _input_getters(self, sources, parameters):
         """Per graph input, how a call finds its tensor: a node it reads
@@ -102,34 +142,109 @@ class TunedPartition(torch.nn.Module):
     def forward(self, *inputs):
         plan, version = self.current
         if plan is not None and self._results is not None:
-            if torch.is_grad_enabled() and self._needs_grad(inputs):
-                self._warn("gradients are asked for and plans give none: call it under "
-                           "torch.no_grad() or torch.inference_mode()", False)
-            else:
-                self._warn(self.trouble, True)
-                try:
-                    return self._run(plan, inputs)
-                except TunedError as e:
-                    self._failed(plan, version, e)
+            values = [get(inputs) for get in self._inputs.values()]
+            differentiated = torch.is_grad_enabled() and any(v.requires_grad for v in values)
+            why = self._why_torch_differentiates(values) if differentiated else None
+            if why:
+                self._warn(why, False)
+            if why is not None:  # "" before the first backward plan: no warning
+                return self.fallback(*inputs)
+            self._warn(self.trouble, True)
+            try:
+                if not differentiated:
+                    return self._given(self._run(plan, values))
+                outputs = _Differentiable.apply(self, plan, inputs, *values)
+                return self._given(dict(zip(self._outputs, outputs)))
+            except TunedError as e:
+                self._failed(plan, version, e)
         self._warn(self.trouble, False)
         return self.fallback(*inputs)
 
-    def _needs_grad(self, inputs):
-        return any(get(inputs).requires_grad for get in self._inputs.values())
+    def _why_torch_differentiates(self, values):
+        """Why a call that autograd follows runs in torch: an input needs
+        a gradient that the backward graph does not give, or the daemon
+        gave it no backward graph; "" (no warning) before its first
+        backward plan; None when it runs its plans."""
+        if not self.wrt:
+            return ("gradients are asked for, and it was optimized in eval mode, without "
+                    "backward plans: optimize the module in training mode (module.train()) "
+                    "to train it on tuned kernels")
+        missing = [n for n, v in zip(self._inputs, values)
+                   if v.requires_grad and n not in self.wrt]
+        if missing:
+            return ("gradients are asked for %s, and its backward plans give those of %s: "
+                    "optimize it with example inputs that require them"
+                    % (", ".join(missing), ", ".join(self.wrt)))
+        if self.backward_trouble:
+            return self.backward_trouble
+        return "" if self.backward[0] is None else None
 
-    def _run(self, plan, inputs):
-        tensors = {name: get(inputs).contiguous() for name, get in self._inputs.items()}
+    def _given(self, tensors):
+        """The nodes given to torch, from the graph's outputs by name."""
+        return tuple(tensors[r] if isinstance(r, str) else tuple(tensors[n] for n in r)
+                     for r in self._results)
+
+    def _run(self, plan, values):
+        """The forward plan run on the graph's inputs: its outputs by name."""
+        tensors = {name: v.contiguous() for name, v in zip(self._inputs, values)}
         device = next(iter(tensors.values())).device if tensors else torch.device("cpu")
         for name, (shape, dtype) in self._outputs.items():
             tensors[name] = torch.empty(shape, dtype=dtype, device=device)
+        self._execute("forward", plan, tensors, device)
+        return tensors
+
+    def run_forward(self, plan, values):
+        """_Differentiable's forward: the outputs, in the graph's order."""
+        tensors = self._run(plan, values)
+        return tuple(tensors[name] for name in self._outputs)
+
+    def run_backward(self, saved, grads, needed, inputs):
+        """_Differentiable's backward: the backward plan run on the saved
+        inputs and the outputs' gradients (None: zero); per input, its
+        gradient where `needed`, else None. A backward plan that fails
+        warns, and torch computes the gradients again from the call's
+        `inputs`."""
+        plan, version = self.backward
+        tensors = {name: v.contiguous() for name, v in zip(self._inputs, saved)}
+        device = saved[0].device if saved else torch.device("cpu")
+        for name, grad in zip(self._outputs, grads):
+            shape, dtype = self._outputs[name]
+            tensors["d_" + name] = grad.contiguous() if grad is not None else \
+                torch.zeros(shape, dtype=dtype, device=device)
+        for name in self.wrt:
+            tensors["d_" + name] = torch.empty_like(tensors[name])
+        try:
+            self._execute("backward", plan, tensors, device)
+        except TunedError as e:
+            self._backward_failed(plan, version, e)
+            return self._torch_backward(inputs, saved, grads, needed)
+        return tuple(tensors["d_" + name] if need and name in self.wrt else None
+                     for name, need in zip(self._inputs, needed))
+
+    def _torch_backward(self, inputs, saved, grads, needed):
+        """The gradients from torch: the fallback's nodes run again on the
+        call's inputs, differentiated by autograd with respect to the
+        graph's inputs (`saved`, those very tensors) that need them."""
+        incoming = dict(zip(self._outputs, grads))
+        with torch.enable_grad():
+            given = self.fallback(*inputs)
+        pairs = [(value, incoming[name]) for r, node in zip(self._results, given)
+                 for name, value in ([(r, node)] if isinstance(r, str) else zip(r, node))
+                 if incoming[name] is not None]
+        wanted = [v for v, need in zip(saved, needed) if need]
+        found = iter(torch.autograd.grad([v for v, _ in pairs], wanted,
+                                         [g for _, g in pairs], allow_unused=True))
+        return tuple(next(found) if need else None for need in needed)
+
+    def _execute(self, direction, plan, tensors, device):
+        """Runs `plan` on `tensors` (by name): its first call checks them
+        all, the next ones pass their pointers unchecked."""
         with self._lock:
-            if self._checked is plan:
+            if self._checked.get(direction) is plan:
                 plan.run_checked(self._pointers(plan, tensors), self._stream(device))
-            else:  # the first call of a plan checks every tensor
+            else:
                 plan.run(tensors)
-                self._checked = plan
-        return tuple(tensors[r] if isinstance(r, str) else tuple(tensors[n] for n in r)
-                     for r in self._results)
+                self._checked[direction] = plan
 
     @staticmethod
     def _pointers(plan, tensors):
@@ -165,8 +280,22 @@ class TunedPartition(torch.nn.Module):
                       % (self.name, self.key or "not known yet", what, why),
                       TunedWarning, stacklevel=4)
 
-    def use(self, plan, version):
-        """Called by the upgrader: calls from now on run `plan`."""
+    def _backward_failed(self, plan, version, error):
+        """The backward plan failed to run: gradients come from torch until
+        the upgrader brings another version, and a warning says why."""
+        if self.backward[0] is plan:
+            self.backward = (None, version)
+        self.backward_trouble = "backward plan version %d failed to run: %s" % (version, error)
+        self._warn(self.backward_trouble, False)
+
+    def use(self, plan, version, direction="forward"):
+        """Called by the upgrader: calls from now on run `plan`, as the
+        forward plan, or as the `backward` one."""
+        if direction == "backward":
+            self.backward = (plan, version)
+            if self.backward_trouble and self.backward_trouble.startswith("backward plan"):
+                self.backward_trouble = None
+            return
         self.current = (plan, version)
         if self.trouble and self.trouble.startswith("plan version"):
             self.trouble = None
@@ -242,6 +371,32 @@ def _attribute(gm, qualified):
     return getattr(gm.get_submodule(owner) if owner else gm, name)
 
 
+def _differentiated(exported, partition):
+    """The inputs of `partition` its backward graph differentiates with
+    respect to, when the module is in training mode (in eval mode, none):
+    its floating inputs that are parameters requiring grad, example
+    inputs requiring grad, or computed by torch."""
+    gm = exported.graph_module
+    if not gm.training:
+        return []
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    examples = {name: x for name, x in zip(placeholders, exported.example_inputs)
+                if isinstance(x, torch.Tensor)}
+    wrt = []
+    for name, source in partition.inputs.items():
+        if not partition.graph["tensors"][name]["dtype"].startswith(("f", "bf")):
+            continue
+        if source.kind == "parameter":
+            needs = _attribute(gm, source.name).requires_grad
+        elif source.kind == "node":
+            needs = examples[source.name].requires_grad if source.name in examples else True
+        else:
+            needs = False
+        if needs:
+            wrt.append(name)
+    return wrt
+
+
 def _replace(exported):
     """A GraphModule computing what the exported module does, each
     partition's nodes replaced by a call of its TunedPartition; and
@@ -259,7 +414,8 @@ def _replace(exported):
         fallback, reads, gives = _subgraph(gm, members, constants)
         target = "tuned_%d" % unit
         tuned[target] = TunedPartition(partition, fallback, [n.name for n in reads],
-                                       [n.name for n in gives], lambda q: _attribute(gm, q))
+                                       [n.name for n in gives], lambda q: _attribute(gm, q),
+                                       _differentiated(exported, partition))
         call = graph.call_module(target, tuple(env[a] for a in reads))
         for i, node in enumerate(gives):
             env[node] = graph.call_function(operator.getitem, (call, i))
@@ -333,10 +489,14 @@ class Optimized(torch.nn.Module):
 
     def wait(self, timeout=None, min_version=1):
         """Waits until every partition runs a plan of at least
-        `min_version`; whether they do, after `timeout` seconds (None:
-        no limit)."""
+        `min_version`, and a backward plan of at least that version too
+        where it has a backward graph (one the daemon refused, with its
+        `backward_trouble`, excepted); whether they do, after `timeout`
+        seconds (None: no limit)."""
         end = None if timeout is None else time.monotonic() + timeout
-        while any(p.version < min_version for p in self.partitions):
+        while any(p.version < min_version or
+                  (p.wrt and not p.backward_trouble and p.backward_version < min_version)
+                  for p in self.partitions):
             if end is not None and time.monotonic() >= end:
                 return False
             time.sleep(0.05)

@@ -1,9 +1,11 @@
 """The upgrader: one thread of the package per daemon socket, which
 follows the daemon for the partitions of optimized modules.
 
-It submits each partition's graph (once), watches its key, and on each
-new version fetches the plan and loads it, off the calls' path, then
-hands it to the partition, which runs it from its next call. When the
+It submits each partition's graph (once; with the inputs to
+differentiate, for a module that trains, so the daemon tunes its
+backward graph too), watches its keys, and on each new version fetches
+the plan and loads it, off the calls' path, then hands it to the
+partition, which runs it from its next call. When the
 daemon goes away it tells the partitions why, and connects again, every
 BACKOFF_MAX_S seconds at most; meanwhile each partition keeps the plan
 it runs, or runs in torch.
@@ -30,17 +32,30 @@ def unreachable(error):
     return "%s (%s); reconnecting every %g s at most" % (UNREACHABLE, error, BACKOFF_MAX_S)
 
 
+class Followed:
+    """One graph of a partition, its forward graph or its backward graph:
+    the graph, its key once submitted and the version it was given."""
+
+    def __init__(self, direction, graph, key=None):
+        self.direction, self.graph, self.key = direction, graph, key
+        self.version = 0
+
+
 class Entry:
-    """A partition followed: its graph, its budget, the backend its plans
-    load for, its key once submitted and the version it was given."""
+    """A partition followed: its budget, the backend its plans load for,
+    the inputs its backward graph differentiates (`wrt`), and its graphs
+    (Followed: the forward one, then the backward one once submitted)."""
 
     def __init__(self, partition, budget, backend):
         self.partition = weakref.ref(partition)
-        self.graph, self.budget, self.backend = partition.graph, budget, backend
-        self.key = None
-        self.version = 0
+        self.budget, self.backend, self.wrt = budget, backend, partition.wrt
+        self.graphs = [Followed("forward", partition.graph)]
         self.refused = False
         self.watched = False
+
+    @property
+    def key(self):
+        return self.graphs[0].key
 
     def tell(self, why):
         """Sets why tuned does not serve the partition (None: it does)."""
@@ -78,34 +93,66 @@ class Upgrader:
                 self._thread.start()
 
     def _follow(self, client, entry):
-        """Submits the entry's graph, and gives its partition the key's
-        plan when the cache has one."""
+        """Submits the entry's graph (and its backward graph), and gives
+        its partition the keys' plans when the cache has them."""
+        job = self._submit(client, entry)
+        if job is None:
+            return
+        forward = entry.graphs[0]
+        forward.key = job["key"]
+        cached = [(forward, job["cached_version"])]
+        partition = entry.partition()
+        if partition is not None:
+            partition.key = forward.key
+        if "grad" in job:
+            backward = Followed("backward", job["grad"]["graph"], job["grad"]["key"])
+            entry.graphs.append(backward)
+            cached.append((backward, job["grad"]["cached_version"]))
+            if partition is not None:
+                partition.grad_key = backward.key
+        for followed, version in cached:
+            if version > followed.version:
+                self._upgrade(client, entry, followed)
+
+    @staticmethod
+    def _submit(client, entry):
+        """The entry's job, with its backward graph's where it has inputs
+        to differentiate; a backward graph the daemon refuses is told to
+        the partition (which then differentiates in torch) and the graph
+        submitted alone; None when the daemon refuses the graph."""
         try:
-            job = client.submit(entry.graph, budget=entry.budget)
+            if entry.wrt:
+                try:
+                    return client.submit(entry.graphs[0].graph, budget=entry.budget,
+                                         grad=entry.wrt)
+                except REFUSALS as e:
+                    why = "the daemon refused its backward graph: %s" % e
+                    partition = entry.partition()
+                    if partition is not None:
+                        partition.backward_trouble = why
+            return client.submit(entry.graphs[0].graph, budget=entry.budget)
         except REFUSALS as e:
             entry.refused = True
             entry.tell("the daemon refused its graph: %s" % e)
-            return
-        entry.key = job["key"]
-        partition = entry.partition()
-        if partition is not None:
-            partition.key = job["key"]
-        if job["cached_version"] > entry.version:
-            self._upgrade(client, entry)
+            return None
 
-    def _upgrade(self, client, entry):
-        """Fetches the key's best plan and loads it for the partition; a
-        plan that does not load is not tried again."""
-        fetched = client.fetch(key=entry.key)
-        entry.version = fetched["version"]
+    def _upgrade(self, client, entry, followed):
+        """Fetches the best plan of one of the entry's keys and loads it for
+        the partition; a plan that does not load is not tried again."""
+        fetched = client.fetch(key=followed.key)
+        followed.version = fetched["version"]
         try:
-            plan = Plan(entry.graph, fetched, entry.backend)
+            plan = Plan(followed.graph, fetched, entry.backend)
         except TunedError as e:
-            entry.tell("plan version %d fails to load: %s" % (entry.version, e))
+            why = "plan version %d fails to load: %s" % (followed.version, e)
+            if followed.direction == "forward":
+                entry.tell(why)
+            elif entry.partition() is not None:
+                entry.partition().backward_trouble = "backward " + why
             return
         partition = entry.partition()
         if partition is not None:
-            partition.use(plan, entry.version)
+            partition.use(plan, followed.version, followed.direction)
 
     def _lost(self, error):
         """The thread lost the daemon: each partition is told why (the
@@ -148,19 +195,21 @@ class Upgrader:
             if event.name != "version":
                 continue
             for entry in entries:
-                if entry.key == event.data.get("key") and \
-                        event.data.get("version", 0) > entry.version:
-                    self._upgrade(client, entry)
+                for followed in entry.graphs:
+                    if followed.key == event.data.get("key") and \
+                            event.data.get("version", 0) > followed.version:
+                        self._upgrade(client, entry, followed)
 
     def _watch(self, client, entry):
-        """Follows the entry's key; a version published before the watch
+        """Follows the entry's keys; a version published before the watch
         is fetched at once."""
         if entry.key is None:
             self._follow(client, entry)
             if entry.refused:
                 return
-        if client.call("watch", {"key": entry.key})["version"] > entry.version:
-            self._upgrade(client, entry)
+        for followed in entry.graphs:
+            if client.call("watch", {"key": followed.key})["version"] > followed.version:
+                self._upgrade(client, entry, followed)
         entry.watched = True
         partition = entry.partition()
         if partition is not None and (partition.trouble or "").startswith(UNREACHABLE):
