@@ -114,6 +114,21 @@ static bool quasi_form(const sched_node *node, int64_t *row, int *op,
 	return affine_form(node->args[0], 1, row);
 }
 
+/* Dim d's quasi-affine form, as quasi_form reads it; op -1 if it has
+ * none. */
+typedef struct quasi {
+	int op; /* SCHED_DIV, SCHED_MOD or -1 */
+	int64_t k, outer;
+	int64_t inner[NCOLS];
+} quasi;
+
+static void read_quasi(const sched_node *index, quasi *q)
+{
+	memset(q, 0, sizeof(*q));
+	if (!quasi_form(index, q->inner, &q->op, &q->k, &q->outer))
+		q->op = -1;
+}
+
 /* A new variable of the inverse (summed over), over [lo, hi]. */
 static int add_extra(grad_ctx *g, equations *eq, grad_inverse *inv,
 		     const char *prefix, int64_t lo, int64_t hi)
@@ -166,47 +181,94 @@ static const char *form_text(grad_ctx *g, const equations *eq,
 	return text;
 }
 
+/* Names dim d's index variable of the adjoint, over [0, extent). */
+static void name_dim(grad_ctx *g, equations *eq, int d, int64_t extent,
+		     const char *prefix)
+{
+	eq->name[COL_J + d] = grad_printf(g, "%s%d", prefix, d);
+	eq->min[COL_J + d] = 0;
+	eq->max[COL_J + d] = extent - 1;
+}
+
+/* The guards of a remainder dim d (inner % k + outer = j): outer <= j <
+ * k + outer, where the dim's extent does not keep it there. */
+static void remainder_guards(grad_ctx *g, equations *eq, grad_inverse *inv,
+			     int d, const quasi *q, int64_t extent)
+{
+	if (q->outer > 0)
+		add_guard(g, inv, grad_printf(g, "%s >= %lld", eq->name[COL_J + d],
+					      (long long)q->outer));
+	if (extent - 1 - q->outer >= q->k)
+		add_guard(g, inv, grad_printf(g, "%s < %lld", eq->name[COL_J + d],
+					      (long long)(q->k + q->outer)));
+}
+
 /* Dim d's equation (index - j = 0, or its quasi-affine form with a new
  * variable), and the guards a remainder needs; false when the index is
  * neither affine nor quasi-affine as quasi_form reads it. */
 static bool dim_equation(grad_ctx *g, equations *eq, grad_inverse *inv,
-			 const sched_node *index, int d, int64_t extent,
-			 const char *prefix)
+			 const sched_node *index, const quasi *q, int d,
+			 int64_t extent, const char *prefix)
 {
-	int64_t *row = eq->row[d], k = 0, outer = 0, lo, hi;
-	int op = -1, col;
+	int64_t *row = eq->row[d], lo, hi;
+	int col;
 
-	eq->name[COL_J + d] = grad_printf(g, "%s%d", prefix, d);
-	eq->min[COL_J + d] = 0;
-	eq->max[COL_J + d] = extent - 1;
+	name_dim(g, eq, d, extent, prefix);
 	if (affine_form(index, 1, row)) {
 		row[COL_J + d] = -1;
 		return true;
 	}
-	memset(row, 0, NCOLS * sizeof(*row));
-	if (!quasi_form(index, row, &op, &k, &outer))
+	if (q->op < 0)
 		return false;
+	memcpy(row, q->inner, sizeof(q->inner));
 	form_range(eq, row, &lo, &hi);
-	if (op == SCHED_DIV) {
+	if (q->op == SCHED_DIV) {
 		/* inner = k (j - outer) + t, t in [0, k) */
-		col = add_extra(g, eq, inv, prefix, 0, k - 1);
-		row[COL_J + d] = -k;
-		row[COL_CONST] += k * outer;
+		col = add_extra(g, eq, inv, prefix, 0, q->k - 1);
+		row[COL_J + d] = -q->k;
+		row[COL_CONST] += q->k * q->outer;
 		row[col] = -1;
 		return true;
 	}
 	/* inner = k q + (j - outer), q over the quotients, 0 <= j - outer < k */
-	col = add_extra(g, eq, inv, prefix, floor_div(lo, k), floor_div(hi, k));
-	row[col] = -k;
+	col = add_extra(g, eq, inv, prefix, floor_div(lo, q->k), floor_div(hi, q->k));
+	row[col] = -q->k;
 	row[COL_J + d] = -1;
-	row[COL_CONST] += outer;
-	if (outer > 0)
-		add_guard(g, inv, grad_printf(g, "%s >= %lld", eq->name[COL_J + d],
-					      (long long)outer));
-	if (extent - 1 - outer >= k)
-		add_guard(g, inv, grad_printf(g, "%s < %lld", eq->name[COL_J + d],
-					      (long long)(k + outer)));
+	row[COL_CONST] += q->outer;
+	remainder_guards(g, eq, inv, d, q, extent);
 	return true;
+}
+
+/* Dims a (inner / k + outer_a) and b (inner % k + outer_b) of the same
+ * inner form and k, a head split such as x[r / 16, r % 16]: one equation,
+ * inner = k (j_a - outer_a) + j_b - outer_b, with no new variable to sum
+ * over; row b is left empty, which always holds. */
+static void pair_equation(grad_ctx *g, equations *eq, grad_inverse *inv,
+			  const quasi *q, int a, int b, const int64_t *extents,
+			  const char *prefix)
+{
+	int64_t *row = eq->row[a];
+
+	name_dim(g, eq, a, extents[a], prefix);
+	name_dim(g, eq, b, extents[b], prefix);
+	memcpy(row, q[a].inner, sizeof(q[a].inner));
+	row[COL_J + a] = -q[a].k;
+	row[COL_J + b] = -1;
+	row[COL_CONST] += q[a].k * q[a].outer + q[b].outer;
+	remainder_guards(g, eq, inv, b, &q[b], extents[b]);
+}
+
+/* partner[d]: the dim that splits the same inner form with d, one by
+ * quotient and the other by remainder, or -1. */
+static void find_partners(const quasi *q, int rank, int *partner)
+{
+	for (int d = 0; d < rank; d++)
+		partner[d] = -1;
+	for (int a = 0; a < rank; a++)
+		for (int b = 0; b < rank && q[a].op == SCHED_DIV && partner[a] < 0; b++)
+			if (q[b].op == SCHED_MOD && partner[b] < 0 && q[a].k == q[b].k &&
+			    !memcmp(q[a].inner, q[b].inner, sizeof(q[a].inner)))
+				partner[a] = b, partner[b] = a;
 }
 
 /* The op variable row d solves at "pass": 0, coefficient 1 or -1 and the
@@ -388,11 +450,20 @@ int grad_invert(grad_ctx *g, const sched_graph *graph, const sched_op *op,
 {
 	const sched_tensor *x = &graph->tensors[access->tensor];
 	const char *prefix = free_prefix(op, x->rank);
+	quasi q[SCHED_MAX_RANK];
+	int partner[SCHED_MAX_RANK];
 	equations eq;
 
 	start(g, &eq, inv, op, prefix, x->rank);
 	for (int d = 0; d < x->rank; d++)
-		if (!dim_equation(g, &eq, inv, access->args[d], d, x->shape[d], prefix))
+		read_quasi(access->args[d], &q[d]);
+	find_partners(q, x->rank, partner);
+	for (int d = 0; d < x->rank; d++)
+		if (partner[d] >= 0 && q[d].op == SCHED_DIV)
+			pair_equation(g, &eq, inv, q, d, partner[d], x->shape, prefix);
+		else if (partner[d] < 0 &&
+			 !dim_equation(g, &eq, inv, access->args[d], &q[d], d,
+				       x->shape[d], prefix))
 			return refuse(op, access, access->args[d],
 				      "is not an affine form, nor one divided by or "
 				      "taken modulo a constant, so its inverse is not "
