@@ -251,7 +251,8 @@ void cache_pg_close(cache *c)
 	if (!c)
 		return;
 	if (c->pg_writer && PQstatus(c->pg_writer) == CONNECTION_OK)
-		PQclear(PQexec(c->pg_writer, "SELECT pg_advisory_unlock(" OWNER_LOCK ")"));
+		PQclear(PQexec(c->pg_writer,
+			       "SELECT pg_advisory_unlock(" OWNER_LOCK ")"));
 	PQfinish(c->pg_reader);
 	PQfinish(c->pg_writer);
 	cache_free(c);

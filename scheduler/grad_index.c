@@ -192,23 +192,25 @@ static void name_dim(grad_ctx *g, equations *eq, int d, int64_t extent,
 
 /* The guards of a remainder dim d (inner % k + outer = j): outer <= j <
  * k + outer, where the dim's extent does not keep it there. */
-static void remainder_guards(grad_ctx *g, equations *eq, grad_inverse *inv,
-			     int d, const quasi *q, int64_t extent)
+static void remainder_guards(grad_ctx *g, equations *eq, grad_inverse *inv, int d,
+			     const quasi *q, int64_t extent)
 {
 	if (q->outer > 0)
-		add_guard(g, inv, grad_printf(g, "%s >= %lld", eq->name[COL_J + d],
-					      (long long)q->outer));
+		add_guard(g, inv,
+			  grad_printf(g, "%s >= %lld", eq->name[COL_J + d],
+				      (long long)q->outer));
 	if (extent - 1 - q->outer >= q->k)
-		add_guard(g, inv, grad_printf(g, "%s < %lld", eq->name[COL_J + d],
-					      (long long)(q->k + q->outer)));
+		add_guard(g, inv,
+			  grad_printf(g, "%s < %lld", eq->name[COL_J + d],
+				      (long long)(q->k + q->outer)));
 }
 
 /* Dim d's equation (index - j = 0, or its quasi-affine form with a new
  * variable), and the guards a remainder needs; false when the index is
  * neither affine nor quasi-affine as quasi_form reads it. */
 static bool dim_equation(grad_ctx *g, equations *eq, grad_inverse *inv,
-			 const sched_node *index, const quasi *q, int d,
-			 int64_t extent, const char *prefix)
+			 const sched_node *index, const quasi *q, int d, int64_t extent,
+			 const char *prefix)
 {
 	int64_t *row = eq->row[d], lo, hi;
 	int col;
@@ -243,9 +245,8 @@ static bool dim_equation(grad_ctx *g, equations *eq, grad_inverse *inv,
  * inner form and k, a head split such as x[r / 16, r % 16]: one equation,
  * inner = k (j_a - outer_a) + j_b - outer_b, with no new variable to sum
  * over; row b is left empty, which always holds. */
-static void pair_equation(grad_ctx *g, equations *eq, grad_inverse *inv,
-			  const quasi *q, int a, int b, const int64_t *extents,
-			  const char *prefix)
+static void pair_equation(grad_ctx *g, equations *eq, grad_inverse *inv, const quasi *q,
+			  int a, int b, const int64_t *extents, const char *prefix)
 {
 	int64_t *row = eq->row[a];
 
@@ -266,7 +267,8 @@ static void find_partners(const quasi *q, int rank, int *partner)
 		partner[d] = -1;
 	for (int a = 0; a < rank; a++)
 		for (int b = 0; b < rank && q[a].op == SCHED_DIV && partner[a] < 0; b++)
-			if (q[b].op == SCHED_MOD && partner[b] < 0 && q[a].k == q[b].k &&
+			if (q[b].op == SCHED_MOD && partner[b] < 0 &&
+			    q[a].k == q[b].k &&
 			    !memcmp(q[a].inner, q[b].inner, sizeof(q[a].inner)))
 				partner[a] = b, partner[b] = a;
 }
@@ -461,9 +463,8 @@ int grad_invert(grad_ctx *g, const sched_graph *graph, const sched_op *op,
 	for (int d = 0; d < x->rank; d++)
 		if (partner[d] >= 0 && q[d].op == SCHED_DIV)
 			pair_equation(g, &eq, inv, q, d, partner[d], x->shape, prefix);
-		else if (partner[d] < 0 &&
-			 !dim_equation(g, &eq, inv, access->args[d], &q[d], d,
-				       x->shape[d], prefix))
+		else if (partner[d] < 0 && !dim_equation(g, &eq, inv, access->args[d],
+							 &q[d], d, x->shape[d], prefix))
 			return refuse(op, access, access->args[d],
 				      "is not an affine form, nor one divided by or "
 				      "taken modulo a constant, so its inverse is not "

@@ -456,16 +456,18 @@ Test(grad, a_quotient_and_remainder_of_one_form_solve_together)
 	char *json;
 
 	cr_assert_eq(load_graph(tensors, ops, &g, &err), SCHED_OK, "%s", err.message);
-	cr_assert_eq(sched_graph_grad(g, wrt, 1, &json, &err), SCHED_OK, "%s", err.message);
+	cr_assert_eq(sched_graph_grad(g, wrt, 1, &json, &err), SCHED_OK, "%s",
+		     err.message);
 	cr_expect(strstr(json, "\"d_x[i0, i1, i2] = d_y[i0, (4 * i1 + i2)] * 2\""),
 		  "%s", json);
 	free(json);
 	sched_graph_free(g);
 	check_graph(tensors, ops, "x", -1, 1);
-	check_graph("x f32 5,4 in; y f32 10 out", OPS("y[r] = exp(x[r / 3 + 1, r % 3 + 1])"),
-		    "x", -1, 1);
+	check_graph("x f32 5,4 in; y f32 10 out",
+		    OPS("y[r] = exp(x[r / 3 + 1, r % 3 + 1])"), "x", -1, 1);
 	check_graph("x f32 3,4 in; y f32 3,10 out",
-		    OPS("y[h, r] = x[h, r % 4] * x[(r + 2) / 4, (r + 2) % 4]"), "x", -1, 1);
+		    OPS("y[h, r] = x[h, r % 4] * x[(r + 2) / 4, (r + 2) % 4]"), "x", -1,
+		    1);
 }
 
 Test(grad, refuses_an_index_it_cannot_invert)
