@@ -135,8 +135,10 @@ Test(request, submit_grad_names_are_bounded)
 	cr_expect_eq(json_array_size(req.grad), PROTO_GRAD_MAX);
 	proto_request_release(&req);
 	strcpy(line + strlen(line) - 3, ",\"one_more\"]}}");
-	cr_assert_eq(proto_parse_request(line, strlen(line), &req, &err), -1);
+	cr_expect_eq(proto_parse_request(line, strlen(line), &req, &err),
+		     PROTO_EBAD_REQUEST);
 	cr_expect_str_eq(err.message, GRAD_MUST);
+	proto_request_release(&req);
 }
 
 Test(request, fetch_reads_key_or_job_and_waits)
