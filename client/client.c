@@ -694,6 +694,8 @@ int tuned_client_next_event(tuned_client *client, int timeout_ms,
 
 /* The job the daemon made (or found) for a submit: id, key and the
  * version the cache holds already. */
+/* The job "result" describes (a submit's result, or its "grad") into
+ * "out". */
 static int read_submitted(tuned_client *client, json_t *result,
 			  tuned_client_job *out, tuned_client_error *err)
 {
@@ -711,30 +713,54 @@ static int read_submitted(tuned_client *client, json_t *result,
 	return 0;
 }
 
-/* The params of a submit: the graph, its priority, and the budget and
- * trial limit when set (out of range, they are refused with the request
- * line); NULL when the graph is not UTF-8 or memory ran out. */
-static json_t *submit_params(const char *graph,
-			     const tuned_client_submit_options *o)
+/* "names" ("x,w") as a JSON array of its names; NULL when memory ran
+ * out. */
+static json_t *name_list(const char *names)
+{
+	json_t *list = json_array();
+	const char *at = names;
+
+	while (list) {
+		size_t n = strcspn(at, ",");
+
+		if (json_array_append_new(list, json_stringn(at, n)) < 0) {
+			json_decref(list);
+			return NULL;
+		}
+		if (!at[n])
+			break;
+		at += n + 1;
+	}
+	return list;
+}
+
+/* The params of a submit: the graph, its priority, and the budget, the
+ * trial limit and the names to differentiate with respect to when set
+ * (out of range, they are refused with the request line); NULL when the
+ * graph is not UTF-8 or memory ran out. */
+static json_t *submit_params(const char *graph, const tuned_client_submit_options *o,
+			     const char *grad)
 {
 	json_t *params = json_pack("{s:s, s:i}", "graph", graph, "priority",
 				   o->priority);
 
-	if (params && ((o->budget_s != 0 &&
-			json_object_set_new(params, "budget",
-					    json_real(o->budget_s)) < 0) ||
-		       (o->trials != 0 &&
-			json_object_set_new(params, "trials",
-					    json_integer(o->trials)) < 0))) {
+	if (params &&
+	    ((o->budget_s != 0 &&
+	      json_object_set_new(params, "budget", json_real(o->budget_s)) < 0) ||
+	     (o->trials != 0 &&
+	      json_object_set_new(params, "trials", json_integer(o->trials)) < 0) ||
+	     (grad && json_object_set_new(params, "grad", name_list(grad)) < 0))) {
 		json_decref(params);
 		params = NULL;
 	}
 	return params;
 }
 
-int tuned_client_submit_with(tuned_client *client, const char *graph,
-			     const tuned_client_submit_options *options,
-			     tuned_client_job *out, tuned_client_error *err)
+/* A submit, with a backward graph when "grad" is not NULL. */
+static int submit(tuned_client *client, const char *graph,
+		  const tuned_client_submit_options *options, const char *grad,
+		  tuned_client_job *out, tuned_client_job *backward,
+		  tuned_client_error *err)
 {
 	static const tuned_client_submit_options defaults;
 	json_t *params, *result = NULL;
@@ -743,15 +769,37 @@ int tuned_client_submit_with(tuned_client *client, const char *graph,
 	memset(out, 0, sizeof(*out));
 	if (!graph)
 		return set_error(err, TUNED_CLIENT_EINVAL, "no graph to submit");
-	params = submit_params(graph, options ? options : &defaults);
+	params = submit_params(graph, options ? options : &defaults, grad);
 	if (!params)
 		return set_error(err, TUNED_CLIENT_EINVAL,
 				 "the graph is not valid UTF-8, or memory ran out");
 	rc = tuned_client_call(client, PROTO_OP_SUBMIT, params, 0, &result, err);
 	if (rc == 0)
 		rc = read_submitted(client, result, out, err);
+	if (rc == 0 && backward)
+		rc = read_submitted(client, json_object_get(result, "grad"), backward,
+				    err);
 	json_decref(result);
 	return rc;
+}
+
+int tuned_client_submit_with(tuned_client *client, const char *graph,
+			     const tuned_client_submit_options *options,
+			     tuned_client_job *out, tuned_client_error *err)
+{
+	return submit(client, graph, options, NULL, out, NULL, err);
+}
+
+int tuned_client_submit_grad(tuned_client *client, const char *graph,
+			     const tuned_client_submit_options *options,
+			     const char *grad, tuned_client_job *out,
+			     tuned_client_job *backward, tuned_client_error *err)
+{
+	memset(backward, 0, sizeof(*backward));
+	if (!grad || !*grad)
+		return set_error(err, TUNED_CLIENT_EINVAL,
+				 "no tensor names to differentiate with respect to");
+	return submit(client, graph, options, grad, out, backward, err);
 }
 
 int tuned_client_submit(tuned_client *client, const char *graph,

@@ -273,16 +273,60 @@ static int wait_job(tuned_client *client, const service_options *o, int64_t id)
 	return status;
 }
 
-static void print_submitted(const service_options *o,
+/* "job 3 key ..." ("what": "" or "backward "), and the version the
+ * cache holds already. */
+static void print_submitted(const service_options *o, const char *what,
 			    const tuned_client_job *job)
 {
 	FILE *out = o->as_json ? stderr : stdout;
 
-	fprintf(out, "job %lld key %s\n", (long long)job->id, job->key);
+	fprintf(out, "%sjob %lld key %s\n", what, (long long)job->id, job->key);
 	if (job->cached_version > 0)
 		fprintf(out, "version %lld is cached already: tunectl fetch %s\n",
 			(long long)job->cached_version, job->key);
 	fflush(out);
+}
+
+static json_t *submitted_json(const tuned_client_job *job)
+{
+	return json_pack("{s:I, s:s, s:I}", "job", (json_int_t)job->id, "key", job->key,
+			 "cached_version", (json_int_t)job->cached_version);
+}
+
+/* What a submit prints, without --wait: the job (and the backward job,
+ * "grad" in JSON). */
+static void report_submitted(const service_options *o, const tuned_client_job *job,
+			     const tuned_client_job *backward)
+{
+	json_t *json;
+
+	if (!o->as_json) {
+		print_submitted(o, "", job);
+		if (backward->id)
+			print_submitted(o, "backward ", backward);
+		return;
+	}
+	json = submitted_json(job);
+	if (backward->id)
+		json_object_set_new(json, "grad", submitted_json(backward));
+	tunectl_print_json(json);
+}
+
+/* With --wait: follows the job, then the backward job; exit 0 when both
+ * ended done. */
+static int follow_submitted(tuned_client *client, const service_options *o,
+			    const tuned_client_job *job,
+			    const tuned_client_job *backward)
+{
+	int status;
+
+	print_submitted(o, "", job);
+	if (backward->id)
+		print_submitted(o, "backward ", backward);
+	status = wait_job(client, o, job->id);
+	if (backward->id && wait_job(client, o, backward->id) != EXIT_SUCCESS)
+		status = EXIT_INVALID;
+	return status;
 }
 
 int service_submit(tuned_client *client, const service_options *o)
@@ -292,27 +336,21 @@ int service_submit(tuned_client *client, const service_options *o)
 					       .priority = o->priority,
 					       .trials = o->trials};
 	tuned_client_error err;
-	tuned_client_job job;
+	tuned_client_job job, backward = {0};
 	int rc;
 
 	if (!graph)
 		return service_fail_with(o, "%s: cannot read the file (%s)", o->arg,
 					 strerror(errno));
-	rc = tuned_client_submit_with(client, graph, &options, &job, &err);
+	rc = o->grad ? tuned_client_submit_grad(client, graph, &options, o->grad, &job,
+						&backward, &err) :
+		       tuned_client_submit_with(client, graph, &options, &job, &err);
 	free(graph);
 	if (rc < 0)
 		return service_fail(o, &err);
-	if (o->wait) {
-		print_submitted(o, &job);
-		return wait_job(client, o, job.id);
-	}
-	if (o->as_json)
-		tunectl_print_json(json_pack("{s:I, s:s, s:I}", "job",
-					     (json_int_t)job.id, "key", job.key,
-					     "cached_version",
-					     (json_int_t)job.cached_version));
-	else
-		print_submitted(o, &job);
+	if (o->wait)
+		return follow_submitted(client, o, &job, &backward);
+	report_submitted(o, &job, &backward);
 	return EXIT_SUCCESS;
 }
 

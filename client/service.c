@@ -4,6 +4,7 @@
  * commands that ask and print (service.h names the files of the others).
  *
  *   tunectl submit FILE [--wait] [--budget S] [--trials N] [--priority N]
+ *                       [--grad X[,Y...]]
  *   tunectl status JOB | list | wait JOB | cancel JOB     (follow.c: submit,
  *   tunectl watch KEY|JOB [--until-done]                   wait, watch)
  *   tunectl fetch KEY|JOB [--out DIR] [--min-version N] [--timeout MS]
@@ -355,6 +356,8 @@ static int run_transfer(const tunectl_command *command, const tunectl_args *args
 		      "or the service's when it is installed and that\n" \
 		      "one is not there in a folder of the user's own)\n")
 
+/* The commands as a table, laid out by hand. */
+/* clang-format off */
 static const service_command commands[] = {
 	{{"submit", "FILE",
 	  "queue FILE (graph.json) for tuning; print the job id and its key;\n"
@@ -369,6 +372,10 @@ static const service_command commands[] = {
 			 "measure at most N candidates (1 to 1000000)\n"),
 	   TUNECTL_VALUE("priority", "N",
 			 "-1000 to 1000, higher first (default 0)\n"),
+	   TUNECTL_VALUE("grad", "X[,Y...]",
+			 "also tune its backward graph with respect to these\n"
+			 "tensors, as a second job (tunectl grad --wrt;\n"
+			 "docs/autodiff.md); --wait follows both\n"),
 	   TUNECTL_FLAG("json",
 			"print the job as one JSON object on stdout (with\n"
 			"--wait, at its end; the progress goes to stderr)\n"),
@@ -449,6 +456,7 @@ static const service_command commands[] = {
 	   JSON_OPTION, SOCKET_OPTION},
 	  run_service}, service_cache_quarantine},
 };
+/* clang-format on */
 
 const tunectl_command *tunectl_service_command(size_t i)
 {

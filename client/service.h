@@ -30,6 +30,7 @@ typedef struct service_options {
 	double budget_s;
 	int priority;
 	int64_t trials;
+	const char *grad;    /* submit: tensor names ("x,w") for a backward job */
 	const char *out_dir; /* fetch: the folder; cache export: the file */
 	int64_t min_version;
 	int timeout_ms;

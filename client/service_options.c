@@ -119,6 +119,8 @@ static int option_value(service_options *o, const char *name, const char *v)
 		return (o->out_dir = v), 0;
 	if (!strcmp(name, "cache"))
 		return (o->cache_path = v), 0;
+	if (!strcmp(name, "grad"))
+		return (o->grad = v), 0;
 	return int_value(o, name, v);
 }
 

@@ -152,6 +152,16 @@ int tuned_client_submit_with(tuned_client *client, const char *graph,
 			     __tuned_client_keep
 			     const tuned_client_submit_options *options,
 			     tuned_client_job *out, tuned_client_error *err);
+/* tuned_client_submit_with, and the graph's backward graph with respect
+ * to the tensors "grad" names (comma-separated, "x,w"; docs/autodiff.md)
+ * queued as a job too, with the same options: its job in *backward. A
+ * name autodiff refuses comes back as PROTO_EBAD_REQUEST with the
+ * message after "params.grad: ", and neither job is queued. */
+int tuned_client_submit_grad(
+	tuned_client *client, const char *graph,
+	__tuned_client_keep const tuned_client_submit_options *options,
+	const char *grad, tuned_client_job *out, tuned_client_job *backward,
+	tuned_client_error *err);
 /* tuned_client_submit_with with "budget_s" and "priority", no trial
  * limit. */
 int tuned_client_submit(tuned_client *client, const char *graph,

@@ -607,3 +607,32 @@ Test(daemon, submit_with_grad_tunes_the_backward_graph_too, .timeout = 300)
 	free(text);
 	free(backward);
 }
+
+/* tunectl submit --grad queues both jobs, prints the backward one and,
+ * with --wait, follows both to their end; a name autodiff refuses is the
+ * daemon's message and exit 1. */
+Test(daemon, tunectl_submit_grad_follows_both_jobs, .timeout = 300)
+{
+	char path[512], *output;
+	const char *submit[] = {"submit",   path, "--grad", "P",
+				"--budget", "2",  "--wait", NULL};
+	const char *refused[] = {"submit", path, "--grad", "nope", NULL};
+	fixture f;
+
+	snprintf(path, sizeof(path), "%s/examples/softmax_scores_small.json",
+		 getenv("TUNED_SOURCE_ROOT"));
+	fixture_init(&f);
+	fixture_start(&f, NULL);
+	cr_expect_eq(fixture_tunectl(&f, &output, submit), 0, "%s", output);
+	cr_expect(strstr(output, "\nbackward job 2 key "), "%s", output);
+	cr_expect(strstr(output, "job 1 done: key "), "%s", output);
+	cr_expect(strstr(output, "job 2 done: key "), "%s", output);
+	free(output);
+	cr_expect_eq(fixture_tunectl(&f, &output, refused), 1, "%s", output);
+	cr_expect(strstr(output, "params.grad: cannot differentiate with respect to "
+				 "'nope': the graph has no such tensor"),
+		  "%s", output);
+	free(output);
+	cr_expect_eq(fixture_stop(&f, SIGTERM, NULL), 0);
+	fixture_cleanup(&f);
+}
