@@ -72,6 +72,13 @@ static int no_cache(const char *what, cache_error *err)
 	return no_argument(what, "no cache", err);
 }
 
+/* A write: refused without a cache, or from a thread other than its
+ * owner's (cache_check_owner), before either engine runs it. */
+static int writable(const cache *c, const char *what, cache_error *err)
+{
+	return c ? cache_check_owner(c, what, err) : no_cache(what, err);
+}
+
 const char *cache_name(__cache_keep const cache *c)
 {
 	return c ? c->path : "(no cache)";
@@ -99,24 +106,30 @@ void cache_close(__cache_take cache *c)
 int cache_put_graph(__cache_keep cache *c, const char *key,
 		    const char *canonical, const char *name, cache_error *err)
 {
-	if (!c)
-		return no_cache("put a graph", err);
-	return c->engine->put_graph(c, key, canonical, name, err);
+	int rc = writable(c, "put a graph", err);
+
+	return rc ? rc : c->engine->put_graph(c, key, canonical, name, err);
 }
 
 int cache_record_trial(__cache_keep cache *c,
 		       __cache_keep const cache_trial *trial, cache_error *err)
 {
-	if (!c)
-		return no_cache("record a trial", err);
-	return c->engine->record_trial(c, trial, err);
+	int rc = writable(c, "record a trial", err);
+
+	return rc ? rc : c->engine->record_trial(c, trial, err);
 }
 
 int cache_publish(__cache_keep cache *c, __cache_keep const cache_plan *plan,
 		  int *version, cache_error *err)
 {
-	if (!c)
-		return no_cache("publish a plan", err);
+	int rc = writable(c, "publish a plan", err);
+
+	if (rc)
+		return rc;
+	if (!plan) {
+		cache_set_error(err, CACHE_EINVAL, "cannot publish: no plan");
+		return CACHE_EINVAL;
+	}
 	return c->engine->publish(c, plan, version, err);
 }
 
@@ -124,9 +137,9 @@ int cache_quarantine(__cache_keep cache *c,
 		     __cache_keep const cache_quarantine_entry *entry,
 		     cache_error *err)
 {
-	if (!c)
-		return no_cache("quarantine a plan", err);
-	return c->engine->quarantine(c, entry, err);
+	int rc = writable(c, "quarantine a plan", err);
+
+	return rc ? rc : c->engine->quarantine(c, entry, err);
 }
 
 int cache_prune(__cache_keep cache *c, int64_t max_age_s, int64_t max_bytes,
@@ -139,9 +152,9 @@ int cache_prune(__cache_keep cache *c, int64_t max_age_s, int64_t max_bytes,
 
 int cache_checkpoint(__cache_keep cache *c, cache_error *err)
 {
-	if (!c)
-		return no_cache("checkpoint the cache", err);
-	return c->engine->checkpoint(c, err);
+	int rc = writable(c, "checkpoint the cache", err);
+
+	return rc ? rc : c->engine->checkpoint(c, err);
 }
 
 int cache_fetch_best(__cache_keep cache *c, const char *graph,
@@ -242,9 +255,11 @@ int cache_stat(__cache_keep cache *c, cache_stats *out, cache_error *err)
 int cache_put_jobs(__cache_keep cache *c, __cache_keep const cache_job *jobs,
 		   int n, int keep_finished, cache_error *err)
 {
-	if (!c)
-		return no_cache("write a job", err);
-	return c->engine->put_jobs(c, jobs, n, keep_finished, err);
+	int rc = writable(c, "write a job", err);
+
+	if (rc == 0)
+		rc = cache_jobs_check(jobs, n, keep_finished, err);
+	return rc ? rc : c->engine->put_jobs(c, jobs, n, keep_finished, err);
 }
 
 int cache_jobs(__cache_keep cache *c,
@@ -261,9 +276,9 @@ int cache_jobs(__cache_keep cache *c,
 int cache_keep_graph_json(__cache_keep cache *c, const char *key,
 			  const char *graph_json, cache_error *err)
 {
-	if (!c)
-		return no_cache("keep a graph", err);
-	return c->engine->keep_graph_json(c, key, graph_json, err);
+	int rc = writable(c, "keep a graph", err);
+
+	return rc ? rc : c->engine->keep_graph_json(c, key, graph_json, err);
 }
 
 int cache_export_graph(__cache_keep cache *c, const char *key,

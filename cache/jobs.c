@@ -112,11 +112,7 @@ int cache_sqlite_put_jobs(__cache_keep cache *c, __cache_keep const cache_job *j
 {
 	int rc;
 
-	rc = cache_check_owner(c, "write a job", err);
-	if (rc == 0)
-		rc = cache_jobs_check(jobs, n, keep_finished, err);
-	if (rc == 0)
-		rc = cache_begin(c, err);
+	rc = cache_begin(c, err);
 	if (rc)
 		return rc;
 	for (int i = 0; rc == 0 && i < n; i++)

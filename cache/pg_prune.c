@@ -104,5 +104,7 @@ int cache_pg_prune(cache *c, int64_t max_age_s, int64_t max_bytes,
 /* The server checkpoints its own write-ahead log: nothing to do. */
 int cache_pg_checkpoint(cache *c, cache_error *err)
 {
-	return cache_check_owner(c, "checkpoint the cache", err);
+	(void)c;
+	(void)err;
+	return 0;
 }

@@ -91,9 +91,7 @@ int cache_pg_put_graph(cache *c, const char *key, const char *canonical,
 {
 	int rc;
 
-	rc = cache_check_owner(c, "put a graph", err);
-	if (rc == 0)
-		rc = cache_check_text(key, "graph key", err);
+	rc = cache_check_text(key, "graph key", err);
 	if (rc == 0)
 		rc = cache_check_text(canonical, "canonical text", err);
 	if (rc == 0)
@@ -138,9 +136,6 @@ int cache_pg_record_trial(cache *c, const cache_trial *trial, cache_error *err)
 	char *plan = NULL;
 	int rc;
 
-	rc = cache_check_owner(c, "record a trial", err);
-	if (rc)
-		return rc;
 	rc = cache_trial_check(trial, &plan, err);
 	if (rc == 0)
 		rc = pg_begin(c, err);
@@ -260,13 +255,6 @@ int cache_pg_publish(cache *c, const cache_plan *plan, int *version,
 	plan_texts texts = {NULL, NULL, NULL};
 	int v = 0, rc;
 
-	rc = cache_check_owner(c, "publish a plan", err);
-	if (rc)
-		return rc;
-	if (!plan) {
-		cache_set_error(err, CACHE_EINVAL, "cannot publish: no plan");
-		return CACHE_EINVAL;
-	}
 	rc = cache_plan_check(plan, &texts, err);
 	if (rc == 0)
 		rc = publish_locked(c, plan, &texts, &v, err);
@@ -317,9 +305,6 @@ int cache_pg_quarantine(cache *c, const cache_quarantine_entry *entry,
 	char *plan = NULL, *sources = NULL;
 	int rc;
 
-	rc = cache_check_owner(c, "quarantine a plan", err);
-	if (rc)
-		return rc;
 	rc = cache_quarantine_check(entry, &plan, &sources, err);
 	if (rc == 0)
 		rc = pg_begin(c, err);
@@ -336,9 +321,7 @@ int cache_pg_keep_graph_json(cache *c, const char *key, const char *graph_json,
 	pg_args a = {0};
 	int rc;
 
-	rc = cache_check_owner(c, "keep a graph", err);
-	if (rc == 0)
-		rc = cache_check_text(key, "graph key", err);
+	rc = cache_check_text(key, "graph key", err);
 	if (rc == 0)
 		rc = cache_check_text(graph_json, "graph.json", err);
 	if (rc)
@@ -432,11 +415,7 @@ int cache_pg_put_jobs(cache *c, const cache_job *jobs, int n, int keep_finished,
 {
 	int rc;
 
-	rc = cache_check_owner(c, "write a job", err);
-	if (rc == 0)
-		rc = cache_jobs_check(jobs, n, keep_finished, err);
-	if (rc == 0)
-		rc = pg_begin(c, err);
+	rc = pg_begin(c, err);
 	if (rc)
 		return rc;
 	for (int i = 0; rc == 0 && i < n; i++)

@@ -199,9 +199,6 @@ int cache_sqlite_checkpoint(__cache_keep cache *c, cache_error *err)
 {
 	int rc;
 
-	rc = cache_check_owner(c, "checkpoint the cache", err);
-	if (rc)
-		return rc;
 	rc = sqlite3_wal_checkpoint_v2(c->writer, "main",
 				       SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
 	if (rc == SQLITE_BUSY) {

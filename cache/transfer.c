@@ -75,9 +75,7 @@ int cache_sqlite_keep_graph_json(__cache_keep cache *c, const char *key,
 	sqlite3_stmt *stmt = NULL;
 	int rc;
 
-	rc = cache_check_owner(c, "keep a graph", err);
-	if (rc == 0)
-		rc = cache_check_text(key, "graph key", err);
+	rc = cache_check_text(key, "graph key", err);
 	if (rc == 0)
 		rc = cache_check_text(graph_json, "graph.json", err);
 	if (rc == 0)

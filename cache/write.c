@@ -97,9 +97,6 @@ int cache_sqlite_put_graph(__cache_keep cache *c, const char *key,
 {
 	int rc;
 
-	rc = cache_check_owner(c, "put a graph", err);
-	if (rc)
-		return rc;
 	rc = cache_check_text(key, "graph key", err);
 	if (rc)
 		return rc;
@@ -169,9 +166,6 @@ int cache_sqlite_record_trial(__cache_keep cache *c,
 	char *plan = NULL;
 	int rc;
 
-	rc = cache_check_owner(c, "record a trial", err);
-	if (rc)
-		return rc;
 	rc = cache_trial_check(trial, &plan, err);
 	if (rc)
 		goto out;
@@ -281,13 +275,6 @@ int cache_sqlite_publish(__cache_keep cache *c, __cache_keep const cache_plan *p
 	plan_texts texts = { NULL, NULL, NULL };
 	int v = 0, rc;
 
-	rc = cache_check_owner(c, "publish a plan", err);
-	if (rc)
-		return rc;
-	if (!plan) {
-		cache_set_error(err, CACHE_EINVAL, "cannot publish: no plan");
-		return CACHE_EINVAL;
-	}
 	rc = cache_plan_check(plan, &texts, err);
 	if (rc)
 		goto out;
@@ -384,9 +371,6 @@ int cache_sqlite_quarantine(__cache_keep cache *c,
 	char *plan = NULL, *sources = NULL;
 	int rc;
 
-	rc = cache_check_owner(c, "quarantine a plan", err);
-	if (rc)
-		return rc;
 	rc = cache_quarantine_check(entry, &plan, &sources, err);
 	if (rc)
 		goto out;
