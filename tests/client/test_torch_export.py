@@ -16,15 +16,10 @@ import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
-try:
-    import torch
-    from torch import nn
-    import torch.nn.functional as F
-except ImportError:
-    print("SKIP: torch is not installed for %s" % sys.executable)
-    sys.exit(77)
+import needs_torch  # noqa: F401 (first: the package's path, or exit 77)
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 import tuned_gpu.torch  # noqa: E402
 from tuned_gpu.torch import capture, value_of  # noqa: E402
 from torch_examples import load_example  # noqa: E402

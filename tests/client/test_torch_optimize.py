@@ -20,13 +20,8 @@ import time
 import unittest
 import warnings
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
-try:
-    import torch
-except ImportError:
-    print("SKIP: torch is not installed for %s" % sys.executable)
-    sys.exit(77)
+import needs_torch  # noqa: F401 (first: the package's path, or exit 77)
+import torch  # noqa: E402
 import tuned_gpu  # noqa: E402
 import tuned_gpu.torch  # noqa: E402
 from tuned_gpu.torch import TunedWarning, optimize  # noqa: E402
@@ -34,7 +29,7 @@ from torch_examples import load_example  # noqa: E402
 from tuned_daemon import start_daemon  # noqa: E402
 
 TUNED, LIBTUNED_EXEC = sys.argv[1:3]
-EXAMPLES = os.path.join(HERE, "..", "..", "examples")
+EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
 # What kernels are verified with: ||out - ref|| / ||ref|| (kernels/verify.c).
 TOLERANCE = 1e-4
 FIRST_VERSION_S = 120   # the most a first version may take, on a busy machine

@@ -18,13 +18,8 @@ import tempfile
 import unittest
 import warnings
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
-try:
-    import torch
-except ImportError:
-    print("SKIP: torch is not installed for %s" % sys.executable)
-    sys.exit(77)
+import needs_torch  # noqa: F401 (first: the package's path, or exit 77)
+import torch  # noqa: E402
 from tuned_gpu.torch import TunedWarning, optimize  # noqa: E402
 from tuned_daemon import start_daemon  # noqa: E402
 
