@@ -34,8 +34,8 @@ enum fill {
 	FILL_DONE,     /* full, or generation 0 */
 };
 
-/* A plan seen: proposed (generation >= 0), known, or filtered (no genes,
- * never measured). */
+/* A plan seen: proposed (generation >= 0), known, or filtered (no genes
+ * until the filter admits it, never measured before). */
 typedef struct seen_plan {
 	char *text;     /* compact JSON with sorted keys */
 	char *code;     /* cpu: the SHA-256 of its C code, its identity; else NULL */
@@ -43,7 +43,23 @@ typedef struct seen_plan {
 	int *genes;     /* NULL when the plan is no genome's */
 	double ms;      /* NAN: not measured; INFINITY: failed */
 	int generation; /* the generation that proposed it, or -1 */
+	bool filtered;  /* dropped by the cost model, not proposed (yet) */
+	bool costed;    /* with peaks: its estimates below are set */
+	double optimistic_ms;   /* tuner_optimistic_ms */
+	tuner_cost_terms terms; /* for the calibrated model */
 } seen_plan;
+
+/* The model the cost filter estimates with (docs/design/tuning.md). */
+typedef struct cost_model {
+	bool calibrated;         /* rates fitted to the trials, and ranking them
+				  * better than the peaks' roofline */
+	tuner_cost_rates rates;
+	double rho_peaks, rho;   /* Spearman of the roofline's and of the
+				  * model's estimates with the times (NAN:
+				  * too few trials) */
+	bool starved;            /* the last generation proposed nothing, its
+				  * plans all filtered */
+} cost_model;
 
 struct tuner_search {
 	const sched_graph *graph;
@@ -73,9 +89,19 @@ struct tuner_search {
 	int nproposed;
 	int generations, measured;
 	tuner_search_drops drops;
+	int filtered_before;     /* drops.filtered when the generation began */
 	int first_of_generation; /* its first candidate */
 	double best, best_before; /* now, and when the generation began */
 	int since_gain;         /* generations closed without a gain */
+	int restarts;           /* new first populations after a stall */
+	int mutation;           /* genes a mutation draws again, about */
+	cost_model model;
+	/* The sweep: once random genomes stop giving new plans, every other
+	 * genome drawn is the next in order (an odometer over the domains),
+	 * until a whole pass gives no new plan: the space is exhausted. */
+	bool sweeping, swept;
+	int *sweep;             /* the next genome of the pass */
+	int swept_new;          /* plans the pass proposed so far */
 };
 
 static uint64_t rng_next(tuner_search *s)
@@ -196,7 +222,7 @@ static int add_candidate(tuner_search *s, char *text, char *code, uint64_t hash,
 	if (2 * (s->ncands + 1) > s->capslots && grow_slots(s) < 0)
 		goto fail;
 	c = &s->cands[s->ncands];
-	*c = (seen_plan){text, code, hash, NULL, NAN, -1};
+	*c = (seen_plan){text, code, hash, NULL, NAN, -1, .costed = false};
 	if (genes && !(c->genes = malloc(bytes)))
 		goto fail;
 	if (genes)
@@ -209,13 +235,39 @@ fail:
 	return -1;
 }
 
-/* Whether the cost model rules out "plan": estimated slower than
- * filter_factor times the best time so far. */
-static bool too_slow(const tuner_search *s, const kgen_plan *plan)
+/* Whether the cost filter steps aside: it admits every plan while its
+ * model ranks the trials poorly, after a generation it starved, and
+ * while the search sweeps the space (every plan of it is to be
+ * measured). */
+static bool filter_aside(const tuner_search *s)
 {
-	return s->o.peaks && isfinite(s->best) &&
-	       tuner_optimistic_ms(s->graph, plan, s->o.peaks, s->o.cuda) >
-		       s->o.filter_factor * s->best;
+	return s->sweeping || s->model.starved ||
+	       s->model.rho < TUNER_MIN_RANK_CORRELATION;
+}
+
+/* The estimate of candidate "c" by the filter's model. */
+static double estimate(const tuner_search *s, const seen_plan *c)
+{
+	return s->model.calibrated ? tuner_calibrated_ms(&c->terms, &s->model.rates) :
+				     c->optimistic_ms;
+}
+
+/* Whether the cost model rules out candidate "c": estimated slower than
+ * filter_factor times the best time so far. */
+static bool too_slow(const tuner_search *s, const seen_plan *c)
+{
+	return c->costed && isfinite(s->best) && !filter_aside(s) &&
+	       estimate(s, c) > s->o.filter_factor * s->best;
+}
+
+/* The cost model's estimates of "plan" into "c", with peaks. */
+static void cost(const tuner_search *s, const kgen_plan *plan, seen_plan *c)
+{
+	if (!s->o.peaks)
+		return;
+	c->optimistic_ms = tuner_optimistic_ms(s->graph, plan, s->o.peaks, s->o.cuda);
+	c->costed = tuner_cost_terms_of(s->graph, plan, s->o.peaks, s->o.cuda,
+					&c->terms) == 0 && isfinite(c->optimistic_ms);
 }
 
 /* Counts why the plan of a genome was not proposed: candidate "seen"
@@ -245,6 +297,24 @@ static int hand_out(tuner_search *s, int index, json_t *out)
 	return index;
 }
 
+/* A plan the filter dropped before, with the genome "genes" that gave
+ * it again, proposed into "out" if the filter admits it now (its model
+ * changed, or it steps aside); -1 when not. */
+static int admit(tuner_search *s, int index, const int *genes, json_t *out)
+{
+	seen_plan *c = &s->cands[index];
+	size_t bytes = s->ngenes * sizeof(int);
+
+	if (too_slow(s, c) || !(c->genes = malloc(bytes))) {
+		count_seen(s, index);
+		return -1;
+	}
+	memcpy(c->genes, genes, bytes);
+	c->filtered = false;
+	s->stale = 0;
+	return hand_out(s, index, out);
+}
+
 /* Genome "genes" as a plan of the generation "out", unless its plan was
  * seen before or is too slow (then remembered as filtered). Returns its
  * candidate, or -1 when not proposed (s->drops says why). */
@@ -253,7 +323,6 @@ static int propose(tuner_search *s, const int *genes, json_t *out)
 	const kgen_plan *plan = genome_decode(s->g, genes);
 	char *text, *code;
 	uint64_t hash;
-	bool drop;
 	int index;
 
 	if (!plan || !(text = plan_text(s, plan))) {
@@ -266,17 +335,21 @@ static int propose(tuner_search *s, const int *genes, json_t *out)
 	if ((index = find(s, code ? code : text, hash)) >= 0) {
 		free(text);
 		free(code);
+		if (s->cands[index].filtered)
+			return admit(s, index, genes, out);
 		count_seen(s, index);
 		return -1;
 	}
 	s->stale = 0;
-	drop = too_slow(s, plan);
-	index = add_candidate(s, text, code, hash, drop ? NULL : genes);
-	if (index < 0 || drop) {
-		s->drops.filtered += drop;
+	if ((index = add_candidate(s, text, code, hash, NULL)) < 0)
+		return -1;
+	cost(s, plan, &s->cands[index]);
+	if (too_slow(s, &s->cands[index])) {
+		s->cands[index].filtered = true;
+		s->drops.filtered++;
 		return -1;
 	}
-	return hand_out(s, index, out);
+	return admit(s, index, genes, out);
 }
 
 static void random_genes(tuner_search *s)
@@ -338,11 +411,12 @@ static int best_indices(const tuner_search *s, bool breeders, int **out)
 	return n;
 }
 
-/* About two genes of s->genes drawn again. */
+/* About s->mutation genes of s->genes drawn again: two, twice as many
+ * after each restart. */
 static void mutate(tuner_search *s)
 {
 	for (int i = 0; i < s->ngenes; i++)
-		if (rng_below(s, s->ngenes) < 2)
+		if (rng_below(s, s->ngenes) < s->mutation)
 			s->genes[i] = rng_below(s, s->g->domain[i]);
 }
 
@@ -365,19 +439,28 @@ typedef struct seeding {
 	json_t *out;
 } seeding;
 
+/* A seed joins the first population; after a restart, a mutant of it
+ * (the seed itself was measured already). */
 static int join_seed(void *to, const int *genes)
 {
 	seeding *z = to;
+	tuner_search *s = z->s;
 
-	join_population(z->s, genes, z->out);
-	return z->s->npop;
+	if (s->restarts > 0) {
+		memcpy(s->genes, genes, s->ngenes * sizeof(int));
+		mutate(s);
+		genes = s->genes;
+	}
+	join_population(s, genes, z->out);
+	return s->npop;
 }
 
 /* The first population: the best plans measured or known (a quarter of it
  * at most, and only those that are genomes), the seeds (seeds_propose),
  * mutants of the best (the default plan, for a new key) in half the
  * places left, then random genomes: the search looks near what is known
- * to be good and far from it at once. */
+ * to be good and far from it at once. After a restart, the same with
+ * mutants of the seeds, all mutants of the wider mutation. */
 static void first_population(tuner_search *s, json_t *out)
 {
 	int *best, n = best_indices(s, true, &best), seeds = s->o.population / 4;
@@ -505,7 +588,81 @@ static void close_generation(tuner_search *s)
 		best = c->ms < best ? c->ms : best;
 	}
 	s->since_gain = best < s->best_before * (1 - s->o.noise) ? 0 : s->since_gain + 1;
+	s->model.starved = s->nproposed == 0 && s->drops.filtered > s->filtered_before;
 	s->open = false;
+}
+
+/* The estimates and times of the candidates measured (with a finite
+ * time) and costed, into new arrays; how many, or -1 when out of memory. */
+typedef struct measured_costs {
+	tuner_cost_terms *terms;
+	double *ms, *peaks_ms, *model_ms;
+} measured_costs;
+
+static int collect_costs(const tuner_search *s, measured_costs *m)
+{
+	int n = 0;
+
+	m->terms = malloc((s->ncands + 1) * sizeof(tuner_cost_terms));
+	m->ms = malloc(3 * (s->ncands + 1) * sizeof(double));
+	if (!m->terms || !m->ms)
+		return -1;
+	m->peaks_ms = m->ms + s->ncands + 1;
+	m->model_ms = m->peaks_ms + s->ncands + 1;
+	for (int i = 0; i < s->ncands; i++) {
+		const seen_plan *c = &s->cands[i];
+
+		if (!c->costed || !isfinite(c->ms))
+			continue;
+		m->terms[n] = c->terms;
+		m->ms[n] = c->ms;
+		m->peaks_ms[n++] = c->optimistic_ms;
+	}
+	return n;
+}
+
+/* The filter's model, again from every trial measured so far: the rates
+ * fitted to them (tuner_cost_fit), taken when their estimates rank the
+ * trials better than the peaks' roofline does; the rank correlation of
+ * the model taken, unknown (NAN) until TUNER_CALIBRATION_TRIALS trials. */
+static void fit_model(tuner_search *s)
+{
+	measured_costs m = {0};
+	tuner_cost_rates rates;
+	double rho_fit = NAN;
+	int n;
+
+	if (!s->o.peaks || (n = collect_costs(s, &m)) < TUNER_CALIBRATION_TRIALS) {
+		free(m.terms);
+		free(m.ms);
+		return;
+	}
+	s->model.rho_peaks = tuner_spearman(m.peaks_ms, m.ms, n);
+	if (tuner_cost_fit(m.terms, m.ms, n, s->o.peaks->launch_ms, &rates)) {
+		for (int i = 0; i < n; i++)
+			m.model_ms[i] = tuner_calibrated_ms(&m.terms[i], &rates);
+		rho_fit = tuner_spearman(m.model_ms, m.ms, n);
+	}
+	s->model.calibrated = !isnan(rho_fit) &&
+			      (isnan(s->model.rho_peaks) || rho_fit > s->model.rho_peaks);
+	if (s->model.calibrated)
+		s->model.rates = rates;
+	s->model.rho = s->model.calibrated ? rho_fit : s->model.rho_peaks;
+	free(m.terms);
+	free(m.ms);
+}
+
+/* After stall_generations without a gain, the search starts again from a
+ * new first population (its best plans kept) with a mutation twice as
+ * wide, up to every gene: it looks farther from what it found. */
+static void restart(tuner_search *s)
+{
+	int widest = s->ngenes > 2 ? s->ngenes : 2;
+
+	s->restarts++;
+	s->mutation = 2 * s->mutation < widest ? 2 * s->mutation : widest;
+	s->seeded = false;
+	s->since_gain = 0;
 }
 
 /* The plans the open generation proposes at once, into "out": generation
@@ -532,6 +689,19 @@ static void start_fill(tuner_search *s, json_t *out)
 	}
 }
 
+/* The sweep's next genome into s->genes, the odometer moved on; true
+ * when that genome is the last of a pass. */
+static bool sweep_next(tuner_search *s)
+{
+	memcpy(s->genes, s->sweep, s->ngenes * sizeof(int));
+	for (int i = s->ngenes - 1; i >= 0; i--) {
+		if (++s->sweep[i] < s->g->domain[i])
+			return false;
+		s->sweep[i] = 0;
+	}
+	return true;
+}
+
 /* The phase after "fill" is over. */
 static void next_phase(tuner_search *s)
 {
@@ -549,11 +719,16 @@ static void fill_one(tuner_search *s, json_t *out, bool regular)
 	bool tried_enough = s->fill_tries >= TRIES * s->o.population;
 	int *into = s->fill == FILL_CHILDREN ? s->next : s->pop;
 	int *n = s->fill == FILL_CHILDREN ? &s->nnext : &s->npop, index;
+	bool from_sweep, pass_ends = false;
 
 	if (*n >= s->o.population || (s->fill == FILL_MUTANTS && *n >= s->mutants_until) ||
 	    ((regular || s->fill == FILL_MUTANTS) && tried_enough))
 		return next_phase(s);
-	if (s->fill == FILL_MUTANTS) {
+	s->sweeping |= s->stale >= TRIES * s->o.population;
+	from_sweep = s->sweeping && (s->fill_tries & 1);
+	if (from_sweep) {
+		pass_ends = sweep_next(s);
+	} else if (s->fill == FILL_MUTANTS) {
 		memcpy(s->genes, s->cands[s->parent].genes, s->ngenes * sizeof(int));
 		mutate(s);
 	} else if (s->fill == FILL_RANDOM || s->fresh < s->immigrants || s->npop == 0) {
@@ -565,6 +740,11 @@ static void fill_one(tuner_search *s, json_t *out, bool regular)
 	if ((index = propose(s, s->genes, out)) >= 0) {
 		into[(*n)++] = index;
 		s->fresh += s->fill == FILL_CHILDREN;
+		s->swept_new += from_sweep;
+	}
+	if (pass_ends) {
+		s->swept = s->swept_new == 0;
+		s->swept_new = 0;
 	}
 }
 
@@ -585,8 +765,12 @@ static json_t *fill(tuner_search *s, int tries, bool regular)
 int tuner_search_begin(tuner_search *s)
 {
 	close_generation(s);
-	if (s->since_gain >= s->o.stall_generations)
+	if (s->swept)
 		return -1;
+	fit_model(s);
+	if (s->since_gain >= s->o.stall_generations)
+		restart(s);
+	s->filtered_before = s->drops.filtered;
 	s->first_of_generation = s->ncands;
 	s->best_before = s->best;
 	s->nproposed = 0;
@@ -609,7 +793,36 @@ bool tuner_search_full(const tuner_search *s)
 
 bool tuner_search_exhausted(const tuner_search *s)
 {
-	return s->stale >= TRIES * s->o.population;
+	return s->swept;
+}
+
+int tuner_search_space(const tuner_search *s, int *measured)
+{
+	int n = 0;
+
+	*measured = 0;
+	for (int i = 0; i < s->ncands; i++)
+		if (s->cands[i].genes || s->cands[i].filtered) {
+			n++;
+			*measured += !isnan(s->cands[i].ms);
+		}
+	return n;
+}
+
+int tuner_search_restarts(const tuner_search *s)
+{
+	return s->restarts;
+}
+
+void tuner_search_cost_model(const tuner_search *s, tuner_search_model *model)
+{
+	*model = (tuner_search_model){
+		.filtering = s->o.peaks && !filter_aside(s),
+		.calibrated = s->model.calibrated,
+		.rates = s->model.rates,
+		.rank_correlation = s->model.rho,
+		.peaks_rank_correlation = s->model.rho_peaks,
+	};
 }
 
 int tuner_search_proposed(const tuner_search *s)
@@ -628,7 +841,7 @@ json_t *tuner_search_generation(tuner_search *s)
 
 	if (tuner_search_begin(s) < 0)
 		return NULL;
-	if (!(out = fill(s, INT_MAX, true)) || !json_array_size(out)) {
+	if (!(out = fill(s, INT_MAX, true)) || (!json_array_size(out) && s->swept)) {
 		json_decref(out);
 		s->open = false;
 		s->generations--;
@@ -673,13 +886,16 @@ tuner_search *tuner_search_new(const sched_graph *graph,
 	set_shares(s);
 	s->rng = 0x9e3779b97f4a7c15ULL ^ ((uint64_t)s->o.seed * 0xbf58476d1ce4e5b9ULL);
 	s->best = s->best_before = INFINITY;
+	s->mutation = 2;
+	s->model.rho = s->model.rho_peaks = NAN;
 	s->capcands = 64;
 	s->cands = malloc(s->capcands * sizeof(seen_plan));
 	s->pop = malloc(s->o.population * sizeof(int));
 	s->next = malloc(s->o.population * sizeof(int));
 	if (!s->cands || !s->pop || !s->next || grow_slots(s) < 0 ||
 	    !(s->g = genome_new(graph, s->o.peaks, s->o.cuda, s->o.library)) ||
-	    !(s->genes = calloc(s->g->ngenes + 1, sizeof(int)))) {
+	    !(s->genes = calloc(s->g->ngenes + 1, sizeof(int))) ||
+	    !(s->sweep = calloc(s->g->ngenes + 1, sizeof(int)))) {
 		tuner_search_free(s);
 		return NULL;
 	}
@@ -810,6 +1026,7 @@ void tuner_search_free(tuner_search *s)
 	free(s->suggested);
 	free(s->proposed);
 	free(s->genes);
+	free(s->sweep);
 	genome_free(s->g);
 	free(s);
 }

@@ -141,11 +141,14 @@ typedef struct tuner_search_options {
 	enum tuner_search_kind kind;
 	unsigned seed;
 	int population;        /* 0: TUNER_POPULATION */
-	int stall_generations; /* stop after this many without a gain; 0: TUNER_STALL */
+	int stall_generations; /* restart after this many without a gain; 0: TUNER_STALL */
 	double noise;          /* a gain is a time below best * (1 - noise); 0: TUNER_NOISE */
-	/* The cost-model filter: with peaks, a candidate whose optimistic time
-	 * (tuner_optimistic_ms) exceeds filter_factor times the best so far is
-	 * not proposed but counted as filtered. NULL peaks: no filter. */
+	/* The cost-model filter: with peaks, a candidate whose estimate (the
+	 * optimistic time, tuner_optimistic_ms, or the model calibrated on
+	 * the trials, whichever ranks them better) exceeds filter_factor
+	 * times the best so far is not proposed but counted as filtered,
+	 * unless the filter steps aside (tuner_search_cost_model). NULL
+	 * peaks: no filter. */
 	const struct kgen_peaks *peaks;
 	double filter_factor;  /* 0: TUNER_FILTER_FACTOR */
 	int cuda;              /* estimates for the cuda backend (else cpu) */
@@ -160,6 +163,11 @@ typedef struct tuner_search_options {
  * lower by this share at least. */
 #define TUNER_NOISE 0.03
 #define TUNER_FILTER_FACTOR 4.0
+/* The filter's model is judged on this many trials at least (before, it
+ * is the peaks' roofline and filters), and steps aside while its rank
+ * correlation with their times is below TUNER_MIN_RANK_CORRELATION. */
+#define TUNER_CALIBRATION_TRIALS 6
+#define TUNER_MIN_RANK_CORRELATION 0.5
 
 /* A search of "graph" (kept, must outlive it); NULL when out of memory or
  * the graph has no default plan. */
@@ -181,24 +189,38 @@ void tuner_search_know(__tuner_keep tuner_search *s, __tuner_keep json_t *plan,
  * first generation. */
 void tuner_search_suggest(__tuner_keep tuner_search *s, __tuner_keep const json_t *plan);
 /* The next generation: a JSON array of new plans (maybe fewer than the
- * population when most were seen or filtered), or NULL when the search is
- * over: no new plan was found in TRIES genomes per place, or the last
- * stall_generations generations brought no gain beyond the noise. Every
- * plan of the previous generation must have been recorded first
+ * population when most were seen or filtered, maybe none), or NULL when
+ * the search is over: the space is exhausted (tuner_search_exhausted).
+ * A search does not end for a stall: after stall_generations generations
+ * without a gain beyond the noise it restarts (tuner_search_restarts).
+ * Every plan of the previous generation must have been recorded first
  * (unrecorded ones count as failed). */
 __tuner_give json_t *tuner_search_generation(__tuner_keep tuner_search *s);
 /* The same a few genomes at a time: tuner_search_begin closes the
- * generation out and opens the next (-1: the search is over, stalled);
- * tuner_search_propose draws at most "tries" genomes for it (the plans it
- * proposes at once, generation 0's or the seeds, do not count) and
- * returns the new plans among them, maybe none (NULL: out of memory, or
- * no generation is open). It goes on until the generation is full, or
- * exhausted: TRIES genomes per place in a row gave plans seen before. A
- * generation may end before it is full, even empty (it brings no gain). */
+ * generation out and opens the next (-1: the search is over, the space
+ * exhausted); tuner_search_propose draws at most "tries" genomes for it
+ * (the plans it proposes at once, generation 0's or the seeds, do not
+ * count) and returns the new plans among them, maybe none (NULL: out of
+ * memory, or no generation is open). It goes on until the generation is
+ * full, or the space is exhausted. A generation may end before it is
+ * full, even empty (it brings no gain).
+ *
+ * Exhausted: once TRIES genomes per place in a row gave plans seen
+ * before, every other genome drawn is the next of a sweep over every
+ * genome in order (and the filter steps aside); the space is exhausted
+ * when a whole pass of the sweep gave no plan not seen before: every plan
+ * of the space is proposed, measured once its generation is recorded
+ * (tuner_search_space). */
 int tuner_search_begin(__tuner_keep tuner_search *s);
 __tuner_give json_t *tuner_search_propose(__tuner_keep tuner_search *s, int tries);
 bool tuner_search_full(__tuner_keep const tuner_search *s);
 bool tuner_search_exhausted(__tuner_keep const tuner_search *s);
+/* The plans of the space seen (those of genomes, measured, proposed or
+ * filtered), and in "*measured" those measured (failed included): equal
+ * once the space is exhausted and the last generation recorded. */
+int tuner_search_space(__tuner_keep const tuner_search *s, int *measured);
+/* The restarts after a stall so far. */
+int tuner_search_restarts(__tuner_keep const tuner_search *s);
 /* The plans the open generation has proposed so far (handles 0 to n - 1). */
 int tuner_search_proposed(__tuner_keep const tuner_search *s);
 /* The time of plan "handle" of the open generation: ms > 0, or INFINITY
@@ -297,6 +319,55 @@ struct kgen_plan;
 double tuner_optimistic_ms(__tuner_keep const struct sched_graph *graph,
 			   __tuner_keep const struct kgen_plan *plan,
 			   __tuner_keep const struct kgen_peaks *peaks, int cuda);
+
+/* The parts of that estimate, summed over the plan's kernels: the bytes
+ * they move, their flops over the share of the device each can occupy
+ * (so that a kernel on one of 16 cores counts 16 times its flops), their
+ * launches. -1 when out of memory. */
+typedef struct tuner_cost_terms {
+	double bytes, flops;
+	int launches;
+} tuner_cost_terms;
+int tuner_cost_terms_of(__tuner_keep const struct sched_graph *graph,
+			__tuner_keep const struct kgen_plan *plan,
+			__tuner_keep const struct kgen_peaks *peaks, int cuda,
+			tuner_cost_terms *terms);
+/* The cost model calibrated on measured trials: a plan takes
+ * bytes * ms_per_byte + flops * ms_per_flop + launches * launch_ms (the
+ * peaks' rates are 1 / (bandwidth_gbs * 1e6) and 1 / (gflops * 1e6)). */
+typedef struct tuner_cost_rates {
+	double ms_per_byte, ms_per_flop, launch_ms;
+} tuner_cost_rates;
+double tuner_calibrated_ms(const tuner_cost_terms *terms, const tuner_cost_rates *rates);
+/* The two rates fitted to "n" trials ("terms" and measured "ms", each
+ * less its launches at "launch_ms") by least squares on the relative
+ * error; a rate that would come out negative is 0 and the other fitted
+ * alone. Trials without a finite time beyond their launches are left
+ * out. False, "rates" untouched, with fewer than 2 such trials or no
+ * positive rate. */
+bool tuner_cost_fit(const tuner_cost_terms *terms, const double *ms, int n,
+		    double launch_ms, tuner_cost_rates *rates);
+/* Spearman's rank correlation of "x" and "y" ("n" pairs; ties share
+ * their mean rank): 1 when they rank alike, -1 reversed; NAN with fewer
+ * than 3 pairs, when either is constant, or out of memory. */
+double tuner_spearman(const double *x, const double *y, int n);
+
+/* search.c: the filter's model now (tuner_search_options). Refitted when
+ * each generation begins: the rates fitted to every trial the search
+ * measured or knew (tuner_cost_fit) are the model when their estimates
+ * rank the trials better than the roofline of the peaks does. The filter
+ * steps aside (admits every plan) while that model's rank correlation
+ * is below TUNER_MIN_RANK_CORRELATION, for the generation after one
+ * that it emptied, and while the search sweeps the space. */
+typedef struct tuner_search_model {
+	bool filtering;          /* the filter drops plans now */
+	bool calibrated;         /* rates: the model is fitted, not the peaks */
+	tuner_cost_rates rates;
+	double rank_correlation; /* the model's Spearman with the times, NAN
+				  * before TUNER_CALIBRATION_TRIALS trials */
+	double peaks_rank_correlation; /* the roofline's, as the model's */
+} tuner_search_model;
+void tuner_search_cost_model(__tuner_keep const tuner_search *s, tuner_search_model *model);
 
 /* fuse.c: the fusion planner's grouping, as tunectl explain shows it
  * (docs/design/fusion.md): the plan the genes of a search decode to when every

@@ -16,6 +16,7 @@
 
 #include "kgen.h"
 #include "random_graph.h"
+#include "genome.h"
 #include "tuner_int.h"
 
 static const char *const examples[] = {
@@ -408,23 +409,27 @@ Test(search, a_known_default_plan_skips_generation_0)
 	sched_graph_free(g);
 }
 
-Test(search, a_flat_fitness_stalls)
+/* A flat fitness brings no gain after generation 0: every
+ * stall_generations generations the search restarts, and goes on with
+ * new plans. */
+Test(search, a_flat_fitness_restarts_and_goes_on)
 {
 	sched_graph *g = example("gpt3_mlp_small");
-	tuner_search *s = search_new(g, 4);
-	tuner_search *three = tuner_search_new(g, &(tuner_search_options){
-		.seed = 4, .stall_generations = 3});
-	trace t = {0}, t3 = {0};
+	tuner_search *s = tuner_search_new(g, &(tuner_search_options){
+		.seed = 4, .population = 8, .stall_generations = 3});
+	trace t = {0};
 
-	run(s, g, MAX_GENERATIONS, flat_ms, &t);
-	cr_expect_eq(t.generations, TUNER_STALL + 1);
-	cr_expect_null(tuner_search_generation(s), "a stalled search stays over");
-	run(three, g, MAX_GENERATIONS, flat_ms, &t3);
-	cr_expect_eq(t3.generations, 4);
+	run(s, g, 12, flat_ms, &t);
+	cr_expect_eq(t.generations, 12, "the search ended after %d generations",
+		     t.generations);
+	/* generation 0 gains; 1 to 3 do not, nor 4 to 6, nor 7 to 9 */
+	cr_expect_eq(tuner_search_restarts(s), 3);
+	for (int i = 1; i < t.generations; i++)
+		cr_expect_gt(t.sizes[i], 0, "generation %d proposed nothing", i);
+	cr_expect(!tuner_search_exhausted(s));
+	expect_all_different(&t);
 	trace_release(&t);
-	trace_release(&t3);
 	tuner_search_free(s);
-	tuner_search_free(three);
 	sched_graph_free(g);
 }
 
@@ -463,8 +468,9 @@ Test(search, the_cost_model_filters_slow_candidates)
 
 /* A generation whose genomes the cost model all drops comes back empty
  * when proposed a few genomes at a time, not as the end of the search:
- * it counts why, and the search goes on, each empty generation one
- * without a gain, until it stalls. */
+ * it counts why; the filter then steps aside for the next generation,
+ * which proposes plans (some of them filtered before), and the search
+ * goes on. */
 Test(search, an_empty_generation_is_not_the_end)
 {
 	sched_graph *g = example("gpt3_mlp_m256");
@@ -472,24 +478,30 @@ Test(search, an_empty_generation_is_not_the_end)
 		.seed = 3, .peaks = &four_cores, .stall_generations = 3});
 	json_t *g0 = tuner_search_generation(s), *plans;
 	tuner_search_drops drops;
-	int empty = 0;
+	tuner_search_model model;
 
 	cr_assert_eq(json_array_size(g0), 1);
 	/* far faster than any estimate: every other plan is filtered */
 	tuner_search_record(s, 0, 1e-9);
-	while (tuner_search_begin(s) == 0) {
-		cr_assert_lt(tuner_search_generations(s), 10, "the search never stalls");
-		cr_assert_not_null(plans = tuner_search_propose(s, 100));
-		cr_expect_eq(json_array_size(plans), 0, "a plan slower than the filter");
-		cr_expect(!tuner_search_full(s) && !tuner_search_exhausted(s));
-		empty += tuner_search_proposed(s) == 0;
-		json_decref(plans);
-	}
+	cr_assert_eq(tuner_search_begin(s), 0);
+	tuner_search_cost_model(s, &model);
+	cr_expect(model.filtering);
+	cr_assert_not_null(plans = tuner_search_propose(s, 100));
+	cr_expect_eq(json_array_size(plans), 0, "a plan slower than the filter");
+	cr_expect(!tuner_search_full(s) && !tuner_search_exhausted(s));
+	cr_expect_eq(tuner_search_proposed(s), 0);
+	json_decref(plans);
 	tuner_search_drops_get(s, &drops);
-	cr_expect_eq(empty, 3, "%d empty generations before the search stalled", empty);
 	cr_expect_gt(drops.filtered, 0);
 	cr_expect_eq(drops.filtered, tuner_search_filtered(s));
 	cr_expect_eq(drops.invalid, 0);
+
+	cr_assert_eq(tuner_search_begin(s), 0, "an empty generation ended the search");
+	tuner_search_cost_model(s, &model);
+	cr_expect(!model.filtering, "the filter starved the search and stays");
+	cr_assert_not_null(plans = tuner_search_propose(s, 100));
+	cr_expect_gt(json_array_size(plans), 0, "the filter stepped aside for nothing");
+	json_decref(plans);
 	json_decref(g0);
 	tuner_search_free(s);
 	sched_graph_free(g);
@@ -556,6 +568,170 @@ Test(search, a_search_out_of_new_plans_is_exhausted)
 	cr_expect_geq(drops.seen + drops.measured, TUNER_POPULATION,
 		      "%d genomes gave a plan seen before", drops.seen);
 	cr_expect_null(tuner_search_generation(s), "an exhausted search proposes nothing");
+	tuner_search_free(s);
+	sched_graph_free(g);
+}
+
+/* The C code of "plan" for graph "g", every kernel's. */
+static char *plan_source(const sched_graph *g, const kgen_plan *plan)
+{
+	char *all = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&all, &len);
+
+	cr_assert_not_null(f);
+	for (int k = 0; k < plan->nkernels; k++) {
+		char *source = kgen_print_c(g, plan, k);
+
+		fputs(source ? source : "", f);
+		free(source);
+	}
+	fclose(f);
+	return all;
+}
+
+/* The distinct plans (by their C code) of every genome of "g", counted
+ * by walking them all. */
+static int distinct_plans(const sched_graph *g)
+{
+	tuner_genome *genome = genome_new(g, NULL, 0, 0);
+	int *genes, n = 0, cap = 64, distinct = 1;
+	char **codes = malloc(cap * sizeof(char *));
+	bool more = true;
+
+	cr_assert_not_null(genome);
+	genes = calloc(genome->ngenes + 1, sizeof(int));
+	while (more) {
+		const kgen_plan *plan = genome_decode(genome, genes);
+
+		if (plan) {
+			if (n == cap)
+				codes = realloc(codes, (cap *= 2) * sizeof(char *));
+			codes[n++] = plan_source(g, plan);
+		}
+		more = false;
+		for (int i = genome->ngenes - 1; i >= 0 && !more; i--) {
+			more = ++genes[i] < genome->domain[i];
+			genes[i] = more ? genes[i] : 0;
+		}
+	}
+	qsort(codes, n, sizeof(char *), compare_texts);
+	for (int i = 1; i < n; i++)
+		distinct += strcmp(codes[i - 1], codes[i]) != 0;
+	for (int i = 0; i < n; i++)
+		free(codes[i]);
+	free(codes);
+	free(genes);
+	genome_free(genome);
+	return n ? distinct : 0;
+}
+
+static const char small_space[] = "{\"version\": 1, \"tensors\": {"
+	"\"x\": {\"shape\": [8, 8], \"dtype\": \"f32\", \"role\": \"input\"}, "
+	"\"y\": {\"shape\": [8, 8], \"dtype\": \"f32\", \"role\": \"output\"}}, "
+	"\"ops\": [\"y[i, j] = 2 * x[i, j]\"]}";
+
+/* A small space with a flat fitness: the search does not stop when it
+ * stalls, but goes on until every plan of the space is measured, and
+ * then says so. */
+Test(search, a_small_space_is_searched_until_every_plan_is_measured)
+{
+	sched_graph *g = graph_of(small_space);
+	tuner_search *s = tuner_search_new(g, &(tuner_search_options){.seed = 6});
+	int space = distinct_plans(g), seen, measured;
+	trace t = {0};
+
+	cr_assert_gt(space, TUNER_POPULATION, "the space is too small to stall in");
+	run(s, g, MAX_GENERATIONS, flat_ms, &t);
+	cr_assert_lt(t.generations, MAX_GENERATIONS, "the space never ran out");
+	cr_expect_gt(t.generations, TUNER_STALL + 1, "the search stopped when it stalled");
+	cr_expect(tuner_search_exhausted(s));
+	cr_expect_null(tuner_search_generation(s), "an exhausted search proposes nothing");
+	seen = tuner_search_space(s, &measured);
+	cr_expect_eq(t.ntexts, space, "%d plans measured of %d", t.ntexts, space);
+	cr_expect_eq(seen, space);
+	cr_expect_eq(measured, space);
+	expect_all_different(&t);
+	trace_release(&t);
+	tuner_search_free(s);
+	sched_graph_free(g);
+}
+
+/* Times that rank the plans the other way round from the cost model,
+ * the default plan's its estimate: once it has enough trials to tell,
+ * the filter steps aside and admits plans it would have dropped. */
+static double reversed_ms(const sched_graph *g, json_t *json)
+{
+	kgen_plan *def = kgen_plan_default(g);
+	double default_ms = tuner_optimistic_ms(g, def, &four_cores, 0);
+
+	kgen_plan_free(def);
+	return default_ms * default_ms / estimated_ms(g, json);
+}
+
+Test(search, a_model_that_ranks_poorly_does_not_filter)
+{
+	sched_graph *g = example("gpt3_mlp_m256");
+	tuner_search *s = tuner_search_new(g, &(tuner_search_options){
+		.seed = 9, .peaks = &four_cores, .filter_factor = 1.2});
+	tuner_search_model model;
+	trace t = {0};
+	int admitted = 0;
+
+	run(s, g, 4, reversed_ms, &t);
+	tuner_search_cost_model(s, &model);
+	cr_expect_lt(model.rank_correlation, TUNER_MIN_RANK_CORRELATION, "%g",
+		     model.rank_correlation);
+	cr_expect(!model.filtering, "a model that ranks poorly still filters");
+	for (int gen = 0, i = 0; gen < t.generations; gen++)
+		for (int end = i + t.sizes[gen]; i < end; i++) {
+			json_t *json = json_loads(t.texts[i], 0, NULL);
+
+			/* from generation 2, with the trials of generation 1 */
+			admitted += gen >= 2 && estimated_ms(g, json) > 1.2 * t.best[gen];
+			json_decref(json);
+		}
+	cr_expect_gt(admitted, 0, "no plan the model would drop was proposed");
+	trace_release(&t);
+	tuner_search_free(s);
+	sched_graph_free(g);
+}
+
+/* Times of a device unlike its peaks: bytes at 2 GB/s, flops at 400
+ * GFLOP/s, each kernel 5 us (the launch the peaks measured). */
+static const tuner_cost_rates unlike_peaks = {1 / 2e6, 1 / 400e6, 0.005};
+
+static double unlike_peaks_ms(const sched_graph *g, json_t *json)
+{
+	kgen_plan *plan = legal(g, json);
+	tuner_cost_terms terms;
+
+	cr_assert_eq(tuner_cost_terms_of(g, plan, &four_cores, 0, &terms), 0);
+	kgen_plan_free(plan);
+	return tuner_calibrated_ms(&terms, &unlike_peaks);
+}
+
+/* The filter's model is fitted to the trials: the rates of the device,
+ * not its peaks', and it ranks the trials as they are. */
+Test(search, the_filter_calibrates_on_its_trials)
+{
+	sched_graph *g = example("lstm_cell_small");
+	tuner_search *s = tuner_search_new(g, &(tuner_search_options){
+		.seed = 2, .peaks = &four_cores, .population = 16});
+	tuner_search_model model;
+	trace t = {0};
+
+	run(s, g, 3, unlike_peaks_ms, &t);
+	tuner_search_cost_model(s, &model);
+	cr_expect(model.calibrated);
+	cr_expect(model.filtering);
+	cr_expect_float_eq(model.rates.ms_per_byte, unlike_peaks.ms_per_byte,
+			   1e-6 * unlike_peaks.ms_per_byte);
+	cr_expect_float_eq(model.rates.ms_per_flop, unlike_peaks.ms_per_flop,
+			   1e-6 * unlike_peaks.ms_per_flop);
+	cr_expect_float_eq(model.rank_correlation, 1, 1e-9);
+	cr_expect_lt(model.peaks_rank_correlation, 1);
+	trace_release(&t);
 	tuner_search_free(s);
 	sched_graph_free(g);
 }
@@ -768,6 +944,92 @@ Test(cost, no_parallel_loop_is_no_faster_on_a_matmul)
 	/* 2 * 512^3 flops on one core of four at 100 GFLOP/s in all. */
 	cr_expect_float_eq(serial, 2.0 * 512 * 512 * 512 / (25 * 1e6) + 0.005, 1e-9);
 	sched_graph_free(g);
+}
+
+/* Trials made up from known rates, on terms spread over three orders
+ * of magnitude, memory-bound and compute-bound ones mixed. */
+static void synthetic_trials(const tuner_cost_rates *rates, tuner_cost_terms *terms,
+			     double *ms, int n)
+{
+	for (int i = 0; i < n; i++) {
+		terms[i] = (tuner_cost_terms){.bytes = 1e5 * (1 + (i * 37) % 1000),
+					      .flops = 1e6 * (1 + (i * 91) % 997),
+					      .launches = 1 + i % 3};
+		ms[i] = tuner_calibrated_ms(&terms[i], rates);
+	}
+}
+
+Test(cost, the_fit_recovers_known_rates)
+{
+	/* 10 GB/s and 50 GFLOP/s; a launch of 5 us */
+	tuner_cost_rates known = {1 / 10e6, 1 / 50e6, 0.005}, fitted = {0};
+	tuner_cost_terms terms[40];
+	double ms[40];
+
+	synthetic_trials(&known, terms, ms, 40);
+	cr_assert(tuner_cost_fit(terms, ms, 40, known.launch_ms, &fitted));
+	cr_expect_float_eq(fitted.ms_per_byte, known.ms_per_byte, 1e-9 * known.ms_per_byte);
+	cr_expect_float_eq(fitted.ms_per_flop, known.ms_per_flop, 1e-9 * known.ms_per_flop);
+	cr_expect_eq(fitted.launch_ms, known.launch_ms);
+}
+
+Test(cost, the_fit_of_noisy_trials_is_near_the_rates)
+{
+	tuner_cost_rates known = {1 / 20e6, 1 / 100e6, 0}, fitted = {0};
+	tuner_cost_terms terms[200];
+	double ms[200];
+
+	synthetic_trials(&known, terms, ms, 200);
+	for (int i = 0; i < 200; i++)
+		ms[i] *= 1 + 0.05 * ((i * 7919) % 21 - 10) / 10.0; /* within 5% */
+	cr_assert(tuner_cost_fit(terms, ms, 200, 0, &fitted));
+	cr_expect_lt(fabs(fitted.ms_per_byte / known.ms_per_byte - 1), 0.05);
+	cr_expect_lt(fabs(fitted.ms_per_flop / known.ms_per_flop - 1), 0.05);
+}
+
+/* Times that only bytes explain: the flop rate comes out free (0), not
+ * negative, and the bandwidth is fitted alone. */
+Test(cost, a_rate_that_explains_nothing_is_free)
+{
+	tuner_cost_rates known = {1 / 10e6, 0, 0}, fitted = {0};
+	tuner_cost_terms terms[20];
+	double ms[20];
+
+	synthetic_trials(&known, terms, ms, 20);
+	cr_assert(tuner_cost_fit(terms, ms, 20, 0, &fitted));
+	cr_expect_float_eq(fitted.ms_per_byte, known.ms_per_byte, 1e-9 * known.ms_per_byte);
+	cr_expect_eq(fitted.ms_per_flop, 0);
+}
+
+Test(cost, too_few_trials_fit_nothing)
+{
+	tuner_cost_rates known = {1 / 10e6, 1 / 50e6, 0}, fitted = {7, 7, 7};
+	tuner_cost_terms terms[3];
+	double ms[3];
+
+	synthetic_trials(&known, terms, ms, 3);
+	ms[1] = INFINITY; /* failed trials are left out */
+	ms[2] = NAN;
+	cr_expect(!tuner_cost_fit(terms, ms, 3, 0, &fitted));
+	cr_expect_eq(fitted.ms_per_byte, 7, "rates changed by a failed fit");
+}
+
+/* Spearman's rho on the textbook example (IQ against hours of TV a week,
+ * Wikipedia's "Spearman's rank correlation coefficient"): -29/165. */
+Test(cost, spearman_of_known_data)
+{
+	double iq[] = {106, 100, 86, 101, 99, 103, 97, 113, 112, 110};
+	double tv[] = {7, 27, 2, 50, 28, 29, 20, 12, 6, 17};
+	double up[] = {1, 2, 3, 4, 5}, down[] = {50, 40, 30, 20, 10};
+	double tied[] = {5, 6, 7, 8, 7}, flat[] = {3, 3, 3, 3, 3};
+
+	cr_expect_float_eq(tuner_spearman(iq, tv, 10), -29.0 / 165, 1e-12);
+	cr_expect_float_eq(tuner_spearman(up, up, 5), 1, 1e-12);
+	cr_expect_float_eq(tuner_spearman(up, down, 5), -1, 1e-12);
+	/* ties share their mean rank: ranks 1 2 3.5 5 3.5 */
+	cr_expect_float_eq(tuner_spearman(up, tied, 5), 8 / sqrt(95), 1e-12);
+	cr_expect(isnan(tuner_spearman(up, flat, 5)), "a constant ranks nothing");
+	cr_expect(isnan(tuner_spearman(up, down, 2)), "two pairs rank nothing");
 }
 
 Test(cost, estimates_are_positive)
