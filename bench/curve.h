@@ -10,6 +10,8 @@
 #ifndef BENCH_CURVE_H
 #define BENCH_CURVE_H
 
+#include <stdbool.h>
+
 typedef struct curve_point {
 	double seconds;
 	double ms;
@@ -19,6 +21,16 @@ typedef struct curve_point {
 typedef struct curve {
 	curve_point *points;  /* trial t (from 1) at points[t - 1] */
 	int n;
+	/* How the search ended: when (its seconds), why ("budget", "trials",
+	 * "space exhausted: N of N plans measured"), after how many
+	 * restarts, and its cost filter then: the Spearman rank correlation
+	 * of its model's estimates and of the peaks' roofline with the times
+	 * measured (NAN: no peaks, or too few trials). */
+	double ended_s;
+	char ended[64];
+	int restarts;
+	double rho, rho_peaks;
+	bool calibrated;
 } curve;
 
 enum curve_kind { CURVE_GENETIC, CURVE_RANDOM, CURVE_KINDS };

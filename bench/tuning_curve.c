@@ -2,12 +2,18 @@
  * tuning_curve: the genetic search against random search, trial for trial.
  *
  *   tuning_curve [--backend cpu|cuda|auto] [--examples A,B,...] [--trials N]
- *                [--population N] [--seed S] [--png FILE] [--json FILE]
+ *                [--budget S] [--population N] [--seed S] [--png FILE]
+ *                [--json FILE]
  *
  * For each example, the genetic search and random search (tuner/search.c,
  * the same seed and population) run a generation of each in turn, both
  * from generation 0, the default plan, until N trials are spent or the
- * search has nothing new to propose. Each plan is measured as the
+ * search has nothing new to propose. With --budget, each search runs as
+ * the daemon runs one instead: for S seconds of its own (N trials at
+ * most, if given), with the daemon's stall rule and its cost filter (on
+ * the peaks the worker probes); the table after the curves says when
+ * each search ended and why, and how well its cost model ranked the
+ * trials (Spearman's rho). Each plan is measured as the
  * daemon measures it (daemon/runner.c): by a tuned-worker, racing against
  * the best so far, a failure counting as INFINITY. Each search gets a fresh
  * worker, so that neither reuses kernels the other compiled.
@@ -34,6 +40,7 @@
 
 #include "common.h"
 #include "curve.h"
+#include "kgen.h"
 #include "scheduler.h"
 #include "trial.h"
 #include "tuner.h"
@@ -42,13 +49,16 @@
  * variants run for microseconds, within the noise of timing them, and the
  * MLPs for seconds, a few trials a minute. */
 #define DEFAULT_EXAMPLES "lstm_cell,ln_residual,softmax_scores,conv_pair,mi_lstm_cell,bert_qkv"
+/* The trials a search may take with --budget and no --trials. */
+#define BUDGET_MAX_TRIALS 100000
 
 static const char usage[] =
 	"usage: tuning_curve [--backend cpu|cuda|auto] [--examples A,B,...]\n"
-	"                    [--trials N] [--population N] [--seed S]\n"
+	"                    [--trials N] [--budget S] [--population N] [--seed S]\n"
 	"                    [--png FILE] [--json FILE]\n"
 	"Runs the genetic search and random search on each example with the same\n"
-	"budget of trials; prints a table, writes the curves as JSON (default\n"
+	"budget of trials (with --budget, of S seconds each, as the daemon runs\n"
+	"a search); prints a table, writes the curves as JSON (default\n"
 	"tuning_curve.json) and, with --png, plots them (bench/plot.py).\n"
 	"Examples are names in examples/ or paths; default: " DEFAULT_EXAMPLES ".\n";
 
@@ -59,6 +69,8 @@ typedef struct bench_options {
 	const char *backend;
 	const char *examples;  /* comma-separated */
 	int trials;
+	int budget_s;    /* 0: none, the trials are the budget */
+	const kgen_peaks *peaks; /* with budget_s, as probed; else NULL */
 	int population;
 	unsigned seed;
 	const char *png; /* NULL: no plot */
@@ -72,6 +84,7 @@ typedef struct bench_example {
 	const sched_graph *graph;
 	double limit_s;    /* per trial */
 	const char *name;
+	const kgen_peaks *peaks; /* --budget: the cost filter's, or NULL */
 } bench_example;
 
 static const char *const kind_names[CURVE_KINDS] = {
@@ -95,6 +108,7 @@ static int parse_options(int argc, char **argv, bench_options *opt)
 		{"backend", required_argument, NULL, 'b'},
 		{"examples", required_argument, NULL, 'e'},
 		{"trials", required_argument, NULL, 't'},
+		{"budget", required_argument, NULL, 'B'},
 		{"population", required_argument, NULL, 'p'},
 		{"seed", required_argument, NULL, 's'},
 		{"png", required_argument, NULL, 'o'},
@@ -109,6 +123,7 @@ static int parse_options(int argc, char **argv, bench_options *opt)
 		case 'b': opt->backend = optarg; break;
 		case 'e': opt->examples = optarg; break;
 		case 't': rc = bench_positive_int(optarg, &opt->trials); break;
+		case 'B': rc = bench_positive_int(optarg, &opt->budget_s); break;
 		case 'p': rc = bench_positive_int(optarg, &opt->population); break;
 		case 's':
 			rc = bench_positive_int(optarg, &seed);
@@ -198,9 +213,10 @@ static void report_generation(const bench_example *ex, const bench_search *bs,
 		ex->opt->trials, bs->cv->points[bs->cv->n - 1].best_ms, bs->seconds);
 }
 
-/* A search of "ex" with a fresh worker. It never ends for a stall:
- * stall_generations is the budget, so each search gets it all unless it
- * runs out of new plans. */
+/* A search of "ex" with a fresh worker. Without --budget, it is
+ * restarted after no stall (stall_generations is the budget of trials)
+ * and has no cost filter: each search gets the same trials; with it, as
+ * the daemon runs it. */
 static int search_start(const bench_example *ex, enum curve_kind kind,
 			curve *cv, bench_search *bs)
 {
@@ -208,7 +224,8 @@ static int search_start(const bench_example *ex, enum curve_kind kind,
 	tuner_search_options so = {
 		.kind = kind == CURVE_GENETIC ? TUNER_GENETIC : TUNER_RANDOM,
 		.seed = opt->seed, .population = opt->population,
-		.stall_generations = opt->trials,
+		.stall_generations = opt->budget_s ? 0 : opt->trials,
+		.peaks = ex->peaks,
 	};
 
 	*bs = (bench_search){.kind = kind, .cv = cv};
@@ -218,8 +235,38 @@ static int search_start(const bench_example *ex, enum curve_kind kind,
 	return bs->s && bs->w && cv->points ? 0 : -ENOMEM;
 }
 
-/* One generation of "bs", measured; it is over when the budget is spent or
- * the search has nothing new. */
+/* Whether "bs" has spent its budget of seconds (--budget), "start" being
+ * bench_now_s() when its generation began. */
+static bool out_of_time(const bench_example *ex, const bench_search *bs, double start)
+{
+	return ex->opt->budget_s &&
+	       bs->seconds + bench_now_s() - start >= ex->opt->budget_s;
+}
+
+/* The search "bs" over: when, why, and its cost model then. */
+static void search_ended(bench_search *bs, const char *why)
+{
+	curve *cv = bs->cv;
+	tuner_search_model model;
+	int plans, measured;
+
+	tuner_search_cost_model(bs->s, &model);
+	cv->ended_s = bs->seconds;
+	cv->restarts = tuner_search_restarts(bs->s);
+	cv->rho = model.rank_correlation;
+	cv->rho_peaks = model.peaks_rank_correlation;
+	cv->calibrated = model.calibrated;
+	plans = tuner_search_space(bs->s, &measured);
+	if (why)
+		snprintf(cv->ended, sizeof(cv->ended), "%s", why);
+	else
+		snprintf(cv->ended, sizeof(cv->ended), "space exhausted: %d of %d plans "
+			 "measured", measured, plans);
+	bs->over = true;
+}
+
+/* One generation of "bs", measured; it is over when the budget (trials,
+ * or seconds) is spent or the space is exhausted. */
 static void search_step(const bench_example *ex, bench_search *bs)
 {
 	double start = bench_now_s();
@@ -227,12 +274,17 @@ static void search_step(const bench_example *ex, bench_search *bs)
 	size_t i;
 
 	json_array_foreach(generation, i, plan)
-		if (bs->cv->n < ex->opt->trials)
+		if (bs->cv->n < ex->opt->trials && !out_of_time(ex, bs, start))
 			run_trial(bs, ex, plan, (int)i, bs->seconds - start);
 	bs->seconds += bench_now_s() - start;
 	if (json_array_size(generation))
 		report_generation(ex, bs, json_array_size(generation));
-	bs->over = !generation || bs->cv->n == ex->opt->trials;
+	if (!generation)
+		search_ended(bs, NULL);
+	else if (bs->cv->n == ex->opt->trials)
+		search_ended(bs, "trials");
+	else if (out_of_time(ex, bs, bench_now_s()))
+		search_ended(bs, "budget");
 	json_decref(generation);
 }
 
@@ -280,6 +332,7 @@ static int run_example(const bench_options *opt, const char *path,
 			text ? err.message : strerror(-rc));
 	ex.text = text;
 	ex.graph = graph;
+	ex.peaks = opt->peaks;
 	ex.limit_s = graph ? tuner_time_limit(graph, opt->backend) : 0;
 	if (rc == 0)
 		rc = run_searches(&ex, out);
@@ -288,6 +341,27 @@ static int run_example(const bench_options *opt, const char *path,
 	sched_graph_free(graph);
 	free(text);
 	return rc;
+}
+
+/* The device's peaks as the daemon probes them, for the cost filter;
+ * false when the worker cannot tell them. */
+static bool probe_peaks(const char *backend, kgen_peaks *peaks)
+{
+	tuner_worker *w = bench_worker_new(backend);
+	json_t *request = json_pack("{s:s}", "op", "probe");
+	tuner_reply reply = {0};
+	const json_t *a;
+	bool asked = w && request && tuner_worker_ask(w, request, 120, &reply) == 0;
+
+	a = reply.answer;
+	*peaks = (kgen_peaks){json_number_value(json_object_get(a, "bandwidth_gbs")),
+			      json_number_value(json_object_get(a, "gflops")),
+			      json_number_value(json_object_get(a, "launch_ms")),
+			      (int)json_integer_value(json_object_get(a, "cores"))};
+	json_decref(reply.answer);
+	json_decref(request);
+	tuner_worker_free(w);
+	return asked && peaks->bandwidth_gbs > 0 && peaks->gflops > 0 && peaks->cores > 0;
 }
 
 /* The first trial (from 1) whose best is at most "ms", or 0 for none. */
@@ -370,6 +444,36 @@ static void print_median(const curve_example *examples, int n, int trials)
 	free(order);
 }
 
+static void print_rho(double rho)
+{
+	if (isnan(rho))
+		printf(" %8s", "-");
+	else
+		printf(" %8.2f", rho);
+}
+
+/* When and why each search ended, against its budget, and how well its
+ * cost model ranked the trials it measured. */
+static void print_stops(const bench_options *opt, const curve_example *examples, int n)
+{
+	printf("\n%-20s %-8s %8s %8s %6s %8s %8s %8s  %s\n", "example", "search",
+	       "ended s", "budget s", "trials", "restarts", "rho", "rho peak", "why");
+	for (int i = 0; i < n; i++)
+		for (int k = 0; k < CURVE_KINDS; k++) {
+			const curve *cv = &examples[i].curves[k];
+
+			printf("%-20s %-8s %8.1f %8d %6d %8d", examples[i].name,
+			       kind_names[k], cv->ended_s, opt->budget_s, cv->n, cv->restarts);
+			print_rho(cv->rho);
+			print_rho(cv->rho_peaks);
+			printf("  %s%s\n", cv->ended, cv->calibrated ? " (model calibrated)" : "");
+		}
+	printf("ended s: the search's own seconds when it ended; rho: Spearman's rank "
+	       "correlation of its cost\nmodel's estimates (the peaks' roofline, or "
+	       "the rates fitted to the trials) with the\ntimes measured; rho peak: the "
+	       "roofline's alone (-: too few trials).\n");
+}
+
 static void print_table(const bench_options *opt, const curve_example *examples,
 			int n)
 {
@@ -385,6 +489,8 @@ static void print_table(const bench_options *opt, const curve_example *examples,
 	       opt->trials, opt->trials);
 	if (n)
 		print_median(examples, n, opt->trials);
+	if (opt->budget_s)
+		print_stops(opt, examples, n);
 }
 
 static json_t *json_ms(double ms)
@@ -404,6 +510,21 @@ static json_t *curve_json(const curve *cv)
 	return points;
 }
 
+static json_t *rho_json(double rho)
+{
+	return isnan(rho) ? json_null() : json_real(rho);
+}
+
+/* When and why a search ended, its cost model's rank correlations. */
+static json_t *ended_json(const curve *cv)
+{
+	return json_pack("{s:f, s:s, s:i, s:o, s:o, s:b}", "seconds", cv->ended_s,
+			 "why", cv->ended, "restarts", cv->restarts,
+			 "rank_correlation", rho_json(cv->rho),
+			 "peaks_rank_correlation", rho_json(cv->rho_peaks),
+			 "calibrated", cv->calibrated);
+}
+
 static int write_json(const bench_options *opt, const curve_example *examples,
 		      int n)
 {
@@ -413,10 +534,12 @@ static int write_json(const bench_options *opt, const curve_example *examples,
 				"seed", (int)opt->seed, "examples", list);
 
 	for (int i = 0; i < n; i++)
-		json_array_append_new(list, json_pack("{s:s, s:o, s:o, s:o}",
+		json_array_append_new(list, json_pack("{s:s, s:o, s:o, s:o, s:{s:o, s:o}}",
 			"name", examples[i].name, "default_ms", json_ms(examples[i].default_ms),
 			"genetic", curve_json(&examples[i].curves[CURVE_GENETIC]),
-			"random", curve_json(&examples[i].curves[CURVE_RANDOM])));
+			"random", curve_json(&examples[i].curves[CURVE_RANDOM]),
+			"ended", "genetic", ended_json(&examples[i].curves[CURVE_GENETIC]),
+			"random", ended_json(&examples[i].curves[CURVE_RANDOM])));
 	n = all ? json_dump_file(all, opt->json, JSON_INDENT(1)) : -1;
 	json_decref(all);
 	return n < 0 ? -EIO : 0;
@@ -474,16 +597,18 @@ int main(int argc, char **argv)
 {
 	bench_options opt = {.backend = "cpu",
 			     .examples = DEFAULT_EXAMPLES,
-			     .trials = 48,
 			     .population = 16,
 			     .seed = 1,
 			     .json = "tuning_curve.json"};
 	curve_example *examples = NULL;
+	kgen_peaks peaks;
 	glob_t paths;
 	int rc = parse_options(argc, argv, &opt), n = 0;
 
 	if (rc)
 		return rc > 0 ? 0 : 2;
+	if (!opt.trials)
+		opt.trials = opt.budget_s ? BUDGET_MAX_TRIALS : 48;
 	if (example_paths(opt.examples, &paths) < 0) {
 		fprintf(stderr, "tuning_curve: no examples in " BENCH_EXAMPLES "\n");
 		return 2;
@@ -491,7 +616,13 @@ int main(int argc, char **argv)
 	rc = bench_describe_device("tuning_curve", opt.backend);
 	if (rc == 0 && !(examples = calloc(paths.gl_pathc, sizeof(*examples))))
 		rc = -ENOMEM;
-	if (rc == 0)
+	if (rc == 0 && opt.budget_s && probe_peaks(opt.backend, &peaks))
+		opt.peaks = &peaks;
+	if (rc == 0 && opt.budget_s)
+		printf("%d s per search (%d trials at most), population %d, seed %u, "
+		       "cost filter %s\n", opt.budget_s, opt.trials, opt.population, opt.seed,
+		       opt.peaks ? "on the probed peaks" : "off (no peaks)");
+	else if (rc == 0)
 		printf("%d trials per search, population %d, seed %u\n", opt.trials,
 		       opt.population, opt.seed);
 	for (; rc == 0 && n < (int)paths.gl_pathc; n++)

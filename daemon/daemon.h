@@ -125,6 +125,7 @@ typedef struct tuned_job {
 	double first_ms; /* the version the job started from, timed beside it */
 	int version;
 	char error[256];
+	char ended[128];   /* why it ended, when it ended normally (runner.h) */
 	bool store_failed; /* the cache could not store what it found: error
 			    * says why, and the job fails with it */
 	double created_at, finished_at;

@@ -75,6 +75,8 @@ json_t *tuned_job_json(const tuned_job *job)
 
 	if (job->state == TUNED_JOB_FAILED && job->error[0])
 		json_object_set_new(obj, "error", json_string(job->error));
+	if (job->ended[0])
+		json_object_set_new(obj, "ended", json_string(job->ended));
 	return obj;
 }
 

@@ -323,8 +323,9 @@ static void on_end(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 	else
 		tuned_job_finish(job, TUNED_JOB_FAILED, job->error[0] ? job->error :
 				 "no candidate verified");
-	tuned_log(TUNED_INFO, "job %lld %s", (long long)job->id,
-		  tuned_job_state_name(job->state));
+	snprintf(job->ended, sizeof(job->ended), "%s", r->ended);
+	tuned_log(TUNED_INFO, "job %lld %s%s%s", (long long)job->id,
+		  tuned_job_state_name(job->state), job->ended[0] ? ": " : "", job->ended);
 	tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
 	if (job->state == TUNED_JOB_CANCELLED)
 		tuned_fail_waiters(d, job->key, PROTO_ECANCELLED, "the job was cancelled");

@@ -108,6 +108,8 @@ typedef struct runner_job {
 	uint64_t deadline;
 	int trials, generation, compile_failures;
 	tuner_search_drops drops; /* the search's, when it last proposed */
+	tuner_search_model model; /* its cost filter's, then */
+	int restarts;             /* its restarts after a stall, then */
 	const char *filled; /* how the generation's proposing ended */
 	uint64_t share_ends; /* when its time share to propose ends */
 	const char *failed; /* why the search cannot go on, or NULL: the job
@@ -259,6 +261,33 @@ static int count_active(const tuned_runner *r)
 
 static void activate_jobs(tuned_runner *r);
 
+static bool out_of_budget(const runner_job *job)
+{
+	return job->budget_s > 0 && job->trials > 0 && uv_hrtime() > job->deadline;
+}
+
+static bool out_of_trials(const runner_job *job)
+{
+	return job->max_trials > 0 && job->trials >= job->max_trials;
+}
+
+/* Why a job that did not fail ended, into "ended": its space exhausted
+ * (every plan of it measured), or its budget or trials spent. */
+static void why_ended(const runner_job *job, char *ended, size_t size)
+{
+	int measured, plans;
+
+	if (job->search && tuner_search_exhausted(job->search)) {
+		plans = tuner_search_space(job->search, &measured);
+		snprintf(ended, size, "space exhausted: %d of %d plans measured", measured,
+			 plans);
+	} else if (out_of_trials(job)) {
+		snprintf(ended, size, "trials spent: %d of %d", job->trials, job->max_trials);
+	} else if (out_of_budget(job) || !job->search) {
+		snprintf(ended, size, "budget spent: %g s", job->budget_s);
+	}
+}
+
 /* The search thread: the job is over (why: "error", else its failure,
  * if any), said, and forgotten; a waiting job takes its place. The job is
  * freed without the lock: its search and known trials may be large. */
@@ -271,6 +300,8 @@ static void end_job(tuned_runner *r, runner_job *job, const char *error)
 		end->cancelled = job->cancelled && !r->stopping;
 		end->stopped = r->stopping;
 		snprintf(end->detail, sizeof(end->detail), "%s", why ? why : "");
+		if (!why && !job->cancelled && !r->stopping)
+			why_ended(job, end->ended, sizeof(end->ended));
 	}
 	push_result(r, end);
 	unlink_job(r, job);
@@ -286,9 +317,8 @@ static void end_job(tuned_runner *r, runner_job *job, const char *error)
  * (the first trial always runs). */
 static bool expired(const tuned_runner *r, const runner_job *job)
 {
-	return job->cancelled || job->failed || r->stopping ||
-	       (job->budget_s > 0 && job->trials > 0 && uv_hrtime() > job->deadline) ||
-	       (job->max_trials > 0 && job->trials >= job->max_trials);
+	return job->cancelled || job->failed || r->stopping || out_of_budget(job) ||
+	       out_of_trials(job);
 }
 
 /* Plans the search proposed, as the generation's next candidates, as many
@@ -309,16 +339,37 @@ static void add_candidates(tuned_runner *r, runner_job *job, json_t *plans)
 		uv_cond_broadcast(&r->compile_wake);
 }
 
+static json_t *real_or_null(double x)
+{
+	return isfinite(x) ? json_real(x) : json_null();
+}
+
+/* The search's cost filter: whether it filters, the rank correlation of
+ * its model with the trials (null until it has enough), and the rates
+ * of that model, the peaks' or those fitted to the trials. */
+static json_t *cost_model_data(const tuner_search_model *m)
+{
+	return json_pack("{s:b, s:b, s:o, s:o, s:o, s:o}", "filtering", m->filtering,
+			 "calibrated", m->calibrated,
+			 "rank_correlation", real_or_null(m->rank_correlation),
+			 "peaks_rank_correlation", real_or_null(m->peaks_rank_correlation),
+			 "bandwidth_gbs", m->calibrated && m->rates.ms_per_byte > 0 ?
+				 json_real(1 / (m->rates.ms_per_byte * 1e6)) : json_null(),
+			 "gflops", m->calibrated && m->rates.ms_per_flop > 0 ?
+				 json_real(1 / (m->rates.ms_per_flop * 1e6)) : json_null());
+}
+
 /* The counters of the generation just ended, for the generation event:
  * the best trial, and the gain of the version over the first, both as
  * the last re-timing measured them; the plans it proposed, how its
- * proposing ended, and why the search's genomes gave no plan so far. */
+ * proposing ended, why the search's genomes gave no plan so far, its
+ * restarts and its cost filter. */
 static json_t *generation_data(const runner_job *job)
 {
 	double best = job->best_ms;
 
 	return json_pack("{s:I, s:i, s:i, s:i, s:i, s:i, s:i, s:s?, s:{s:i, s:i, s:i, s:i, s:i},"
-			 " s:o, s:o, s:o, s:o, s:o}",
+			 " s:o, s:o, s:o, s:o, s:o, s:i, s:o}",
 			 "job", (json_int_t)job->id, "generation", job->generation - 1,
 			 "trials", job->trials, "compile_failures", job->compile_failures,
 			 "filtered", job->drops.filtered, "quarantined", job->skipped,
@@ -331,7 +382,8 @@ static json_t *generation_data(const runner_job *job)
 			 "version_ms", job->version_ms > 0 ? json_real(job->version_ms) : json_null(),
 			 "gain", job->first_ms > 0 && job->version_ms > 0 ?
 				 json_real(job->first_ms / job->version_ms) : json_null(),
-			 "retimed", job->retimed ? json_incref(job->retimed) : json_null());
+			 "retimed", job->retimed ? json_incref(job->retimed) : json_null(),
+			 "restarts", job->restarts, "cost_model", cost_model_data(&job->model));
 }
 
 /* A candidate becomes the key's version, at "median_ms", when the
@@ -536,6 +588,7 @@ static const char *start_search(tuned_runner *r, runner_job *job, sched_error *e
 	if (job->neighbour)
 		tuner_search_suggest(search, job->neighbour);
 	job->limit_s = tuner_time_limit(job->graph, r->backend);
+	tuner_search_cost_model(search, &job->model);
 	job->search = search;
 	return NULL;
 }
@@ -678,7 +731,9 @@ static bool fill_generation(tuned_runner *r, runner_job *job)
 {
 	tuner_search *search = job->search;
 	tuner_search_drops drops;
+	tuner_search_model model;
 	json_t *plans;
+	int restarts;
 
 	for (;;) {
 		if (tuner_search_full(search) || job->ncands >= job->room)
@@ -698,8 +753,12 @@ static bool fill_generation(tuned_runner *r, runner_job *job)
 		uv_mutex_unlock(&r->lock);
 		plans = tuner_search_propose(search, PROPOSE_TRIES);
 		tuner_search_drops_get(search, &drops);
+		tuner_search_cost_model(search, &model);
+		restarts = tuner_search_restarts(search);
 		uv_mutex_lock(&r->lock);
 		job->drops = drops;
+		job->model = model;
+		job->restarts = restarts;
 		if (!plans)
 			job->failed = "cannot propose plans: out of memory";
 		else if (!expired(r, job))

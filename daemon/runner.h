@@ -36,6 +36,9 @@ typedef struct tuned_result {
 	enum tuned_result_kind kind;
 	char outcome[16];  /* TRIAL: ok, wrong, compile_error, timeout, crash, error... */
 	char detail[256];  /* TRIAL: why not ok; END: why the job failed, if it did */
+	char ended[128];   /* END, when it did not fail: why it ended ("space
+			    * exhausted: 12 of 12 plans measured", "budget
+			    * spent: 60 s", "trials spent: 40 of 40") */
 	json_t *answer;    /* TRIAL, VERSION: the measurement's answer */
 	json_t *plan;      /* TRIAL, VERSION: the plan */
 	double median_ms;  /* VERSION: retimed side by side with the version it beat */
