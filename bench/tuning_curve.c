@@ -383,6 +383,13 @@ static double final_seconds(const curve *cv)
 	return cv->n ? cv->points[cv->n - 1].seconds : 0;
 }
 
+/* The trials of the budget: --trials, or with --budget those the
+ * genetic search took. */
+static int budget_trials(const bench_options *opt, const curve_example *ex)
+{
+	return opt->budget_s ? ex->curves[CURVE_GENETIC].n : opt->trials;
+}
+
 /* The share of the budget the genetic search took to reach random
  * search's final best; INFINITY if it never did. */
 static double reach_ratio(const curve_example *ex, int trials)
@@ -423,7 +430,7 @@ static int compare_ranked(const void *a, const void *b)
 
 /* The verdict on the median example (the upper one of an even count). It
  * only informs: the exit status does not depend on it. */
-static void print_median(const curve_example *examples, int n, int trials)
+static void print_median(const bench_options *opt, const curve_example *examples, int n)
 {
 	ranked *order = malloc(n * sizeof(*order));
 	char share[64] = "did not reach random search's final best";
@@ -432,7 +439,8 @@ static void print_median(const curve_example *examples, int n, int trials)
 	if (!order)
 		return;
 	for (int i = 0; i < n; i++)
-		order[i] = (ranked){reach_ratio(&examples[i], trials), &examples[i]};
+		order[i] = (ranked){reach_ratio(&examples[i], budget_trials(opt, &examples[i])),
+				    &examples[i]};
 	qsort(order, n, sizeof(*order), compare_ranked);
 	ratio = order[n / 2].ratio;
 	if (isfinite(ratio))
@@ -481,14 +489,22 @@ static void print_table(const bench_options *opt, const curve_example *examples,
 	       "default ms", "random ms", "GA ms", "GA reach", "of budget",
 	       "random s", "GA s", "GA reach s");
 	for (int i = 0; i < n; i++)
-		print_row(&examples[i], opt->trials);
-	printf("random ms, GA ms: the best after %d trials; GA reach: the first trial "
-	       "at which the genetic\nsearch's best was at most random search's final "
-	       "best (-: never), of budget: that over %d;\nrandom s, GA s: each search's "
-	       "seconds; GA reach s: the genetic search's seconds to GA reach.\n",
-	       opt->trials, opt->trials);
+		print_row(&examples[i], budget_trials(opt, &examples[i]));
+	if (opt->budget_s)
+		printf("random ms, GA ms: the best after %d s; GA reach: the first trial "
+		       "at which the genetic\nsearch's best was at most random search's "
+		       "final best (-: never), of budget: that over\nthe genetic search's "
+		       "trials; random s, GA s: each search's seconds to its last trial;\n"
+		       "GA reach s: the genetic search's seconds to GA reach.\n",
+		       opt->budget_s);
+	else
+		printf("random ms, GA ms: the best after %d trials; GA reach: the first "
+		       "trial at which the genetic\nsearch's best was at most random "
+		       "search's final best (-: never), of budget: that over %d;\nrandom "
+		       "s, GA s: each search's seconds; GA reach s: the genetic search's "
+		       "seconds to GA reach.\n", opt->trials, opt->trials);
 	if (n)
-		print_median(examples, n, opt->trials);
+		print_median(opt, examples, n);
 	if (opt->budget_s)
 		print_stops(opt, examples, n);
 }
