@@ -222,7 +222,7 @@ static int add_candidate(tuner_search *s, char *text, char *code, uint64_t hash,
 	if (2 * (s->ncands + 1) > s->capslots && grow_slots(s) < 0)
 		goto fail;
 	c = &s->cands[s->ncands];
-	*c = (seen_plan){text, code, hash, NULL, NAN, -1, .costed = false};
+	*c = (seen_plan){text, code, hash, NULL, NAN, -1, .filtered = false};
 	if (genes && !(c->genes = malloc(bytes)))
 		goto fail;
 	if (genes)
