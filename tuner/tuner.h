@@ -356,10 +356,9 @@ double tuner_spearman(const double *x, const double *y, int n);
  * each generation begins: the rates fitted to every trial the search
  * measured (tuner_cost_fit; not those it knew) are the model when their
  * estimates rank the trials better than the roofline of the peaks does.
- * The filter
- * steps aside (admits every plan) while that model's rank correlation
- * is below TUNER_MIN_RANK_CORRELATION, for the generation after one
- * that it emptied, and while the search sweeps the space. */
+ * The filter steps aside (admits every plan) while that model's rank
+ * correlation is below TUNER_MIN_RANK_CORRELATION, for the generation
+ * after one that it emptied, and while the search sweeps the space. */
 typedef struct tuner_search_model {
 	bool filtering;          /* the filter drops plans now */
 	bool calibrated;         /* rates: the model is fitted, not the peaks */
