@@ -550,7 +550,11 @@ static json_t *start_submitted(tuned_client *client, const submitted_graph *g,
 	if (g->kept.code < 0)
 		tuned_log(TUNED_WARN, "%s: cannot keep its graph.json: %s", g->key,
 			  g->kept.message);
-	if (g->new_job && job->state == TUNED_JOB_QUEUED && !d->stopping)
+	/* on a shared queue, the job goes to whichever daemon claims it */
+	if (g->new_job && job->state == TUNED_JOB_QUEUED && !d->stopping &&
+	    d->jobs.shared)
+		tuned_fleet_kick(d);
+	else if (g->new_job && job->state == TUNED_JOB_QUEUED && !d->stopping)
 		tuned_run_job(d, job);
 	tuned_log(TUNED_INFO, "job %lld: '%s' %s%s submitted by pid %d",
 		  (long long)job->id, job->name, job->key, what,
@@ -631,6 +635,9 @@ static void queue_submitted(tuned_client *client, submit_work *w)
 	if (!queued || !(w->changes = tuned_jobs_take_changes(&d->jobs)) ||
 	    tuned_write(d->writer, store_submitted, submitted, w) < 0) {
 		w->stored = (cache_error){CACHE_ENOMEM, "cannot queue the job: out of memory"};
+		if (!queued && d->jobs.error[0])
+			snprintf(w->stored.message, sizeof(w->stored.message),
+				 "cannot queue the job: %.480s", d->jobs.error);
 		submit_failed(d, w);
 		return submit_work_free(w);
 	}
