@@ -1,0 +1,278 @@
+/*
+ * test_fleet.c: several daemons on one PostgreSQL database tune together
+ * (docs/operations.md, "Several daemons on one database"). Three daemons,
+ * each on its own socket, share a private server's database; jobs for four
+ * keys are submitted to different daemons; the daemon working on a job is
+ * killed with SIGKILL mid-work and started again. Every acknowledged job
+ * ends done (the killed one's finished by whichever daemon claimed it once
+ * its lease ran out), every daemon shows every job, and the database is
+ * consistent: each key's versions numbered 1..n with no number twice,
+ * each faster than the one before, none failing its checksum, no job left
+ * open, and no plan measured twice on the device. The workers are the
+ * scripted one (made-up times), so that the test takes seconds.
+ */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <libpq-fe.h>
+
+#include "fixture.h"
+#include "pg_server.h"
+
+#define DAEMONS 3
+#define KEYS 4
+
+static pg_server server;
+
+static void start_server(void)
+{
+	int rc = pg_server_start(&server);
+
+	if (rc > 0)
+		cr_skip_test("%s", server.why);
+	cr_assert_eq(rc, 0, "%s", server.why);
+}
+
+static void stop_server(void)
+{
+	pg_server_stop(&server);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* The first field of "sql"'s first row on database "uri", as text into
+ * "out" ("" when no row). */
+static void query_text(const char *uri, const char *sql, char *out, size_t size)
+{
+	PGconn *conn = PQconnectdb(uri);
+	PGresult *res = PQexec(conn, sql);
+
+	cr_assert_eq(PQresultStatus(res), PGRES_TUPLES_OK, "%s: %s", sql,
+		     PQerrorMessage(conn));
+	snprintf(out, size, "%s", PQntuples(res) ? PQgetvalue(res, 0, 0) : "");
+	PQclear(res);
+	PQfinish(conn);
+}
+
+static long long query_count(const char *uri, const char *sql)
+{
+	char text[64];
+
+	query_text(uri, sql, text, sizeof(text));
+	return atoll(text);
+}
+
+/* The daemons: the scripted worker, leases of 1.5 s, one job at a time
+ * each, so that the jobs spread over them. */
+static const char *const daemon_args[] = {"--lease", "1.5", "--jobs", "1",
+					  "--compile-workers", "1", NULL};
+
+static void start_fleet(fixture *f, const char *uri)
+{
+	setenv("TUNED_WORKER", getenv("SCRIPTED_WORKER"), 1);
+	setenv("SCRIPTED_TIMES", "hash", 1);
+	setenv("SCRIPTED_DELAY_MS", "40", 1);
+	for (int i = 0; i < DAEMONS; i++) {
+		fixture_init(&f[i]);
+		snprintf(f[i].cache, sizeof(f[i].cache), "%s", uri);
+		fixture_start(&f[i], daemon_args);
+	}
+}
+
+static json_int_t submit(const fixture *f, const char *example)
+{
+	char *text = example_text(example);
+	json_t *reply;
+	json_int_t job;
+	conn c;
+
+	cr_assert(conn_open(&c, f->socket));
+	conn_hello(&c);
+	reply = conn_call(&c, "submit", json_pack("{s:s, s:f, s:i}", "graph", text,
+						  "budget", 4.0, "trials", 400));
+	job = json_integer_value(json_object_get(result_of(reply), "id"));
+	cr_assert_gt(job, 0, "submit failed: %s", json_dumps(reply, 0));
+	json_decref(reply);
+	conn_close(&c);
+	free(text);
+	return job;
+}
+
+/* The daemon of "f" that holds a job running with a few trials done,
+ * waited for; -1 when none did within 30 s. */
+static int working_daemon(const fixture *f, const char *uri)
+{
+	char holder[256], pid[32];
+	double start = now_s();
+
+	while (now_s() - start < 30) {
+		query_text(uri, "SELECT claimed_by FROM jobs WHERE state = 'running' "
+			   "AND trials >= 3 AND lease_until > extract(epoch FROM "
+			   "clock_timestamp()) ORDER BY id LIMIT 1", holder,
+			   sizeof(holder));
+		for (int i = 0; holder[0] && i < DAEMONS; i++) {
+			snprintf(pid, sizeof(pid), " pid %d ", (int)f[i].pid);
+			if (strstr(holder, pid))
+				return i;
+		}
+		usleep(50 * 1000);
+	}
+	return -1;
+}
+
+/* Waits until the jobs "ids" (a SQL list) are all done or failed: the
+ * seconds it took, or -1 after "timeout_s". */
+static double wait_finished(const char *uri, const char *ids, int n, int timeout_s)
+{
+	char sql[512];
+	double start = now_s();
+
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM jobs WHERE id IN (%s) AND "
+		 "state IN ('done', 'failed', 'cancelled')", ids);
+	while (now_s() - start < timeout_s) {
+		if (query_count(uri, sql) == n)
+			return now_s() - start;
+		usleep(100 * 1000);
+	}
+	return -1;
+}
+
+static bool any_log_contains(const fixture *f, const char *text)
+{
+	for (int i = 0; i < DAEMONS; i++)
+		if (fixture_log_contains(&f[i], text))
+			return true;
+	return false;
+}
+
+static void print_logs(const fixture *f)
+{
+	for (int i = 0; i < DAEMONS; i++)
+		fixture_print_log(&f[i]);
+}
+
+/* Every daemon shows every job, done; each key's version is served. */
+static void expect_all_done_everywhere(const fixture *f, const json_int_t *jobs)
+{
+	for (int i = 0; i < DAEMONS; i++) {
+		conn c;
+
+		cr_assert(conn_open(&c, f[i].socket));
+		conn_hello(&c);
+		for (int k = 0; k < KEYS; k++) {
+			json_t *reply = wait_job(&c, jobs[k], 10);
+			const char *state = json_string_value(json_object_get(
+				result_of(reply), "state"));
+
+			cr_expect_str_eq(state ? state : "(none)", "done",
+					 "daemon %d, job %lld: %s", i,
+					 (long long)jobs[k], json_dumps(reply, 0));
+			json_decref(reply);
+		}
+		conn_close(&c);
+	}
+}
+
+/* What the database holds once the fleet is done. */
+static void expect_consistent(const char *uri)
+{
+	cr_expect_eq(query_count(uri, "SELECT count(DISTINCT graph) FROM plans"), KEYS,
+		     "every key has a version");
+	cr_expect_eq(query_count(uri, "SELECT count(*) FROM (SELECT 1 FROM plans "
+				 "GROUP BY graph, device, codegen, version HAVING "
+				 "count(*) > 1) d"), 0, "a version number published twice");
+	cr_expect_eq(query_count(uri, "SELECT count(*) FROM (SELECT 1 FROM plans "
+				 "GROUP BY graph, device, codegen HAVING max(version) "
+				 "<> count(*)) d"), 0, "versions not numbered 1..n");
+	cr_expect_eq(query_count(uri, "SELECT count(*) FROM plans p JOIN plans q "
+				 "USING (graph, device, codegen) WHERE q.version > "
+				 "p.version AND q.median_ms >= p.median_ms"), 0,
+		     "a version not faster than the one before it");
+	cr_expect_eq(query_count(uri, "SELECT count(*) FROM plans WHERE bad IS NOT "
+				 "NULL OR checksum IS NULL"), 0);
+	cr_expect_eq(query_count(uri, "SELECT count(*) FROM jobs WHERE state IN "
+				 "('queued', 'running')"), 0, "a job left open");
+	cr_expect_eq(query_count(uri, "SELECT count(*) FROM jobs WHERE device IS "
+				 "NULL"), 0);
+	cr_expect_eq(query_count(uri, "SELECT count(*) FROM (SELECT 1 FROM trials "
+				 "GROUP BY graph, device, codegen, plan HAVING "
+				 "count(*) > 1) d"), 0, "a plan measured twice");
+}
+
+/* Each key's version, fetched through a daemon (which checks its
+ * checksum), is the latest in the database. */
+static void expect_versions_served(const fixture *f, const char *uri)
+{
+	PGconn *db = PQconnectdb(uri);
+	PGresult *res = PQexec(db, "SELECT graph, max(version) FROM plans GROUP BY "
+			       "graph");
+	conn c;
+
+	cr_assert_eq(PQresultStatus(res), PGRES_TUPLES_OK, "%s", PQerrorMessage(db));
+	cr_assert(conn_open(&c, f->socket));
+	conn_hello(&c);
+	for (int i = 0; i < PQntuples(res); i++) {
+		json_t *reply = conn_call(&c, "fetch", json_pack("{s:s}", "key",
+								 PQgetvalue(res, i, 0)));
+
+		cr_expect_eq(json_integer_value(json_object_get(result_of(reply),
+								"version")),
+			     atoll(PQgetvalue(res, i, 1)), "%s", json_dumps(reply, 0));
+		json_decref(reply);
+	}
+	conn_close(&c);
+	PQclear(res);
+	PQfinish(db);
+}
+
+Test(fleet, daemons_share_one_database_and_survive_a_kill,
+     .init = start_server, .fini = stop_server, .timeout = 180)
+{
+	static const char *const examples[KEYS] = {
+		"softmax_scores_small", "ln_residual_small", "gpt3_mlp_small",
+		"lstm_cell_small"};
+	fixture f[DAEMONS];
+	json_int_t jobs[KEYS];
+	char uri[128], ids[128] = "";
+	int victim;
+	double took;
+
+	cr_assert_eq(pg_server_create_db(server.uri, "fleet", uri, sizeof(uri)), 0,
+		     "%s", uri);
+	start_fleet(f, uri);
+	for (int k = 0; k < KEYS; k++) {
+		jobs[k] = submit(&f[k % DAEMONS], examples[k]);
+		snprintf(ids + strlen(ids), sizeof(ids) - strlen(ids), "%s%lld",
+			 k ? ", " : "", (long long)jobs[k]);
+	}
+	victim = working_daemon(f, uri);
+	cr_assert_geq(victim, 0, "no daemon got to work on a job");
+	cr_expect_eq(fixture_stop(&f[victim], SIGKILL, NULL), 128 + SIGKILL);
+	fixture_start(&f[victim], daemon_args);
+	took = wait_finished(uri, ids, KEYS, 90);
+	if (took < 0)
+		print_logs(f);
+	cr_assert_geq(took, 0, "the jobs did not end in 90 s");
+	expect_all_done_everywhere(f, jobs);
+	expect_consistent(uri);
+	expect_versions_served(&f[(victim + 1) % DAEMONS], uri);
+	if (getenv("FLEET_LOGS"))
+		print_logs(f);
+	cr_expect(any_log_contains(f, "from a daemon whose lease ran out"),
+		  "no daemon took over the killed one's job");
+	for (int i = 0; i < DAEMONS; i++) {
+		cr_expect_eq(fixture_stop(&f[i], SIGTERM, NULL), 0, "daemon %d", i);
+		fixture_cleanup(&f[i]);
+	}
+}
