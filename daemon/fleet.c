@@ -88,12 +88,12 @@ static void copy_fields(tuned_job *job, const tuned_job *row)
 
 /* A job this daemon claimed goes to the runner, queued here whatever
  * its row said (a job taken over was running on the daemon that died). */
-static void start_claimed(tuned_daemon *d, tuned_job *job, const tuned_job *row)
+static void start_claimed(tuned_daemon *d, tuned_job *job, tuned_job *row)
 {
 	job->claimed = true;
 	if (!job->graph) {
 		job->graph = row->graph;
-		((tuned_job *)row)->graph = NULL;
+		row->graph = NULL;
 	}
 	tuned_log(TUNED_INFO, "job %lld: %s claimed%s", (long long)job->id, job->key,
 		  row->state == TUNED_JOB_RUNNING ? ", from a daemon whose lease "
@@ -196,7 +196,6 @@ static void passed(void *data)
 	for (tuned_job *row = p->read.head; p->rc == 0 && row; row = row->next)
 		merge(d, row);
 	fleet_pass_free(p);
-	tuned_update_waited(d);
 	if (d->fleet.again) {
 		d->fleet.again = false;
 		start_pass(d);

@@ -260,10 +260,10 @@ Test(fleet, daemons_share_one_database_and_survive_a_kill,
 	cr_assert_geq(victim, 0, "no daemon got to work on a job");
 	cr_expect_eq(fixture_stop(&f[victim], SIGKILL, NULL), 128 + SIGKILL);
 	fixture_start(&f[victim], daemon_args);
-	took = wait_finished(uri, ids, KEYS, 90);
+	took = wait_finished(uri, ids, KEYS, 50);
 	if (took < 0)
 		print_logs(f);
-	cr_assert_geq(took, 0, "the jobs did not end in 90 s");
+	cr_assert_geq(took, 0, "the jobs did not end in 50 s");
 	expect_all_done_everywhere(f, jobs);
 	expect_consistent(uri);
 	expect_versions_served(&f[(victim + 1) % DAEMONS], uri);
