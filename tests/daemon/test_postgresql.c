@@ -1,9 +1,8 @@
 /*
  * test_postgresql.c: a real tuned on a PostgreSQL cache (--cache
  * postgresql://...): a job from submit to fetch, its version in the
- * database, a second daemon on the database refused while the first runs
- * (one daemon per database for now), and a daemon started again on the
- * database after the first stopped serving it. The
+ * database, and a daemon started again on the database after the first
+ * stopped serving it (several at once: test_fleet.c). The
  * server is a private one (tests/cache/pg_server.h); the test is skipped
  * where no PostgreSQL is installed.
  */
