@@ -213,7 +213,9 @@ static int renew(cache *c, double lease_s, cache_error *err)
 }
 
 /* Claims up to pass->claim open jobs of the device that none holds, or
- * whose lease ran out; the rows others lock meanwhile are skipped. */
+ * whose lease ran out; the rows others lock meanwhile are skipped. A job
+ * queued before the queue was shared (schema version 1) has no device:
+ * the first daemon to claim it makes it its device's. */
 static int claim(cache *c, const cache_job_pass *pass, cache_error *err)
 {
 	pg_args a = {0};
@@ -226,8 +228,9 @@ static int claim(cache *c, const cache_job_pass *pass, cache_error *err)
 	pg_text(&a, pass->device);
 	pg_int(&a, pass->claim);
 	rc = pg_change(c, "UPDATE jobs SET claimed_by = $1, lease_until = "
-		       SERVER_NOW " + $2 WHERE id IN (SELECT id FROM jobs WHERE "
-		       "device = $3 AND state IN " OPEN_STATES " AND (claimed_by "
+		       SERVER_NOW " + $2, device = $3 WHERE id IN (SELECT id FROM "
+		       "jobs WHERE (device = $3 OR device IS NULL) AND state IN "
+		       OPEN_STATES " AND (claimed_by "
 		       "IS NULL OR lease_until < " SERVER_NOW ") ORDER BY priority "
 		       "DESC, id LIMIT $4 FOR UPDATE SKIP LOCKED)", &a,
 		       "cannot claim jobs", err);

@@ -391,11 +391,13 @@ Test(pg, migrates_once_and_reopens_idempotently)
 }
 
 /* A database of schema version 1 (one daemon's queue, its own ids)
- * migrates to the shared queue: its jobs kept, new ids above theirs. */
+ * migrates to the shared queue: its jobs kept, new ids above theirs, and
+ * its open jobs claimed by the first daemon, for its device. */
 Test(pg, a_version_1_queue_migrates_to_the_shared_one)
 {
 	cache_error err = {0};
 	int64_t id = 0;
+	passed p;
 	cache *c;
 
 	postgresql_only();
@@ -404,14 +406,19 @@ Test(pg, a_version_1_queue_migrates_to_the_shared_one)
 	raw_pg("DROP SEQUENCE job_ids; ALTER TABLE jobs DROP COLUMN device, "
 	       "DROP COLUMN claimed_by, DROP COLUMN lease_until; "
 	       "UPDATE tuned_schema SET version = 1");
-	raw_pg("INSERT INTO jobs VALUES (41, 'k', 'n', '{}', 'done', 1, 0, 0, 3, NULL, "
-	       "NULL, 1, '', 1, 2, NULL)");
+	raw_pg("INSERT INTO jobs VALUES (41, 'k', 'n', '{}', 'running', 1, 0, 0, "
+	       "3, NULL, NULL, 1, '', 1, NULL, NULL)");
 	c = fx_open();
 	cr_expect(strstr(fx.last_log, "from version 1 to 2"), "%s", fx.last_log);
 	cr_expect_eq(cache_new_job_id(c, &id, &err), 0, "%s", err.message);
 	cr_expect_eq(id, 42, "a new id above the queue's");
 	cr_expect_eq(raw_pg("SELECT trials FROM jobs WHERE id = 41 AND device IS "
 			    "NULL"), 3);
+	p = pass(c, 1, 30);
+	cr_expect_eq(p.n, 1);
+	cr_expect_eq(held(&p), 1, "the old running job is claimed");
+	cr_expect_eq(raw_pgf("SELECT count(*) FROM jobs WHERE id = %lld AND "
+			     "device IS NOT NULL", 41), 1);
 	cache_close(c);
 }
 
