@@ -118,8 +118,8 @@ static void changing_fields(pg_args *a, const cache_job *job)
 }
 
 /* An update that changed nothing: CACHE_NOT_FOUND when the job has no
- * row; a job finished, or held by another daemon, is left as it is
- * (that daemon writes it), and the log says so. */
+ * row; a job finished, or held by another daemon, is left as it is, no
+ * error (its holder writes it, and the daemon learns at its next pass). */
 static int unchanged(cache *c, const cache_job *job, cache_error *err)
 {
 	PGresult *res = NULL;
@@ -127,18 +127,13 @@ static int unchanged(cache *c, const cache_job *job, cache_error *err)
 	int rc;
 
 	pg_int(&a, job->id);
-	rc = pg_run(c, c->pg_writer, "SELECT state, claimed_by FROM jobs WHERE "
-		    "id = $1", &a, &res, "cannot write a job", err);
+	rc = pg_run(c, c->pg_writer, "SELECT 1 FROM jobs WHERE id = $1", &a, &res,
+		    "cannot write a job", err);
 	if (rc == 0 && PQntuples(res) == 0) {
 		rc = CACHE_NOT_FOUND;
 		cache_set_error(err, rc, "cannot update job %lld: it was never "
 				"written (write it with its graph first)",
 				(long long)job->id);
-	} else if (rc == 0) {
-		cache_log(&c->options, CACHE_LOG_INFO, "job %lld (%s): not "
-			  "written as %s: it is %s, held by %s", (long long)job->id,
-			  job->key, job->state, pg_value(res, 0, 0),
-			  pg_value(res, 0, 1) ? pg_value(res, 0, 1) : "no daemon");
 	}
 	PQclear(res);
 	return rc;

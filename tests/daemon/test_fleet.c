@@ -8,8 +8,10 @@
  * its lease ran out), every daemon shows every job, and the database is
  * consistent: each key's versions numbered 1..n with no number twice,
  * each faster than the one before, none failing its checksum, no job left
- * open, and no plan measured twice on the device. The workers are the
- * scripted one (made-up times), so that the test takes seconds.
+ * open, and no plan measured twice on the device. A cancel on one daemon
+ * reaches the daemon that holds the job, and a daemon whose lease was
+ * taken stops its job, which another daemon finishes. The workers are the
+ * scripted one (made-up times), so that the tests take seconds.
  */
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -78,19 +80,19 @@ static long long query_count(const char *uri, const char *sql)
 static const char *const daemon_args[] = {"--lease", "1.5", "--jobs", "1",
 					  "--compile-workers", "1", NULL};
 
-static void start_fleet(fixture *f, const char *uri)
+static void start_fleet(fixture *f, int n, const char *uri)
 {
 	setenv("TUNED_WORKER", getenv("SCRIPTED_WORKER"), 1);
 	setenv("SCRIPTED_TIMES", "hash", 1);
 	setenv("SCRIPTED_DELAY_MS", "40", 1);
-	for (int i = 0; i < DAEMONS; i++) {
+	for (int i = 0; i < n; i++) {
 		fixture_init(&f[i]);
 		snprintf(f[i].cache, sizeof(f[i].cache), "%s", uri);
 		fixture_start(&f[i], daemon_args);
 	}
 }
 
-static json_int_t submit(const fixture *f, const char *example)
+static json_int_t submit(const fixture *f, const char *example, double budget)
 {
 	char *text = example_text(example);
 	json_t *reply;
@@ -100,7 +102,7 @@ static json_int_t submit(const fixture *f, const char *example)
 	cr_assert(conn_open(&c, f->socket));
 	conn_hello(&c);
 	reply = conn_call(&c, "submit", json_pack("{s:s, s:f, s:i}", "graph", text,
-						  "budget", 4.0, "trials", 400));
+						  "budget", budget, "trials", 4000));
 	job = json_integer_value(json_object_get(result_of(reply), "id"));
 	cr_assert_gt(job, 0, "submit failed: %s", json_dumps(reply, 0));
 	json_decref(reply);
@@ -156,9 +158,9 @@ static bool any_log_contains(const fixture *f, const char *text)
 	return false;
 }
 
-static void print_logs(const fixture *f)
+static void print_logs(const fixture *f, int n)
 {
-	for (int i = 0; i < DAEMONS; i++)
+	for (int i = 0; i < n; i++)
 		fixture_print_log(&f[i]);
 }
 
@@ -250,9 +252,9 @@ Test(fleet, daemons_share_one_database_and_survive_a_kill,
 
 	cr_assert_eq(pg_server_create_db(server.uri, "fleet", uri, sizeof(uri)), 0,
 		     "%s", uri);
-	start_fleet(f, uri);
+	start_fleet(f, DAEMONS, uri);
 	for (int k = 0; k < KEYS; k++) {
-		jobs[k] = submit(&f[k % DAEMONS], examples[k]);
+		jobs[k] = submit(&f[k % DAEMONS], examples[k], 4.0);
 		snprintf(ids + strlen(ids), sizeof(ids) - strlen(ids), "%s%lld",
 			 k ? ", " : "", (long long)jobs[k]);
 	}
@@ -262,16 +264,118 @@ Test(fleet, daemons_share_one_database_and_survive_a_kill,
 	fixture_start(&f[victim], daemon_args);
 	took = wait_finished(uri, ids, KEYS, 50);
 	if (took < 0)
-		print_logs(f);
+		print_logs(f, DAEMONS);
 	cr_assert_geq(took, 0, "the jobs did not end in 50 s");
 	expect_all_done_everywhere(f, jobs);
 	expect_consistent(uri);
 	expect_versions_served(&f[(victim + 1) % DAEMONS], uri);
 	if (getenv("FLEET_LOGS"))
-		print_logs(f);
+		print_logs(f, DAEMONS);
 	cr_expect(any_log_contains(f, "from a daemon whose lease ran out"),
 		  "no daemon took over the killed one's job");
 	for (int i = 0; i < DAEMONS; i++) {
+		cr_expect_eq(fixture_stop(&f[i], SIGTERM, NULL), 0, "daemon %d", i);
+		fixture_cleanup(&f[i]);
+	}
+}
+
+/* Which of the "n" daemons of "f" holds job "job" running, waited for
+ * until it has a few trials; -1 when none within 30 s. */
+static int holder_of(const fixture *f, int n, const char *uri, json_int_t job)
+{
+	char sql[256], holder[256], pid[32];
+	double start = now_s();
+
+	snprintf(sql, sizeof(sql), "SELECT claimed_by FROM jobs WHERE id = %lld AND "
+		 "state = 'running' AND trials >= 2", (long long)job);
+	while (now_s() - start < 30) {
+		query_text(uri, sql, holder, sizeof(holder));
+		for (int i = 0; holder[0] && i < n; i++) {
+			snprintf(pid, sizeof(pid), " pid %d ", (int)f[i].pid);
+			if (strstr(holder, pid))
+				return i;
+		}
+		usleep(50 * 1000);
+	}
+	return -1;
+}
+
+static bool log_soon(const fixture *f, const char *text, int timeout_s)
+{
+	double start = now_s();
+
+	while (now_s() - start < timeout_s) {
+		if (fixture_log_contains(f, text))
+			return true;
+		usleep(50 * 1000);
+	}
+	return false;
+}
+
+static json_t *cancel(const fixture *f, json_int_t job)
+{
+	json_t *reply;
+	conn c;
+
+	cr_assert(conn_open(&c, f->socket));
+	conn_hello(&c);
+	reply = conn_call(&c, "cancel", json_pack("{s:I}", "job", job));
+	conn_close(&c);
+	return reply;
+}
+
+/* A job cancelled on the daemon that does not hold it ends on the one
+ * that does, and stays cancelled; a daemon whose lease another took
+ * (behind its back, as if the database had been out of its reach past
+ * --lease) stops the job and writes nothing more of it, and once the
+ * lease is free again a daemon claims the job and finishes it. */
+Test(fleet, a_cancel_and_a_lost_lease_reach_the_daemon_that_holds_the_job,
+     .init = start_server, .fini = stop_server, .timeout = 180)
+{
+	fixture f[2];
+	char uri[128], sql[256];
+	json_int_t a, b;
+	json_t *reply;
+	long long trials;
+	int ha, hb;
+
+	cr_assert_eq(pg_server_create_db(server.uri, "fleet", uri, sizeof(uri)), 0,
+		     "%s", uri);
+	start_fleet(f, 2, uri);
+	a = submit(&f[0], "softmax_scores_small", 6.0);
+	b = submit(&f[0], "ln_residual_small", 6.0);
+	ha = holder_of(f, 2, uri, a);
+	hb = holder_of(f, 2, uri, b);
+	cr_assert(ha >= 0 && hb >= 0 && ha != hb, "holders %d and %d", ha, hb);
+
+	reply = cancel(&f[1 - ha], a);
+	cr_expect_str_eq(json_string_value(json_object_get(result_of(reply), "state")),
+			 "cancelled", "%s", json_dumps(reply, 0));
+	json_decref(reply);
+	cr_expect(log_soon(&f[ha], "cancelled through another daemon", 10));
+
+	snprintf(sql, sizeof(sql), "UPDATE jobs SET claimed_by = 'a daemon "
+		 "elsewhere', lease_until = 1e12 WHERE id = %lld RETURNING id",
+		 (long long)b);
+	cr_assert_eq(query_count(uri, sql), b);
+	cr_expect(log_soon(&f[hb], "another daemon holds the job now", 10));
+	snprintf(sql, sizeof(sql), "SELECT trials FROM jobs WHERE id = %lld",
+		 (long long)b);
+	trials = query_count(uri, sql);
+	usleep(1500 * 1000);
+	cr_expect_eq(query_count(uri, sql), trials, "the daemon that lost the "
+		     "lease wrote the job's progress");
+	snprintf(sql, sizeof(sql), "UPDATE jobs SET claimed_by = NULL WHERE id = "
+		 "%lld RETURNING id", (long long)b);
+	cr_assert_eq(query_count(uri, sql), b);
+	snprintf(sql, sizeof(sql), "%lld", (long long)b);
+	if (wait_finished(uri, sql, 1, 40) < 0 || getenv("FLEET_LOGS"))
+		print_logs(f, 2);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM jobs WHERE (id = %lld AND "
+		 "state = 'cancelled') OR (id = %lld AND state = 'done')",
+		 (long long)a, (long long)b);
+	cr_expect_eq(query_count(uri, sql), 2);
+	for (int i = 0; i < 2; i++) {
 		cr_expect_eq(fixture_stop(&f[i], SIGTERM, NULL), 0, "daemon %d", i);
 		fixture_cleanup(&f[i]);
 	}
