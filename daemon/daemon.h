@@ -187,8 +187,6 @@ tuned_job *tuned_jobs_add_row(tuned_jobs *jobs, const struct cache_job *row);
 /* A copy of "from" without its graph, appended, not claimed; NULL when
  * out of memory. */
 tuned_job *tuned_jobs_add_copy(tuned_jobs *jobs, const tuned_job *from);
-/* The fields of "job" that change, as "row" says. */
-void tuned_job_set_row(tuned_job *job, const struct cache_job *row);
 bool tuned_job_is_active(const tuned_job *job);
 void tuned_job_finish(tuned_job *job, enum tuned_job_state state, const char *error);
 const char *tuned_job_state_name(enum tuned_job_state state);

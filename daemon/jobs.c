@@ -436,7 +436,8 @@ static int move_queue_file(tuned_jobs *jobs, const char *path)
 	return moved;
 }
 
-void tuned_job_set_row(tuned_job *job, const cache_job *row)
+/* The fields of "job" that change, as "row" says. */
+static void set_row(tuned_job *job, const cache_job *row)
 {
 	snprintf(job->error, sizeof(job->error), "%s", row->error ? row->error : "");
 	job->state = state_of(row->state);
@@ -463,7 +464,7 @@ tuned_job *tuned_jobs_add_row(tuned_jobs *jobs, const cache_job *row)
 	snprintf(job->key, sizeof(job->key), "%s", row->key);
 	snprintf(job->name, sizeof(job->name), "%s", row->name);
 	job->created_at = row->created_at;
-	tuned_job_set_row(job, row);
+	set_row(job, row);
 	job->stored = true;
 	job->claimed = row->claimed;
 	append(jobs, job);

@@ -111,19 +111,16 @@ static json_int_t submit(const fixture *f, const char *example, double budget)
 	return job;
 }
 
-/* The daemon of "f" that holds a job running with a few trials done,
- * waited for; -1 when none did within 30 s. */
-static int working_daemon(const fixture *f, const char *uri)
+/* Which of the "n" daemons of "f" holds the lease that "sql" names
+ * (claimed_by), waited for; -1 when none did within 30 s. */
+static int holder(const fixture *f, int n, const char *uri, const char *sql)
 {
 	char holder[256], pid[32];
 	double start = now_s();
 
 	while (now_s() - start < 30) {
-		query_text(uri, "SELECT claimed_by FROM jobs WHERE state = 'running' "
-			   "AND trials >= 3 AND lease_until > extract(epoch FROM "
-			   "clock_timestamp()) ORDER BY id LIMIT 1", holder,
-			   sizeof(holder));
-		for (int i = 0; holder[0] && i < DAEMONS; i++) {
+		query_text(uri, sql, holder, sizeof(holder));
+		for (int i = 0; holder[0] && i < n; i++) {
 			snprintf(pid, sizeof(pid), " pid %d ", (int)f[i].pid);
 			if (strstr(holder, pid))
 				return i;
@@ -131,6 +128,14 @@ static int working_daemon(const fixture *f, const char *uri)
 		usleep(50 * 1000);
 	}
 	return -1;
+}
+
+/* The daemon that holds a job running with a few trials done. */
+static int working_daemon(const fixture *f, const char *uri)
+{
+	return holder(f, DAEMONS, uri, "SELECT claimed_by FROM jobs WHERE state = "
+		      "'running' AND trials >= 3 AND lease_until > extract(epoch "
+		      "FROM clock_timestamp()) ORDER BY id LIMIT 1");
 }
 
 /* Waits until the jobs "ids" (a SQL list) are all done or failed: the
@@ -279,25 +284,14 @@ Test(fleet, daemons_share_one_database_and_survive_a_kill,
 	}
 }
 
-/* Which of the "n" daemons of "f" holds job "job" running, waited for
- * until it has a few trials; -1 when none within 30 s. */
+/* Which of the "n" daemons holds job "job" running, with a few trials. */
 static int holder_of(const fixture *f, int n, const char *uri, json_int_t job)
 {
-	char sql[256], holder[256], pid[32];
-	double start = now_s();
+	char sql[256];
 
 	snprintf(sql, sizeof(sql), "SELECT claimed_by FROM jobs WHERE id = %lld AND "
 		 "state = 'running' AND trials >= 2", (long long)job);
-	while (now_s() - start < 30) {
-		query_text(uri, sql, holder, sizeof(holder));
-		for (int i = 0; holder[0] && i < n; i++) {
-			snprintf(pid, sizeof(pid), " pid %d ", (int)f[i].pid);
-			if (strstr(holder, pid))
-				return i;
-		}
-		usleep(50 * 1000);
-	}
-	return -1;
+	return holder(f, n, uri, sql);
 }
 
 static bool log_soon(const fixture *f, const char *text, int timeout_s)
