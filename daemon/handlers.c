@@ -551,11 +551,12 @@ static json_t *start_submitted(tuned_client *client, const submitted_graph *g,
 		tuned_log(TUNED_WARN, "%s: cannot keep its graph.json: %s", g->key,
 			  g->kept.message);
 	/* on a shared queue, the job goes to whichever daemon claims it */
-	if (g->new_job && job->state == TUNED_JOB_QUEUED && !d->stopping &&
-	    d->jobs.shared)
-		tuned_fleet_kick(d);
-	else if (g->new_job && job->state == TUNED_JOB_QUEUED && !d->stopping)
-		tuned_run_job(d, job);
+	if (g->new_job && job->state == TUNED_JOB_QUEUED && !d->stopping) {
+		if (d->jobs.shared)
+			tuned_fleet_kick(d);
+		else
+			tuned_run_job(d, job);
+	}
 	tuned_log(TUNED_INFO, "job %lld: '%s' %s%s submitted by pid %d",
 		  (long long)job->id, job->name, job->key, what,
 		  (int)client->peer.pid);
