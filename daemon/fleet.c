@@ -157,8 +157,10 @@ static void merge(tuned_daemon *d, tuned_job *row)
 		return;
 	}
 	if (!job->claimed) {
+		/* a job this daemon lost and claimed again starts once the
+		 * runner let go of it (a later pass: the claim is renewed) */
 		if (row->claimed && tuned_job_is_active(row) &&
-		    tuned_job_is_active(job))
+		    tuned_job_is_active(job) && !tuned_runner_holds(d->runner, job->id))
 			return start_claimed(d, job, row);
 		return follow(d, job, row);
 	}

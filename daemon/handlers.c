@@ -327,14 +327,16 @@ static void fail_job(tuned_daemon *d, tuned_job *job, const char *why)
 }
 
 /* Back on the loop: the job goes to the runner if it is still queued
- * (not cancelled meanwhile, the daemon not stopping). */
+ * (not cancelled meanwhile, the daemon not stopping) and still this
+ * daemon's (on a shared queue, its lease not lost meanwhile). */
 static void on_job_prepared(uv_work_t *work, int status)
 {
 	job_work *w = work->data;
 	tuned_daemon *d = w->d;
 	tuned_job *job = tuned_jobs_find(&d->jobs, w->job);
 
-	if (status < 0 || d->stopping || !job || job->state != TUNED_JOB_QUEUED)
+	if (status < 0 || d->stopping || !job || job->state != TUNED_JOB_QUEUED ||
+	    !job->claimed)
 		return job_work_free(w);
 	if (w->why[0]) {
 		fail_job(d, job, w->why);

@@ -75,16 +75,17 @@ static long long query_count(const char *uri, const char *sql)
 	return atoll(text);
 }
 
-/* The daemons: the scripted worker, leases of 1.5 s, one job at a time
- * each, so that the jobs spread over them. */
+/* The daemons: the scripted worker, each measurement taking "delay_ms",
+ * leases of 1.5 s, one job at a time each, so that the jobs spread over
+ * them. */
 static const char *const daemon_args[] = {"--lease", "1.5", "--jobs", "1",
 					  "--compile-workers", "1", NULL};
 
-static void start_fleet(fixture *f, int n, const char *uri)
+static void start_fleet(fixture *f, int n, const char *uri, const char *delay_ms)
 {
 	setenv("TUNED_WORKER", getenv("SCRIPTED_WORKER"), 1);
 	setenv("SCRIPTED_TIMES", "hash", 1);
-	setenv("SCRIPTED_DELAY_MS", "40", 1);
+	setenv("SCRIPTED_DELAY_MS", delay_ms, 1);
 	for (int i = 0; i < n; i++) {
 		fixture_init(&f[i]);
 		snprintf(f[i].cache, sizeof(f[i].cache), "%s", uri);
@@ -257,7 +258,7 @@ Test(fleet, daemons_share_one_database_and_survive_a_kill,
 
 	cr_assert_eq(pg_server_create_db(server.uri, "fleet", uri, sizeof(uri)), 0,
 		     "%s", uri);
-	start_fleet(f, DAEMONS, uri);
+	start_fleet(f, DAEMONS, uri, "40");
 	for (int k = 0; k < KEYS; k++) {
 		jobs[k] = submit(&f[k % DAEMONS], examples[k], 4.0);
 		snprintf(ids + strlen(ids), sizeof(ids) - strlen(ids), "%s%lld",
@@ -335,7 +336,7 @@ Test(fleet, a_cancel_and_a_lost_lease_reach_the_daemon_that_holds_the_job,
 
 	cr_assert_eq(pg_server_create_db(server.uri, "fleet", uri, sizeof(uri)), 0,
 		     "%s", uri);
-	start_fleet(f, 2, uri);
+	start_fleet(f, 2, uri, "40");
 	a = submit(&f[0], "softmax_scores_small", 6.0);
 	b = submit(&f[0], "ln_residual_small", 6.0);
 	ha = holder_of(f, 2, uri, a);
@@ -373,4 +374,38 @@ Test(fleet, a_cancel_and_a_lost_lease_reach_the_daemon_that_holds_the_job,
 		cr_expect_eq(fixture_stop(&f[i], SIGTERM, NULL), 0, "daemon %d", i);
 		fixture_cleanup(&f[i]);
 	}
+}
+
+/* A daemon that lost a job's lease, then claims it again (it was freed
+ * while the runner still wound the job down: a measurement takes 1.5 s),
+ * finishes it: the end of its first run does not cancel the second. */
+Test(fleet, a_job_lost_and_claimed_again_by_one_daemon_is_finished,
+     .init = start_server, .fini = stop_server, .timeout = 120)
+{
+	char uri[128], sql[256];
+	json_int_t job;
+	fixture f;
+
+	cr_assert_eq(pg_server_create_db(server.uri, "fleet", uri, sizeof(uri)), 0,
+		     "%s", uri);
+	start_fleet(&f, 1, uri, "1500");
+	job = submit(&f, "softmax_scores_small", 4.0);
+	cr_assert_eq(holder_of(&f, 1, uri, job), 0);
+	usleep(700 * 1000); /* within a measurement */
+	snprintf(sql, sizeof(sql), "UPDATE jobs SET claimed_by = 'a daemon "
+		 "elsewhere', lease_until = 1e12 WHERE id = %lld RETURNING id",
+		 (long long)job);
+	cr_assert_eq(query_count(uri, sql), job);
+	cr_expect(log_soon(&f, "another daemon holds the job now", 10));
+	snprintf(sql, sizeof(sql), "UPDATE jobs SET claimed_by = NULL WHERE id = "
+		 "%lld RETURNING id", (long long)job);
+	cr_assert_eq(query_count(uri, sql), job);
+	snprintf(sql, sizeof(sql), "%lld", (long long)job);
+	if (wait_finished(uri, sql, 1, 40) < 0 || getenv("FLEET_LOGS"))
+		print_logs(&f, 1);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM jobs WHERE id = %lld AND "
+		 "state = 'done'", (long long)job);
+	cr_expect_eq(query_count(uri, sql), 1);
+	cr_expect_eq(fixture_stop(&f, SIGTERM, NULL), 0);
+	fixture_cleanup(&f);
 }
