@@ -117,9 +117,9 @@ typedef struct cache cache;
  * alone: a negative code and *out NULL. */
 /* With a PostgreSQL URI or conninfo string for "path" (cache_is_database),
  * cache_open connects to that database instead, brings its schema up to
- * date the same way, and holds an advisory lock until cache_close: one
- * owner per database for now, as one writer per file (the job queue is
- * one daemon's), a second cache_open failing with CACHE_EBUSY. Its
+ * date the same way. Any number of caches (daemons) open one database:
+ * versions are published by compare-and-set, and the job queue is shared
+ * under leases (cache_pass_jobs). Its
  * connections time out (connect_timeout 5 s, TCP keepalives, statements
  * 30 s) unless the conninfo says otherwise, and keep its options. */
 int cache_open(const char *path, const cache_options *options,
@@ -393,6 +393,12 @@ typedef struct cache_job {
 	const char *error;   /* may be NULL: none */
 	double created_at;   /* unix seconds */
 	double finished_at;  /* <= 0: not finished */
+	/* A shared queue (PostgreSQL) only; SQLite neither keeps nor gives
+	 * them. */
+	const char *device;  /* the device signature that runs it; NULL: any */
+	const char *claimed_by; /* read: the cache instance holding its lease,
+				 * NULL: none */
+	bool claimed;        /* read: this cache holds its lease */
 } cache_job;
 
 /* Writes the "n" jobs (each with its graph inserted, or replacing the
@@ -409,6 +415,42 @@ int cache_put_jobs(__cache_keep cache *c, __cache_keep const cache_job *jobs,
 int cache_jobs(__cache_keep cache *c,
 	       int (*fn)(void *user, const cache_job *job), void *user,
 	       cache_error *err);
+
+/* The job queue shared by the daemons of one PostgreSQL database
+ * (pg_jobs.c; docs/design/cache.md, "A shared job queue"). A daemon
+ * works on a job only while it holds its lease: the job's row names the
+ * cache instance that claimed it until a time, by the server's clock. */
+bool cache_is_shared(__cache_keep const cache *c);
+
+/* One pass of a daemon over the shared queue, one write transaction:
+ * renews the leases it holds, claims up to "claim" jobs of "device"
+ * that are queued or running with no lease or one that ran out (FOR
+ * UPDATE SKIP LOCKED: two daemons never claim one job), oldest of the
+ * highest priority first, then calls "fn" for the jobs of "device" that
+ * are queued or running, with an id above "known_max", or among "watch":
+ * each job's graph only when this cache holds its lease (job->claimed).
+ * Refused on SQLite (CACHE_EINVAL). */
+typedef struct cache_job_pass {
+	const char *device;
+	double lease_s;     /* a claim or renewal lasts this long */
+	int claim;          /* jobs to claim at most */
+	int64_t known_max;  /* the largest id the daemon knows */
+	const int64_t *watch;
+	int nwatch;
+} cache_job_pass;
+
+int cache_pass_jobs(__cache_keep cache *c, __cache_keep const cache_job_pass *pass,
+		    int (*fn)(void *user, const cache_job *job), void *user,
+		    cache_error *err);
+
+/* Gives back the leases this cache holds, its jobs queued again for
+ * another daemon (at a clean stop). */
+int cache_release_jobs(__cache_keep cache *c, cache_error *err);
+
+/* A new job id, unique in the database (a sequence); a read, from the
+ * thread that reads through "c". Refused on SQLite, whose one daemon
+ * numbers its jobs itself. */
+int cache_new_job_id(__cache_keep cache *c, int64_t *id, cache_error *err);
 
 /* Moving entries between caches (transfer.c; docs/cache.md, "Export and
  * import"). */

@@ -147,6 +147,8 @@ struct cache {
 	struct pg_conn *pg_reader; /* PostgreSQL: the reads' connection */
 	char *conninfo;    /* PostgreSQL: what to connect with (it may hold a
 			    * password: "path" is its form for messages) */
+	char *instance;    /* PostgreSQL: this cache in the job queue's claims
+			    * (pg_jobs.c); sqlite3_malloc'd */
 };
 
 /* open.c: a new cache of "engine" named "path" in messages, with the
@@ -288,13 +290,24 @@ double pg_real_at(const struct pg_result *res, int row, int col);
  * memory. */
 json_t *pg_json_at(const struct pg_result *res, int row, int col);
 
-/* pg_open.c: takes the lock of the database's one owner on its writer,
- * at open and after the writer connected again (a new session has no
- * lock); CACHE_EBUSY, saying so, when another holds it. */
-int pg_lock_owner(cache *c, cache_error *err);
-
 /* pg_schema.c */
 int pg_migrate(cache *c, cache_error *err);
+
+/* pg_jobs.c: the job in row "row" of "res", read by the columns of
+ * PG_JOB_COLUMNS (its texts are the result's). */
+#define PG_JOB_COLUMNS                                                         \
+	"id, key, name, graph, state, budget_s, max_trials, priority, trials, " \
+	"coalesce(best_ms, 0), version, error, created_at, "                   \
+	"coalesce(finished_at, 0), coalesce(first_ms, 0), coalesce(uid, -1), " \
+	"device, claimed_by"
+void pg_job_at(const struct pg_result *res, int row, const char *instance,
+	       cache_job *job);
+/* The shared queue's operations behind cache.h's. */
+int pg_pass_jobs(cache *c, const cache_job_pass *pass,
+		 int (*fn)(void *user, const cache_job *job), void *user,
+		 cache_error *err);
+int pg_release_jobs(cache *c, cache_error *err);
+int pg_new_job_id(cache *c, int64_t *id, cache_error *err);
 
 /* pg_write.c: the row of device "signature", added when new. */
 int pg_device_id(cache *c, const char *signature, int64_t now, int64_t *id,

@@ -305,3 +305,55 @@ int cache_import_graph(__cache_keep cache *c, __cache_keep json_t *entry,
 		return no_argument("import a graph", "no out", err);
 	return c->engine->import_graph(c, entry, canonical, out, err);
 }
+
+bool cache_is_shared(__cache_keep const cache *c)
+{
+	return c && c->engine == &cache_pg_engine;
+}
+
+/* The shared queue's operations: refused on SQLite, whose file has one
+ * daemon, which keeps the whole queue itself. */
+static int shared_only(const cache *c, const char *what, cache_error *err)
+{
+	if (cache_is_shared(c))
+		return 0;
+	cache_set_error(err, CACHE_EINVAL, "cannot %s: cache %s is a SQLite "
+			"file, one daemon's; a job queue is shared on PostgreSQL "
+			"only", what, cache_name(c));
+	return CACHE_EINVAL;
+}
+
+int cache_pass_jobs(__cache_keep cache *c, __cache_keep const cache_job_pass *pass,
+		    int (*fn)(void *user, const cache_job *job), void *user,
+		    cache_error *err)
+{
+	int rc = writable(c, "claim jobs", err);
+
+	if (rc == 0)
+		rc = shared_only(c, "claim jobs", err);
+	if (rc)
+		return rc;
+	if (!pass || !fn || pass->nwatch < 0 || (pass->nwatch && !pass->watch))
+		return no_argument("claim jobs", !pass ? "no pass" : !fn ?
+				   "no callback" : "no watched ids", err);
+	return pg_pass_jobs(c, pass, fn, user, err);
+}
+
+int cache_release_jobs(__cache_keep cache *c, cache_error *err)
+{
+	int rc = writable(c, "give back the leases of jobs", err);
+
+	if (rc == 0)
+		rc = shared_only(c, "give back the leases of jobs", err);
+	return rc ? rc : pg_release_jobs(c, err);
+}
+
+int cache_new_job_id(__cache_keep cache *c, int64_t *id, cache_error *err)
+{
+	if (!c)
+		return no_cache("number a job", err);
+	if (!id)
+		return no_argument("number a job", "no out", err);
+	*id = 0;
+	return shared_only(c, "number a job", err) ?: pg_new_job_id(c, id, err);
+}

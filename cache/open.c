@@ -49,7 +49,7 @@ int cache_alloc(const cache_engine *engine, const char *path,
 	c->engine = engine;
 	c->writer = c->reader = NULL;
 	c->pg_writer = c->pg_reader = NULL;
-	c->conninfo = NULL;
+	c->conninfo = c->instance = NULL;
 	memset(c->txn, 0, sizeof(c->txn));
 	pthread_mutex_init(&c->found_bad->lock, NULL);
 	c->found_bad->n = 0;

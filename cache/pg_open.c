@@ -2,18 +2,20 @@
  * pg_open.c: the PostgreSQL engine's connections, and its table of
  * operations.
  *
- * A PostgreSQL cache is a database with one owner, as a SQLite file has
- * one writer: the owner's connection writes, in one transaction per write
- * as on SQLite, and holds a session-level advisory lock from open to
- * close, for the job queue is one daemon's (pg_write.c writes and deletes
- * every job by id) until it is shared. A second owner is refused; readers
- * (cache_open_reader) take no lock. Publish numbers versions by
- * compare-and-set (pg_write.c) all the same, ready for owners that share
- * the database. Messages name the database by host, port, database and
- * user, never by the connection string, which may hold a password.
+ * A PostgreSQL database is shared by any number of caches, each a daemon
+ * of a fleet (unlike a SQLite file, which has one writer): each cache's
+ * writer connection writes, in one transaction per write as on SQLite.
+ * Publish numbers versions by compare-and-set (pg_write.c), and the job
+ * queue is claimed under leases (pg_jobs.c), so that owners never
+ * overwrite each other's work. Each cache is named in the queue by its
+ * instance, "<host> pid <pid> at <unix time> #<n>". Messages name the database
+ * by host, port, database and user, never by the connection string, which
+ * may hold a password.
  */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <libpq-fe.h>
 
@@ -60,33 +62,19 @@ static char *describe(const char *conninfo, char *why, size_t size)
 	return text;
 }
 
-/* The key of the owner's advisory lock, any number of our own (the
- * migrations take 7415839). */
-#define OWNER_LOCK "7415840"
-
-int pg_lock_owner(cache *c, cache_error *err)
+/* What names this cache in the job queue's claims: unique among the
+ * daemons of a fleet, across hosts and restarts, and among the caches of
+ * one process (the n-th it opened). */
+static char *instance_name(void)
 {
-	PGresult *res = PQexec(c->pg_writer, "SELECT pg_try_advisory_lock("
-			       OWNER_LOCK ")");
-	char message[400];
-	int rc = 0;
+	static int opened;
+	char host[256] = "?";
 
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		snprintf(message, sizeof(message), "%s", res ?
-			 PQresultErrorMessage(res) : PQerrorMessage(c->pg_writer));
-		message[strcspn(message, "\n")] = 0;
-		rc = CACHE_EIO;
-		cache_set_error(err, rc, "cannot open PostgreSQL cache %s: cannot "
-				"take the owner's lock: %s", c->path, message);
-	} else if (strcmp(PQgetvalue(res, 0, 0), "t") != 0) {
-		rc = CACHE_EBUSY;
-		cache_set_error(err, rc, "cannot open PostgreSQL cache %s: it is "
-				"open for writing elsewhere (another daemon holds "
-				"the cache %s: one daemon per database for now)",
-				c->path, PQdb(c->pg_writer));
-	}
-	PQclear(res);
-	return rc;
+	gethostname(host, sizeof(host) - 1);
+	host[sizeof(host) - 1] = 0;
+	return sqlite3_mprintf("%s pid %d at %lld #%d", host, (int)getpid(),
+			       (long long)time(NULL),
+			       __atomic_add_fetch(&opened, 1, __ATOMIC_RELAXED));
 }
 
 /* What the engine asks of every connection, unless the user's conninfo
@@ -211,8 +199,11 @@ int cache_pg_open(const char *where, const cache_options *options,
 	rc = pg_alloc(where, options, &c, err);
 	if (rc == 0)
 		rc = connect_to(c, &c->pg_writer, err);
-	if (rc == 0)
-		rc = pg_lock_owner(c, err);
+	if (rc == 0 && !(c->instance = instance_name())) {
+		cache_set_error(err, CACHE_ENOMEM, "cannot open PostgreSQL cache "
+				"%s: out of memory", c->path);
+		rc = CACHE_ENOMEM;
+	}
 	if (rc == 0)
 		rc = pg_migrate(c, err);
 	if (rc == 0)
@@ -243,16 +234,11 @@ int cache_pg_open_reader(const cache *c, cache **out, cache_error *err)
 	return 0;
 }
 
-/* The owner's lock is given back before the connection ends: a server
- * ends the session after PQfinish returns, and a daemon started right
- * after this one stopped must find the lock free. */
 void cache_pg_close(cache *c)
 {
 	if (!c)
 		return;
-	if (c->pg_writer && PQstatus(c->pg_writer) == CONNECTION_OK)
-		PQclear(PQexec(c->pg_writer,
-			       "SELECT pg_advisory_unlock(" OWNER_LOCK ")"));
+	sqlite3_free(c->instance);
 	PQfinish(c->pg_reader);
 	PQfinish(c->pg_writer);
 	cache_free(c);

@@ -380,43 +380,6 @@ int cache_pg_stat(cache *c, cache_stats *out, cache_error *err)
 	return rc;
 }
 
-int cache_pg_jobs(cache *c, int (*fn)(void *user, const cache_job *job),
-		  void *user, cache_error *err)
-{
-	PGresult *res = NULL;
-	int rc, calls = 0;
-
-	rc = pg_run(c, c->pg_reader, "SELECT id, key, name, graph, state, "
-		    "budget_s, max_trials, priority, trials, coalesce(best_ms, 0), "
-		    "version, error, created_at, coalesce(finished_at, 0), "
-		    "coalesce(first_ms, 0), coalesce(uid, -1) FROM jobs ORDER BY id",
-		    NULL, &res, "cannot read the jobs", err);
-	for (int i = 0; rc == 0 && i < PQntuples(res); i++) {
-		cache_job job = {
-			.id = pg_int_at(res, i, 0), .key = pg_value(res, i, 1),
-			.name = pg_value(res, i, 2), .graph = pg_value(res, i, 3),
-			.state = pg_value(res, i, 4),
-			.budget_s = pg_real_at(res, i, 5),
-			.max_trials = (int)pg_int_at(res, i, 6),
-			.priority = (int)pg_int_at(res, i, 7),
-			.trials = (int)pg_int_at(res, i, 8),
-			.best_ms = pg_real_at(res, i, 9),
-			.version = (int)pg_int_at(res, i, 10),
-			.error = pg_value(res, i, 11),
-			.created_at = pg_real_at(res, i, 12),
-			.finished_at = pg_real_at(res, i, 13),
-			.first_ms = pg_real_at(res, i, 14),
-			.uid = pg_int_at(res, i, 15),
-		};
-
-		calls++;
-		if (fn(user, &job) != 0)
-			break;
-	}
-	PQclear(res);
-	return rc ? rc : calls;
-}
-
 /* Graph $1 as an export entry: its versions, with their texts and
  * checksum for export to check and remove (see show_sql), and binaries
  * in base64 on one line. */

@@ -99,6 +99,18 @@ static const char *const migrations[] = {
 	" created_at DOUBLE PRECISION NOT NULL,"
 	" finished_at DOUBLE PRECISION,"
 	" uid BIGINT);",
+	/* 2: the job queue shared by the daemons of a fleet (pg_jobs.c):
+	 * the device signature a job runs on, the cache instance that holds
+	 * its lease and until when (the server's unix seconds), and job ids
+	 * from one sequence. */
+	"ALTER TABLE jobs ADD COLUMN device TEXT,"
+	" ADD COLUMN claimed_by TEXT,"
+	" ADD COLUMN lease_until DOUBLE PRECISION;"
+	"CREATE INDEX jobs_open ON jobs (device, priority DESC, id)"
+	" WHERE state IN ('queued', 'running');"
+	"CREATE SEQUENCE job_ids;"
+	"SELECT setval('job_ids', coalesce((SELECT max(id) FROM jobs), 0) + 1,"
+	" false);",
 };
 
 #define MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))

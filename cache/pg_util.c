@@ -94,7 +94,7 @@ static int reconnect(cache *c, PGconn *conn, const char *what, cache_error *err)
 				what, message, c->path);
 		return CACHE_EIO;
 	}
-	return conn == c->pg_writer ? pg_lock_owner(c, err) : 0;
+	return 0;
 }
 
 /* "err" for the failed result "r" (NULL: nothing came back, for the

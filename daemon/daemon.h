@@ -46,6 +46,7 @@ typedef struct tuned_options {
 	char config_path[256];
 	enum tuned_level log_level;
 	int jobs;
+	double lease_s; /* a PostgreSQL cache's job leases (fleet.c) */
 	int compile_workers; /* 0: one per core */
 	int nallow_uids, nallow_gids, nadmin_gids;
 	uid_t allow_uids[TUNED_MAX_ALLOWED];
@@ -131,23 +132,32 @@ typedef struct tuned_job {
 	double created_at, finished_at;
 	bool dirty;  /* changed since it was last written */
 	bool stored; /* its row (with its graph) is written */
+	bool claimed; /* a shared queue: this daemon holds its lease and works
+		       * on it (fleet.c); its graph is NULL until then */
 	struct tuned_job *next;
 } tuned_job;
 
 struct cache;
+struct cache_job;
 
 typedef struct tuned_jobs {
 	tuned_job *head;
 	int64_t next_id;
 	struct cache *cache;
 	int moved;       /* jobs moved from an older tuned's queue file */
-	char error[600]; /* why the last load or save failed */
+	char error[600]; /* why the last load, save or add failed */
+	/* The queue is shared by the daemons of a PostgreSQL database
+	 * (fleet.c): ids come from the cache, each new row names the device
+	 * signature "device", and this daemon runs the jobs it claims. */
+	bool shared;
+	const char *device;
 } tuned_jobs;
 
 /* Loads the queue from "cache", after moving the jobs of "queue_file"
  * (an older tuned's queue, if it is there) into it and removing the file.
  * Jobs that were running are queued again. Returns the number of queued
- * jobs, or a negative code with jobs->error saying why. */
+ * jobs, or a negative code with jobs->error saying why. A shared cache
+ * (cache_is_shared) loads nothing: the fleet's passes bring its jobs. */
 int tuned_jobs_load(tuned_jobs *jobs, struct cache *cache, const char *queue_file);
 /* Writes the jobs marked dirty, in one transaction (the versions they
  * name must be published before), and forgets the oldest finished jobs
@@ -172,6 +182,13 @@ tuned_job *tuned_jobs_add(tuned_jobs *jobs, uid_t uid, const char *key,
 			  const char *name, const char *graph, double budget_s,
 			  int max_trials, int priority);
 tuned_job *tuned_jobs_find(const tuned_jobs *jobs, int64_t id);
+/* A job as the cache's row says (its graph may be NULL: one of a shared
+ * queue that another daemon runs), appended; NULL when out of memory. */
+tuned_job *tuned_jobs_add_row(tuned_jobs *jobs, const struct cache_job *row);
+/* A copy of "from" without its graph, appended, not claimed; NULL when
+ * out of memory. */
+tuned_job *tuned_jobs_add_copy(tuned_jobs *jobs, const tuned_job *from);
+bool tuned_job_is_active(const tuned_job *job);
 void tuned_job_finish(tuned_job *job, enum tuned_job_state state, const char *error);
 const char *tuned_job_state_name(enum tuned_job_state state);
 struct json_t;

@@ -327,14 +327,16 @@ static void fail_job(tuned_daemon *d, tuned_job *job, const char *why)
 }
 
 /* Back on the loop: the job goes to the runner if it is still queued
- * (not cancelled meanwhile, the daemon not stopping). */
+ * (not cancelled meanwhile, the daemon not stopping) and still this
+ * daemon's (on a shared queue, its lease not lost meanwhile). */
 static void on_job_prepared(uv_work_t *work, int status)
 {
 	job_work *w = work->data;
 	tuned_daemon *d = w->d;
 	tuned_job *job = tuned_jobs_find(&d->jobs, w->job);
 
-	if (status < 0 || d->stopping || !job || job->state != TUNED_JOB_QUEUED)
+	if (status < 0 || d->stopping || !job || job->state != TUNED_JOB_QUEUED ||
+	    !job->claimed)
 		return job_work_free(w);
 	if (w->why[0]) {
 		fail_job(d, job, w->why);
@@ -550,8 +552,13 @@ static json_t *start_submitted(tuned_client *client, const submitted_graph *g,
 	if (g->kept.code < 0)
 		tuned_log(TUNED_WARN, "%s: cannot keep its graph.json: %s", g->key,
 			  g->kept.message);
-	if (g->new_job && job->state == TUNED_JOB_QUEUED && !d->stopping)
-		tuned_run_job(d, job);
+	/* on a shared queue, the job goes to whichever daemon claims it */
+	if (g->new_job && job->state == TUNED_JOB_QUEUED && !d->stopping) {
+		if (d->jobs.shared)
+			tuned_fleet_kick(d);
+		else
+			tuned_run_job(d, job);
+	}
 	tuned_log(TUNED_INFO, "job %lld: '%s' %s%s submitted by pid %d",
 		  (long long)job->id, job->name, job->key, what,
 		  (int)client->peer.pid);
@@ -631,6 +638,9 @@ static void queue_submitted(tuned_client *client, submit_work *w)
 	if (!queued || !(w->changes = tuned_jobs_take_changes(&d->jobs)) ||
 	    tuned_write(d->writer, store_submitted, submitted, w) < 0) {
 		w->stored = (cache_error){CACHE_ENOMEM, "cannot queue the job: out of memory"};
+		if (!queued && d->jobs.error[0])
+			snprintf(w->stored.message, sizeof(w->stored.message),
+				 "cannot queue the job: %.480s", d->jobs.error);
 		submit_failed(d, w);
 		return submit_work_free(w);
 	}

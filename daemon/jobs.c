@@ -85,6 +85,11 @@ static bool is_finished(const tuned_job *job)
 	return job->state >= TUNED_JOB_DONE;
 }
 
+bool tuned_job_is_active(const tuned_job *job)
+{
+	return !is_finished(job);
+}
+
 static tuned_job *job_new(void)
 {
 	return calloc(1, sizeof(tuned_job));
@@ -108,17 +113,39 @@ static void append(tuned_jobs *jobs, tuned_job *job)
 		jobs->next_id = job->id + 1;
 }
 
+/* The id of a new job: the next of the daemon's own, or on a shared
+ * queue the database's (cache_new_job_id); 0 with jobs->error saying why. */
+static int64_t new_id(tuned_jobs *jobs)
+{
+	cache_error err = {0};
+	int64_t id;
+
+	if (!jobs->shared)
+		return jobs->next_id > 0 ? jobs->next_id : 1;
+	if (cache_new_job_id(jobs->cache, &id, &err) < 0) {
+		snprintf(jobs->error, sizeof(jobs->error), "%s", err.message);
+		return 0;
+	}
+	return id;
+}
+
 tuned_job *tuned_jobs_add(tuned_jobs *jobs, uid_t uid, const char *key,
 			  const char *name, const char *graph, double budget_s,
 			  int max_trials, int priority)
 {
 	tuned_job *job = job_new();
 
+	jobs->error[0] = 0;
 	if (!job || !(job->graph = strdup(graph))) {
+		snprintf(jobs->error, sizeof(jobs->error), "out of memory");
 		free(job);
 		return NULL;
 	}
-	job->id = jobs->next_id > 0 ? jobs->next_id : 1;
+	if (!(job->id = new_id(jobs))) {
+		job_free(job);
+		return NULL;
+	}
+	job->claimed = !jobs->shared;
 	job->uid = uid;
 	snprintf(job->key, sizeof(job->key), "%s", key);
 	snprintf(job->name, sizeof(job->name), "%s", name);
@@ -180,7 +207,7 @@ static void forget_old(tuned_jobs *jobs)
 /* "job" as the cache stores it, with copies of its texts (the loop
  * changes and frees jobs while the writer thread writes them): its graph
  * only while its row has not been written, for the graph never changes. */
-static bool copy_row(const tuned_job *job, cache_job *row)
+static bool copy_row(const tuned_job *job, const char *device, cache_job *row)
 {
 	*row = (cache_job){
 		.id = job->id,
@@ -193,6 +220,7 @@ static bool copy_row(const tuned_job *job, cache_job *row)
 		.best_ms = job->best_ms, .first_ms = job->first_ms,
 		.version = job->version, .error = strdup(job->error),
 		.created_at = job->created_at, .finished_at = job->finished_at,
+		.device = device,
 	};
 	return row->key && row->name && row->error && (job->stored || row->graph);
 }
@@ -243,7 +271,7 @@ tuned_jobs_changes *tuned_jobs_take_changes(tuned_jobs *jobs)
 	for (tuned_job *job = jobs->head; job; job = job->next) {
 		if (!job->dirty)
 			continue;
-		if (!copy_row(job, &changes->rows[changes->n++])) {
+		if (!copy_row(job, jobs->device, &changes->rows[changes->n++])) {
 			tuned_jobs_changes_free(changes);
 			return NULL;
 		}
@@ -410,21 +438,10 @@ static int move_queue_file(tuned_jobs *jobs, const char *path)
 	return moved;
 }
 
-static int add_row(void *user, const cache_job *row)
+/* The fields of "job" that change, as "row" says. */
+static void set_row(tuned_job *job, const cache_job *row)
 {
-	tuned_jobs *jobs = user;
-	tuned_job *job = job_new();
-
-	if (!job || !(job->graph = strdup(row->graph))) {
-		free(job);
-		snprintf(jobs->error, sizeof(jobs->error), "out of memory");
-		return 1;
-	}
-	job->id = row->id;
-	job->uid = row->uid < 0 ? TUNED_UID_UNKNOWN : (uid_t)row->uid;
-	snprintf(job->key, sizeof(job->key), "%s", row->key);
-	snprintf(job->name, sizeof(job->name), "%s", row->name);
-	snprintf(job->error, sizeof(job->error), "%s", row->error);
+	snprintf(job->error, sizeof(job->error), "%s", row->error ? row->error : "");
 	job->state = state_of(row->state);
 	job->budget_s = row->budget_s;
 	job->max_trials = row->max_trials;
@@ -433,12 +450,57 @@ static int add_row(void *user, const cache_job *row)
 	job->best_ms = row->best_ms;
 	job->first_ms = row->first_ms;
 	job->version = row->version;
-	job->created_at = row->created_at;
 	job->finished_at = row->finished_at;
+}
+
+tuned_job *tuned_jobs_add_row(tuned_jobs *jobs, const cache_job *row)
+{
+	tuned_job *job = job_new();
+
+	if (!job || (row->graph && !(job->graph = strdup(row->graph)))) {
+		free(job);
+		return NULL;
+	}
+	job->id = row->id;
+	job->uid = row->uid < 0 ? TUNED_UID_UNKNOWN : (uid_t)row->uid;
+	snprintf(job->key, sizeof(job->key), "%s", row->key);
+	snprintf(job->name, sizeof(job->name), "%s", row->name);
+	job->created_at = row->created_at;
+	set_row(job, row);
 	job->stored = true;
+	job->claimed = row->claimed;
+	append(jobs, job);
+	return job;
+}
+
+tuned_job *tuned_jobs_add_copy(tuned_jobs *jobs, const tuned_job *from)
+{
+	tuned_job *job = job_new();
+
+	if (!job)
+		return NULL;
+	*job = *from;
+	job->graph = NULL;
+	job->next = NULL;
+	job->claimed = false;
+	append(jobs, job);
+	return job;
+}
+
+/* A job of the daemon's own queue, loaded: one that was running is
+ * queued again. */
+static int add_row(void *user, const cache_job *row)
+{
+	tuned_jobs *jobs = user;
+	tuned_job *job = tuned_jobs_add_row(jobs, row);
+
+	if (!job) {
+		snprintf(jobs->error, sizeof(jobs->error), "out of memory");
+		return 1;
+	}
+	job->claimed = true;
 	if (job->state == TUNED_JOB_RUNNING)
 		job->state = TUNED_JOB_QUEUED;
-	append(jobs, job);
 	return 0;
 }
 
@@ -456,7 +518,9 @@ int tuned_jobs_load(tuned_jobs *jobs, cache *c, const char *queue_file)
 	cache_error err = {0};
 	int rc;
 
-	*jobs = (tuned_jobs){.next_id = 1, .cache = c};
+	*jobs = (tuned_jobs){.next_id = 1, .cache = c, .shared = cache_is_shared(c)};
+	if (jobs->shared)
+		return 0;
 	rc = move_queue_file(jobs, queue_file);
 	if (rc < 0)
 		return rc;

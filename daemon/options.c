@@ -35,6 +35,9 @@ static const char usage[] =
 	"  --log-level L        error, warning, info or debug (default info)\n"
 	"  --jobs N             jobs searched at once, their generations interleaved\n"
 	"                       (default 4)\n"
+	"  --lease S            on a PostgreSQL cache shared by several daemons:\n"
+	"                       how long a claimed job stays this daemon's without\n"
+	"                       its renewal (renewed every third of it; default 30)\n"
 	"  --compile-workers N  processes compiling candidates while one measures\n"
 	"                       them (default: one per core)\n"
 	"  --allow-uid UID      also let this user connect (name or number; repeatable)\n"
@@ -281,6 +284,15 @@ static int set_idle_timeout(tuned_options *o, const char *v)
 	       o->idle_timeout_s > 1e9 ? -1 : 0;
 }
 
+static int set_lease(tuned_options *o, const char *v)
+{
+	char *end;
+
+	o->lease_s = strtod(v, &end);
+	return *end || end == v || !(o->lease_s >= 0.1) || o->lease_s > 86400 ?
+	       -1 : 0;
+}
+
 static const struct {
 	const char *name;
 	setter set;
@@ -294,6 +306,7 @@ static const struct {
 	{"log", set_log, "a path"},
 	{"log-level", set_log_level, "error, warning, info or debug"},
 	{"jobs", set_jobs, "a number from 1 to 64"},
+	{"lease", set_lease, "a number of seconds from 0.1 to 86400"},
 	{"compile-workers", set_compile_workers, "a number from 1 to 256"},
 	{"allow-uid", set_allow_uid, "a user name or uid (at most 16)"},
 	{"allow-gid", set_allow_gid, "a group name or gid (at most 16)"},
@@ -397,6 +410,7 @@ static void default_path(char *out, size_t size, const char *system_dir,
 static void set_defaults(tuned_options *o)
 {
 	*o = (tuned_options){.backend = "auto", .log_level = TUNED_INFO, .jobs = 4,
+			     .lease_s = 30,
 			     .max_frame = 16u << 20, .max_unread = 64u << 20,
 			     .max_clients = 256,
 			     .max_in_flight = 64, .hello_timeout_s = 10,

@@ -208,6 +208,20 @@ static void store_version(cache *c, result_store *st)
 	free(launch);
 }
 
+/* A shared (PostgreSQL) cache holds a version as fast or faster, from
+ * another daemon or an earlier run: not published, and the job goes on.
+ * The log says why, naming the key and the plan. */
+static void refused_stale(const tuned_job *job, const result_store *st)
+{
+	char *plan = plan_text(st->r), hash[PLAN_HASH_HEX + 1] = "?";
+
+	if (plan)
+		plan_hash(plan, hash);
+	tuned_log(TUNED_INFO, "job %lld: %s: plan %s not published: %s",
+		  (long long)job->id, job->key, hash, st->publish_err.message);
+	free(plan);
+}
+
 /* The version stored, told: even to the watchers of a job cancelled
  * while it was being stored, for it was published before the cancel's
  * reply. */
@@ -215,13 +229,8 @@ static void on_version(tuned_daemon *d, tuned_job *job, const result_store *st)
 {
 	const tuned_result *r = st->r;
 
-	if (st->publish_err.code == CACHE_ESTALE) {
-		/* A shared (PostgreSQL) cache holds a faster version, from
-		 * another daemon or an earlier run: the job goes on. */
-		tuned_log(TUNED_INFO, "job %lld: %s: %s", (long long)job->id,
-			  job->key, st->publish_err.message);
-		return;
-	}
+	if (st->publish_err.code == CACHE_ESTALE)
+		return refused_stale(job, st);
 	if (st->publish_err.code < 0)
 		return store_failed(job, "the new version", &st->publish_err);
 	job->best_ms = r->median_ms;
@@ -421,7 +430,8 @@ static int count_results(const tuned_result *r)
 
 /* What to store of each result, decided now: a version of a job that has
  * ended (cancelled) is not published. Results of jobs the daemon no
- * longer knows are dropped. */
+ * longer knows, or no longer holds (another daemon of a shared queue took
+ * it: fleet.c), are dropped. */
 static result_batch *batch_of(tuned_daemon *d, tuned_result *r)
 {
 	result_batch *b = calloc(1, sizeof(*b) + (size_t)count_results(r) *
@@ -435,7 +445,7 @@ static result_batch *batch_of(tuned_daemon *d, tuned_result *r)
 		tuned_job *job = tuned_jobs_find(&d->jobs, r->job);
 
 		next = r->next;
-		if (!job) {
+		if (!job || !job->claimed) {
 			tuned_result_free(r);
 			continue;
 		}

@@ -1307,6 +1307,16 @@ static runner_job *find_job(tuned_runner *r, int64_t id)
 	return NULL;
 }
 
+bool tuned_runner_holds(tuned_runner *r, int64_t id)
+{
+	bool holds;
+
+	uv_mutex_lock(&r->lock);
+	holds = find_job(r, id) != NULL;
+	uv_mutex_unlock(&r->lock);
+	return holds;
+}
+
 void tuned_runner_cancel(tuned_runner *r, int64_t id)
 {
 	runner_job *job;

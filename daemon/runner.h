@@ -94,6 +94,9 @@ int tuned_runner_submit(tuned_runner *r, const tuned_job_spec *spec);
 /* A job not yet active is dropped; an active one ends after the trials in
  * flight. */
 void tuned_runner_cancel(tuned_runner *r, int64_t job);
+/* Whether the runner still holds the job (one cancelled ends after the
+ * trials in flight). */
+bool tuned_runner_holds(tuned_runner *r, int64_t job);
 /* Whether a client waits on the job's key (fetch with min_version, watch):
  * such jobs go first. */
 void tuned_runner_set_waited(tuned_runner *r, int64_t job, bool waited);

@@ -63,6 +63,14 @@ typedef struct tuned_refusals {
 	} reason[TUNED_NREFUSALS];
 } tuned_refusals;
 
+/* fleet.c: the passes over a shared job queue. */
+typedef struct tuned_fleet {
+	uv_timer_t timer;
+	bool passing; /* a pass is on the writer thread */
+	bool again;   /* another is wanted once it is over */
+	bool failing; /* the last pass failed (logged once) */
+} tuned_fleet;
+
 struct tuned_daemon {
 	uv_loop_t *loop;
 	tuned_options options;
@@ -74,6 +82,7 @@ struct tuned_daemon {
 	uv_async_t results;
 	tuned_runner *runner;
 	tuned_jobs jobs;
+	tuned_fleet fleet;
 	/* read on the loop thread; written only by the writer thread
 	 * (writer.h), once the daemon has started */
 	cache *cache;
@@ -135,6 +144,18 @@ void tuned_run_job(tuned_daemon *d, const tuned_job *job);
 /* Hands the jobs changed since the last save to the writer thread, to
  * be written after the writes handed before (the versions they name). */
 void tuned_save_jobs(tuned_daemon *d);
+
+/* fleet.c: on a shared cache (PostgreSQL: jobs.shared), this daemon
+ * claims jobs, renews its leases and follows the jobs of the others. */
+/* Starts the passes: the first at once, then every third of --lease;
+ * on SQLite, only readies the timer that tuned_fleet_stop closes. */
+void tuned_fleet_start(tuned_daemon *d);
+/* A pass soon: a job was queued. */
+void tuned_fleet_kick(tuned_daemon *d);
+void tuned_fleet_stop(tuned_daemon *d);
+/* At the end, after the last save, with the cache this thread's again:
+ * the leases held are given back, their jobs queued for the others. */
+void tuned_fleet_release(tuned_daemon *d);
 
 /* results.c: the runner's results, on the loop thread. */
 void tuned_on_results(uv_async_t *async);

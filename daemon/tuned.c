@@ -132,6 +132,7 @@ static void stop(tuned_daemon *d)
 	tuned_notify("STOPPING=1");
 	tuned_log(TUNED_INFO, "stopping");
 	tuned_server_close(d);
+	tuned_fleet_stop(d);
 	close_waiters(d);
 	tuned_on_results(&d->results);
 	tuned_runner_stop(d->runner);
@@ -206,6 +207,7 @@ static int start(tuned_daemon *d)
 		return -1;
 	}
 	resume_jobs(d);
+	tuned_fleet_start(d);
 	start_signals(d);
 	start_watchdog(d);
 	return 0;
@@ -218,6 +220,8 @@ static void finish(tuned_daemon *d)
 	tuned_writer_free(d->writer, d->cache); /* this thread writes again */
 	if (d->cache && tuned_jobs_save(&d->jobs) < 0)
 		tuned_log(TUNED_ERROR, "cannot save the job queue: %s", d->jobs.error);
+	if (d->cache)
+		tuned_fleet_release(d);
 	if (d->cache && cache_checkpoint(d->cache, &err) < 0)
 		tuned_log(TUNED_WARN, "checkpoint: %s", err.message);
 	/* After a failed start: its workers stop and its share folder goes. */

@@ -4,9 +4,11 @@
  * a compare-and-set on the latest version: connections that publish the
  * same key at once never take the same version number, and a plan slower
  * than the latest is refused (CACHE_ESTALE), whichever connection
- * measured it. A version edited in the database is never served. A
- * database has one owner for now (the job queue is one daemon's): a
- * second is refused until the first closes.
+ * measured it. A version edited in the database is never served. Any
+ * number of owners open one database and share its job queue: a job is
+ * claimed by one owner at a time, under a lease that the owner renews,
+ * that runs out when it stops renewing (it died), and that it gives back
+ * at a clean stop; only the holder writes a job's progress.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -39,26 +41,13 @@ typedef struct writer {
 static pthread_barrier_t start;
 static pthread_mutex_t opening = PTHREAD_MUTEX_INITIALIZER;
 
-/* Lets another owner open the database while "c" is open, as owners
- * that share the job queue will: the publish races below are between
- * owners. Behind the engine's back (its owner's lock, pg_open.c). */
-static void share_the_database(cache *c)
-{
-	PGresult *res = PQexec(c->pg_writer, "SELECT pg_advisory_unlock_all()");
-
-	cr_assert_eq(PQresultStatus(res), PGRES_TUPLES_OK, "%s",
-		     PQerrorMessage(c->pg_writer));
-	PQclear(res);
-}
-
-/* fx_open, then share_the_database, one owner at a time. */
+/* fx_open, one owner at a time. */
 static cache *open_shared(void)
 {
 	cache *c;
 
 	pthread_mutex_lock(&opening);
 	c = fx_open();
-	share_the_database(c);
 	pthread_mutex_unlock(&opening);
 	return c;
 }
@@ -100,7 +89,6 @@ static void *run_writer(void *arg)
 		pthread_barrier_wait(&start);
 		return NULL;
 	}
-	share_the_database(c);
 	pthread_mutex_unlock(&opening);
 	pthread_barrier_wait(&start);
 	for (int i = 0; i < PUBLISHES && !w->error[0]; i++) {
@@ -234,6 +222,154 @@ static long long raw_pg(const char *sql)
 	return value;
 }
 
+/* The first field of "fmt"'s first row on the test's database. */
+static long long raw_pgf(const char *fmt, long long id)
+{
+	char sql[300];
+
+	snprintf(sql, sizeof(sql), fmt, id);
+	return raw_pg(sql);
+}
+
+/* A queued job of graph_key(n) on DEVICE_GPU, numbered by "c". */
+static cache_job queued_job(cache *c, int n)
+{
+	cache_error err = {0};
+	cache_job job = {.key = graph_key(n), .name = "job", .graph = "{}",
+			 .state = "queued", .budget_s = 1, .uid = -1,
+			 .device = DEVICE_GPU, .created_at = 1};
+
+	cr_assert_eq(cache_new_job_id(c, &job.id, &err), 0, "%s", err.message);
+	return job;
+}
+
+/* What one pass read: the jobs by id, whether held, by whom. */
+typedef struct passed {
+	int n;
+	int64_t ids[8];
+	bool claimed[8], has_graph[8];
+	char state[8][16], claimed_by[8][128];
+} passed;
+
+static int on_passed(void *user, const cache_job *job)
+{
+	passed *p = user;
+
+	cr_assert_lt(p->n, 8);
+	p->ids[p->n] = job->id;
+	p->claimed[p->n] = job->claimed;
+	p->has_graph[p->n] = job->graph != NULL;
+	snprintf(p->state[p->n], 16, "%s", job->state);
+	snprintf(p->claimed_by[p->n], 128, "%s", job->claimed_by ?: "");
+	p->n++;
+	return 0;
+}
+
+/* A pass of "c" claiming up to "claim" jobs under a lease of "lease_s". */
+static passed pass(cache *c, int claim, double lease_s)
+{
+	cache_job_pass p = {.device = DEVICE_GPU, .lease_s = lease_s,
+			    .claim = claim};
+	cache_error err = {0};
+	passed out = {0};
+
+	int rc = cache_pass_jobs(c, &p, on_passed, &out, &err);
+
+	cr_assert_eq(rc, 0, "%d: %s", rc, err.message);
+	return out;
+}
+
+static int held(const passed *p)
+{
+	int n = 0;
+
+	for (int i = 0; i < p->n; i++)
+		n += p->claimed[i];
+	return n;
+}
+
+/* Two owners on one database: ids never collide, each job is claimed by
+ * one of them, the other sees it held, and only its holder writes its
+ * progress (a cancel excepted). */
+Test(pg, owners_share_the_queue_and_claim_each_job_once)
+{
+	cache_error err = {0};
+	cache *a, *b;
+	cache_job jobs[3], progress;
+	passed pa, pb;
+
+	postgresql_only();
+	a = open_shared();
+	b = open_shared();
+	jobs[0] = queued_job(a, 1);
+	jobs[1] = queued_job(b, 2);
+	jobs[2] = queued_job(a, 3);
+	cr_expect_neq(jobs[0].id, jobs[1].id);
+	cr_expect_neq(jobs[1].id, jobs[2].id);
+	cr_assert_eq(cache_put_jobs(a, jobs, 3, 1000, &err), 0, "%s", err.message);
+	pa = pass(a, 2, 30);
+	pb = pass(b, 2, 30);
+	cr_expect_eq(pa.n, 3);
+	cr_expect_eq(held(&pa), 2, "a claims two");
+	cr_expect_eq(held(&pb), 1, "b claims the one left");
+	for (int i = 0; i < pb.n; i++)
+		cr_expect_eq(pb.has_graph[i], pb.claimed[i],
+			     "graphs come with the jobs held only");
+	/* b writes a's first job: nothing changes; a's write does. */
+	progress = jobs[0];
+	progress.graph = NULL;
+	progress.state = "running";
+	progress.trials = 7;
+	cr_expect_eq(cache_put_jobs(b, &progress, 1, 1000, &err), 0, "%s", err.message);
+	cr_expect_eq(raw_pgf("SELECT trials FROM jobs WHERE id = %lld",
+				(long long)jobs[0].id), 0);
+	cr_expect_eq(cache_put_jobs(a, &progress, 1, 1000, &err), 0, "%s", err.message);
+	cr_expect_eq(raw_pgf("SELECT trials FROM jobs WHERE id = %lld",
+				(long long)jobs[0].id), 7);
+	/* b cancels it: a cancel is anyone's; then a's progress is not
+	 * written over it. */
+	progress.state = "cancelled";
+	cr_expect_eq(cache_put_jobs(b, &progress, 1, 1000, &err), 0, "%s", err.message);
+	progress.state = "running";
+	progress.trials = 9;
+	cr_expect_eq(cache_put_jobs(a, &progress, 1, 1000, &err), 0, "%s", err.message);
+	cr_expect_eq(raw_pgf("SELECT count(*) FROM jobs WHERE id = %lld AND "
+				"state = 'cancelled' AND trials = 7",
+				(long long)jobs[0].id), 1);
+	cache_close(a);
+	cache_close(b);
+}
+
+/* A lease that runs out (its owner died) lets another owner claim the
+ * job; one given back (a clean stop) is claimable at once, queued. */
+Test(pg, a_job_whose_lease_runs_out_goes_to_another_owner)
+{
+	cache_error err = {0};
+	cache *a, *b;
+	cache_job job;
+	passed p;
+
+	postgresql_only();
+	a = open_shared();
+	b = open_shared();
+	job = queued_job(a, 1);
+	cr_assert_eq(cache_put_jobs(a, &job, 1, 1000, &err), 0, "%s", err.message);
+	cr_expect_eq(held((p = pass(a, 1, 0.3), &p)), 1);
+	cr_expect_eq(held((p = pass(b, 1, 30), &p)), 0, "a's lease holds");
+	usleep(400 * 1000);
+	p = pass(b, 1, 30);
+	cr_expect_eq(held(&p), 1, "a's lease ran out: b holds the job");
+	p = pass(a, 1, 30);
+	cr_expect_eq(held(&p), 0, "a renews no lease it lost");
+	cr_expect_neq(strstr(p.claimed_by[0], " pid "), NULL, "%s", p.claimed_by[0]);
+	cr_expect_eq(cache_release_jobs(b, &err), 0, "%s", err.message);
+	p = pass(a, 1, 30);
+	cr_expect_eq(held(&p), 1, "b gave it back: a holds it");
+	cr_expect_str_eq(p.state[0], "queued");
+	cache_close(a);
+	cache_close(b);
+}
+
 Test(pg, migrates_once_and_reopens_idempotently)
 {
 	cache *c;
@@ -241,16 +377,48 @@ Test(pg, migrates_once_and_reopens_idempotently)
 	postgresql_only();
 	c = fx_open();
 	cr_expect_eq(fx.logs, 1);
-	cr_expect(strstr(fx.last_log, "from version 0 to 1"), "%s", fx.last_log);
+	cr_expect(strstr(fx.last_log, "from version 0 to 2"), "%s", fx.last_log);
 	cr_expect(!strstr(fx.last_log, "postgresql://"), "the log names the "
 		  "database, not its connection string: %s", fx.last_log);
 	put_graph(c, 1, "bert_qkv");
 	cache_close(c);
 	c = fx_open();
 	cr_expect_eq(fx.logs, 1, "a second open migrates nothing");
-	cr_expect_eq(raw_pg("SELECT version FROM tuned_schema"), 1);
+	cr_expect_eq(raw_pg("SELECT version FROM tuned_schema"), 2);
 	cr_expect_eq(raw_pg("SELECT count(*) FROM tuned_schema"), 1);
 	cr_expect_eq(raw_pg("SELECT count(*) FROM graphs"), 1);
+	cache_close(c);
+}
+
+/* A database of schema version 1 (one daemon's queue, its own ids)
+ * migrates to the shared queue: its jobs kept, new ids above theirs, and
+ * its open jobs claimed by the first daemon, for its device. */
+Test(pg, a_version_1_queue_migrates_to_the_shared_one)
+{
+	cache_error err = {0};
+	int64_t id = 0;
+	passed p;
+	cache *c;
+
+	postgresql_only();
+	c = fx_open();
+	cache_close(c);
+	raw_pg("DROP SEQUENCE job_ids; ALTER TABLE jobs DROP COLUMN device, "
+	       "DROP COLUMN claimed_by, DROP COLUMN lease_until; "
+	       "UPDATE tuned_schema SET version = 1");
+	raw_pg("INSERT INTO jobs VALUES (41, 'k', 'n', '{}', 'running', 1, 0, 0, "
+	       "3, NULL, NULL, 1, '', 1, NULL, NULL)");
+	c = fx_open();
+	cr_expect(strstr(fx.last_log, "from version 1 to 2"), "%s", fx.last_log);
+	cr_expect_eq(cache_new_job_id(c, &id, &err), 0, "%s", err.message);
+	cr_expect_eq(id, 42, "a new id above the queue's");
+	cr_expect_eq(raw_pg("SELECT trials FROM jobs WHERE id = 41 AND device IS "
+			    "NULL"), 3);
+	p = pass(c, 1, 30);
+	cr_expect_eq(p.n, 1);
+	cr_expect_eq(held(&p), 1, "the old running job is claimed");
+	cr_expect_eq(raw_pgf("SELECT count(*) FROM jobs WHERE id = %lld AND "
+			     "device IS NOT NULL", 41), 1);
 	cache_close(c);
 }
 
@@ -268,7 +436,7 @@ Test(pg, a_newer_schema_is_refused)
 	cr_expect_eq(cache_open(fx.path, &o, &c, &err), CACHE_ESCHEMA);
 	cr_expect_null(c);
 	cr_expect(strstr(err.message, "schema version 99, newer than this "
-			 "build's 1"), "%s", err.message);
+			 "build's 2"), "%s", err.message);
 }
 
 Test(pg, an_edited_source_is_not_served_and_is_marked_bad)
@@ -342,31 +510,6 @@ Test(pg, a_session_the_server_ended_is_opened_again)
 	cr_expect_eq(cache_put_graph(c, graph_key(2), graph_canonical(2), NULL, &err),
 		     0, "%s", err.message);
 	cr_expect_eq(publish(c, 2, DEVICE_GPU, CODEGEN, 1, 10), 1);
-	cache_close(c);
-}
-
-/* A second owner is refused until the first closes, and the owner's lock
- * is taken again with a session the server ended (pg_run connects it
- * again). */
-Test(pg, a_second_owner_is_refused_until_the_first_closes)
-{
-	cache_options o = fx_options();
-	cache_error err = {0};
-	cache *c, *second = NULL;
-
-	postgresql_only();
-	c = fx_open();
-	cr_expect_eq(cache_open(fx.path, &o, &second, &err), CACHE_EBUSY);
-	cr_expect_null(second);
-	cr_expect(strstr(err.message, "another daemon holds the cache test_"),
-		  "%s", err.message);
-	raw_pg("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-	       "WHERE datname = current_database() AND pid <> pg_backend_pid()");
-	put_graph(c, 1, NULL);
-	cr_expect_eq(cache_open(fx.path, &o, &second, &err), CACHE_EBUSY,
-		     "the owner's new session holds the lock: %s", err.message);
-	cache_close(c);
-	c = fx_open();
 	cache_close(c);
 }
 

@@ -52,6 +52,27 @@ static int on_job(void *user, const cache_job *j)
 	return 0;
 }
 
+/* The shared queue (cache_pass_jobs: test_pg.c) is PostgreSQL's: a
+ * SQLite file, one daemon's, refuses it, saying why. */
+Test(transfer, a_sqlite_cache_refuses_the_shared_queue)
+{
+	cache_job_pass p = {.device = DEVICE_GPU, .lease_s = 1, .claim = 1};
+	cache_error err = {0};
+	seen_jobs s = {0};
+	int64_t id;
+	cache *c;
+
+	fx_sqlite_only("the shared queue is PostgreSQL's (test_pg.c)");
+	c = fx_open();
+	cr_expect(!cache_is_shared(c));
+	cr_expect_eq(cache_pass_jobs(c, &p, on_job, &s, &err), CACHE_EINVAL);
+	cr_expect(strstr(err.message, "shared on PostgreSQL only"), "%s", err.message);
+	cr_expect_eq(cache_release_jobs(c, &err), CACHE_EINVAL);
+	cr_expect_eq(cache_new_job_id(c, &id, &err), CACHE_EINVAL);
+	cr_expect_eq(s.n, 0);
+	cache_close(c);
+}
+
 Test(transfer, jobs_are_written_whole_replaced_by_id_and_read_in_order)
 {
 	cache *c = fx_open();
