@@ -13,9 +13,25 @@
  * Where the innermost n var moves that offset by 1, B's columns are
  * contiguous in xp and the micro-kernels read them in place (print_micro.c).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "print_int.h"
+
+/* Windows whose padded copy has more elements, or whose indices have
+ * larger coefficients, are packed as before: every sum and product of
+ * the forms below then fits 64 bits. */
+#define WINDOW_MAX_ELEMENTS ((int64_t)1 << 31)
+#define WINDOW_MAX_COEF ((int64_t)1 << 40)
+
+/* *acc += a * b; false on overflow. */
+static bool mul_add(int64_t *acc, int64_t a, int64_t b)
+{
+	int64_t product;
+
+	return !__builtin_mul_overflow(a, b, &product) &&
+	       !__builtin_add_overflow(*acc, product, acc);
+}
 
 /* An integer affine form over the op's vars. */
 typedef struct affine {
@@ -26,16 +42,14 @@ typedef struct affine {
 /* Adds "scale" times "node" to "out"; false when it is not affine. */
 static bool add_affine(const sched_node *node, int64_t scale, affine *out)
 {
+	const sched_node *other;
 	int64_t c;
 
-	if (sched_node_int_const(node, &c)) {
-		out->constant += scale * c;
-		return true;
-	}
+	if (sched_node_int_const(node, &c))
+		return mul_add(&out->constant, scale, c);
 	switch (node->kind) {
 	case SCHED_NODE_VAR:
-		out->coef[node->var] += scale;
-		return true;
+		return mul_add(&out->coef[node->var], scale, 1);
 	case SCHED_NODE_UNARY:
 		return node->op == SCHED_NEG && add_affine(node->args[0], -scale, out);
 	case SCHED_NODE_BINARY:
@@ -46,12 +60,27 @@ static bool add_affine(const sched_node *node, int64_t scale, affine *out)
 		if (node->op != SCHED_MUL)
 			return false;
 		if (sched_node_int_const(node->args[0], &c))
-			return add_affine(node->args[1], scale * c, out);
-		return sched_node_int_const(node->args[1], &c) &&
-		       add_affine(node->args[0], scale * c, out);
+			other = node->args[1];
+		else if (sched_node_int_const(node->args[1], &c))
+			other = node->args[0];
+		else
+			return false;
+		return !__builtin_mul_overflow(scale, c, &c) && add_affine(other, c, out);
 	default:
 		return false;
 	}
+}
+
+/* "node" as an affine form with small coefficients into *out (zeroed). */
+static bool affine_of(const sched_node *node, int nvars, affine *out)
+{
+	*out = (affine){0};
+	if (!add_affine(node, 1, out) || llabs(out->constant) > WINDOW_MAX_COEF)
+		return false;
+	for (int v = 0; v < nvars; v++)
+		if (llabs(out->coef[v]) > WINDOW_MAX_COEF)
+			return false;
+	return true;
 }
 
 static bool same_affine(const affine *a, const affine *b, int nvars)
@@ -62,16 +91,19 @@ static bool same_affine(const affine *a, const affine *b, int nvars)
 	return a->constant == b->constant;
 }
 
-/* The least and greatest value of "f" over the op's domain (a box). */
-static void affine_range(const sched_op *op, const affine *f, int64_t *lo, int64_t *hi)
+/* The least and greatest value of "f" over the op's domain (a box);
+ * false on overflow. */
+static bool affine_range(const sched_op *op, const affine *f, int64_t *lo, int64_t *hi)
 {
 	*lo = *hi = f->constant;
 	for (int v = 0; v < op->nvars; v++) {
-		int64_t a = f->coef[v] * op->vars[v].lo, b = f->coef[v] * (op->vars[v].hi - 1);
+		bool up = f->coef[v] > 0;
 
-		*lo += a < b ? a : b;
-		*hi += a < b ? b : a;
+		if (!mul_add(lo, f->coef[v], up ? op->vars[v].lo : op->vars[v].hi - 1) ||
+		    !mul_add(hi, f->coef[v], up ? op->vars[v].hi - 1 : op->vars[v].lo))
+			return false;
 	}
+	return true;
 }
 
 /* What a window's condition says of its tensor's dims: per dim, whether
@@ -103,8 +135,8 @@ static bool mark_bound(window_bounds *w, const affine *e)
 /* Every conjunct of "cond" a bound of the window's tensor, marked. */
 static bool conjuncts_are_bounds(window_bounds *w, const sched_node *cond)
 {
-	affine e = {0};
-	int op = cond->op;
+	affine a, b, e = {0};
+	int op = cond->op, sign;
 
 	if (cond->kind != SCHED_NODE_BINARY)
 		return false;
@@ -113,11 +145,14 @@ static bool conjuncts_are_bounds(window_bounds *w, const sched_node *cond)
 		       conjuncts_are_bounds(w, cond->args[1]);
 	if (op != SCHED_GE && op != SCHED_GT && op != SCHED_LE && op != SCHED_LT)
 		return false;
-	/* e >= 0: a - b for a >= b, b - a for a <= b, one less when strict */
-	if (!add_affine(cond->args[0], op == SCHED_GE || op == SCHED_GT ? 1 : -1, &e) ||
-	    !add_affine(cond->args[1], op == SCHED_GE || op == SCHED_GT ? -1 : 1, &e))
+	if (!affine_of(cond->args[0], w->op->nvars, &a) ||
+	    !affine_of(cond->args[1], w->op->nvars, &b))
 		return false;
-	e.constant -= op == SCHED_GT || op == SCHED_LT;
+	/* e >= 0: a - b for a >= b, b - a for a <= b, one less when strict */
+	sign = op == SCHED_GE || op == SCHED_GT ? 1 : -1;
+	for (int v = 0; v < w->op->nvars; v++)
+		e.coef[v] = sign * (a.coef[v] - b.coef[v]);
+	e.constant = sign * (a.constant - b.constant) - (op == SCHED_GT || op == SCHED_LT);
 	return mark_bound(w, &e);
 }
 
@@ -138,28 +173,32 @@ static const sched_node *window_access(const sched_node *b, const sched_node **c
 	return b->args[1];
 }
 
-/* The padding of each dim, and the offset in the padded copy as an
- * affine form, from the window's indices. */
-static void pad_window(const sched_op *op, const affine *index, kgen_window *w)
+/* The padding of each dim ("lo" and "hi": the least and greatest index
+ * of each), and the offset in the padded copy as an affine form, from the
+ * window's indices; false past WINDOW_MAX_ELEMENTS. */
+static bool pad_window(const sched_op *op, const affine *index, const int64_t *lo,
+		       const int64_t *hi, kgen_window *w)
 {
 	int64_t stride = 1;
 
 	w->size = 1;
 	for (int d = w->rank - 1; d >= 0; d--) {
-		int64_t lo, hi;
-
-		affine_range(op, &index[d], &lo, &hi);
-		w->pad[d] = lo < 0 ? -lo : 0;
-		w->padded[d] = w->pad[d] + (hi > w->shape[d] - 1 ? hi : w->shape[d] - 1) + 1;
-		w->size *= w->padded[d];
+		w->pad[d] = lo[d] < 0 ? -lo[d] : 0;
+		w->padded[d] = w->pad[d] + (hi[d] > w->shape[d] - 1 ? hi[d] : w->shape[d] - 1) + 1;
+		if (w->padded[d] > WINDOW_MAX_ELEMENTS ||
+		    (w->size *= w->padded[d]) > WINDOW_MAX_ELEMENTS)
+			return false;
 	}
 	memset(w->coef, 0, sizeof(w->coef));
 	w->constant = 0;
 	for (int d = w->rank - 1; d >= 0; stride *= w->padded[d--]) {
 		for (int v = 0; v < op->nvars; v++)
-			w->coef[v] += stride * index[d].coef[v];
-		w->constant += stride * (index[d].constant + w->pad[d]);
+			if (!mul_add(&w->coef[v], stride, index[d].coef[v]))
+				return false;
+		if (!mul_add(&w->constant, stride, index[d].constant + w->pad[d]))
+			return false;
 	}
+	return true;
 }
 
 bool kgen_conv_window(const sched_graph *graph, const sched_op *op,
@@ -167,27 +206,25 @@ bool kgen_conv_window(const sched_graph *graph, const sched_op *op,
 {
 	const sched_node *cond, *access;
 	affine index[SCHED_MAX_RANK];
+	int64_t lo[SCHED_MAX_RANK], hi[SCHED_MAX_RANK];
 	window_bounds bounds = {.op = op, .index = index};
 
 	if (!c->gathered ||
 	    !(access = window_access(op->body->args[c->factor_b], &cond)))
 		return false;
 	bounds.t = &graph->tensors[access->tensor];
-	memset(index, 0, sizeof(index));
 	for (int d = 0; d < access->nargs; d++)
-		if (!add_affine(access->args[d], 1, &index[d]))
+		if (!affine_of(access->args[d], op->nvars, &index[d]))
 			return false;
 	if (cond && !conjuncts_are_bounds(&bounds, cond))
 		return false;
-	for (int d = 0; d < bounds.t->rank; d++) {
-		int64_t lo, hi;
-
-		affine_range(op, &index[d], &lo, &hi);
-		if ((lo < 0 && !bounds.lower[d]) || (hi > bounds.t->shape[d] - 1 && !bounds.upper[d]))
+	for (int d = 0; d < bounds.t->rank; d++)
+		if (!affine_range(op, &index[d], &lo[d], &hi[d]) ||
+		    lo[d] < -WINDOW_MAX_ELEMENTS || hi[d] > WINDOW_MAX_ELEMENTS ||
+		    (lo[d] < 0 && !bounds.lower[d]) ||
+		    (hi[d] > bounds.t->shape[d] - 1 && !bounds.upper[d]))
 			return false;
-	}
 	*out = (kgen_window){.tensor = access->tensor, .rank = bounds.t->rank};
 	memcpy(out->shape, bounds.t->shape, sizeof(out->shape));
-	pad_window(op, index, out);
-	return true;
+	return pad_window(op, index, lo, hi, out);
 }

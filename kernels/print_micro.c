@@ -13,8 +13,10 @@
  * the machine's (16 floats with AVX-512, 8 with AVX2) where nr allows.
  * Products of one shape side by side (kgen_kernel_products) share the
  * family; each has its packing and its driver, run one after another.
- * A gathered product's B (a convolution's padded windows) is packed by
- * evaluating its factor at each (k, n): im2row into the panels. A C that
+ * A gathered product's B (a convolution's padded windows) is read in
+ * place from a zero-padded copy of its tensor where it is a window of
+ * it (kgen_conv_window, print_direct_driver), else packed by evaluating
+ * its factor at each (k, n): im2row into the panels. A C that
  * is not f32 is staged: a task sums its block in f32 across the slices
  * of K and rounds it into C once, at the end, so that K is sliced
  * whatever C's dtype.
