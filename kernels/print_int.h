@@ -88,6 +88,23 @@ bool kgen_wide_indices(const sched_graph *graph);
 char *kgen_print_fused(const sched_graph *graph, const kgen_kernel *kernel,
 		       bool cuda, bool wrapped);
 
+/* conv_window.c: a gathered product's B that is a window of one tensor,
+ * read in place from a copy of it padded with zeros (a convolution's
+ * padded windows): the tensor, its shape and padding per dim, and the
+ * offset of B's element in the padded copy, affine in the op's vars. */
+typedef struct kgen_window {
+	int tensor, rank;
+	int64_t shape[SCHED_MAX_RANK], pad[SCHED_MAX_RANK], padded[SCHED_MAX_RANK];
+	int64_t size; /* elements of the padded copy */
+	int64_t coef[2 * SCHED_MAX_RANK], constant;
+} kgen_window;
+
+/* Whether gathered product "c" (op "op") has such a B: a select whose
+ * every condition is a bound of the tensor, and which names every bound
+ * its affine indices cross, or the tensor read in bounds alone. */
+bool kgen_conv_window(const sched_graph *graph, const sched_op *op,
+		      const sched_contraction *c, kgen_window *out);
+
 /* print_micro.c: a contraction's kernel as micro-kernels (cpu); NULL
  * when the op is no contraction. */
 char *kgen_print_micro(const sched_graph *graph, const kgen_kernel *kernel);

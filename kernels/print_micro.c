@@ -13,8 +13,10 @@
  * the machine's (16 floats with AVX-512, 8 with AVX2) where nr allows.
  * Products of one shape side by side (kgen_kernel_products) share the
  * family; each has its packing and its driver, run one after another.
- * A gathered product's B (a convolution's padded windows) is packed by
- * evaluating its factor at each (k, n): im2row into the panels. A C that
+ * A gathered product's B (a convolution's padded windows) is read in
+ * place from a zero-padded copy of its tensor where it is a window of
+ * it (kgen_conv_window, print_direct_driver), else packed by evaluating
+ * its factor at each (k, n): im2row into the panels. A C that
  * is not f32 is staged: a task sums its block in f32 across the slices
  * of K and rounds it into C once, at the end, so that K is sliced
  * whatever C's dtype.
@@ -34,6 +36,9 @@ typedef struct micro_printer {
 	kgen_micro s;
 	int width;
 	bool staged;        /* C not f32: blocks sum in f32 (print_driver) */
+	bool direct;        /* B read in place from a padded copy (print_direct_driver) */
+	kgen_window win;    /* that copy, where direct */
+	int64_t row;        /* columns a block of C may span: N, or a row of it where direct */
 	const char *suffix; /* of this product's packing functions */
 } micro_printer;
 
@@ -218,8 +223,9 @@ static void print_micro_kernel(const micro_printer *p, int rows, int cols)
 
 	sched_buf_printf(p->buf,
 		"static inline void micro_%d_%d(idx_t kc, const %s *restrict ap,\n"
-		"\t\t\t\tconst float *restrict bp, %s *restrict c, int first)\n{\n",
+		"\t\t\t\tconst float *restrict bp, %s%s *restrict c, int first)\n{\n",
 		rows, cols, p->s.pack ? "float" : ctype(p->a),
+		p->direct ? "const idx_t *restrict koff, " : "",
 		p->staged ? "float" : kgen_ctype(c->dtype, false));
 	if (!p->s.pack)
 		sched_buf_printf(p->buf, "\tconst %s *restrict a = ap;\n",
@@ -229,8 +235,12 @@ static void print_micro_kernel(const micro_printer *p, int rows, int cols)
 			sched_buf_printf(p->buf, "\tvf acc_%d_%d = {0};\n", i, v);
 	sched_buf_printf(p->buf, "\tfor (idx_t p = 0; p < kc; p++) {\n");
 	for (int v = 0; v < vectors; v++)
-		sched_buf_printf(p->buf, "\t\tconst vf b%d = vload(bp + p * %d + %d);\n", v,
-				 vectors * p->width, v * p->width);
+		if (p->direct)
+			sched_buf_printf(p->buf, "\t\tconst vf b%d = vload(bp + koff[p] + %d);\n",
+					 v, v * p->width);
+		else
+			sched_buf_printf(p->buf, "\t\tconst vf b%d = vload(bp + p * %d + %d);\n",
+					 v, vectors * p->width, v * p->width);
 	for (int i = 0; i < rows; i++) {
 		sched_buf_printf(p->buf, "\t\t{\n\t\t\tconst float x = ");
 		print_a_element(p, rows, i);
@@ -251,7 +261,7 @@ static void print_micro_kernel(const micro_printer *p, int rows, int cols)
 static void print_family(const micro_printer *p)
 {
 	int rows[2] = {p->s.mr, (int)(p->c.m % p->s.mr)};
-	int cols[2] = {p->s.nr, (int)(p->c.n % p->s.nr)};
+	int cols[2] = {p->s.nr, (int)(p->row % p->s.nr)};
 
 	for (int r = 0; r < 2; r++)
 		for (int c = 0; c < 2; c++)
@@ -259,10 +269,11 @@ static void print_family(const micro_printer *p)
 				print_micro_kernel(p, rows[r], cols[c]);
 }
 
-/* The call of the micro-kernel of this block: full, or one of the edges. */
-static void print_dispatch(const micro_printer *p)
+/* The call of the micro-kernel of this block: full, or one of the edges.
+ * Its columns are full where "full_cols" holds; "b" is its B argument. */
+static void print_dispatch(const micro_printer *p, const char *full_cols, const char *b)
 {
-	int edge_rows = (int)(p->c.m % p->s.mr), edge_cols = (int)(p->c.n % p->s.nr);
+	int edge_rows = (int)(p->c.m % p->s.mr), edge_cols = (int)(p->row % p->s.nr);
 	const char *a = p->s.pack ? "ap + ir * kcb" : "a_block";
 
 	for (int r = 0; r < 2; r++) {
@@ -277,13 +288,23 @@ static void print_dispatch(const micro_printer *p)
 
 			if (!cols)
 				continue;
-			sched_buf_printf(p->buf, "\t\t\t\t\t\t%s\n\t\t\t\t\t\t\t"
-					 "micro_%d_%d(kcb, %s, bp + jr * kcb, c, pc == 0);\n",
-					 c ? "else" : edge_cols ? "if (jr + NR <= ncb)" : "",
-					 rows, cols, a);
+			sched_buf_printf(p->buf, "\t\t\t\t\t\t%s%s\n\t\t\t\t\t\t\t"
+					 "micro_%d_%d(kcb, %s, %s, c, pc == 0);\n",
+					 c ? "else" : edge_cols ? "if " : "",
+					 !c && edge_cols ? full_cols : "", rows, cols, a, b);
 		}
 		sched_buf_printf(p->buf, "\t\t\t\t\t}\n");
 	}
+}
+
+/* Where A is not packed, the micro-kernel's A: its block's first element. */
+static void print_a_block(const micro_printer *p)
+{
+	if (!p->s.pack)
+		sched_buf_printf(p->buf, "\t\t\t\t\tconst %s *a_block = t_a + %lldLL + "
+				 "(ic + ir) * %lldLL + pc * %lldLL;\n",
+				 ctype(p->a), (long long)p->c.a0,
+				 (long long)p->c.a_m, (long long)p->c.a_k);
 }
 
 /* A staged block, summed over every slice of K, rounded into C. */
@@ -336,16 +357,168 @@ static void print_driver(const micro_printer *p, const char *name, int target)
 		sched_buf_printf(p->buf, "\t\t\t\t\t%s *c = t_c + %lldLL + (ic + ir) * %lldLL + "
 				 "(jc + jr) * %lldLL;\n", kgen_ctype(c->dtype, false),
 				 (long long)p->c.c0, (long long)p->c.c_m, (long long)p->c.c_n);
-	if (!p->s.pack)
-		sched_buf_printf(p->buf, "\t\t\t\t\tconst %s *a_block = t_a + %lldLL + "
-				 "(ic + ir) * %lldLL + pc * %lldLL;\n",
-				 ctype(p->a), (long long)p->c.a0,
-				 (long long)p->c.a_m, (long long)p->c.a_k);
-	print_dispatch(p);
+	print_a_block(p);
+	print_dispatch(p, "(jr + NR <= ncb)", "bp + jr * kcb");
 	sched_buf_printf(p->buf, "\t\t\t\t}\n\t\t\t}\n");
 	if (p->staged)
 		print_unstage(p);
 	sched_buf_printf(p->buf, "\t\t}\n\t\tfree(bp);\n\t\tfree(ap);\n\t\tfree(cacc);\n\t}\n}\n");
+}
+
+/* Direct convolutions: B read in place from its tensor padded with zeros
+ * (kgen_conv_window). C's columns are cut into tiles of NR along a row,
+ * the innermost n var, so that a tile's columns are contiguous in the
+ * copy; row k of B starts koff[k] further, the k vars' part of the offset. */
+
+/* The index of op var "name" (a kgen_decoded's). */
+static int var_index(const sched_op *op, const char *name)
+{
+	int v = 0;
+
+	while (op->vars[v].name != name)
+		v++;
+	return v;
+}
+
+/* " + COEF * v_NAME" for each of "vars" that moves the padded copy. */
+static void print_window_terms(const micro_printer *p, const kgen_decoded *vars, int n)
+{
+	for (int i = 0; i < n; i++) {
+		long long coef = p->win.coef[var_index(p->op, vars[i].name)];
+
+		if (coef)
+			sched_buf_printf(p->buf, " + %lldLL * v_%s", coef, vars[i].name);
+	}
+}
+
+/* Whether B can be read in place: a window (kgen_conv_window) whose
+ * innermost n var moves it by one element, for a C in f32; sets "row". */
+static bool direct_window(micro_printer *p, const kgen_kernel *kernel)
+{
+	kgen_decoded n[2 * SCHED_MAX_RANK];
+
+	if (kernel->nops != 1 || p->staged ||
+	    !kgen_conv_window(p->graph, p->op, &p->c, &p->win) ||
+	    kgen_decoded_vars(p->op, &p->c, false, n) == 0 ||
+	    p->win.coef[var_index(p->op, n[0].name)] != 1)
+		return false;
+	p->row = n[0].extent;
+	return true;
+}
+
+/* pad_window: the padded copy in f32, zeros around the tensor, with NR
+ * floats beyond its end that an edge tile's whole vectors may read. */
+static void print_pad_window(const micro_printer *p)
+{
+	const kgen_window *w = &p->win;
+	const sched_tensor *t = &p->graph->tensors[w->tensor];
+	int64_t last = w->shape[w->rank - 1], inner = 1, stride = w->padded[w->rank - 1];
+
+	sched_buf_printf(p->buf,
+		"static float *pad_window(void **tensors)\n{\n"
+		"\tconst %s *restrict t_x = tensors[%d];\n"
+		"\tconst size_t bytes = (%lldULL + NR + 15) / 16 * 16 * sizeof(float);\n"
+		"\tfloat *xp = aligned_alloc(64, bytes);\n\n"
+		"\tmemset(xp, 0, bytes);\n"
+		"#pragma omp parallel for schedule(static)\n"
+		"\tfor (idx_t row = 0; row < %lldLL; row++) {\n"
+		"\t\tconst idx_t to = %lldLL",
+		ctype(t), w->tensor, (long long)w->size, (long long)(t->size / last),
+		(long long)w->pad[w->rank - 1]);
+	for (int d = w->rank - 2; d >= 0; d--) {
+		sched_buf_printf(p->buf, " + (row / %lldLL %% %lldLL + %lldLL) * %lldLL",
+				 (long long)inner, (long long)w->shape[d], (long long)w->pad[d],
+				 (long long)stride);
+		inner *= w->shape[d];
+		stride *= w->padded[d];
+	}
+	sched_buf_printf(p->buf, ";\n"
+		"\t\tfor (idx_t e = 0; e < %lldLL; e++)\n"
+		"\t\t\txp[to + e] = %st_x[row * %lldLL + e]);\n"
+		"\t}\n\treturn xp;\n}\n",
+		(long long)last, kgen_load_open(t), (long long)last);
+}
+
+/* window_offsets: koff[k], the k vars' part of B's offset in the copy. */
+static void print_window_offsets(const micro_printer *p)
+{
+	kgen_decoded k[2 * SCHED_MAX_RANK];
+	int nk = kgen_decoded_vars(p->op, &p->c, true, k);
+
+	sched_buf_printf(p->buf, "static void window_offsets(idx_t *koff)\n{\n"
+			 "\tfor (idx_t kk = 0; kk < K; kk++) {\n");
+	kgen_print_decoded(p->buf, k, nk, "idx_t", "kk", "\t\t");
+	sched_buf_printf(p->buf, "\t\tkoff[kk] = 0");
+	print_window_terms(p, k, nk);
+	sched_buf_printf(p->buf, ";\n\t}\n}\n");
+}
+
+/* The offset in the copy that no decoded var moves: the window's
+ * constant and its vars of extent 1, at their lo. */
+static long long window_base(const micro_printer *p)
+{
+	kgen_decoded d[4 * SCHED_MAX_RANK];
+	int nd = kgen_decoded_vars(p->op, &p->c, false, d);
+	long long base = p->win.constant;
+
+	nd += kgen_decoded_vars(p->op, &p->c, true, d + nd);
+	for (int v = 0; v < p->op->nvars; v++) {
+		bool decoded = false;
+
+		for (int i = 0; i < nd; i++)
+			decoded |= d[i].name == p->op->vars[v].name;
+		if (!decoded)
+			base += p->win.coef[v] * p->op->vars[v].lo;
+	}
+	return base;
+}
+
+/* The driver: the copy and koff made once, then blocks of TC tiles by
+ * MC rows of C shared among threads; A packed per slice of K as in
+ * print_driver, B never. */
+static void print_direct_driver(const micro_printer *p, const char *name, int target)
+{
+	kgen_decoded n[2 * SCHED_MAX_RANK];
+	int nn = kgen_decoded_vars(p->op, &p->c, false, n);
+	long long row = (long long)p->row, tiles_per_row = (row + p->s.nr - 1) / p->s.nr;
+
+	print_pad_window(p);
+	print_window_offsets(p);
+	sched_buf_printf(p->buf, "void %s(void **tensors)\n{\n", name);
+	print_params(p, target);
+	sched_buf_printf(p->buf,
+		"\tfloat *xp = pad_window(tensors);\n"
+		"\tidx_t *koff = malloc(K * sizeof(idx_t));\n"
+		"\twindow_offsets(koff);\n"
+		"#pragma omp parallel\n\t{\n"
+		"\t\tfloat *ap = %s;\n"
+		"#pragma omp for collapse(2) schedule(static)\n"
+		"\t\tfor (idx_t tc = 0; tc < %lldLL; tc += TC)\n"
+		"\t\tfor (idx_t ic = 0; ic < M; ic += MC) {\n"
+		"\t\t\tidx_t mcb = kmin(MC, M - ic), tce = kmin(tc + TC, %lldLL);\n"
+		"\t\t\tfor (idx_t pc = 0; pc < K; pc += KC) {\n"
+		"\t\t\t\tidx_t kcb = kmin(KC, K - pc);\n",
+		p->s.pack ? "aligned_alloc(64, (MC * KC + 64) / 16 * 16 * sizeof(float))"
+			  : "NULL",
+		p->c.n / row * tiles_per_row, p->c.n / row * tiles_per_row);
+	if (p->s.pack)
+		sched_buf_printf(p->buf, "\t\t\t\tpack_a(t_a, ap, ic, mcb, pc, kcb);\n");
+	sched_buf_printf(p->buf,
+		"\t\t\t\tfor (idx_t t = tc; t < tce; t++) {\n"
+		"\t\t\t\tidx_t q0 = t %% %lldLL * NR, jn = t / %lldLL * %lldLL + q0;\n"
+		"\t\t\t\tidx_t cols = kmin(NR, %lldLL - q0);\n",
+		tiles_per_row, tiles_per_row, row, row);
+	kgen_print_decoded(p->buf, n, nn, "idx_t", "jn", "\t\t\t\t");
+	sched_buf_printf(p->buf, "\t\t\t\tconst float *bp = xp + %lldLL", window_base(p));
+	print_window_terms(p, n, nn);
+	sched_buf_printf(p->buf, ";\n\t\t\t\t(void)cols;\n"
+		"\t\t\t\tfor (idx_t ir = 0; ir < mcb; ir += MR) {\n"
+		"\t\t\t\t\tfloat *c = t_c + %lldLL + (ic + ir) * %lldLL + jn * %lldLL;\n",
+		(long long)p->c.c0, (long long)p->c.c_m, (long long)p->c.c_n);
+	print_a_block(p);
+	print_dispatch(p, "(cols == NR)", "bp, koff + pc");
+	sched_buf_printf(p->buf, "\t\t\t\t}\n\t\t\t\t}\n\t\t\t}\n\t\t}\n\t\tfree(ap);\n\t}\n"
+			 "\tfree(xp);\n\tfree(koff);\n}\n");
 }
 
 /* Product "op" of the kernel as the printer's. */
@@ -372,13 +545,16 @@ static void print_products(micro_printer *p, const sched_graph *graph,
 			snprintf(suffix, sizeof(suffix), "_p%d", i);
 		p->suffix = suffix;
 		set_product(p, graph, &graph->ops[kernel->ops[i]]);
-		if (p->c.gathered)
-			print_pack_gathered_b(p);
-		else
+		if (!p->c.gathered)
 			print_pack_b(p);
+		else if (!p->direct) /* else B is read in place */
+			print_pack_gathered_b(p);
 		if (p->s.pack)
 			print_pack_a(p);
-		print_driver(p, kernel->name, graph->ops[kernel->ops[i]].target);
+		if (p->direct)
+			print_direct_driver(p, kernel->name, graph->ops[kernel->ops[i]].target);
+		else
+			print_driver(p, kernel->name, graph->ops[kernel->ops[i]].target);
 	}
 	if (kernel->nops == 1)
 		return;
@@ -397,6 +573,8 @@ char *kgen_print_micro(const sched_graph *graph, const kgen_kernel *kernel)
 	if (!kgen_kernel_products(graph, kernel, &p.c))
 		return NULL;
 	set_product(&p, graph, op);
+	p.row = p.c.n;
+	p.direct = direct_window(&p, kernel);
 	p.width = kgen_micro_vector_floats(p.s.nr);
 	kgen_print_helpers(&buf, false, true);
 	kgen_print_header(&buf, &(kgen_printer){graph, op, NULL, NULL}, kernel->name);
@@ -405,7 +583,8 @@ char *kgen_print_micro(const sched_graph *graph, const kgen_kernel *kernel)
 			 "static inline vf vload(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }\n"
 			 "static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }\n"
 			 "#define M %lldLL\n#define N %lldLL\n#define K %lldLL\n"
-			 "#define MR %d\n#define NR %d\n#define KC %d\n#define MC %d\n#define NC %d\n",
+			 "#define MR %d\n#define NR %d\n#define KC %d\n#define MC %d\n#define NC %d\n"
+			 "#define TC (NC / NR)\n",
 			 4 * p.width, (long long)p.c.m, (long long)p.c.n, (long long)p.c.k,
 			 p.s.mr, p.s.nr, p.s.kc, p.s.mc, p.s.nc);
 	print_family(&p);

@@ -302,3 +302,82 @@ Test(micro, gathered_products_match_the_reference)
 	sched_graph_free(conv);
 	sched_graph_free(mixed);
 }
+
+/* Whether the kernel of plan "m" of "g" reads B in place from a padded
+ * copy (pad_window) rather than packing it (pack_b). */
+static bool reads_windows_in_place(const sched_graph *g, kgen_micro m)
+{
+	kgen_error err = {0};
+	kgen_plan *plan = micro_plan(g, m, &err);
+	char *source;
+	bool direct;
+
+	cr_assert_not_null(plan, "%s", err.message);
+	source = kgen_print_c(g, plan, 0);
+	cr_assert_not_null(source);
+	direct = strstr(source, "pad_window(") != NULL;
+	cr_expect_neq(direct, strstr(source, "pack_b(") != NULL, "%s", source);
+	free(source);
+	kgen_plan_free(plan);
+	return direct;
+}
+
+/* Convolutions whose windows are read in place from a zero-padded copy
+ * (padding, no padding at all, dilation, an f16 input; edges
+ * in M, along the rows of C and in K; A packed and not) match the
+ * reference; so do those that keep im2row panels: a stride of 2 (columns
+ * of B 2 apart), a condition beside the bounds that is none (a window cut
+ * to a triangle, zeros inside x that padding cannot express), and an f16
+ * output (staged). */
+Test(micro, convolutions_read_their_windows_in_place)
+{
+	static const struct {
+		const char *tensors, *op;
+		kgen_micro m;
+		bool direct;
+	} cases[] = {
+		{"x f32 1,5,9,7 in; w f32 6,5,3,3 in; y f32 1,6,9,7 out",
+		 "y[n, k, p, q] = sum(c, r < 3, s < 3) select(p + r >= 1 && p + r <= 9 && "
+		 "q + s >= 1 && q + s <= 7, x[n, c, p + r - 1, q + s - 1], 0) * w[k, c, r, s]",
+		 {4, 16, 45, 8, 48, 1}, true},
+		{"x f32 1,3,6,20 in; w f32 5,3,3,3 in; y f32 1,5,6,20 out",
+		 "y[n, k, p, q] = sum(c, r < 3, s < 3) select(p + r >= 1 && p + r <= 6 && "
+		 "q + s >= 1 && q + s <= 20, x[n, c, p + r - 1, q + s - 1], 0) * w[k, c, r, s]",
+		 {4, 16, 10, 8, 32, 0}, true},
+		{"x f32 1,4,8,21 in; w f32 3,4,2,3 in; y f32 1,3,7,19 out",
+		 "y[n, k, p, q] = sum(c, r < 2, s < 3) x[n, c, p + r, q + s] * w[k, c, r, s]",
+		 {2, 8, 7, 2, 16, 1}, true},
+		{"x f32 1,3,10,11 in; w f32 4,3,3,3 in; y f32 1,4,10,11 out",
+		 "y[n, k, p, q] = sum(c, r < 3, s < 3) select(p + 2 * r >= 2 && "
+		 "p + 2 * r <= 11 && q + 2 * s >= 2 && q + 2 * s <= 12, "
+		 "x[n, c, p + 2 * r - 2, q + 2 * s - 2], 0) * w[k, c, r, s]",
+		 {4, 8, 27, 4, 16, 1}, true},
+		{"x f16 1,3,6,9 in; w f32 7,3,3,3 in; y f32 1,7,6,9 out",
+		 "y[n, k, p, q] = sum(c, r < 3, s < 3) select(p + r >= 1 && p + r <= 6 && "
+		 "q + s >= 1 && q + s <= 9, x[n, c, p + r - 1, q + s - 1], 0) * w[k, c, r, s]",
+		 {3, 8, 27, 6, 16, 1}, true},
+		{"x f32 1,3,9,10 in; w f32 4,3,3,3 in; y f32 1,4,5,5 out",
+		 "y[n, k, p, q] = sum(c, r < 3, s < 3) select(2 * p + r >= 1 && "
+		 "2 * p + r <= 9 && 2 * q + s >= 1 && 2 * q + s <= 10, "
+		 "x[n, c, 2 * p + r - 1, 2 * q + s - 1], 0) * w[k, c, r, s]",
+		 {4, 8, 27, 4, 16, 1}, false},
+		{"x f32 1,3,6,9 in; w f32 4,3,3,3 in; y f32 1,4,6,9 out",
+		 "y[n, k, p, q] = sum(c, r < 3, s < 3) select(p + r >= 1 && p + r <= 6 && "
+		 "q + s >= 1 && q + s <= 9 && r + s <= 3, x[n, c, p + r - 1, q + s - 1], 0) * "
+		 "w[k, c, r, s]",
+		 {4, 8, 27, 4, 16, 1}, false},
+		{"x f32 1,3,6,9 in; w f32 4,3,3,3 in; y f16 1,4,6,9 out",
+		 "y[n, k, p, q] = sum(c, r < 3, s < 3) select(p + r >= 1 && p + r <= 6 && "
+		 "q + s >= 1 && q + s <= 9, x[n, c, p + r - 1, q + s - 1], 0) * w[k, c, r, s]",
+		 {4, 8, 27, 4, 16, 1}, false},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		sched_graph *g = gemm(cases[i].tensors, cases[i].op);
+
+		cr_expect_eq(reads_windows_in_place(g, cases[i].m), cases[i].direct,
+			     "case %zu: %s", i, cases[i].op);
+		expect_verified(g, cases[i].m);
+		sched_graph_free(g);
+	}
+}
