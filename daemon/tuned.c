@@ -132,6 +132,7 @@ static void stop(tuned_daemon *d)
 	tuned_notify("STOPPING=1");
 	tuned_log(TUNED_INFO, "stopping");
 	tuned_server_close(d);
+	tuned_listen_stop(d);
 	close_waiters(d);
 	tuned_on_results(&d->results);
 	tuned_runner_stop(d->runner);
@@ -206,6 +207,7 @@ static int start(tuned_daemon *d)
 		return -1;
 	}
 	resume_jobs(d);
+	tuned_listen_start(d);
 	start_signals(d);
 	start_watchdog(d);
 	return 0;
