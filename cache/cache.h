@@ -46,7 +46,7 @@
 #define __cache_keep
 
 /* The schema version this build writes (PRAGMA user_version). */
-#define CACHE_SCHEMA_VERSION 6
+#define CACHE_SCHEMA_VERSION 7
 
 /* Trial details are cut to this many bytes (on a UTF-8 boundary). */
 #define CACHE_DETAIL_MAX 200
@@ -370,6 +370,73 @@ typedef struct cache_stats {
 } cache_stats;
 
 int cache_stat(__cache_keep cache *c, cache_stats *out, cache_error *err);
+
+/* Training runs (runs.c; docs/cache.md, "Runs"). A run names itself
+ * ("run": 1 to CACHE_RUN_MAX bytes, no control characters) and is pinned
+ * to one version of each key it fetches, per device signature and
+ * codegen, so that every rank of the run gets that version, however many
+ * land after it, until the run advances. Pins are written by the owner;
+ * on PostgreSQL they are shared by every daemon of the database. */
+#define CACHE_RUN_MAX 128
+
+/* The version "run" is pinned to for (graph, device, codegen) into
+ * *version: its pin, or, at the run's first fetch of the key, the latest
+ * good version, pinned in the same transaction (INSERT ... ON CONFLICT DO
+ * NOTHING, then read back: ranks that race pin one version, whichever
+ * inserts first). CACHE_NOT_FOUND, naming the run and the key, when the
+ * run has no pin and the key no version to pin. */
+int cache_pin(__cache_keep cache *c, const char *run, const char *graph,
+	      const char *device, const char *codegen, int *version, cache_error *err);
+
+/* Moves the pins of "run" on (device, codegen) to the latest good version
+ * of their keys, in one write transaction: the "n" keys of "keys" (each
+ * pinned now when the run had none), or, with "n" 0, every key the run
+ * has pinned. *out is a JSON array of {"key", "version", "previous" (0
+ * for a key pinned now)}, in the order of "keys" or of key. A key with no
+ * version to pin is CACHE_NOT_FOUND when listed (nothing is moved), kept
+ * at its pin otherwise; a run with no pin and no keys is CACHE_NOT_FOUND. */
+int cache_advance(__cache_keep cache *c, const char *run, const char *device,
+		  const char *codegen, const char *const *keys, int n,
+		  __cache_give json_t **out, cache_error *err);
+
+/* Exactly version "version" of (graph, device, codegen), as
+ * cache_fetch_best gives the newest (the checksum checked the same way):
+ * what a run pinned to it fetches. CACHE_NOT_FOUND when the cache no
+ * longer holds it (pruned) or it failed its checksum, saying which. */
+int cache_fetch_version(__cache_keep cache *c, const char *graph, const char *device,
+			const char *codegen, int version, __cache_give cache_plan **out,
+			cache_error *err);
+
+/* Versions published by others (listen.c; docs/operations.md,
+ * "Watchers across daemons"). On PostgreSQL a publish also sends a
+ * notice (NOTIFY on channel CACHE_VERSIONS_CHANNEL, committed with the
+ * version), so that daemons sharing the database tell their watchers of
+ * each other's versions. SQLite has one writer: nothing to hear. */
+#define CACHE_VERSIONS_CHANNEL "tuned_versions"
+
+typedef struct cache_notice {
+	const char *graph;
+	const char *device;
+	const char *codegen;
+	int version;
+} cache_notice;
+
+/* Listens, on the connection of c's reads, for the versions other
+ * connections publish, and sets *fd to the socket to poll for them
+ * (readable: call cache_notices), or to -1 when "c" is a SQLite file.
+ * A read: on the thread that reads "c". Call it again after
+ * cache_notices failed: it connects again when it must, and gives the
+ * new socket. */
+int cache_listen(__cache_keep cache *c, int *fd, cache_error *err);
+
+/* Reads what came (without waiting) and calls "fn" for each version
+ * published by a connection other than c's own writer, until "fn"
+ * returns nonzero; strings live for the call. Returns the number of
+ * calls, or CACHE_EIO when the connection that listens was lost (or made
+ * again by a read, which does not listen): listen again. 0 on SQLite. */
+int cache_notices(__cache_keep cache *c,
+		  int (*fn)(void *user, const cache_notice *notice), void *user,
+		  cache_error *err);
 
 /* The daemon's job queue (jobs.c): one row per job, as the daemon keeps
  * it. Texts are borrowed; in cache_jobs' callback they live for the call. */

@@ -110,6 +110,33 @@ typedef struct cache_found_bad {
 	OP(int, import_graph, (cache *c, json_t *entry, const char *canonical, \
 			       json_t **out, cache_error *err))
 
+/* More of them: cache_fetch_version, cache_listen and cache_notices; and
+ * the steps runs.c builds cache_pin and cache_advance of, once for both
+ * engines: a write transaction's begin and end, one key's pin (pinned
+ * when the run has none; moved to the latest good version too when
+ * "move"; *previous the pin before, 0 for none; *version after, 0 when
+ * there is still none), and the keys a run pinned on (device, codegen),
+ * a JSON array. CACHE_ENGINE_ALL_OPS lists both. */
+typedef int cache_notice_fn(void *user, const cache_notice *notice);
+
+#define CACHE_ENGINE_MORE_OPS(OP)                                                      \
+	OP(int, fetch_version,                                                         \
+	   (cache *, const char *graph, const char *device, const char *codegen,       \
+	    int version, cache_plan **out, cache_error *err))                          \
+	OP(int, listen, (cache *, int *fd, cache_error *err))                          \
+	OP(int, notices, (cache *, cache_notice_fn *, void *user, cache_error *))      \
+	OP(int, write_begin, (cache *, cache_error *))                                 \
+	OP(int, write_end, (cache *, int rc, cache_error *err))                        \
+	OP(int, pin_key,                                                               \
+	   (cache *, const char *run, const char *graph, const char *device,           \
+	    const char *codegen, bool move, int *previous, int *version,               \
+	    cache_error *err))                                                         \
+	OP(int, run_keys,                                                              \
+	   (cache *, const char *run, const char *device, const char *codegen,         \
+	    json_t **out, cache_error *err))
+
+#define CACHE_ENGINE_ALL_OPS(OP) CACHE_ENGINE_OPS(OP) CACHE_ENGINE_MORE_OPS(OP)
+
 #define CACHE_ENGINE_FIELD(ret, name, params) ret (*name) params;
 #define CACHE_SQLITE_DECLARE(ret, name, params) ret cache_sqlite_##name params;
 #define CACHE_PG_DECLARE(ret, name, params) ret cache_pg_##name params;
@@ -118,11 +145,11 @@ typedef struct cache_found_bad {
 
 typedef struct cache_engine {
 	const char *name; /* "SQLite", "PostgreSQL": in messages */
-	CACHE_ENGINE_OPS(CACHE_ENGINE_FIELD)
+	CACHE_ENGINE_ALL_OPS(CACHE_ENGINE_FIELD)
 } cache_engine;
 
-CACHE_ENGINE_OPS(CACHE_SQLITE_DECLARE)
-CACHE_ENGINE_OPS(CACHE_PG_DECLARE)
+CACHE_ENGINE_ALL_OPS(CACHE_SQLITE_DECLARE)
+CACHE_ENGINE_ALL_OPS(CACHE_PG_DECLARE)
 
 extern const cache_engine cache_sqlite_engine; /* open.c */
 extern const cache_engine cache_pg_engine;     /* pg_open.c */
@@ -149,6 +176,10 @@ struct cache {
 			    * password: "path" is its form for messages) */
 	char *instance;    /* PostgreSQL: this cache in the job queue's claims
 			    * (pg_jobs.c); sqlite3_malloc'd */
+	int pg_writer_pid; /* PostgreSQL: the writer's server process at its
+			    * last publish (atomic: its notices are its own) */
+	int pg_listen_pid; /* PostgreSQL: the reader's server process that
+			    * LISTENs (cache_listen), 0 for none */
 };
 
 /* open.c: a new cache of "engine" named "path" in messages, with the
@@ -239,11 +270,26 @@ cache_plan *cache_plan_copy(const cache_plan *from);
 void cache_leave_for_owner(cache *c, int64_t id);
 /* Why a version found at "found_at" is bad, into "why". */
 void cache_checksum_failure(int64_t found_at, char *why, size_t size);
+/* The CACHE_NOT_FOUND of a fetch that found nothing (both engines):
+ * "exact" for cache_fetch_version, "newer" when an older version is
+ * there, "failed" a version skipped for its checksum (0: none). */
+void cache_fetch_missed(const char *graph, const char *device, const char *codegen,
+			int min_version, bool exact, bool newer, int failed,
+			cache_error *err);
 /* Version "version" (row "id") of (graph, device, codegen) failed its
  * checksum in a fetch: logged, not served, and marked bad through the
  * engine when the caller owns the cache, or left for the owner. */
 void cache_version_failed(cache *c, const char *graph, const char *device,
 			  const char *codegen, int version, int64_t id);
+
+/* runs.c: a run id as cache.h says it must be; cache_pin and
+ * cache_advance of the engine's steps, their arguments checked. */
+int cache_check_run(const char *run, cache_error *err);
+int cache_run_pin(cache *c, const char *run, const char *graph, const char *device,
+		  const char *codegen, int *version, cache_error *err);
+int cache_run_advance(cache *c, const char *run, const char *device,
+		      const char *codegen, const char *const *keys, int n, json_t **out,
+		      cache_error *err);
 
 /* schema.c */
 int cache_migrate(cache *c, cache_error *err);
@@ -308,6 +354,9 @@ int pg_pass_jobs(cache *c, const cache_job_pass *pass,
 		 cache_error *err);
 int pg_release_jobs(cache *c, cache_error *err);
 int pg_new_job_id(cache *c, int64_t *id, cache_error *err);
+/* pg_listen.c: in the publish's transaction, the notice of version
+ * "version" of plan "p", sent at its commit. */
+int pg_notify_version(cache *c, const cache_plan *p, int version, cache_error *err);
 
 /* pg_write.c: the row of device "signature", added when new. */
 int pg_device_id(cache *c, const char *signature, int64_t now, int64_t *id,

@@ -169,6 +169,75 @@ int cache_fetch_best(__cache_keep cache *c, const char *graph,
 				     out, err);
 }
 
+int cache_fetch_version(__cache_keep cache *c, const char *graph, const char *device,
+			const char *codegen, int version, __cache_give cache_plan **out,
+			cache_error *err)
+{
+	if (out)
+		*out = NULL;
+	if (!c)
+		return no_cache("fetch a version", err);
+	if (version < 1)
+		return no_argument("fetch a version", "a version below 1", err);
+	return c->engine->fetch_version(c, graph, device, codegen, version, out, err);
+}
+
+int cache_pin(__cache_keep cache *c, const char *run, const char *graph,
+	      const char *device, const char *codegen, int *version, cache_error *err)
+{
+	int rc = writable(c, "pin a run's version", err), pinned = 0;
+
+	if (rc == 0)
+		rc = cache_check_run(run, err);
+	if (rc == 0)
+		rc = cache_check_key(graph, device, codegen, err);
+	if (rc == 0)
+		rc = cache_run_pin(c, run, graph, device, codegen, &pinned, err);
+	if (version)
+		*version = rc == 0 ? pinned : 0;
+	return rc;
+}
+
+int cache_advance(__cache_keep cache *c, const char *run, const char *device,
+		  const char *codegen, const char *const *keys, int n,
+		  __cache_give json_t **out, cache_error *err)
+{
+	int rc = writable(c, "advance a run", err);
+
+	if (out)
+		*out = NULL;
+	if (rc)
+		return rc;
+	if (!out || n < 0 || (n > 0 && !keys))
+		return no_argument("advance a run", !out ? "no out" : "no keys", err);
+	rc = cache_check_run(run, err);
+	if (rc == 0)
+		rc = cache_check_key("-", device, codegen, err);
+	return rc ? rc : cache_run_advance(c, run, device, codegen, keys, n, out, err);
+}
+
+int cache_listen(__cache_keep cache *c, int *fd, cache_error *err)
+{
+	if (fd)
+		*fd = -1;
+	if (!c)
+		return no_cache("listen for versions", err);
+	if (!fd)
+		return no_argument("listen for versions", "no out", err);
+	return c->engine->listen(c, fd, err);
+}
+
+int cache_notices(__cache_keep cache *c,
+		  int (*fn)(void *user, const cache_notice *notice), void *user,
+		  cache_error *err)
+{
+	if (!c)
+		return no_cache("read the notices of versions", err);
+	if (!fn)
+		return no_argument("read the notices of versions", "no callback", err);
+	return c->engine->notices(c, fn, user, err);
+}
+
 bool cache_is_quarantined(__cache_keep cache *c, const char *graph,
 			  const char *device, const char *codegen,
 			  const char *plan_json, cache_error *err)

@@ -460,7 +460,24 @@ void cache_free(cache *c)
 	sqlite3_free(c);
 }
 
-const cache_engine cache_sqlite_engine = {
-	.name = "SQLite",
-	CACHE_ENGINE_OPS(CACHE_SQLITE_ENTRY)
-};
+/* One writer per file: no version is published by another. */
+int cache_sqlite_listen(cache *c, int *fd, cache_error *err)
+{
+	(void)c;
+	(void)err;
+	*fd = -1;
+	return 0;
+}
+
+int cache_sqlite_notices(cache *c, int (*fn)(void *user, const cache_notice *notice),
+			 void *user, cache_error *err)
+{
+	(void)c;
+	(void)fn;
+	(void)user;
+	(void)err;
+	return 0;
+}
+
+const cache_engine cache_sqlite_engine = {.name = "SQLite",
+					  CACHE_ENGINE_ALL_OPS(CACHE_SQLITE_ENTRY)};

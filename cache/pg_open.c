@@ -266,7 +266,5 @@ int cache_pg_import_graph(cache *c, json_t *entry, const char *canonical,
 	return not_yet(c, "cache_import_graph", err);
 }
 
-const cache_engine cache_pg_engine = {
-	.name = "PostgreSQL",
-	CACHE_ENGINE_OPS(CACHE_PG_ENTRY)
-};
+const cache_engine cache_pg_engine = {.name = "PostgreSQL",
+				      CACHE_ENGINE_ALL_OPS(CACHE_PG_ENTRY)};

@@ -5,6 +5,7 @@
  * reals reals again (pg_json_at). Texts sort as bytes (COLLATE "C"), as
  * SQLite sorts them.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,7 +31,8 @@ static const char fetch_sql[] =
 	"p.median_ms, p.spread_ms, p.found_by, p.created_at, p.checksum, p.id "
 	"FROM plans p JOIN devices d ON d.id = p.device "
 	"WHERE p.graph = $1 AND d.signature = $2 AND p.codegen = $3 "
-	"AND p.bad IS NULL AND p.version >= $4 ORDER BY p.version DESC";
+	"AND p.bad IS NULL AND p.version >= $4 AND p.version <= $5 "
+	"ORDER BY p.version DESC";
 
 static int plan_from_row(const PGresult *res, int i, const char *graph,
 			 const char *device, const char *codegen,
@@ -62,29 +64,32 @@ static int plan_from_row(const PGresult *res, int i, const char *graph,
 }
 
 /* Whether (graph, device, codegen) has a good version below those read. */
-static bool has_older(cache *c, pg_args *a)
+static bool has_older(cache *c, const pg_args *a)
 {
+	pg_args first4 = *a; /* graph, device, codegen, min_version */
 	PGresult *res = NULL;
 	bool older;
 
-	if (pg_run(c, c->pg_reader, "SELECT 1 FROM plans p JOIN devices d ON "
+	first4.n = 4;
+	if (pg_run(c, c->pg_reader,
+		   "SELECT 1 FROM plans p JOIN devices d ON "
 		   "d.id = p.device WHERE p.graph = $1 AND d.signature = $2 AND "
-		   "p.codegen = $3 AND p.bad IS NULL AND p.version < $4", a, &res,
-		   "cannot fetch a plan", NULL))
+		   "p.codegen = $3 AND p.bad IS NULL AND p.version < $4",
+		   &first4, &res, "cannot fetch a plan", NULL))
 		return false;
 	older = PQntuples(res) > 0;
 	PQclear(res);
 	return older;
 }
 
-int cache_pg_fetch_best(cache *c, const char *graph, const char *device,
-			const char *codegen, int min_version, cache_plan **out,
-			cache_error *err)
+/* The newest good version from "min_version" to "max_version". */
+static int fetch_range(cache *c, const char *graph, const char *device,
+		       const char *codegen, int min_version, int max_version,
+		       cache_plan **out, cache_error *err)
 {
 	PGresult *res = NULL;
 	pg_args a = {0};
 	int rc, failed = 0, i = 0, n;
-	char why[96] = "";
 
 	rc = cache_check_key(graph, device, codegen, err);
 	if (rc)
@@ -93,6 +98,7 @@ int cache_pg_fetch_best(cache *c, const char *graph, const char *device,
 	pg_text(&a, device);
 	pg_text(&a, codegen);
 	pg_int(&a, min_version);
+	pg_int(&a, max_version);
 	rc = pg_run(c, c->pg_reader, fetch_sql, &a, &res, "cannot fetch a plan", err);
 	if (rc)
 		return rc;
@@ -108,16 +114,28 @@ int cache_pg_fetch_best(cache *c, const char *graph, const char *device,
 		if (out && plan_from_row(res, i, graph, device, codegen, out, err))
 			rc = CACHE_ENOMEM;
 	} else {
-		if (failed)
-			snprintf(why, sizeof(why), " (version %d failed its checksum "
-				 "and is not served)", failed);
-		cache_set_error(err, CACHE_NOT_FOUND, "no plan for graph '%s' "
-				"on '%s' with codegen '%s'%s%s", graph, device,
-				codegen, has_older(c, &a) ? " newer" : "", why);
+		cache_fetch_missed(graph, device, codegen, min_version,
+				   min_version == max_version,
+				   min_version != max_version && has_older(c, &a),
+				   failed, err);
 		rc = CACHE_NOT_FOUND;
 	}
 	PQclear(res);
 	return rc;
+}
+
+int cache_pg_fetch_best(cache *c, const char *graph, const char *device,
+			const char *codegen, int min_version, cache_plan **out,
+			cache_error *err)
+{
+	return fetch_range(c, graph, device, codegen, min_version, INT_MAX, out, err);
+}
+
+int cache_pg_fetch_version(cache *c, const char *graph, const char *device,
+			   const char *codegen, int version, cache_plan **out,
+			   cache_error *err)
+{
+	return fetch_range(c, graph, device, codegen, version, version, out, err);
 }
 
 /* Runs "sql", one JSON value in one row, with "a" on the reader: *out

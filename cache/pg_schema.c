@@ -18,7 +18,7 @@
 /* The lock the migrations take, any number of our own. */
 #define MIGRATION_LOCK "7415839"
 
-/* What SQLite's schema holds at its version 6. Times are unix seconds
+/* What SQLite's schema holds at its version 6, then its later steps. Times are unix seconds
  * (fractional in jobs). The quarantine's plans are unique by their md5:
  * a btree entry holds at most about 2700 bytes, and plans can be longer. */
 static const char *const migrations[] = {
@@ -111,6 +111,15 @@ static const char *const migrations[] = {
 	"CREATE SEQUENCE job_ids;"
 	"SELECT setval('job_ids', coalesce((SELECT max(id) FROM jobs), 0) + 1,"
 	" false);",
+	/* 3: the pins of training runs (SQLite's version 7). */
+	"CREATE TABLE pins ("
+	" run TEXT NOT NULL,"
+	" graph TEXT NOT NULL REFERENCES graphs(key) ON DELETE CASCADE,"
+	" device TEXT NOT NULL,"
+	" codegen TEXT NOT NULL,"
+	" version INTEGER NOT NULL CHECK (version >= 1),"
+	" pinned_at BIGINT NOT NULL,"
+	" PRIMARY KEY (run, graph, device, codegen));",
 };
 
 #define MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))

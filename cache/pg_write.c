@@ -243,6 +243,8 @@ static int publish_locked(cache *c, const cache_plan *p, const plan_texts *t,
 		rc = check_faster(p, &l, err);
 	if (rc == 0)
 		rc = insert_plan(c, p, t, device, l.version + 1, now, err);
+	if (rc == 0)
+		rc = pg_notify_version(c, p, l.version + 1, err);
 	rc = pg_end(c, rc, err);
 	if (rc == 0)
 		*version = l.version + 1;

@@ -4,6 +4,7 @@
  * serializes reads of one cache. A read of several statements runs in one read
  * transaction, so it sees one snapshot whatever the writer commits.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -100,13 +101,13 @@ static int plan_from_row(sqlite3_stmt *stmt, const char *graph,
 /* The versions a fetch may serve, newest first: those not marked bad,
  * each with whether it still matches its checksum (column 9) and its row
  * (column 10). */
-static const char fetch_sql[] =
-	"SELECT p.version, p.plan, p.sources, p.binaries, p.launch, "
-	"p.median_ms, p.spread_ms, p.found_by, p.created_at, "
-	"p.checksum IS plan_checksum(p.plan, p.sources, p.launch), p.id "
-	"FROM plans p JOIN devices d ON d.id = p.device "
-	"WHERE p.graph = ?1 AND d.signature = ?2 AND p.codegen = ?3 "
-	"AND p.bad IS NULL ORDER BY p.version DESC";
+static const char
+	fetch_sql[] = "SELECT p.version, p.plan, p.sources, p.binaries, p.launch, "
+		      "p.median_ms, p.spread_ms, p.found_by, p.created_at, "
+		      "p.checksum IS plan_checksum(p.plan, p.sources, p.launch), p.id "
+		      "FROM plans p JOIN devices d ON d.id = p.device "
+		      "WHERE p.graph = ?1 AND d.signature = ?2 AND p.codegen = ?3 "
+		      "AND p.bad IS NULL AND p.version <= ?4 ORDER BY p.version DESC";
 
 /* Marks the version in row "id" bad, saying "why"; only the owner can. */
 void cache_sqlite_mark_bad(cache *c, int64_t id, const char *why)
@@ -206,9 +207,40 @@ int cache_mark_found_bad(__cache_keep cache *c, cache_error *err)
 	return n;
 }
 
-int cache_sqlite_fetch_best(__cache_keep cache *c, const char *graph,
-		     const char *device, const char *codegen, int min_version,
-		     __cache_give cache_plan **out, cache_error *err)
+/* The message of a fetch that found nothing: "failed" is a version
+ * skipped for its checksum (0: none), "newer" whether one below
+ * "min_version" is there; "exact" a fetch of one version. */
+void cache_fetch_missed(const char *graph, const char *device, const char *codegen,
+			int min_version, bool exact, bool newer, int failed,
+			cache_error *err)
+{
+	char why[96] = "";
+
+	if (failed)
+		snprintf(why, sizeof(why),
+			 " (version %d failed its checksum "
+			 "and is not served)",
+			 failed);
+	if (exact && !failed)
+		snprintf(why, sizeof(why),
+			 " (not in the cache: pruned, or "
+			 "marked bad)");
+	if (exact)
+		cache_set_error(err, CACHE_NOT_FOUND,
+				"no version %d of graph "
+				"'%s' on '%s' with codegen '%s'%s",
+				min_version, graph, device, codegen, why);
+	else
+		cache_set_error(err, CACHE_NOT_FOUND,
+				"no plan for graph '%s' "
+				"on '%s' with codegen '%s'%s%s",
+				graph, device, codegen, newer ? " newer" : "", why);
+}
+
+/* The newest good version from "min_version" to "max_version". */
+static int fetch_range(cache *c, const char *graph, const char *device,
+		       const char *codegen, int min_version, int max_version,
+		       cache_plan **out, cache_error *err)
 {
 	sqlite3_stmt *stmt = NULL;
 	int rc, failed = 0;
@@ -222,6 +254,7 @@ int cache_sqlite_fetch_best(__cache_keep cache *c, const char *graph,
 	cache_bind_text(stmt, 1, graph);
 	cache_bind_text(stmt, 2, device);
 	cache_bind_text(stmt, 3, codegen);
+	sqlite3_bind_int(stmt, 4, max_version);
 	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW &&
 	       sqlite3_column_int(stmt, 0) >= min_version &&
 	       !sqlite3_column_int(stmt, 9)) {
@@ -235,20 +268,29 @@ int cache_sqlite_fetch_best(__cache_keep cache *c, const char *graph,
 		if (out && plan_from_row(stmt, graph, device, codegen, out, err))
 			rc = CACHE_ENOMEM;
 	} else if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
-		char why[96] = "";
-
-		if (failed)
-			snprintf(why, sizeof(why), " (version %d failed its checksum "
-				 "and is not served)", failed);
-		cache_set_error(err, CACHE_NOT_FOUND, "no plan for graph '%s' "
-				"on '%s' with codegen '%s'%s%s", graph, device,
-				codegen, rc == SQLITE_ROW ? " newer" : "", why);
+		cache_fetch_missed(graph, device, codegen, min_version,
+				   min_version == max_version, rc == SQLITE_ROW, failed,
+				   err);
 		rc = CACHE_NOT_FOUND;
 	} else {
 		rc = cache_db_error(c->reader, rc, err, "cannot fetch a plan");
 	}
 	sqlite3_finalize(stmt);
 	return rc;
+}
+
+int cache_sqlite_fetch_best(__cache_keep cache *c, const char *graph,
+			    const char *device, const char *codegen, int min_version,
+			    __cache_give cache_plan **out, cache_error *err)
+{
+	return fetch_range(c, graph, device, codegen, min_version, INT_MAX, out, err);
+}
+
+int cache_sqlite_fetch_version(cache *c, const char *graph, const char *device,
+			       const char *codegen, int version, cache_plan **out,
+			       cache_error *err)
+{
+	return fetch_range(c, graph, device, codegen, version, version, out, err);
 }
 
 void cache_plan_free(__cache_take cache_plan *plan)

@@ -110,6 +110,16 @@ static const char *const migrations[] = {
 	"ALTER TABLE plans ADD COLUMN checksum TEXT;"
 	"ALTER TABLE plans ADD COLUMN bad TEXT;"
 	"UPDATE plans SET checksum = plan_checksum(plan, sources, launch);",
+	/* 7: the pins of training runs (runs.c): the version each run gets
+	 * of a key on a device signature and codegen, until it advances. */
+	"CREATE TABLE pins ("
+	" run TEXT NOT NULL,"
+	" graph TEXT NOT NULL REFERENCES graphs(key) ON DELETE CASCADE,"
+	" device TEXT NOT NULL,"
+	" codegen TEXT NOT NULL,"
+	" version INTEGER NOT NULL CHECK (version >= 1),"
+	" pinned_at INTEGER NOT NULL,"
+	" PRIMARY KEY (run, graph, device, codegen));",
 };
 
 #define MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))

@@ -889,6 +889,51 @@ int tuned_client_fetch(tuned_client *client, const char *what,
 				 timeout_ms > 0 ? timeout_ms : 0, out, err);
 }
 
+int tuned_client_fetch_run(tuned_client *client, const char *what, const char *run,
+			   int timeout_ms, json_t **out, tuned_client_error *err)
+{
+	json_t *params;
+	int rc;
+
+	*out = NULL;
+	if (!run)
+		return set_error(err, TUNED_CLIENT_EINVAL, "no run to fetch for");
+	if ((rc = key_or_job(what, &params, err)) < 0)
+		return rc;
+	if (json_object_set_new(params, "run", json_string(run)) < 0 ||
+	    (timeout_ms > 0 && add_count(params, "timeout_ms", timeout_ms) < 0)) {
+		json_decref(params);
+		return no_memory(err);
+	}
+	return tuned_client_call(client, PROTO_OP_FETCH, params,
+				 timeout_ms > 0 ? timeout_ms : 0, out, err);
+}
+
+int tuned_client_advance(tuned_client *client, const char *run, const char *const *keys,
+			 int n, json_t **out, tuned_client_error *err)
+{
+	json_t *params, *list = n > 0 ? json_array() : NULL;
+
+	if (out)
+		*out = NULL;
+	if (!run)
+		return set_error(err, TUNED_CLIENT_EINVAL, "no run to advance");
+	for (int i = 0; list && i < n; i++)
+		if (json_array_append_new(list, json_string(keys[i])) < 0) {
+			json_decref(list);
+			return set_error(err, TUNED_CLIENT_EINVAL,
+					 "not a key: "
+					 "'%.80s'",
+					 keys[i] ? keys[i] : "");
+		}
+	params = json_pack("{s:s}", "run", run);
+	if (!params || (list && json_object_set_new(params, "keys", list) < 0)) {
+		json_decref(params);
+		return no_memory(err);
+	}
+	return tuned_client_call(client, PROTO_OP_ADVANCE, params, 0, out, err);
+}
+
 int tuned_client_watch(tuned_client *client, const char *key,
 		       tuned_client_error *err)
 {

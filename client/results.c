@@ -171,6 +171,8 @@ static void print_fetched(json_t *result, json_t *written)
 	json_t *path;
 	size_t i;
 
+	if (json_object_get(result, "run"))
+		printf("run       %s\n", service_str(result, "run"));
 	printf("key       %s\n", service_str(result, "key"));
 	printf("version   %lld\n",
 	       (long long)json_integer_value(json_object_get(result, "version")));
@@ -190,8 +192,10 @@ int service_fetch(tuned_client *client, const service_options *o)
 	tuned_client_error err;
 	int status = EXIT_SUCCESS;
 
-	if (tuned_client_fetch(client, o->arg, o->min_version, o->timeout_ms,
-			       &result, &err) < 0) {
+	if ((o->run ? tuned_client_fetch_run(client, o->arg, o->run, o->timeout_ms,
+					     &result, &err) :
+		      tuned_client_fetch(client, o->arg, o->min_version, o->timeout_ms,
+					 &result, &err)) < 0) {
 		json_decref(written);
 		return service_fail(o, &err);
 	}
@@ -208,6 +212,38 @@ int service_fetch(tuned_client *client, const service_options *o)
 	json_decref(written);
 	json_decref(result);
 	return status;
+}
+
+/* advance: the run's pins moved to the latest versions, one line each. */
+int service_advance(tuned_client *client, const service_options *o)
+{
+	json_t *result, *pin;
+	tuned_client_error err;
+	size_t i;
+
+	if (tuned_client_advance(client, o->run, (const char *const *)o->keys, o->nkeys,
+				 &result, &err) < 0)
+		return service_fail(o, &err);
+	if (o->as_json) {
+		tunectl_print_json(result);
+		return EXIT_SUCCESS;
+	}
+	json_array_foreach(json_object_get(result, "pins"), i, pin) {
+		long long was = service_int(pin, "previous"),
+			  now = service_int(pin, "version");
+
+		if (!was)
+			printf("run %s: %s version %lld (pinned now)\n", o->run,
+			       service_str(pin, "key"), now);
+		else if (was == now)
+			printf("run %s: %s version %lld (the latest already)\n", o->run,
+			       service_str(pin, "key"), now);
+		else
+			printf("run %s: %s version %lld -> %lld\n", o->run,
+			       service_str(pin, "key"), was, now);
+	}
+	json_decref(result);
+	return EXIT_SUCCESS;
 }
 
 /* cache quarantine: the plans that crashed or hung a worker, listed, or

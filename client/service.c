@@ -8,6 +8,8 @@
  *   tunectl status JOB | list | wait JOB | cancel JOB     (follow.c: submit,
  *   tunectl watch KEY|JOB [--until-done]                   wait, watch)
  *   tunectl fetch KEY|JOB [--out DIR] [--min-version N] [--timeout MS]
+ *                         [--run ID]
+ *   tunectl advance [KEY...] --run ID                      (results.c)
  *   tunectl stats | cache ls | cache show KEY | cache prune [--max-age S]
  *                                                          [--max-bytes N]
  *   tunectl cache export [KEY...] [--all] --out FILE [--cache DB]
@@ -408,8 +410,18 @@ static const service_command commands[] = {
 	   TUNECTL_VALUE("timeout", "MS",
 			 "wait up to MS milliseconds for one (default:\n"
 			 "answer at once)\n"),
+	   TUNECTL_VALUE("run", "ID",
+			 "the version training run ID is pinned to: the\n"
+			 "latest at the run's first fetch of the key, the\n"
+			 "same for all its ranks until tunectl advance\n"),
 	   JSON_OPTION, SOCKET_OPTION},
 	  run_service}, service_fetch},
+	{{"advance", "[KEY...]",
+	  "move training run --run ID to the latest version of the keys it\n"
+	  "fetched (or of the keys given): its ranks get those from then on\n",
+	  {TUNECTL_REQUIRED("run", "ID", "the run\n"),
+	   JSON_OPTION, SOCKET_OPTION},
+	  run_service}, service_advance},
 	{{"stats", NULL, "the daemon's counters\n",
 	  {JSON_OPTION, SOCKET_OPTION}, run_service}, cmd_stats},
 	{{"cache ls", NULL,

@@ -33,6 +33,7 @@ typedef struct service_options {
 	const char *grad;    /* submit: tensor names ("x,w") for a backward job */
 	const char *out_dir; /* fetch: the folder; cache export: the file */
 	int64_t min_version;
+	const char *run; /* fetch, advance: a training run's id */
 	int timeout_ms;
 	int64_t max_age_s, max_bytes;
 } service_options;
@@ -77,9 +78,11 @@ int service_submit(tuned_client *client, const service_options *o);
 int service_wait(tuned_client *client, const service_options *o);
 int service_watch(tuned_client *client, const service_options *o);
 
-/* results.c: fetch and cache quarantine, with --out their files; a JSON
+/* results.c: fetch (for a run too), advance and cache quarantine, with
+ * --out their files; a JSON
  * value written as a file, indented. */
 int service_fetch(tuned_client *client, const service_options *o);
+int service_advance(tuned_client *client, const service_options *o);
 int service_cache_quarantine(tuned_client *client, const service_options *o);
 int service_write_json(const char *path, json_t *value);
 

@@ -121,6 +121,8 @@ static int option_value(service_options *o, const char *name, const char *v)
 		return (o->cache_path = v), 0;
 	if (!strcmp(name, "grad"))
 		return (o->grad = v), 0;
+	if (!strcmp(name, "run"))
+		return *v && strlen(v) <= PROTO_RUN_MAX ? (o->run = v, 0) : -1;
 	return int_value(o, name, v);
 }
 
@@ -135,6 +137,8 @@ static void expected(const char *name, char *out, size_t size)
 		snprintf(out, size, "at least 1 byte, or a number with K, M, G or T");
 	else if (!strcmp(name, "max-age"))
 		snprintf(out, size, "at least 1 s, or a number with s, m, h or d");
+	else if (!strcmp(name, "run"))
+		snprintf(out, size, "1 to %d bytes", PROTO_RUN_MAX);
 	else
 		snprintf(out, size, "seconds, or a number with s, m, h or d");
 }
@@ -147,6 +151,10 @@ static int check_needs(const tunectl_command *cmd, const service_options *o)
 		return tunectl_usage_error(cmd, "give what to keep: --max-age S "
 					   "(remove what is older), --max-bytes N "
 					   "(shrink to N bytes), or both");
+	if (!strcmp(cmd->name, "fetch") && o->run && o->min_version > 0)
+		return tunectl_usage_error(cmd, "--min-version cannot go with "
+						"--run: a run gets the version it is "
+						"pinned to (tunectl advance moves it)");
 	if (!strcmp(cmd->name, "cache export") && !o->nkeys == !o->all)
 		return tunectl_usage_error(cmd, "give the keys to export or --all, "
 					   "not both");

@@ -197,6 +197,24 @@ int tuned_client_fetch(tuned_client *client, const char *what,
 		       __tuned_client_give json_t **out,
 		       tuned_client_error *err);
 
+/* tuned_client_fetch for training run "run" (docs/protocol.md, "Runs"):
+ * the version the run is pinned to, the key's latest at the run's first
+ * fetch of it, the same for every rank of the run until it advances;
+ * *out also has "run". With "timeout_ms", a key with no version yet
+ * waits for its first, which the run then pins. */
+int tuned_client_fetch_run(tuned_client *client, const char *what, const char *run,
+			   int timeout_ms, __tuned_client_give json_t **out,
+			   tuned_client_error *err);
+
+/* Moves the pins of run "run" to the latest version of its keys: the
+ * "n" keys of "keys", or, with "n" 0, every key the run has fetched.
+ * *out (may be NULL) is {"run", "pins": [{"key", "version",
+ * "previous"}]}. PROTO_ENOT_FOUND for a run that fetched nothing, or a
+ * key listed with no version. */
+int tuned_client_advance(tuned_client *client, const char *run, const char *const *keys,
+			 int n, __tuned_client_give json_t **out,
+			 tuned_client_error *err);
+
 /* Asks for the events of the key "key" (it need not be known yet): new
  * versions, progress, the generations of its jobs' searches, the changes
  * of state of its jobs (docs/protocol.md, "Events"). They come through

@@ -784,6 +784,22 @@ static json_t *plan_of_key(const char *text, const char *key)
 	return plan;
 }
 
+/* A fetch's result: the kernel of "plan", a version of "key" (freed). */
+static json_t *kernel_result(tuned_daemon *d, const char *key, cache_plan *plan)
+{
+	json_t *result = json_pack(
+		"{s:s, s:i, s:s, s:s, s:o, s:o, s:s, s:o, s:o, s:o}", "key", key,
+		"version", plan->version, "device", d->device, "codegen",
+		KGEN_CODEGEN_VERSION, "median_ms", number_or_null(plan->median_ms),
+		"spread_ms", number_or_null(plan->spread_ms), "found_by",
+		plan->found_by ?: "", "plan", plan_of_key(plan->plan, key), "sources",
+		json_loads(plan->sources ?: "[]", 0, NULL) ?: json_array(), "launch",
+		plan->launch ? json_loads(plan->launch, 0, NULL) ?: json_array() :
+			       json_array());
+	cache_plan_free(plan);
+	return result;
+}
+
 /* The fetch result: the newest good plan of "key" on this daemon's device
  * and code generator, if it is at least "min_version". NULL when none,
  * with *err (may be NULL) saying why. */
@@ -791,23 +807,11 @@ static json_t *fetch_result(tuned_daemon *d, const char *key, int64_t min_versio
 			    cache_error *err)
 {
 	cache_plan *plan = NULL;
-	json_t *result;
 
 	if (cache_fetch_best(d->cache, key, d->device, KGEN_CODEGEN_VERSION,
 			     (int)min_version, &plan, err) < 0)
 		return NULL;
-	result = json_pack("{s:s, s:i, s:s, s:s, s:o, s:o, s:s, s:o, s:o, s:o}",
-			   "key", key, "version", plan->version, "device", d->device,
-			   "codegen", KGEN_CODEGEN_VERSION,
-			   "median_ms", number_or_null(plan->median_ms),
-			   "spread_ms", number_or_null(plan->spread_ms),
-			   "found_by", plan->found_by ?: "",
-			   "plan", plan_of_key(plan->plan, key),
-			   "sources", json_loads(plan->sources ?: "[]", 0, NULL) ?: json_array(),
-			   "launch", plan->launch ? json_loads(plan->launch, 0, NULL) ?: json_array()
-						  : json_array());
-	cache_plan_free(plan);
-	return result;
+	return kernel_result(d, key, plan);
 }
 
 static void on_waiter_closed(uv_handle_t *handle)
@@ -841,6 +845,8 @@ static void on_waiter_timeout(uv_timer_t *timer)
 	unlink_waiter(d, w);
 }
 
+/* A fetch of "key" that waits for a version: at least min_version, or,
+ * with a run, the first, which the run then pins. */
 static void add_waiter(tuned_client *client, proto_request *req, const char *key)
 {
 	tuned_daemon *d = client->daemon;
@@ -852,6 +858,7 @@ static void add_waiter(tuned_client *client, proto_request *req, const char *key
 	w->id = json_incref(req->id);
 	w->min_version = req->min_version;
 	snprintf(w->key, sizeof(w->key), "%s", key);
+	snprintf(w->run, sizeof(w->run), "%s", req->run);
 	uv_timer_init(d->loop, &w->timer);
 	w->timer.data = w;
 	uv_timer_start(&w->timer, on_waiter_timeout, (uint64_t)req->timeout_ms, 0);
@@ -860,12 +867,29 @@ static void add_waiter(tuned_client *client, proto_request *req, const char *key
 	tuned_update_waited(d);
 }
 
+static void fetch_pinned(tuned_client *client, proto_request *req, const char *key);
+
+/* A run's fetch that waited for the key's first version: it is pinned
+ * now, through the writer, as a fetch that found one at once. */
+static void wake_run_waiter(tuned_daemon *d, tuned_waiter *w)
+{
+	proto_request req = {.op = PROTO_OP_FETCH, .id = w->id};
+
+	snprintf(req.run, sizeof(req.run), "%s", w->run);
+	fetch_pinned(w->client, &req, w->key);
+	unlink_waiter(d, w);
+}
+
 void tuned_wake_waiters(tuned_daemon *d, const char *key, int version)
 {
 	for (tuned_waiter *w = d->waiters, *next; w; w = next) {
 		json_t *result;
 
 		next = w->next;
+		if (!strcmp(w->key, key) && w->run[0] && version > 0) {
+			wake_run_waiter(d, w);
+			continue;
+		}
 		if (strcmp(w->key, key) || version < w->min_version ||
 		    !(result = fetch_result(d, key, w->min_version, NULL)))
 			continue;
@@ -897,6 +921,35 @@ void tuned_drop_waiters(tuned_daemon *d, tuned_client *client)
 	}
 }
 
+/* A fetch of "key" that found no version: it waits (timeout_ms), or is
+ * told why not. "err" says what the cache found. */
+static void fetch_missed(tuned_client *client, proto_request *req, const char *key,
+			 const cache_error *err)
+{
+	tuned_daemon *d = client->daemon;
+	char message[PROTO_MESSAGE_MAX];
+
+	/* the cache's message when it names a version that failed its checksum */
+	if (!tuned_jobs_find_active(&d->jobs, key) && !tuned_cached_version(d, key) &&
+	    req->job <= 0) {
+		snprintf(message, sizeof(message), "%s%s%s", req->run[0] ? "run '" : "",
+			 req->run, req->run[0] ? "': " : "");
+		snprintf(message + strlen(message), sizeof(message) - strlen(message),
+			 "%s",
+			 strstr(err->message, "failed its checksum") ?
+				 err->message :
+				 "no job and no cached kernel for this key");
+		reply_error(client, req, PROTO_ENOT_FOUND, message);
+	} else if (req->timeout_ms > 0) {
+		add_waiter(client, req, key);
+	} else {
+		reply_error(client, req, PROTO_ETIMEOUT,
+			    req->run[0] ?
+				    "no version of this key yet for the run to pin" :
+				    "no version of this key at least min_version yet");
+	}
+}
+
 static void on_fetch(tuned_client *client, proto_request *req)
 {
 	tuned_daemon *d = client->daemon;
@@ -911,22 +964,14 @@ static void on_fetch(tuned_client *client, proto_request *req)
 			return;
 		key = job->key;
 	}
+	if (req->run[0])
+		return fetch_pinned(client, req, key);
 	if ((result = fetch_result(d, key, req->min_version, &err))) {
 		d->fetch_hits++;
 		return reply(client, req, result);
 	}
 	d->fetch_misses++;
-	/* the cache's message when it names a version that failed its checksum */
-	if (!tuned_jobs_find_active(&d->jobs, key) && !tuned_cached_version(d, key) &&
-	    req->job <= 0)
-		reply_error(client, req, PROTO_ENOT_FOUND,
-			    strstr(err.message, "failed its checksum") ? err.message :
-			    "no job and no cached kernel for this key");
-	else if (req->timeout_ms > 0)
-		add_waiter(client, req, key);
-	else
-		reply_error(client, req, PROTO_ETIMEOUT, "no version of this key at "
-			    "least min_version yet");
+	fetch_missed(client, req, key, &err);
 }
 
 static void on_watch(tuned_client *client, proto_request *req)
@@ -1066,6 +1111,8 @@ typedef struct cache_write {
 	int rc;
 	cache_prune_stats pruned;
 	json_t *imported;
+	int pinned;       /* fetch with a run: the version it is pinned to */
+	json_t *advanced; /* advance: the pins moved */
 	char why[PROTO_MESSAGE_MAX];
 } cache_write;
 
@@ -1073,6 +1120,7 @@ static void cache_write_free(cache_write *w)
 {
 	release_request(w->client, &w->req);
 	json_decref(w->imported);
+	json_decref(w->advanced);
 	free(w);
 }
 
@@ -1116,6 +1164,126 @@ static void pruned(void *data)
 		  (long long)prune_limit(w->req.max_bytes), (long long)ps->graphs,
 		  (long long)ps->plans, (long long)ps->trials);
 	reply(w->client, &w->req, prune_result(w->client->daemon, ps));
+	cache_write_free(w);
+}
+
+/* Training runs (docs/protocol.md, "Runs"): a fetch with a run gets the
+ * version the run is pinned to, pinned through the writer at the run's
+ * first fetch of the key, then read on the loop; advance moves the run's
+ * pins. */
+
+static void pin(cache *c, void *data)
+{
+	cache_write *w = data;
+	cache_error err = {0};
+
+	w->rc = cache_pin(c, w->req.run, w->req.key, w->client->daemon->device,
+			  KGEN_CODEGEN_VERSION, &w->pinned, &err);
+	snprintf(w->why, sizeof(w->why), "%s", err.message);
+}
+
+/* The fetch result of the version the run is pinned to, with "run". */
+static void reply_pinned(cache_write *w)
+{
+	tuned_daemon *d = w->client->daemon;
+	const char *key = w->req.key, *run = w->req.run;
+	cache_plan *plan = NULL;
+	cache_error err = {0};
+	char message[PROTO_MESSAGE_MAX];
+	json_t *result;
+
+	if (cache_fetch_version(d->cache, key, d->device, KGEN_CODEGEN_VERSION,
+				w->pinned, &plan, &err) < 0) {
+		d->fetch_misses++;
+		snprintf(message, sizeof(message),
+			 "run '%s' is pinned to version "
+			 "%d of %s, which is not served: %s; advance the run to "
+			 "move it to the latest",
+			 run, w->pinned, key, err.message);
+		return reply_error(w->client, &w->req, PROTO_ENOT_FOUND, message);
+	}
+	d->fetch_hits++;
+	result = kernel_result(d, key, plan);
+	json_object_set_new(result, "run", json_string(run));
+	reply(w->client, &w->req, result);
+}
+
+static void pinned(void *data)
+{
+	cache_write *w = data;
+
+	if (w->rc == CACHE_NOT_FOUND &&
+	    tuned_cached_version(w->client->daemon, w->req.key) > 0) {
+		/* a first version landed between the pin and now: pin it */
+		fetch_pinned(w->client, &w->req, w->req.key);
+	} else if (w->rc == CACHE_NOT_FOUND) {
+		cache_error err = {0};
+
+		w->client->daemon->fetch_misses++;
+		fetch_missed(w->client, &w->req, w->req.key, &err);
+	} else if (w->rc < 0) {
+		tuned_log(TUNED_ERROR, "fetch of %s by run '%s': %s", w->req.key,
+			  w->req.run, w->why);
+		reply_error(w->client, &w->req, PROTO_EINTERNAL, w->why);
+	} else {
+		reply_pinned(w);
+	}
+	cache_write_free(w);
+}
+
+/* "key" for the fetch "req" of a run (the key of its job, for a fetch by
+ * job), pinned through the writer, then answered. */
+static void fetch_pinned(tuned_client *client, proto_request *req, const char *key)
+{
+	proto_request with_key = *req;
+
+	snprintf(with_key.key, sizeof(with_key.key), "%s", key);
+	hand_cache_write(client, &with_key, pin, pinned);
+}
+
+static void advance(cache *c, void *data)
+{
+	cache_write *w = data;
+	size_t n = json_array_size(w->req.keys);
+	const char **keys = calloc(n + 1, sizeof(*keys));
+	cache_error err = {0};
+	json_t *key;
+	size_t i;
+
+	if (!keys) {
+		w->rc = CACHE_ENOMEM;
+		snprintf(w->why, sizeof(w->why),
+			 "cannot advance run '%s': out of "
+			 "memory",
+			 w->req.run);
+		return;
+	}
+	json_array_foreach(w->req.keys, i, key)
+		keys[i] = json_string_value(key);
+	w->rc = cache_advance(c, w->req.run, w->client->daemon->device,
+			      KGEN_CODEGEN_VERSION, keys, (int)n, &w->advanced, &err);
+	snprintf(w->why, sizeof(w->why), "%s", err.message);
+	free(keys);
+}
+
+static void advanced(void *data)
+{
+	cache_write *w = data;
+
+	if (w->rc < 0) {
+		if (w->rc != CACHE_NOT_FOUND)
+			tuned_log(TUNED_ERROR, "advance of run '%s': %s", w->req.run,
+				  w->why);
+		reply_error(w->client, &w->req,
+			    w->rc == CACHE_NOT_FOUND ? PROTO_ENOT_FOUND :
+						       PROTO_EINTERNAL,
+			    w->why);
+		return cache_write_free(w);
+	}
+	tuned_log(TUNED_INFO, "run '%s' advanced: %zu key(s)", w->req.run,
+		  json_array_size(w->advanced));
+	reply(w->client, &w->req,
+	      json_pack("{s:s, s:O}", "run", w->req.run, "pins", w->advanced));
 	cache_write_free(w);
 }
 
@@ -1255,6 +1423,7 @@ static void dispatch(tuned_client *client, proto_request *req)
 	case PROTO_OP_WATCH: return on_watch(client, req);
 	case PROTO_OP_STATS: return on_stats(client, req);
 	case PROTO_OP_CACHE_EXPORT: return on_cache_export(client, req);
+	case PROTO_OP_ADVANCE: return hand_cache_write(client, req, advance, advanced);
 	case PROTO_OP_CACHE_IMPORT:
 		return hand_cache_write(client, req, import, on_imported);
 	default: return on_cache(client, req);

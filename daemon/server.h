@@ -44,6 +44,7 @@ typedef struct tuned_waiter {
 	json_t *id;
 	char key[PROTO_KEY_HEX + 1];
 	int64_t min_version;
+	char run[PROTO_RUN_MAX + 1]; /* a run's fetch: pins the first version */
 	struct tuned_waiter *next;
 } tuned_waiter;
 
@@ -70,6 +71,16 @@ typedef struct tuned_fleet {
 	bool again;   /* another is wanted once it is over */
 	bool failing; /* the last pass failed (logged once) */
 } tuned_fleet;
+/* Hearing the versions other daemons publish into a shared cache
+ * (listen.c). */
+typedef struct tuned_listener {
+	struct tuned_daemon *daemon; /* set once started */
+	uv_poll_t *poll;             /* the socket of the connection that listens, or
+			    * NULL (SQLite, or lost: "retry" runs) */
+	uv_check_t check;            /* reads the notices at each turn of the loop */
+	uv_timer_t retry;            /* listens again after a connection was lost */
+	bool failing;                /* said in the log, until it listens again */
+} tuned_listener;
 
 struct tuned_daemon {
 	uv_loop_t *loop;
@@ -97,6 +108,7 @@ struct tuned_daemon {
 	int nclients;
 	tuned_refusals refusals;
 	tuned_waiter *waiters;
+	tuned_listener listener;
 	bool stopping;
 	uint64_t started_ms;
 	int64_t fetch_hits, fetch_misses;
@@ -156,6 +168,11 @@ void tuned_fleet_stop(tuned_daemon *d);
 /* At the end, after the last save, with the cache this thread's again:
  * the leases held are given back, their jobs queued for the others. */
 void tuned_fleet_release(tuned_daemon *d);
+/* listen.c: from the start (after the cache is open) to the stop, the
+ * versions other daemons publish into the cache are told as this
+ * daemon's are; nothing on SQLite. */
+void tuned_listen_start(tuned_daemon *d);
+void tuned_listen_stop(tuned_daemon *d);
 
 /* results.c: the runner's results, on the loop thread. */
 void tuned_on_results(uv_async_t *async);

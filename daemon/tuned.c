@@ -133,6 +133,7 @@ static void stop(tuned_daemon *d)
 	tuned_log(TUNED_INFO, "stopping");
 	tuned_server_close(d);
 	tuned_fleet_stop(d);
+	tuned_listen_stop(d);
 	close_waiters(d);
 	tuned_on_results(&d->results);
 	tuned_runner_stop(d->runner);
@@ -208,6 +209,7 @@ static int start(tuned_daemon *d)
 	}
 	resume_jobs(d);
 	tuned_fleet_start(d);
+	tuned_listen_start(d);
 	start_signals(d);
 	start_watchdog(d);
 	return 0;

@@ -153,8 +153,10 @@ typedef struct proto_request {
 	int64_t timeout_ms;   /* fetch: how long to wait [0: reply at once] */
 	int64_t max_age_s;    /* cache.prune [-1: absent] */
 	int64_t max_bytes;    /* cache.prune [-1: absent] */
-	json_t *keys;         /* cache.export: borrowed, an array of keys
-			       * [NULL: every key] */
+	json_t *keys;         /* cache.export, advance: borrowed, an array of
+			       * keys [NULL: every key] */
+	char run[PROTO_RUN_MAX + 1]; /* fetch, advance: a training run's id
+				      * [""] */
 	json_t *bundle;       /* cache.import: borrowed, the export object */
 } proto_request;
 

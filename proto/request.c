@@ -25,6 +25,7 @@ static const char *const op_names[PROTO_NOPS] = {
 	[PROTO_OP_CACHE_EXPORT] = "cache.export",
 	[PROTO_OP_CACHE_IMPORT] = "cache.import",
 	[PROTO_OP_CACHE_QUARANTINE] = "cache.quarantine",
+	[PROTO_OP_ADVANCE] = "advance",
 };
 
 const char *proto_op_name(enum proto_op op)
@@ -51,7 +52,7 @@ bool proto_id_is_valid(const json_t *id)
 
 /* The schema of params: per op, its fields. An F_INT field is an integer
  * in [min, max] stored at "offset" in proto_request. */
-enum field_kind { F_INT, F_BUDGET, F_GRAPH, F_NAMES, F_KEY, F_KEYS, F_BUNDLE };
+enum field_kind { F_INT, F_BUDGET, F_GRAPH, F_NAMES, F_KEY, F_KEYS, F_BUNDLE, F_RUN };
 
 typedef struct field_spec {
 	const char *name;
@@ -71,40 +72,52 @@ typedef struct field_spec {
 	{"key", F_KEY, required, 0, 0, 0, "64 lowercase hex digits"}
 #define COUNT_FIELD(name)                                                     \
 	INT_FIELD(name, false, 0, INT64_MAX, "a non-negative integer")
+#define RUN_FIELD(required)                                                            \
+	{                                                                              \
+		"run", F_RUN, required, 0, 0, 0,                                       \
+			"a string of 1 to 128 bytes with no control characters"        \
+	}
+#define KEYS_FIELD                                                                     \
+	{                                                                              \
+		"keys", F_KEYS, false, 0, 0, 0,                                        \
+			"a non-empty array of keys (64 lowercase hex digits)"          \
+	}
 
 static const field_spec op_fields[PROTO_NOPS][MAX_FIELDS] = {
 	[PROTO_OP_HELLO] = {INT_FIELD(version, true, 1, INT64_MAX,
 				      "a positive integer")},
-	[PROTO_OP_SUBMIT] = {
-		{"graph", F_GRAPH, true, 0, 0, 0,
-		 "an object or a non-empty string"},
-		{"budget", F_BUDGET, false, 0, 0, 0, "a positive number"},
-		INT_FIELD(priority, false, PROTO_PRIORITY_MIN,
-			  PROTO_PRIORITY_MAX, "an integer from -1000 to 1000"),
-		INT_FIELD(trials, false, 1, PROTO_TRIALS_MAX,
-			  "an integer from 1 to 1000000"),
-		{"grad", F_NAMES, false, 0, 0, 0,
-		 "a non-empty array of at most 256 tensor names (non-empty "
-		 "strings)"},
-	},
+	[PROTO_OP_SUBMIT] =
+		{
+			{"graph", F_GRAPH, true, 0, 0, 0,
+			 "an object or a non-empty string"},
+			{"budget", F_BUDGET, false, 0, 0, 0, "a positive number"},
+			INT_FIELD(priority, false, PROTO_PRIORITY_MIN,
+				  PROTO_PRIORITY_MAX, "an integer from -1000 to 1000"),
+			INT_FIELD(trials, false, 1, PROTO_TRIALS_MAX,
+				  "an integer from 1 to 1000000"),
+			{"grad", F_NAMES, false, 0, 0, 0,
+			 "a non-empty array of at most 256 tensor names (non-empty "
+			 "strings)"},
+		},
 	[PROTO_OP_STATUS] = {JOB_FIELD(true)},
 	[PROTO_OP_CANCEL] = {JOB_FIELD(true)},
-	[PROTO_OP_FETCH] = {
-		KEY_FIELD(false),
-		JOB_FIELD(false),
-		COUNT_FIELD(min_version),
-		INT_FIELD(timeout_ms, false, 0, PROTO_TIMEOUT_MAX_MS,
-			  "an integer from 0 to 3600000"),
-	},
+	[PROTO_OP_FETCH] =
+		{
+			KEY_FIELD(false),
+			JOB_FIELD(false),
+			COUNT_FIELD(min_version),
+			INT_FIELD(timeout_ms, false, 0, PROTO_TIMEOUT_MAX_MS,
+				  "an integer from 0 to 3600000"),
+			RUN_FIELD(false),
+		},
 	[PROTO_OP_WATCH] = {KEY_FIELD(true)},
 	[PROTO_OP_CACHE_SHOW] = {KEY_FIELD(true)},
 	[PROTO_OP_CACHE_PRUNE] = {COUNT_FIELD(max_age_s), COUNT_FIELD(max_bytes)},
-	[PROTO_OP_CACHE_EXPORT] = {{"keys", F_KEYS, false, 0, 0, 0,
-				    "a non-empty array of keys (64 lowercase "
-				    "hex digits)"}},
+	[PROTO_OP_CACHE_EXPORT] = {KEYS_FIELD},
 	[PROTO_OP_CACHE_IMPORT] = {{"export", F_BUNDLE, true, 0, 0, 0,
 				    "an object (what cache.export gave)"}},
 	[PROTO_OP_CACHE_QUARANTINE] = {KEY_FIELD(false)},
+	[PROTO_OP_ADVANCE] = {RUN_FIELD(true), KEYS_FIELD},
 };
 
 /* "s" for a message: at most 32 bytes of it, cut between UTF-8 sequences,
@@ -166,6 +179,21 @@ static bool is_keys(const json_t *value)
 		return false;
 	json_array_foreach(value, i, key)
 		if (!is_key(key))
+			return false;
+	return true;
+}
+
+/* A training run's id: 1 to PROTO_RUN_MAX bytes, no control characters
+ * (the run names itself in messages and logs). */
+static bool is_run(const json_t *value)
+{
+	const char *s = json_string_value(value);
+	size_t len = s ? json_string_length(value) : 0;
+
+	if (len == 0 || len > PROTO_RUN_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
 			return false;
 	return true;
 }
@@ -232,6 +260,12 @@ static int check_field(const field_spec *f, json_t *value, proto_request *req,
 			return refuse(f, err);
 		req->bundle = value;
 		return 0;
+	case F_RUN:
+		if (!is_run(value))
+			return refuse(f, err);
+		memcpy(req->run, json_string_value(value),
+		       json_string_length(value) + 1);
+		return 0;
 	}
 	return proto_error_set(err, PROTO_EINTERNAL, "unknown field kind");
 }
@@ -266,6 +300,12 @@ static int check_params(enum proto_op op, json_t *params, proto_request *req,
 	if (op == PROTO_OP_FETCH && (req->key[0] != 0) == (req->job != 0))
 		return proto_error_set(err, PROTO_EBAD_REQUEST,
 				       "params must have exactly one of key and job");
+	if (op == PROTO_OP_FETCH && req->run[0] &&
+	    json_object_get(params, "min_version"))
+		return proto_error_set(err, PROTO_EBAD_REQUEST,
+				       "params.min_version cannot go with run: a "
+				       "run gets the version it is pinned to "
+				       "(advance moves it)");
 	return 0;
 }
 

@@ -21,6 +21,7 @@
 #define PROTO_TRIALS_MAX 1000000
 #define PROTO_TIMEOUT_MAX_MS 3600000 /* fetch waits at most an hour */
 #define PROTO_GRAD_MAX 256 /* tensors a submit differentiates with respect to */
+#define PROTO_RUN_MAX 128  /* bytes of a training run's id (fetch, advance) */
 
 /* Limits of a daemon (tuned --max-frame...): defaults and ranges. */
 #define PROTO_FRAME_DEFAULT (16u << 20)
@@ -74,8 +75,9 @@ enum proto_op {
 	PROTO_OP_CACHE_EXPORT,
 	PROTO_OP_CACHE_IMPORT,
 	PROTO_OP_CACHE_QUARANTINE,
+	PROTO_OP_ADVANCE,
 };
-#define PROTO_NOPS 15
+#define PROTO_NOPS 16
 
 /* The events a client receives (docs/protocol.md, "Events"). */
 #define PROTO_EVENT_VERSION "version"

@@ -26,7 +26,7 @@ Test(cache, migrates_a_new_file_and_reopens_idempotently)
 
 	cr_expect_eq(fx.logs, 1);
 	cr_expect_eq(fx.last_level, CACHE_LOG_INFO);
-	cr_expect(strstr(fx.last_log, "from version 0 to 6"), "%s", fx.last_log);
+	cr_expect(strstr(fx.last_log, "from version 0 to 7"), "%s", fx.last_log);
 	put_graph(c, 1, "bert_qkv");
 	cache_close(c);
 
@@ -975,5 +975,29 @@ Test(cache, a_second_reader_reads_beside_the_first)
 		     CACHE_ETHREAD);
 	cr_expect(strstr(err.message, "only reads"), "%s", err.message);
 	cache_close(r);
+	cache_close(c);
+}
+
+static int never(void *user, const cache_notice *notice)
+{
+	(void)user;
+	cr_assert_fail("a notice of version %d on SQLite", notice->version);
+	return 0;
+}
+
+/* One writer per file: nothing to listen to, and no notice. */
+Test(cache, a_sqlite_file_has_no_notices_to_listen_for)
+{
+	cache *c;
+	cache_error err = {0};
+	int fd = 0;
+
+	fx_sqlite_only("PostgreSQL's notices are test_pg.c's");
+	c = fx_open();
+	cr_expect_eq(cache_listen(c, &fd, &err), 0, "%s", err.message);
+	cr_expect_eq(fd, -1);
+	put_graph(c, 1, NULL);
+	publish(c, 1, DEVICE_CPU, CODEGEN, 1, 10);
+	cr_expect_eq(cache_notices(c, never, NULL, &err), 0);
 	cache_close(c);
 }

@@ -194,14 +194,17 @@ Test(checksum, versions_stored_before_get_their_checksum_at_migration)
 
 	two_versions();
 	db = raw_open(fx.path);
-	cr_assert_eq(sqlite3_exec(db, "ALTER TABLE plans DROP COLUMN checksum; "
-				  "ALTER TABLE plans DROP COLUMN bad; "
-				  "ALTER TABLE jobs DROP COLUMN uid; "
-				  "PRAGMA user_version = 4", NULL, NULL, NULL),
-		     SQLITE_OK, "%s", sqlite3_errmsg(db));
+	cr_assert_eq(
+		sqlite3_exec(db,
+			     "DROP TABLE pins; ALTER TABLE plans DROP COLUMN checksum; "
+			     "ALTER TABLE plans DROP COLUMN bad; "
+			     "ALTER TABLE jobs DROP COLUMN uid; "
+			     "PRAGMA user_version = 4",
+			     NULL, NULL, NULL),
+		SQLITE_OK, "%s", sqlite3_errmsg(db));
 	sqlite3_close(db);
 	c = fx_open();
-	cr_expect(strstr(fx.last_log, "from version 4 to 6"), "%s", fx.last_log);
+	cr_expect(strstr(fx.last_log, "from version 4 to 7"), "%s", fx.last_log);
 	cr_expect_eq(fetch(c, 0, NULL), 2);
 	cache_close(c);
 	db = raw_open(fx.path);

@@ -4,7 +4,8 @@
  * a compare-and-set on the latest version: connections that publish the
  * same key at once never take the same version number, and a plan slower
  * than the latest is refused (CACHE_ESTALE), whichever connection
- * measured it. A version edited in the database is never served. Any
+ * measured it. Owners racing to pin a training run's version pin one.
+ * A version edited in the database is never served. Any
  * number of owners open one database and share its job queue: a job is
  * claimed by one owner at a time, under a lease that the owner renews,
  * that runs out when it stops renewing (it died), and that it gives back
@@ -12,6 +13,7 @@
  */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -370,6 +372,155 @@ Test(pg, a_job_whose_lease_runs_out_goes_to_another_owner)
 	cache_close(b);
 }
 
+#define RANKS 4
+#define RUNS 20
+
+/* One rank of RUNS training runs, an owner of its own: at each run, the
+ * version it is pinned to, while rank 0 publishes a newer version at
+ * each run too. */
+typedef struct rank {
+	int id;
+	int pinned[RUNS];
+	char error[600];
+} rank;
+
+static void *run_rank(void *arg)
+{
+	rank *r = arg;
+	cache *c = open_shared();
+	cache_error err = {0};
+	char run[32];
+
+	pthread_barrier_wait(&start);
+	for (int i = 0; i < RUNS && !r->error[0]; i++) {
+		snprintf(run, sizeof(run), "run-%d", i);
+		if (r->id == 0 && publish_ms(c, 100 + i, 100.0 - i, NULL, &err))
+			snprintf(r->error, sizeof(r->error), "publish: %s",
+				 err.message);
+		else if (cache_pin(c, run, graph_key(1), DEVICE_GPU, CODEGEN,
+				   &r->pinned[i], &err))
+			snprintf(r->error, sizeof(r->error), "pin %s: %s", run,
+				 err.message);
+	}
+	cache_close(c);
+	return NULL;
+}
+
+/* Owners pinning one run at once, while versions land, all get one. */
+Test(pg, ranks_of_a_run_racing_to_pin_get_one_version)
+{
+	rank r[RANKS] = {0};
+	pthread_t t[RANKS];
+	cache *c;
+
+	postgresql_only();
+	c = open_shared();
+	put_graph(c, 1, "raced");
+	cr_assert_eq(publish_ms(c, 1, 1000.0, NULL, NULL), 0);
+	pthread_barrier_init(&start, NULL, RANKS);
+	for (int i = 0; i < RANKS; i++) {
+		r[i].id = i;
+		pthread_create(&t[i], NULL, run_rank, &r[i]);
+	}
+	for (int i = 0; i < RANKS; i++)
+		pthread_join(t[i], NULL);
+	pthread_barrier_destroy(&start);
+	for (int i = 0; i < RANKS; i++)
+		cr_assert_str_empty(r[i].error, "rank %d: %s", i, r[i].error);
+	for (int run = 0; run < RUNS; run++)
+		for (int i = 1; i < RANKS; i++)
+			cr_assert_eq(r[i].pinned[run], r[0].pinned[run],
+				     "run %d: "
+				     "rank %d got version %d, rank 0 version %d",
+				     run, i, r[i].pinned[run], r[0].pinned[run]);
+	cr_assert_eq(raw_pg("SELECT count(*) FROM pins"), RUNS);
+	cache_close(c);
+}
+
+/* The versions heard by a listening cache, at most 8. */
+typedef struct heard {
+	int n;
+	int versions[8];
+	char graph[8][65], device[8][128];
+} heard;
+
+static int hear(void *user, const cache_notice *notice)
+{
+	heard *h = user;
+
+	if (h->n < 8) {
+		snprintf(h->graph[h->n], sizeof(h->graph[0]), "%s", notice->graph);
+		snprintf(h->device[h->n], sizeof(h->device[0]), "%s", notice->device);
+		cr_expect_str_eq(notice->codegen, CODEGEN);
+		h->versions[h->n] = notice->version;
+	}
+	h->n++;
+	return 0;
+}
+
+/* The notices "c" hears within "ms" milliseconds, until "want" came. */
+static void listen_for(cache *c, int fd, heard *h, int want, int ms)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	cache_error err = {0};
+
+	for (int waited = 0; h->n < want && waited < ms; waited += 50) {
+		poll(&p, 1, 50);
+		cr_assert_geq(cache_notices(c, hear, h, &err), 0, "%s", err.message);
+	}
+}
+
+/* A version another connection publishes is heard, with its key, device
+ * and codegen; the cache's own are not; a listening connection lost is
+ * said, and listening again hears the next. */
+Test(pg, versions_other_connections_publish_are_heard)
+{
+	cache *a, *b;
+	cache_error err = {0};
+	heard h = {0};
+	int fd = -1, version, rc = 0;
+	char sql[128];
+
+	postgresql_only();
+	a = open_shared();
+	b = open_shared();
+	put_graph(a, 1, "heard");
+	cr_assert_eq(cache_listen(a, &fd, &err), 0, "%s", err.message);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(publish_ms(a, 1, 30.0, &version, &err), 0, "%s", err.message);
+	cr_assert_eq(version, 1);
+	cr_assert_eq(publish_ms(b, 2, 20.0, &version, &err), 0, "%s", err.message);
+	cr_assert_eq(version, 2);
+	listen_for(a, fd, &h, 1, 5000);
+	listen_for(a, fd, &h, 2, 300);
+	cr_assert_eq(h.n, 1, "heard %d notices: its own too?", h.n);
+	cr_expect_eq(h.versions[0], 2);
+	cr_expect_str_eq(h.graph[0], graph_key(1));
+	cr_expect_str_eq(h.device[0], DEVICE_GPU);
+
+	snprintf(sql, sizeof(sql), "SELECT count(pg_terminate_backend(%d))",
+		 a->pg_listen_pid);
+	cr_expect_eq(raw_pg(sql), 1, "%s", sql);
+	/* the socket turns readable with the server's last words, then its end */
+	for (int waited = 0; rc != CACHE_EIO && waited < 5000; waited += 50) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+
+		poll(&p, 1, 50);
+		rc = cache_notices(a, hear, &h, &err);
+	}
+	cr_expect_eq(rc, CACHE_EIO);
+	cr_expect(strstr(err.message, "the connection that listens for versions "
+				      "was lost"),
+		  "%s", err.message);
+	cr_assert_eq(cache_listen(a, &fd, &err), 0, "%s", err.message);
+	cr_assert_eq(publish_ms(b, 3, 10.0, &version, &err), 0, "%s", err.message);
+	listen_for(a, fd, &h, 2, 5000);
+	cr_assert_eq(h.n, 2);
+	cr_expect_eq(h.versions[1], 3);
+	cache_close(b);
+	cache_close(a);
+}
+
 Test(pg, migrates_once_and_reopens_idempotently)
 {
 	cache *c;
@@ -377,14 +528,14 @@ Test(pg, migrates_once_and_reopens_idempotently)
 	postgresql_only();
 	c = fx_open();
 	cr_expect_eq(fx.logs, 1);
-	cr_expect(strstr(fx.last_log, "from version 0 to 2"), "%s", fx.last_log);
+	cr_expect(strstr(fx.last_log, "from version 0 to 3"), "%s", fx.last_log);
 	cr_expect(!strstr(fx.last_log, "postgresql://"), "the log names the "
 		  "database, not its connection string: %s", fx.last_log);
 	put_graph(c, 1, "bert_qkv");
 	cache_close(c);
 	c = fx_open();
 	cr_expect_eq(fx.logs, 1, "a second open migrates nothing");
-	cr_expect_eq(raw_pg("SELECT version FROM tuned_schema"), 2);
+	cr_expect_eq(raw_pg("SELECT version FROM tuned_schema"), 3);
 	cr_expect_eq(raw_pg("SELECT count(*) FROM tuned_schema"), 1);
 	cr_expect_eq(raw_pg("SELECT count(*) FROM graphs"), 1);
 	cache_close(c);
@@ -403,13 +554,14 @@ Test(pg, a_version_1_queue_migrates_to_the_shared_one)
 	postgresql_only();
 	c = fx_open();
 	cache_close(c);
-	raw_pg("DROP SEQUENCE job_ids; ALTER TABLE jobs DROP COLUMN device, "
+	raw_pg("DROP TABLE pins; DROP SEQUENCE job_ids; "
+	       "ALTER TABLE jobs DROP COLUMN device, "
 	       "DROP COLUMN claimed_by, DROP COLUMN lease_until; "
 	       "UPDATE tuned_schema SET version = 1");
 	raw_pg("INSERT INTO jobs VALUES (41, 'k', 'n', '{}', 'running', 1, 0, 0, "
 	       "3, NULL, NULL, 1, '', 1, NULL, NULL)");
 	c = fx_open();
-	cr_expect(strstr(fx.last_log, "from version 1 to 2"), "%s", fx.last_log);
+	cr_expect(strstr(fx.last_log, "from version 1 to 3"), "%s", fx.last_log);
 	cr_expect_eq(cache_new_job_id(c, &id, &err), 0, "%s", err.message);
 	cr_expect_eq(id, 42, "a new id above the queue's");
 	cr_expect_eq(raw_pg("SELECT trials FROM jobs WHERE id = 41 AND device IS "
@@ -436,7 +588,7 @@ Test(pg, a_newer_schema_is_refused)
 	cr_expect_eq(cache_open(fx.path, &o, &c, &err), CACHE_ESCHEMA);
 	cr_expect_null(c);
 	cr_expect(strstr(err.message, "schema version 99, newer than this "
-			 "build's 2"), "%s", err.message);
+			 "build's 3"), "%s", err.message);
 }
 
 Test(pg, an_edited_source_is_not_served_and_is_marked_bad)

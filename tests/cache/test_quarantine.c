@@ -159,7 +159,7 @@ Test(quarantine, a_version_1_file_is_migrated_with_its_entries)
 	sqlite3_close(db);
 
 	c = fx_open();
-	cr_expect(strstr(fx.last_log, "from version 1 to 6"), "%s", fx.last_log);
+	cr_expect(strstr(fx.last_log, "from version 1 to 7"), "%s", fx.last_log);
 	cr_expect(cache_is_quarantined(c, graph_key(1), DEVICE_CPU, CODEGEN, PLAN, NULL));
 	cr_assert_eq(cache_quarantine_entries(c, NULL, &entries, &err), 0, "%s", err.message);
 	cr_assert_eq(json_array_size(entries), 1);

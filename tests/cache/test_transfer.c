@@ -160,14 +160,16 @@ Test(transfer, a_version_4_file_keeps_its_jobs_without_submitter)
 	cr_assert_eq(cache_put_jobs(c, &queued, 1, 1000, &err), 0, "%s", err.message);
 	cache_close(c);
 	db = raw_open(fx.path);
-	cr_assert_eq(sqlite3_exec(db, "ALTER TABLE jobs DROP COLUMN uid; "
+	cr_assert_eq(sqlite3_exec(db,
+				  "DROP TABLE pins; ALTER TABLE jobs DROP COLUMN uid; "
 				  "ALTER TABLE plans DROP COLUMN checksum; "
 				  "ALTER TABLE plans DROP COLUMN bad; "
-				  "PRAGMA user_version = 4", NULL, NULL, NULL), SQLITE_OK,
-		     "%s", sqlite3_errmsg(db));
+				  "PRAGMA user_version = 4",
+				  NULL, NULL, NULL),
+		     SQLITE_OK, "%s", sqlite3_errmsg(db));
 	sqlite3_close(db);
 	c = fx_open();
-	cr_expect(strstr(fx.last_log, "from version 4 to 6"), "%s", fx.last_log);
+	cr_expect(strstr(fx.last_log, "from version 4 to 7"), "%s", fx.last_log);
 	cr_assert_eq(cache_jobs(c, on_job, &s, &err), 1, "%s", err.message);
 	cr_expect_str_eq(s.states[0], "queued");
 	cr_expect_eq(s.first.uid, -1, "a job from before has a submitter: %lld",
@@ -445,20 +447,24 @@ Test(transfer, a_version_1_file_is_migrated_with_its_data)
 	publish(c, 1, DEVICE_CPU, CODEGEN, 1, 10);
 	cache_close(c);
 	db = raw_open(fx.path);
-	cr_assert_eq(sqlite3_exec(db, "DROP TABLE jobs; ALTER TABLE graphs DROP "
-				  "COLUMN graph; ALTER TABLE quarantine DROP COLUMN cause; "
-				  "ALTER TABLE quarantine DROP COLUMN signal; ALTER TABLE "
-				  "quarantine DROP COLUMN time_limit_s; ALTER TABLE quarantine "
-				  "DROP COLUMN seed; ALTER TABLE quarantine DROP COLUMN "
-				  "graph_json; ALTER TABLE quarantine DROP COLUMN sources; "
-				  "ALTER TABLE quarantine DROP COLUMN worker_log; "
-				  "ALTER TABLE plans DROP COLUMN checksum; "
-				  "ALTER TABLE plans DROP COLUMN bad; "
-				  "PRAGMA user_version = 1", NULL,
-				  NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+	cr_assert_eq(
+		sqlite3_exec(
+			db,
+			"DROP TABLE pins; DROP TABLE jobs; ALTER TABLE graphs DROP "
+			"COLUMN graph; ALTER TABLE quarantine DROP COLUMN cause; "
+			"ALTER TABLE quarantine DROP COLUMN signal; ALTER TABLE "
+			"quarantine DROP COLUMN time_limit_s; ALTER TABLE quarantine "
+			"DROP COLUMN seed; ALTER TABLE quarantine DROP COLUMN "
+			"graph_json; ALTER TABLE quarantine DROP COLUMN sources; "
+			"ALTER TABLE quarantine DROP COLUMN worker_log; "
+			"ALTER TABLE plans DROP COLUMN checksum; "
+			"ALTER TABLE plans DROP COLUMN bad; "
+			"PRAGMA user_version = 1",
+			NULL, NULL, NULL),
+		SQLITE_OK, "%s", sqlite3_errmsg(db));
 	sqlite3_close(db);
 	c = fx_open();
-	cr_expect(strstr(fx.last_log, "from version 1 to 6"), "%s", fx.last_log);
+	cr_expect(strstr(fx.last_log, "from version 1 to 7"), "%s", fx.last_log);
 	cr_expect_eq(cache_fetch_best(c, graph_key(1), DEVICE_CPU, CODEGEN, 0, NULL,
 				      NULL), 1, "the version 1 file's plan is gone");
 	cr_expect_eq(cache_jobs(c, on_job, &s, NULL), 0);

@@ -1,6 +1,7 @@
 """tuned_gpu.Client (client/python/tuned_gpu) against the real daemon: a daemon of
 this build on the cpu, on a private socket and cache, driven through
-submit, status, wait, fetch, watch and cache_ls; its errors as their
+submit, status, wait, fetch (with a training run too), advance, watch
+and cache_ls; its errors as their
 types with the daemon's messages; the socket found as tunectl finds it.
 
 usage: test_python_client.py TUNED LIBTUNED_CLIENT  (exit status 0: passed)
@@ -15,7 +16,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
 import tuned_gpu  # noqa: E402
-from tuned_daemon import start_daemon  # noqa: E402
+from tuned_daemon import land_version, start_daemon  # noqa: E402
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 EXAMPLE = os.path.join(SOURCE, "examples", "gpt3_mlp_small.json")
@@ -82,6 +83,27 @@ class DaemonTest(unittest.TestCase):
         with self.assertRaises(tuned_gpu.TimedOutError) as caught:
             client.fetch(key=self.submitted["key"], min_version=newest + 100, timeout=0.2)
         self.assertEqual(caught.exception.code, "timeout")
+
+    def test_ranks_of_a_run_get_one_version_until_it_advances(self):
+        ranks = [self.client() for _ in range(3)]
+        key = self.submitted["key"]
+        pinned = ranks[0].fetch(key=key, run="py-run")
+        self.assertEqual(pinned["run"], "py-run")
+        land_version(self.work.name, key)
+        latest = ranks[0].fetch(key=key)["version"]
+        self.assertGreater(latest, pinned["version"])
+        for rank in ranks:
+            self.assertEqual(rank.fetch(key=key, run="py-run")["version"], pinned["version"])
+        self.assertEqual(ranks[1].fetch(job=self.submitted["id"], run="py-other")["version"],
+                         latest)
+        advanced = ranks[2].advance("py-run")
+        self.assertEqual(advanced, {"run": "py-run", "pins": [
+            {"key": key, "version": latest, "previous": pinned["version"]}]})
+        for rank in ranks:
+            self.assertEqual(rank.fetch(key=key, run="py-run")["version"], latest)
+        with self.assertRaises(tuned_gpu.NotFoundError) as caught:
+            ranks[0].advance("py-never-fetched")
+        self.assertIn("run 'py-never-fetched'", str(caught.exception))
 
     def test_cache_ls_lists_the_key(self):
         client = self.client()

@@ -35,7 +35,8 @@ Test(request, every_op_has_a_valid_example)
 		 PROTO_OP_HELLO},
 		{"{\"id\":2,\"op\":\"ping\"}", PROTO_OP_PING},
 		{"{\"id\":3,\"op\":\"submit\",\"params\":{\"graph\":{\"version\":1},"
-		 "\"budget\":60,\"priority\":5}}", PROTO_OP_SUBMIT},
+		 "\"budget\":60,\"priority\":5}}",
+		 PROTO_OP_SUBMIT},
 		{"{\"id\":4,\"op\":\"status\",\"params\":{\"job\":7}}",
 		 PROTO_OP_STATUS},
 		{"{\"id\":5,\"op\":\"list\",\"params\":{}}", PROTO_OP_LIST},
@@ -47,16 +48,22 @@ Test(request, every_op_has_a_valid_example)
 		 PROTO_OP_WATCH},
 		{"{\"id\":9,\"op\":\"stats\"}", PROTO_OP_STATS},
 		{"{\"id\":10,\"op\":\"cache.list\"}", PROTO_OP_CACHE_LIST},
-		{"{\"id\":11,\"op\":\"cache.show\",\"params\":{\"key\":\"" KEY
-		 "\"}}", PROTO_OP_CACHE_SHOW},
+		{"{\"id\":11,\"op\":\"cache.show\",\"params\":{\"key\":\"" KEY "\"}}",
+		 PROTO_OP_CACHE_SHOW},
 		{"{\"id\":12,\"op\":\"cache.prune\",\"params\":{\"max_age_s\":"
-		 "86400}}", PROTO_OP_CACHE_PRUNE},
-		{"{\"id\":13,\"op\":\"cache.export\",\"params\":{\"keys\":[\""
-		 KEY "\"]}}", PROTO_OP_CACHE_EXPORT},
+		 "86400}}",
+		 PROTO_OP_CACHE_PRUNE},
+		{"{\"id\":13,\"op\":\"cache.export\",\"params\":{\"keys\":[\"" KEY
+		 "\"]}}",
+		 PROTO_OP_CACHE_EXPORT},
 		{"{\"id\":14,\"op\":\"cache.import\",\"params\":{\"export\":"
-		 "{\"entries\":[]}}}", PROTO_OP_CACHE_IMPORT},
+		 "{\"entries\":[]}}}",
+		 PROTO_OP_CACHE_IMPORT},
 		{"{\"id\":15,\"op\":\"cache.quarantine\",\"params\":{\"key\":\"" KEY
-		 "\"}}", PROTO_OP_CACHE_QUARANTINE},
+		 "\"}}",
+		 PROTO_OP_CACHE_QUARANTINE},
+		{"{\"id\":16,\"op\":\"advance\",\"params\":{\"run\":\"r1\"}}",
+		 PROTO_OP_ADVANCE},
 	};
 
 	cr_assert_eq(sizeof(cases) / sizeof(cases[0]), PROTO_NOPS);
@@ -159,6 +166,26 @@ Test(request, fetch_reads_key_or_job_and_waits)
 	cr_expect_eq(req.job, 9007199254740993LL);
 	cr_expect_eq(req.min_version, 0);
 	cr_expect_eq(req.timeout_ms, 0);
+	cr_expect_str_eq(req.run, "");
+	proto_request_release(&req);
+}
+
+Test(request, fetch_and_advance_read_a_run)
+{
+	proto_request req;
+
+	must_parse("{\"id\":1,\"op\":\"fetch\",\"params\":{\"key\":\"" KEY
+		   "\",\"run\":\"bert-2026-11 rank set\",\"timeout_ms\":5}}",
+		   &req);
+	cr_expect_str_eq(req.run, "bert-2026-11 rank set");
+	cr_expect_eq(req.timeout_ms, 5);
+	proto_request_release(&req);
+
+	must_parse("{\"id\":1,\"op\":\"advance\",\"params\":{\"run\":\"r\","
+		   "\"keys\":[\"" KEY "\"]}}",
+		   &req);
+	cr_expect_str_eq(req.run, "r");
+	cr_expect_eq(json_array_size(req.keys), 1);
 	proto_request_release(&req);
 }
 
@@ -249,6 +276,8 @@ typedef struct bad_case {
 #define BAD PROTO_EBAD_REQUEST
 #define REQ(op, params) "{\"id\":1,\"op\":\"" op "\",\"params\":" params "}"
 #define ID_MUST "id must be a non-negative integer or a string of at most 64 bytes"
+#define RUN_MUST                                                                       \
+	"params.run must be a string of 1 to 128 bytes with no control characters"
 #define A64 "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 
 static const bad_case bad_cases[] = {
@@ -274,8 +303,7 @@ static const bad_case bad_cases[] = {
 	{"\"ping\"", BAD, "null",
 	 "invalid json at column 6: '[' or '{' expected near '\"ping\"'"},
 	{"[]", BAD, "null", "request must be a json object"},
-	{"[{\"id\":1,\"op\":\"ping\"}]", BAD, "null",
-	 "request must be a json object"},
+	{"[{\"id\":1,\"op\":\"ping\"}]", BAD, "null", "request must be a json object"},
 	/* the id */
 	{"{}", BAD, "null", "id is missing"},
 	{"{\"op\":\"ping\"}", BAD, "null", "id is missing"},
@@ -291,17 +319,13 @@ static const bad_case bad_cases[] = {
 	{"{\"id\":1}", BAD, "1", "op is missing"},
 	{"{\"id\":\"q\",\"op\":3}", BAD, "\"q\"", "op must be a string"},
 	{"{\"id\":1,\"op\":null}", BAD, "1", "op must be a string"},
-	{"{\"id\":1,\"op\":\"frob\"}", PROTO_EUNKNOWN_OP, "1",
-	 "unknown op 'frob'"},
-	{"{\"id\":1,\"op\":\"PING\"}", PROTO_EUNKNOWN_OP, "1",
-	 "unknown op 'PING'"},
+	{"{\"id\":1,\"op\":\"frob\"}", PROTO_EUNKNOWN_OP, "1", "unknown op 'frob'"},
+	{"{\"id\":1,\"op\":\"PING\"}", PROTO_EUNKNOWN_OP, "1", "unknown op 'PING'"},
 	{"{\"id\":1,\"op\":\"\"}", PROTO_EUNKNOWN_OP, "1", "unknown op ''"},
-	{"{\"id\":1,\"op\":\"cache\"}", PROTO_EUNKNOWN_OP, "1",
-	 "unknown op 'cache'"},
+	{"{\"id\":1,\"op\":\"cache\"}", PROTO_EUNKNOWN_OP, "1", "unknown op 'cache'"},
 	{"{\"id\":1,\"op\":\"" A64 "\"}", PROTO_EUNKNOWN_OP, "1",
 	 "unknown op 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...'"},
-	{"{\"id\":1,\"op\":\"a\\nb\"}", PROTO_EUNKNOWN_OP, "1",
-	 "unknown op 'a?b'"},
+	{"{\"id\":1,\"op\":\"a\\nb\"}", PROTO_EUNKNOWN_OP, "1", "unknown op 'a?b'"},
 	{"{\"id\":1,\"op\":\"ping\",\"extra\":1}", BAD, "1",
 	 "unknown key 'extra' in request"},
 	{"{\"id\":1,\"op\":\"ping\",\"Params\":{}}", BAD, "1",
@@ -375,8 +399,7 @@ static const bad_case bad_cases[] = {
 	{REQ("cancel", "{\"key\":\"" KEY "\"}"), BAD, "1",
 	 "unknown key 'key' in params of 'cancel'"},
 	/* fetch */
-	{REQ("fetch", "{}"), BAD, "1",
-	 "params must have exactly one of key and job"},
+	{REQ("fetch", "{}"), BAD, "1", "params must have exactly one of key and job"},
 	{REQ("fetch", "{\"min_version\":2}"), BAD, "1",
 	 "params must have exactly one of key and job"},
 	{REQ("fetch", "{\"key\":\"" KEY "\",\"job\":1}"), BAD, "1",
@@ -384,11 +407,11 @@ static const bad_case bad_cases[] = {
 	{REQ("fetch", "{\"key\":\"abc\"}"), BAD, "1",
 	 "params.key must be 64 lowercase hex digits"},
 	{REQ("fetch", "{\"key\":\"0123456789ABCDEF0123456789abcdef0123456789"
-		      "abcdef0123456789abcdef\"}"), BAD, "1",
-	 "params.key must be 64 lowercase hex digits"},
+		      "abcdef0123456789abcdef\"}"),
+	 BAD, "1", "params.key must be 64 lowercase hex digits"},
 	{REQ("fetch", "{\"key\":\"g123456789abcdef0123456789abcdef0123456789"
-		      "abcdef0123456789abcdef\"}"), BAD, "1",
-	 "params.key must be 64 lowercase hex digits"},
+		      "abcdef0123456789abcdef\"}"),
+	 BAD, "1", "params.key must be 64 lowercase hex digits"},
 	{REQ("fetch", "{\"key\":\"" KEY "0\"}"), BAD, "1",
 	 "params.key must be 64 lowercase hex digits"},
 	{REQ("fetch", "{\"key\":\"" KEY "\",\"min_version\":-1}"), BAD, "1",
@@ -401,14 +424,24 @@ static const bad_case bad_cases[] = {
 	 "params.timeout_ms must be an integer from 0 to 3600000"},
 	{REQ("fetch", "{\"job\":1,\"version\":2}"), BAD, "1",
 	 "unknown key 'version' in params of 'fetch'"},
+	{REQ("fetch", "{\"job\":1,\"run\":\"\"}"), BAD, "1", RUN_MUST},
+	{REQ("fetch", "{\"job\":1,\"run\":\"a\\tb\"}"), BAD, "1", RUN_MUST},
+	{REQ("fetch", "{\"job\":1,\"run\":\"" A64 A64 "x\"}"), BAD, "1", RUN_MUST},
+	{REQ("fetch", "{\"job\":1,\"run\":\"r\",\"min_version\":2}"), BAD, "1",
+	 "params.min_version cannot go with run: a run gets the version it is "
+	 "pinned to (advance moves it)"},
+	/* advance */
+	{REQ("advance", "{}"), BAD, "1", "params.run is missing"},
+	{REQ("advance", "{\"run\":7}"), BAD, "1", RUN_MUST},
+	{REQ("advance", "{\"run\":\"r\",\"keys\":[\"abc\"]}"), BAD, "1",
+	 "params.keys must be a non-empty array of keys (64 lowercase hex digits)"},
 	/* watch, cache.* */
 	{REQ("watch", "{}"), BAD, "1", "params.key is missing"},
 	{REQ("watch", "{\"key\":12}"), BAD, "1",
 	 "params.key must be 64 lowercase hex digits"},
 	{REQ("watch", "{\"job\":1}"), BAD, "1",
 	 "unknown key 'job' in params of 'watch'"},
-	{"{\"id\":\"x\",\"op\":\"cache.show\"}", BAD, "\"x\"",
-	 "params.key is missing"},
+	{"{\"id\":\"x\",\"op\":\"cache.show\"}", BAD, "\"x\"", "params.key is missing"},
 	{REQ("cache.prune", "{\"max_age_s\":-1}"), BAD, "1",
 	 "params.max_age_s must be a non-negative integer"},
 	{REQ("cache.prune", "{\"max_bytes\":1.5}"), BAD, "1",

@@ -245,18 +245,40 @@ class Client:
             current = event.data
         return current
 
-    def fetch(self, key=None, job=None, min_version=None, timeout=None):
+    def fetch(self, key=None, job=None, min_version=None, timeout=None, run=None):
         """The best kernel of the key "key" or of the job "job" (exactly one),
         of version at least "min_version", waiting up to "timeout" seconds
         for one (None: answer at once): {key, version, device, median_ms,
-        spread_ms, plan, sources, launch}, which Plan loads."""
+        spread_ms, plan, sources, launch}, which Plan loads.
+
+        With "run" (a training run's id), the version the run is pinned
+        to instead: the key's latest at the run's first fetch of it, the
+        same for every rank of the run, however many land after it, until
+        the run advances (advance()); the result has "run" too. A key
+        with no version yet waits up to "timeout" for its first, which
+        the run then pins. "min_version" cannot go with "run"."""
         params = {name: value for name, value in (("key", key), ("job", job))
                   if value is not None}  # the daemon refuses both, or neither
         if min_version is not None:
             params["min_version"] = min_version
         if timeout is not None:
             params["timeout_ms"] = int(timeout * 1000)
+        if run is not None:
+            params["run"] = run
         return self.call("fetch", params, extra_s=timeout or 0)
+
+    def advance(self, run, keys=None):
+        """Moves training run "run" to the latest version of the keys it
+        has fetched (or of "keys", pinning those it had not): every
+        rank's fetch with the run gets those from then on. Call it from
+        one rank, at a step boundary, then have the ranks fetch again.
+        Returns {run, pins: [{key, version, previous}]} ("previous" 0 for
+        a key pinned now); NotFoundError for a run that fetched nothing or
+        a key listed with no version."""
+        params = {"run": run}
+        if keys is not None:
+            params["keys"] = list(keys)
+        return self.call("advance", params)
 
     def watch(self, key, timeout=None):
         """Subscribes to the events of the key "key" (it need not be known

@@ -436,12 +436,16 @@ class Optimized(torch.nn.Module):
     """What optimize returns: the module, made for the example inputs'
     dtypes, shapes and devices, its partitions run by tuned.
     `partitions` are its TunedPartitions (each with its `key`,
-    `version` and `trouble`)."""
+    `version` and `trouble`); `run` the training run it was optimized
+    for, or None."""
 
-    def __init__(self, graph_module, partitions, example_inputs):
+    def __init__(self, graph_module, partitions, example_inputs, run=None, follower=None,
+                 entries=()):
         super().__init__()
         self.graph_module = graph_module
         self.partitions = partitions
+        self.run = run
+        self._follower, self._entries = follower, list(entries)
         self._names = [n.target for n in graph_module.graph.nodes if n.op == "placeholder"]
         self._examples = example_inputs
         # what each tensor input must be, compared at once on a call
@@ -503,7 +507,30 @@ class Optimized(torch.nn.Module):
         return True
 
 
-def optimize(module, example_inputs, budget=None, socket=None):
+    def advance(self):
+        """A module of a training run (optimize's `run`): moves the run to
+        the latest version of the module's keys and runs them from the
+        next call. Call it in one rank, at a step boundary; the other
+        ranks call sync() after it (a barrier between). Returns the pins
+        moved, {run, pins: [{key, version, previous}]}."""
+        return self._follower.advance(self._run_or_refuse("advance"), self._entries)
+
+    def sync(self):
+        """A module of a training run: runs, from the next call, the
+        versions the run is pinned to now (another rank's advance() moved
+        them)."""
+        self._run_or_refuse("sync")
+        self._follower.sync(self._entries)
+
+    def _run_or_refuse(self, what):
+        if self.run is None:
+            raise ValueError("%s() moves a training run's versions: this module was "
+                             "optimized without run= (it takes every new version "
+                             "between calls)" % what)
+        return self.run
+
+
+def optimize(module, example_inputs, budget=None, socket=None, run=None):
     """`module` (a torch.nn.Module or fx.GraphModule) for calls on inputs
     like `example_inputs` (a tensor or a tuple of them), its partitions
     run by tuned: each is submitted to the daemon at `socket` (None: as
@@ -513,17 +540,24 @@ def optimize(module, example_inputs, budget=None, socket=None):
     A thread of the package then follows the daemon and gives each
     partition every better version, between calls. When the daemon is
     unreachable or a plan fails, the partition runs in torch and a
-    TunedWarning says why."""
-    return optimize_exported(export(module, example_inputs), budget, socket)
+    TunedWarning says why.
+
+    With `run` (a training run's id, the same in every rank), each
+    partition runs the version the run is pinned to instead: the first
+    version of its key, the same in every rank, kept while newer ones
+    land until the module's advance() (in one rank; sync() in the
+    others) moves the run on (docs/client.md, "Training runs")."""
+    return optimize_exported(export(module, example_inputs), budget, socket, run)
 
 
-def optimize_exported(exported, budget=None, socket=None):
+def optimize_exported(exported, budget=None, socket=None, run=None):
     """optimize() of a module already exported (torch.compile's backend
     keeps the export)."""
     graph_module, partitions = _replace(exported)
     backend = "cuda" if any(isinstance(x, torch.Tensor) and x.is_cuda
                             for x in exported.example_inputs) else "cpu"
     follower = upgrader(socket)
-    follower.start_following([Entry(p, budget, backend) for p in partitions
-                              if p._results is not None])
-    return Optimized(graph_module, partitions, exported.example_inputs)
+    entries = [Entry(p, budget, backend, run) for p in partitions if p._results is not None]
+    follower.start_following(entries)
+    return Optimized(graph_module, partitions, exported.example_inputs, run, follower,
+                     entries)

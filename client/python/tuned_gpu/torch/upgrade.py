@@ -5,7 +5,10 @@ It submits each partition's graph (once; with the inputs to
 differentiate, for a module that trains, so the daemon tunes its
 backward graph too), watches its keys, and on each new version fetches
 the plan and loads it, off the calls' path, then hands it to the
-partition, which runs it from its next call. When the
+partition, which runs it from its next call. A module of a training run
+(optimize's `run`) fetches the version the run is pinned to: its first
+version, then only what advance() or sync() fetch, in the caller's
+thread, so every rank runs one version of each key. When the
 daemon goes away it tells the partitions why, and connects again, every
 BACKOFF_MAX_S seconds at most; meanwhile each partition keeps the plan
 it runs, or runs in torch.
@@ -46,12 +49,19 @@ class Entry:
     the inputs its backward graph differentiates (`wrt`), and its graphs
     (Followed: the forward one, then the backward one once submitted)."""
 
-    def __init__(self, partition, budget, backend):
+    def __init__(self, partition, budget, backend, run=None):
         self.partition = weakref.ref(partition)
         self.budget, self.backend, self.wrt = budget, backend, partition.wrt
+        self.run = run  # the training run whose pinned versions it runs, or None
         self.graphs = [Followed("forward", partition.graph)]
         self.refused = False
         self.watched = False
+
+    def takes(self, followed, version):
+        """Whether a version of one of its keys, announced, is fetched:
+        any newer one; for a run only the first, which the run pins (it
+        moves on at advance())."""
+        return version > followed.version and (self.run is None or followed.version == 0)
 
     @property
     def key(self):
@@ -111,7 +121,7 @@ class Upgrader:
             if partition is not None:
                 partition.grad_key = backward.key
         for followed, version in cached:
-            if version > followed.version:
+            if entry.takes(followed, version):
                 self._upgrade(client, entry, followed)
 
     @staticmethod
@@ -139,7 +149,9 @@ class Upgrader:
     def _upgrade(self, client, entry, followed):
         """Fetches the best plan of one of the entry's keys and loads it for
         the partition; a plan that does not load is not tried again."""
-        fetched = client.fetch(key=followed.key)
+        fetched = client.fetch(key=followed.key, run=entry.run)
+        if fetched["version"] == followed.version:
+            return  # a run's pin, not moved
         followed.version = fetched["version"]
         try:
             plan = Plan(followed.graph, fetched, entry.backend)
@@ -192,13 +204,34 @@ class Upgrader:
                 event = client.next_event(timeout=POLL_S)
             except TimedOutError:
                 continue
-            if event.name != "version":
-                continue
+            if event.name == "version":
+                self._on_version(client, entries, event.data)
+
+    def _on_version(self, client, entries, data):
+        """A version event: the entries of its key that take it upgrade."""
+        for entry in entries:
+            for followed in entry.graphs:
+                if followed.key == data.get("key") and \
+                        entry.takes(followed, data.get("version", 0)):
+                    self._upgrade(client, entry, followed)
+
+    def sync(self, entries):
+        """Loads, in the caller's thread, the versions the entries' run is
+        pinned to now: the next calls run them."""
+        with Client(self.socket) as client:
             for entry in entries:
                 for followed in entry.graphs:
-                    if followed.key == event.data.get("key") and \
-                            event.data.get("version", 0) > followed.version:
+                    if followed.key is not None:
                         self._upgrade(client, entry, followed)
+
+    def advance(self, run, entries):
+        """Moves `run` to the latest version of the entries' keys that it
+        has pinned, then loads them (sync); the pins moved."""
+        keys = [f.key for e in entries for f in e.graphs if f.key is not None and f.version]
+        with Client(self.socket) as client:
+            moved = client.advance(run, keys) if keys else {"run": run, "pins": []}
+        self.sync(entries)
+        return moved
 
     def _watch(self, client, entry):
         """Follows the entry's keys; a version published before the watch
@@ -208,7 +241,7 @@ class Upgrader:
             if entry.refused:
                 return
         for followed in entry.graphs:
-            if client.call("watch", {"key": followed.key})["version"] > followed.version:
+            if entry.takes(followed, client.call("watch", {"key": followed.key})["version"]):
                 self._upgrade(client, entry, followed)
         entry.watched = True
         partition = entry.partition()
