@@ -376,8 +376,9 @@ static void print_load(sched_buf *buf, const kgen_printer *pr,
 		return vector >= 0 ? sched_buf_printf(buf, "vec_%d[u]", vector) :
 				     kgen_print_local(buf, pr, stage, access);
 	if (vector >= 0)
-		return sched_buf_printf(buf, "%svec_%d[u]%s", pr->vectors->widened ? "" : open,
-					vector, pr->vectors->widened ? "" : ")");
+		return sched_buf_printf(buf, "%svec_%d[u]%s",
+					pr->vectors->widened ? "" : open, vector,
+					pr->vectors->widened ? "" : ")");
 	sched_buf_printf(buf, "%st_%s[", open, t->name);
 	kgen_print_offset(buf, pr, access);
 	sched_buf_printf(buf, "])");
@@ -708,7 +709,8 @@ const char *kgen_cuda_tile(bool wrapped)
 
 bool kgen_walks_last(const sched_node *access, int var)
 {
-	const sched_node *index = access->nargs ? access->args[access->nargs - 1] : NULL;
+	const sched_node *index = access->nargs ? access->args[access->nargs - 1] :
+						  NULL;
 
 	if (!index || index->kind != SCHED_NODE_VAR || index->var != var)
 		return false;
