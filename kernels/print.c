@@ -107,6 +107,65 @@ static const char c_helpers[] =
 	"\treturn a < 0.1f ? small : copysignf(t, x);\n"
 	"}\n";
 
+static const char c_f16_vectors[] =
+	"/* KVEC f16 at a time through the cpu's conversion instructions (F16C,\n"
+	" * which GCC does not vectorize from scalar code; called by GCC's builtins,\n"
+	" * as <immintrin.h> would add most of a second to each compile), or else\n"
+	" * the integer operations above: bit for bit the same but for a NaN's\n"
+	" * payload. */\n"
+	"#if defined(__GNUC__) && !defined(__clang__) && defined(__F16C__)\n"
+	"#define KF16_BUILTINS\n"
+	"#endif\n"
+	"#if defined(KF16_BUILTINS) && defined(__AVX512F__)\n"
+	"#define KVEC 16\n"
+	"typedef short kf16_vec __attribute__((vector_size(32)));\n"
+	"typedef float kf32_vec __attribute__((vector_size(64)));\n"
+	"static inline void kf16_load_vec(float *d, const f16_t *s)\n"
+	"{\n"
+	"\tkf16_vec h;\n"
+	"\tkf32_vec f;\n"
+	"\tmemcpy(&h, s, sizeof(h));\n"
+	"\tf = __builtin_ia32_vcvtph2ps512_mask(h, (kf32_vec){0}, 0xffff, 4);\n"
+	"\tmemcpy(d, &f, sizeof(f));\n"
+	"}\n"
+	"static inline void kf16_store_vec(f16_t *d, const float *s)\n"
+	"{\n"
+	"\tkf16_vec h;\n"
+	"\tkf32_vec f;\n"
+	"\tmemcpy(&f, s, sizeof(f));\n"
+	"\th = __builtin_ia32_vcvtps2ph512_mask(f, 0, (kf16_vec){0}, 0xffff);\n"
+	"\tmemcpy(d, &h, sizeof(h));\n"
+	"}\n"
+	"#elif defined(KF16_BUILTINS)\n"
+	"#define KVEC 8\n"
+	"typedef short kf16_vec __attribute__((vector_size(16)));\n"
+	"typedef float kf32_vec __attribute__((vector_size(32)));\n"
+	"static inline void kf16_load_vec(float *d, const f16_t *s)\n"
+	"{\n"
+	"\tkf16_vec h;\n"
+	"\tkf32_vec f;\n"
+	"\tmemcpy(&h, s, sizeof(h));\n"
+	"\tf = __builtin_ia32_vcvtph2ps256(h);\n"
+	"\tmemcpy(d, &f, sizeof(f));\n"
+	"}\n"
+	"static inline void kf16_store_vec(f16_t *d, const float *s)\n"
+	"{\n"
+	"\tkf16_vec h;\n"
+	"\tkf32_vec f;\n"
+	"\tmemcpy(&f, s, sizeof(f));\n"
+	"\th = __builtin_ia32_vcvtps2ph256(f, 0);\n"
+	"\tmemcpy(d, &h, sizeof(h));\n"
+	"}\n"
+	"#else\n"
+	"#define KVEC 8\n"
+	"static inline void kf16_load_vec(float *d, const f16_t *s)\n"
+	"{ for (int u = 0; u < KVEC; u++) d[u] = f16_load(s[u]); }\n"
+	"static inline void kf16_store_vec(f16_t *d, const float *s)\n"
+	"{ for (int u = 0; u < KVEC; u++) d[u] = f16_store(s[u]); }\n"
+	"#endif\n"
+	"static inline void kf16_round_vec(float *x)\n"
+	"{ f16_t h[KVEC]; kf16_store_vec(h, x); kf16_load_vec(x, h); }\n";
+
 static const char cuda_helpers[] =
 	"typedef unsigned short f16_t;\n"
 	"typedef unsigned short bf16_t;\n"
@@ -175,7 +234,7 @@ void kgen_print_helpers(sched_buf *buf, bool cuda, bool wide_indices)
 		sched_buf_printf(buf, "%stypedef %s idx_t;\n", cuda_helpers,
 				 wide_indices ? "long long" : "int");
 	else
-		sched_buf_printf(buf, "%s", c_helpers);
+		sched_buf_printf(buf, "%s%s", c_helpers, c_f16_vectors);
 	sched_buf_printf(buf, "%s\n", common_helpers);
 }
 
@@ -317,7 +376,9 @@ static void print_load(sched_buf *buf, const kgen_printer *pr,
 		return vector >= 0 ? sched_buf_printf(buf, "vec_%d[u]", vector) :
 				     kgen_print_local(buf, pr, stage, access);
 	if (vector >= 0)
-		return sched_buf_printf(buf, "%svec_%d[u])", open, vector);
+		return sched_buf_printf(buf, "%svec_%d[u]%s",
+					pr->vectors->widened ? "" : open, vector,
+					pr->vectors->widened ? "" : ")");
 	sched_buf_printf(buf, "%st_%s[", open, t->name);
 	kgen_print_offset(buf, pr, access);
 	sched_buf_printf(buf, "])");
@@ -644,4 +705,17 @@ void kgen_print_cuda_entry_end(sched_buf *buf, bool wrapped)
 const char *kgen_cuda_tile(bool wrapped)
 {
 	return wrapped ? "ktile" : "blockIdx.x";
+}
+
+bool kgen_walks_last(const sched_node *access, int var)
+{
+	const sched_node *index = access->nargs ? access->args[access->nargs - 1] :
+						  NULL;
+
+	if (!index || index->kind != SCHED_NODE_VAR || index->var != var)
+		return false;
+	for (int d = 0; d < access->nargs - 1; d++)
+		if (sched_node_mentions(access->args[d], var))
+			return false;
+	return true;
 }

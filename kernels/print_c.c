@@ -157,8 +157,67 @@ static void print_reducing_tile(const c_kernel *k)
 	free(acc);
 }
 
-static void print_elementwise_tile(const c_kernel *k)
+/* The chunks' stores from vec_x at first_V: f16 narrowed KVEC at a time,
+ * other types as one. */
+static void print_chunk_stores(const c_kernel *k, const kgen_chunks *c)
 {
+	const char *v = var_name(k, c->var);
+
+	if (k->target->dtype == SCHED_F16) {
+		sched_buf_printf(k->buf,
+				 "\t\t\t{\n\t\t\t\tconst idx_t v_%s = first_%s;\n"
+				 "\t\t\t\tkf16_store_vec(&",
+				 v, v);
+		print_target_offset(k);
+		sched_buf_printf(k->buf, ", vec_x);\n\t\t\t}\n");
+		return;
+	}
+	sched_buf_printf(k->buf,
+			 "#pragma omp simd\n\t\t\tfor (int u = 0; u < KVEC; u++) {\n"
+			 "\t\t\t\tconst idx_t v_%s = first_%s + u;\n\t\t\t\t",
+			 v, v);
+	print_target_offset(k);
+	sched_buf_printf(k->buf, " = %svec_x[u]);\n\t\t\t}\n",
+			 kgen_store_open(k->target));
+}
+
+/* The tile in chunks along its last dim where the op reads f16 along it
+ * or stores f16 (print_chunks.c); false, printing nothing, otherwise. */
+static bool print_elementwise_chunks(c_kernel *k)
+{
+	int last = k->target->rank - 1;
+	char lo[32], hi[96];
+	kgen_chunks c = {&k->pr, k->buf, last, lo, hi, "\t\t", {0}};
+
+	if (last < 0 || (!kgen_chunk_reads(&c) && k->target->dtype != SCHED_F16))
+		return false;
+	snprintf(lo, sizeof(lo), "o_%d", last);
+	snprintf(hi, sizeof(hi), "kmin(o_%d + %lld, %lld)", last,
+		 (long long)k->kernel->schedule.tile[last],
+		 (long long)k->target->shape[last]);
+	for (int d = 0; d < last; d++)
+		print_element_loop(k, "\t\t", d);
+	kgen_print_chunks_open(&c);
+	sched_buf_printf(k->buf, "\t\t\t\tvec_x[u] = ");
+	kgen_print_value(k->buf, &k->pr, k->pr.op->body);
+	sched_buf_printf(k->buf, ";\n");
+	kgen_print_chunks_middle(&c);
+	print_chunk_stores(k, &c);
+	kgen_print_chunks_done(&c);
+	kgen_print_chunks_tail(&c, "#pragma omp simd\n");
+	sched_buf_printf(k->buf, "\t\t\t\t");
+	print_target_offset(k);
+	sched_buf_printf(k->buf, " = %s", kgen_store_open(k->target));
+	kgen_print_value(k->buf, &k->pr, k->pr.op->body);
+	sched_buf_printf(k->buf, ");\n");
+	kgen_print_chunks_close(&c);
+	return true;
+}
+
+static void print_elementwise_tile(c_kernel *k)
+{
+	if (print_elementwise_chunks(k))
+		return;
 	print_element_loops(k, "\t\t");
 	sched_buf_printf(k->buf, "\t\t\t");
 	print_target_offset(k);

@@ -234,13 +234,13 @@ static int64_t stage_elements(const fused_kernel *k, int s)
 
 /* ---- cpu ---- */
 
-/* Loops over the stage's region; the innermost under omp simd. The
- * caller closes the block it opens. */
-static void print_region_loops(fused_kernel *k, int s, const char *indent)
+/* Loops over the first "dims" dims of the stage's region; the innermost
+ * of all under omp simd. The caller closes the block it opens. */
+static void print_region_loops(fused_kernel *k, int s, int dims, const char *indent)
 {
 	const sched_stage *st = &group_of(k)->stages[s];
 
-	for (int d = 0; d < st->rank; d++) {
+	for (int d = 0; d < dims; d++) {
 		if (d == st->rank - 1)
 			sched_buf_printf(k->buf, "#pragma omp simd\n");
 		sched_buf_printf(k->buf, "%sfor (idx_t v_%s = lo_%d_%d; v_%s < hi_%d_%d; v_%s++)\n",
@@ -250,13 +250,129 @@ static void print_region_loops(fused_kernel *k, int s, const char *indent)
 	sched_buf_printf(k->buf, "%s{\n", indent);
 }
 
+/* The chunks' keeps of stage "s" from vec_x, at first_V: f16 narrowed
+ * (or rounded, for local memory) KVEC at a time, other types as one. */
+static void print_chunk_keeps(fused_kernel *k, int s, const kgen_chunks *c)
+{
+	const sched_stage *st = &group_of(k)->stages[s];
+	const sched_tensor *t = stage_target(k, s);
+	const char *v = var_name(k, c->var);
+	bool f16 = t->dtype == SCHED_F16;
+
+	if (keeps_local(st)) {
+		if (f16)
+			sched_buf_printf(k->buf, "\t\t\t\tkf16_round_vec(vec_x);\n");
+		sched_buf_printf(
+			k->buf,
+			"#pragma omp simd\n\t\t\t\tfor (int u = 0; u < KVEC; u++) {\n"
+			"\t\t\t\t\tconst idx_t v_%s = first_%s + u;\n\t\t\t\t\t",
+			v, v);
+		kgen_print_local(k->buf, &k->pr, s, NULL);
+		sched_buf_printf(k->buf, " = ");
+		if (f16)
+			sched_buf_printf(k->buf, "vec_x[u]");
+		else
+			print_rounded(k, s, "vec_x[u]");
+		sched_buf_printf(k->buf, ";\n\t\t\t\t}\n");
+	}
+	if (!keeps_global(st))
+		return;
+	if (f16) {
+		sched_buf_printf(k->buf,
+				 "\t\t\t\t{\n\t\t\t\t\tconst idx_t v_%s = first_%s;\n"
+				 "\t\t\t\t\tkf16_store_vec(&t_%s[",
+				 v, v, t->name);
+		kgen_print_target_offset(k->buf, &k->pr);
+		sched_buf_printf(k->buf, "], vec_x);\n\t\t\t\t}\n");
+		return;
+	}
+	sched_buf_printf(k->buf,
+			 "#pragma omp simd\n\t\t\t\tfor (int u = 0; u < KVEC; u++) {\n"
+			 "\t\t\t\t\tconst idx_t v_%s = first_%s + u;\n",
+			 v, v);
+	print_keep_global(k, s, "\t\t\t\t\t", "vec_x[u]");
+	sched_buf_printf(k->buf, "\t\t\t\t}\n");
+}
+
+/* An elementwise stage whose f16 reads or keeps run in chunks along its
+ * last dim (print_chunks.c); false, printing nothing, where it has none. */
+static bool print_cpu_elementwise_chunks(fused_kernel *k, int s)
+{
+	const sched_stage *st = &group_of(k)->stages[s];
+	int last = st->rank - 1;
+	char lo[32], hi[32];
+	kgen_chunks c = {&k->pr, k->buf, last, lo, hi, "\t\t\t", {0}};
+
+	if (st->rank == 0 ||
+	    (!kgen_chunk_reads(&c) && stage_target(k, s)->dtype != SCHED_F16))
+		return false;
+	snprintf(lo, sizeof(lo), "lo_%d_%d", s, last);
+	snprintf(hi, sizeof(hi), "hi_%d_%d", s, last);
+	print_region_loops(k, s, last, "\t\t\t");
+	kgen_print_chunks_open(&c);
+	sched_buf_printf(k->buf, "\t\t\t\t\tvec_x[u] = ");
+	kgen_print_value(k->buf, &k->pr, k->pr.op->body);
+	sched_buf_printf(k->buf, ";\n");
+	kgen_print_chunks_middle(&c);
+	print_chunk_keeps(k, s, &c);
+	kgen_print_chunks_done(&c);
+	kgen_print_chunks_tail(&c, "#pragma omp simd\n");
+	sched_buf_printf(k->buf, "\t\t\t\t\tconst float x = ");
+	kgen_print_value(k->buf, &k->pr, k->pr.op->body);
+	sched_buf_printf(k->buf, ";\n");
+	print_keep(k, s, "\t\t\t\t\t", "x");
+	kgen_print_chunks_close(&c);
+	sched_buf_printf(k->buf, "\t\t\t}\n");
+	return true;
+}
+
 static void print_cpu_elementwise(fused_kernel *k, int s)
 {
-	print_region_loops(k, s, "\t\t\t");
+	if (print_cpu_elementwise_chunks(k, s))
+		return;
+	print_region_loops(k, s, group_of(k)->stages[s].rank, "\t\t\t");
 	sched_buf_printf(k->buf, "\t\t\t\tconst float x = ");
 	kgen_print_value(k->buf, &k->pr, k->pr.op->body);
 	sched_buf_printf(k->buf, ";\n");
 	print_keep(k, s, "\t\t\t\t", "x");
+	sched_buf_printf(k->buf, "\t\t\t}\n");
+}
+
+static void print_accumulated_element(fused_kernel *k, const char *indent,
+				      const char *acc)
+{
+	sched_buf_printf(k->buf, "%sconst float x = ", indent);
+	kgen_print_value(k->buf, &k->pr, k->pr.op->body);
+	sched_buf_printf(k->buf, ";\n%s", indent);
+	kgen_print_combine(k->buf, k->pr.op->reducer, acc, "x");
+	sched_buf_printf(k->buf, "\n");
+}
+
+/* Each element of the region folded into its accumulator "acc": in
+ * chunks along the region's last dim where the op reads f16 along it. */
+static void print_accumulation(fused_kernel *k, int s, const char *acc)
+{
+	const sched_stage *st = &group_of(k)->stages[s];
+	int last = st->rank - 1;
+	char lo[32], hi[32];
+	kgen_chunks c = {&k->pr, k->buf, last, lo, hi, "\t\t\t", {0}};
+
+	if (st->rank == 0 || !kgen_chunk_reads(&c)) {
+		print_region_loops(k, s, st->rank, "\t\t\t");
+		print_accumulated_element(k, "\t\t\t\t", acc);
+		sched_buf_printf(k->buf, "\t\t\t}\n");
+		return;
+	}
+	snprintf(lo, sizeof(lo), "lo_%d_%d", s, last);
+	snprintf(hi, sizeof(hi), "hi_%d_%d", s, last);
+	print_region_loops(k, s, last, "\t\t\t");
+	kgen_print_chunks_open(&c);
+	print_accumulated_element(k, "\t\t\t\t\t", acc);
+	kgen_print_chunks_middle(&c);
+	kgen_print_chunks_done(&c);
+	kgen_print_chunks_tail(&c, "#pragma omp simd\n");
+	print_accumulated_element(k, "\t\t\t\t\t", acc);
+	kgen_print_chunks_close(&c);
 	sched_buf_printf(k->buf, "\t\t\t}\n");
 }
 
@@ -282,13 +398,8 @@ static void print_cpu_reducing_outside(fused_kernel *k, int s)
 	kgen_print_local_index(&acc, &k->pr, s);
 	sched_buf_printf(&acc, "]");
 	print_reduction_loops(k, "\t\t\t", false);
-	print_region_loops(k, s, "\t\t\t");
-	sched_buf_printf(k->buf, "\t\t\t\tconst float x = ");
-	kgen_print_value(k->buf, &k->pr, k->pr.op->body);
-	sched_buf_printf(k->buf, ";\n\t\t\t\t");
-	kgen_print_combine(k->buf, k->pr.op->reducer, acc.str ? acc.str : "", "x");
-	sched_buf_printf(k->buf, "\n\t\t\t}\n");
-	print_region_loops(k, s, "\t\t\t");
+	print_accumulation(k, s, acc.str ? acc.str : "");
+	print_region_loops(k, s, st->rank, "\t\t\t");
 	sched_buf_printf(k->buf, "\t\t\t\tconst float x = %s;\n", acc.str ? acc.str : "");
 	print_keep(k, s, "\t\t\t\t", "x");
 	sched_buf_printf(k->buf, "\t\t\t}\n");
@@ -334,6 +445,50 @@ static const char *simd_reducer(enum sched_reducer reducer)
 	}
 }
 
+static void print_reduced_term(fused_kernel *k, const char *indent, const char *acc)
+{
+	sched_buf_printf(k->buf, "%sconst float y = ", indent);
+	kgen_print_value(k->buf, &k->pr, k->pr.op->body);
+	sched_buf_printf(k->buf, ";\n%s", indent);
+	kgen_print_combine(k->buf, k->pr.op->reducer, acc, "y");
+	sched_buf_printf(k->buf, "\n");
+}
+
+/* "float x", the current element's reduction over its one reduction
+ * variable, in chunks where the op reads f16 along it: KVEC partial
+ * results, one per lane, kept across the row and folded at its end
+ * (then the last points); false, printing nothing, where it reads none. */
+static bool print_reduced_element_chunks(fused_kernel *k)
+{
+	const sched_op *op = k->pr.op;
+	char lo[32], hi[32], tail[64];
+	kgen_chunks c = {&k->pr, k->buf, op->ntarget_vars, lo, hi, "\t\t\t\t", {0}};
+
+	if (op->nvars != op->ntarget_vars + 1 || !kgen_chunk_reads(&c))
+		return false;
+	snprintf(lo, sizeof(lo), "%lld", (long long)op->vars[c.var].lo);
+	snprintf(hi, sizeof(hi), "%lld", (long long)op->vars[c.var].hi);
+	snprintf(tail, sizeof(tail), "#pragma omp simd reduction(%s:x)\n",
+		 simd_reducer(op->reducer));
+	sched_buf_printf(
+		k->buf,
+		"\t\t\t\tfloat x = %s, lanes[KVEC];\n"
+		"\t\t\t\tfor (int u = 0; u < KVEC; u++)\n\t\t\t\t\tlanes[u] = %s;\n",
+		kgen_reducer_identity(op->reducer), kgen_reducer_identity(op->reducer));
+	kgen_print_chunks_open(&c);
+	print_reduced_term(k, "\t\t\t\t\t\t", "lanes[u]");
+	kgen_print_chunks_middle(&c);
+	kgen_print_chunks_done(&c);
+	sched_buf_printf(k->buf,
+			 "\t\t\t\t\tfor (int u = 0; u < KVEC; u++) {\n\t\t\t\t\t\t");
+	kgen_print_combine(k->buf, op->reducer, "x", "lanes[u]");
+	sched_buf_printf(k->buf, "\n\t\t\t\t\t}\n");
+	kgen_print_chunks_tail(&c, tail);
+	print_reduced_term(k, "\t\t\t\t\t\t", "x");
+	kgen_print_chunks_close(&c);
+	return true;
+}
+
 /* One element at a time, its reduction innermost under omp simd. */
 static void print_cpu_reducing_inside(fused_kernel *k, int s)
 {
@@ -344,7 +499,8 @@ static void print_cpu_reducing_inside(fused_kernel *k, int s)
 		sched_buf_printf(k->buf, "\t\t\tfor (idx_t v_%s = lo_%d_%d; v_%s < hi_%d_%d; v_%s++)\n",
 				 var_name(k, d), s, d, var_name(k, d), s, d, var_name(k, d));
 	sched_buf_printf(k->buf, "\t\t\t{\n");
-	print_reduced_element(k, "\t\t\t\t", simd_reducer(op->reducer));
+	if (!print_reduced_element_chunks(k))
+		print_reduced_element(k, "\t\t\t\t", simd_reducer(op->reducer));
 	print_keep(k, s, "\t\t\t\t", "x");
 	sched_buf_printf(k->buf, "\t\t\t}\n");
 }
@@ -419,20 +575,6 @@ static bool recomputed(const fused_kernel *k, int t)
 	return s >= 0 && group_of(k)->stages[s].store == SCHED_STORE_INLINE;
 }
 
-/* Whether "access" walks its tensor's last dim by the op's variable
- * "var", which no other index mentions. */
-static bool walks_last(const sched_node *access, int var)
-{
-	const sched_node *index = access->nargs ? access->args[access->nargs - 1] : NULL;
-
-	if (!index || index->kind != SCHED_NODE_VAR || index->var != var)
-		return false;
-	for (int d = 0; d < access->nargs - 1; d++)
-		if (sched_node_mentions(access->args[d], var))
-			return false;
-	return true;
-}
-
 static void look_at_read(const sched_node *access, void *user)
 {
 	vector_stage *v = user;
@@ -443,7 +585,7 @@ static void look_at_read(const sched_node *access, void *user)
 			     st->extent[st->rank - 1] % v->width == 0 :
 			     t->shape[t->rank - 1] % v->width == 0;
 
-	if (v->reads.n < KGEN_MAX_VECTOR_READS && walks_last(access, v->var) &&
+	if (v->reads.n < KGEN_MAX_VECTOR_READS && kgen_walks_last(access, v->var) &&
 	    !recomputed(v->k, access->tensor) && on_width)
 		v->reads.access[v->reads.n++] = access;
 }

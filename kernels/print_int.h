@@ -8,10 +8,13 @@
 
 /* cuda: the reads of a fused stage that runs consecutive elements per
  * thread (print_fused.c) and loads them at once: read i of element u is
- * vec_<i>[u], in its tensor's type, or a float from local memory. */
+ * vec_<i>[u], in its tensor's type, or a float from local memory.
+ * cpu: the f16 reads of a loop run in chunks (print_chunks.c), "widened":
+ * vec_<i>[u] is the float already. */
 #define KGEN_MAX_VECTOR_READS 16
 typedef struct kgen_vector_reads {
 	int n;
+	bool widened;
 	const sched_node *access[KGEN_MAX_VECTOR_READS];
 } kgen_vector_reads;
 
@@ -83,6 +86,41 @@ void kgen_print_local_index(sched_buf *buf, const kgen_printer *pr, int stage);
 /* Whether some tensor has 2^31 elements or more (cuda indices are then
  * 64-bit). */
 bool kgen_wide_indices(const sched_graph *graph);
+
+/* Whether "access" walks its tensor's last dim by the op's variable
+ * "var", which no other index mentions. */
+bool kgen_walks_last(const sched_node *access, int var);
+
+/* print_chunks.c, cpu: a loop over variable "var" from "lo" to "hi" (C
+ * expressions) run KVEC elements at a time where its op reads f16 along
+ * it or keeps f16 results, the f16 moved by the conversion instructions
+ * (kf16_load_vec, kf16_store_vec), then the elements left one at a time:
+ *
+ *   open       { idx_t first_V = lo; for (chunks) { loads; simd u loop {
+ *              v_V = first_V + u;  (the caller prints the element, its
+ *              f16 reads from pr->vectors)
+ *   middle     }  (the caller prints what ends a chunk, at first_V)
+ *   done       }  (the caller prints what follows the chunks)
+ *   tail       PRAGMA for (v_V = first_V; v_V < hi; v_V++) {  (the
+ *              caller prints the element, as without chunks)
+ *   close      } }
+ */
+typedef struct kgen_chunks {
+	kgen_printer *pr;
+	sched_buf *buf;
+	int var;
+	const char *lo, *hi, *indent;
+	kgen_vector_reads reads;
+} kgen_chunks;
+
+/* Fills "c" with the op's f16 reads along "var" from global memory;
+ * false when there are none. */
+bool kgen_chunk_reads(kgen_chunks *c);
+void kgen_print_chunks_open(kgen_chunks *c);
+void kgen_print_chunks_middle(kgen_chunks *c);
+void kgen_print_chunks_done(kgen_chunks *c);
+void kgen_print_chunks_tail(kgen_chunks *c, const char *pragma);
+void kgen_print_chunks_close(kgen_chunks *c);
 
 /* print_fused.c: a fused group's kernel, as C with OpenMP or CUDA C. */
 char *kgen_print_fused(const sched_graph *graph, const kgen_kernel *kernel,

@@ -347,6 +347,26 @@ Test(cpu, f16_rounding_in_block_local_memory_is_exact)
 	close_bench(&b);
 }
 
+/* y[i], stored from float bits x[i], holds the bits of the _Float16
+ * conversion; a NaN stays a NaN. */
+static void expect_f16_stores(const uint32_t *x, const uint16_t *y, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		float in;
+		_Float16 want;
+		uint16_t bits;
+
+		memcpy(&in, &x[i], 4);
+		want = (_Float16)in;
+		memcpy(&bits, &want, 2);
+		if (in != in)
+			cr_expect((y[i] & 0x7c00u) == 0x7c00u && (y[i] & 0x3ffu),
+				  "0x%08x: 0x%04x, want a NaN", x[i], y[i]);
+		else if (y[i] != bits)
+			cr_expect_fail("0x%08x: 0x%04x, want 0x%04x", x[i], y[i], bits);
+	}
+}
+
 /* f16 stores (integer operations that vectorize) give the bits of the
  * _Float16 conversion, ties, subnormals, overflow and signed zeros
  * included; a NaN stays a NaN. */
@@ -362,22 +382,101 @@ Test(cpu, f16_stores_are_the_conversion_bit_for_bit)
 	build_one_op(&b, "x f32 4194304 in; y f16 4194304 out", "y[i] = x[i]");
 	rounding_cases(x, N);
 	cr_assert_eq(kgen_program_run(b.prog, host, &b.err), KGEN_OK);
-	for (uint32_t i = 0; i < N; i++) {
-		float in;
-		_Float16 want;
-		uint16_t bits;
-
-		memcpy(&in, &x[i], 4);
-		want = (_Float16)in;
-		memcpy(&bits, &want, 2);
-		if (in != in)
-			cr_expect((y[i] & 0x7c00u) == 0x7c00u && (y[i] & 0x3ffu),
-				  "0x%08x: 0x%04x, want a NaN", x[i], y[i]);
-		else if (y[i] != bits)
-			cr_expect_fail("0x%08x: 0x%04x, want 0x%04x", x[i], y[i], bits);
-	}
+	expect_f16_stores(x, y, N);
 	free(x);
 	free(y);
+	close_bench(&b);
+}
+
+/* Kernel "k" of the bench's plan, as C, holds "text". */
+static void expect_source_has(const bench *b, int k, const char *text)
+{
+	char *source = kgen_print_c(b->graph, b->plan, k);
+
+	cr_expect(source && strstr(source, text), "no %s in\n%s", text, source);
+	free(source);
+}
+
+/* f16 loads and stores along a loop run KVEC at a time through the cpu's
+ * conversion instructions (print_chunks.c), the last elements of a tile
+ * one at a time: the same bits as the _Float16 conversion either way, on
+ * every f16 (loads) and on a spread of floats (stores), over lengths
+ * with a tail that is not a multiple of the vector. */
+Test(cpu, f16_moved_in_chunks_are_the_conversion_bit_for_bit)
+{
+	enum { LOADS = 65536 + 13, STORES = (1 << 20) + 7 };
+	bench b = {0};
+	uint16_t *h = malloc(LOADS * sizeof(uint16_t)),
+		 *y16 = malloc(STORES * sizeof(uint16_t));
+	float *y = malloc(LOADS * sizeof(float));
+	uint32_t *x = malloc(STORES * sizeof(uint32_t));
+	void *loads[2] = {h, y}, *stores[2] = {x, y16};
+	char tensors[64];
+
+	open_cpu(&b);
+	snprintf(tensors, sizeof(tensors), "x f16 %d in; y f32 %d out", LOADS, LOADS);
+	build_one_op(&b, tensors, "y[i] = x[i]");
+	expect_source_has(&b, 0, "kf16_load_vec(");
+	for (uint32_t i = 0; i < LOADS; i++)
+		h[i] = (uint16_t)(i * 40503u);
+	cr_assert_eq(kgen_program_run(b.prog, loads, &b.err), KGEN_OK, "%s",
+		     b.err.message);
+	for (uint32_t i = 0; i < LOADS; i++) {
+		_Float16 in;
+		float want;
+
+		memcpy(&in, &h[i], 2);
+		want = (float)in;
+		if (want != want)
+			cr_expect(y[i] != y[i], "0x%04x: %a, want NaN", h[i], y[i]);
+		else if (memcmp(&y[i], &want, 4) != 0)
+			cr_expect_fail("0x%04x: %a, want %a", h[i], y[i], want);
+	}
+	close_bench(&b);
+	open_cpu(&b);
+	snprintf(tensors, sizeof(tensors), "x f32 %d in; y f16 %d out", STORES, STORES);
+	build_one_op(&b, tensors, "y[i] = x[i]");
+	expect_source_has(&b, 0, "kf16_store_vec(");
+	rounding_cases(x, STORES);
+	cr_assert_eq(kgen_program_run(b.prog, stores, &b.err), KGEN_OK, "%s",
+		     b.err.message);
+	expect_f16_stores(x, y16, STORES);
+	free(h);
+	free(y);
+	free(x);
+	free(y16);
+	close_bench(&b);
+}
+
+/* A fused layer norm whose rows (of 37, no multiple of the vector) are
+ * read from f16: its row reductions fold f16 chunks into one partial
+ * result per lane kept across the row, its f16 intermediate is rounded
+ * and its f16 result stored a chunk at a time, and it verifies. */
+Test(cpu, fused_row_reductions_read_f16_in_chunks)
+{
+	bench b = {0};
+	sched_error serr = {0};
+	json_t *json = json_loads("{\"kernels\": [{\"ops\": [0, 1, 2, 3], "
+				  "\"schedule\": {\"tile\": [4, 37]}}]}",
+				  0, NULL);
+
+	open_cpu(&b);
+	cr_assert_eq(
+		load_graph(
+			"x f16 64,37 in; m f32 64; s f16 64,37; v f32 64; "
+			"y f16 64,37 out",
+			OPS("m[i] = sum(j) x[i, j] * 0.027", "s[i, j] = x[i, j] - m[i]",
+			    "v[i] = sum(j) x[i, j] * x[i, j] * 0.027",
+			    "y[i, j] = s[i, j] * rsqrt(v[i] - m[i] * m[i] + 0.00001)"),
+			&b.graph, &serr),
+		SCHED_OK, "%s", serr.message);
+	cr_assert_eq(kgen_plan_from_json(b.graph, json, &b.plan, &b.err), KGEN_OK, "%s",
+		     b.err.message);
+	expect_source_has(&b, 0, "lanes[u] += y;");
+	expect_source_has(&b, 0, "kf16_round_vec(vec_x);");
+	expect_source_has(&b, 0, "kf16_store_vec(");
+	cr_expect_eq(build_and_verify(&b, NULL, 3), KGEN_OK, "%s", b.err.message);
+	json_decref(json);
 	close_bench(&b);
 }
 

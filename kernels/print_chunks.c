@@ -1,0 +1,105 @@
+/*
+ * print_chunks.c: cpu loops run KVEC elements at a time, for their f16.
+ *
+ * GCC vectorizes no scalar f16 conversion on a cpu without AVX512-FP16,
+ * so f16_load and f16_store are integer operations that vectorize: about
+ * ten of them per element, which leave a memory-bound kernel bound by
+ * them. Here a loop's f16 reads along its variable are widened KVEC at a
+ * time into float arrays by the conversion instructions (F16C), and its
+ * f16 keeps narrowed from one (kf16_load_vec, kf16_store_vec in the
+ * helpers, print.c); the element's arithmetic stays a simd loop of
+ * floats. The last elements, fewer than KVEC, run as the loop would
+ * without chunks.
+ */
+#include "print_int.h"
+
+static const char *var_name(const kgen_chunks *c)
+{
+	return c->pr->op->vars[c->var].name;
+}
+
+/* An f16 read from global memory (not a fused member's local or
+ * recomputed value) along the chunks' variable. */
+static bool chunked_read(const kgen_chunks *c, const sched_node *access)
+{
+	const kgen_printer *pr = c->pr;
+	const sched_tensor *t = &pr->graph->tensors[access->tensor];
+	int stage = pr->group ? sched_group_stage_of(pr->group, t->writer) : -1;
+
+	if (stage >= 0 && pr->group->stages[stage].store != SCHED_STORE_GLOBAL)
+		return false;
+	return t->dtype == SCHED_F16 && kgen_walks_last(access, c->var);
+}
+
+static void look_at_read(const sched_node *access, void *user)
+{
+	kgen_chunks *c = user;
+
+	for (int i = 0; i < c->reads.n; i++)
+		if (c->reads.access[i] == access)
+			return;
+	if (c->reads.n < KGEN_MAX_VECTOR_READS && chunked_read(c, access))
+		c->reads.access[c->reads.n++] = access;
+}
+
+bool kgen_chunk_reads(kgen_chunks *c)
+{
+	c->reads = (kgen_vector_reads){0, true, {0}};
+	sched_node_each_access(c->pr->op->body, look_at_read, c);
+	return c->reads.n > 0;
+}
+
+void kgen_print_chunks_open(kgen_chunks *c)
+{
+	const char *v = var_name(c), *in = c->indent;
+
+	sched_buf_printf(c->buf,
+			 "%s{\n%s\tidx_t first_%s = %s;\n"
+			 "%s\tfor (; first_%s + KVEC <= %s; first_%s += KVEC) {\n",
+			 in, in, v, c->lo, in, v, c->hi, v);
+	for (int i = 0; i < c->reads.n; i++)
+		sched_buf_printf(c->buf, "%s\tfloat vec_%d[KVEC];\n", in, i);
+	sched_buf_printf(
+		c->buf,
+		"%s\tfloat vec_x[KVEC];\n%s\t{\n%s\t\tconst idx_t v_%s = first_%s;\n",
+		in, in, in, v, v);
+	for (int i = 0; i < c->reads.n; i++) {
+		const sched_node *access = c->reads.access[i];
+
+		sched_buf_printf(c->buf, "%s\t\tkf16_load_vec(vec_%d, &t_%s[", in, i,
+				 c->pr->graph->tensors[access->tensor].name);
+		kgen_print_offset(c->buf, c->pr, access);
+		sched_buf_printf(c->buf, "]);\n");
+	}
+	sched_buf_printf(
+		c->buf,
+		"%s\t}\n#pragma omp simd\n%s\tfor (int u = 0; u < KVEC; u++) {\n"
+		"%s\t\tconst idx_t v_%s = first_%s + u;\n",
+		in, in, in, v, v);
+	c->pr->vectors = &c->reads;
+}
+
+void kgen_print_chunks_middle(kgen_chunks *c)
+{
+	c->pr->vectors = NULL;
+	sched_buf_printf(c->buf, "%s\t}\n", c->indent);
+}
+
+void kgen_print_chunks_done(kgen_chunks *c)
+{
+	sched_buf_printf(c->buf, "%s\t}\n", c->indent);
+}
+
+void kgen_print_chunks_tail(kgen_chunks *c, const char *pragma)
+{
+	const char *v = var_name(c), *in = c->indent;
+
+	sched_buf_printf(c->buf,
+			 "%s%s\tfor (idx_t v_%s = first_%s; v_%s < %s; v_%s++) {\n",
+			 pragma, in, v, v, v, c->hi, v);
+}
+
+void kgen_print_chunks_close(kgen_chunks *c)
+{
+	sched_buf_printf(c->buf, "%s\t}\n%s}\n", c->indent, c->indent);
+}
