@@ -29,6 +29,21 @@ void seeds_propose(__tuner_keep const tuner_genome *g,
 		   __tuner_keep const tuner_search_options *o,
 		   seeds_join *join, void *search);
 
+/* A graph of at least this many ops measures more than its default plan
+ * in generation 0 (seeds_first): its default plan, a kernel per op, takes
+ * seconds to compile and often runs slower than fewer, fused kernels. */
+#define SEEDS_FIRST_FUSED_OPS 48
+
+/* The plans of generation 0 beside the default plan, each joined in turn,
+ * for a graph of at least SEEDS_FIRST_FUSED_OPS ops (nothing for a smaller
+ * one): the largest fusion (each merge the cost model allows) and, on the
+ * cpu, the same with every kernel serial (threads woken for small kernels
+ * cost more than they save on a few shared cores); so that its first
+ * version is the fastest of the three, from fewer kernels to compile. */
+void seeds_first(__tuner_keep const tuner_genome *g,
+		 __tuner_keep const tuner_search_options *o,
+		 seeds_join *join, void *search);
+
 /* The genes nearest "plan" (JSON, a plan of a graph of the same form,
  * possibly with other shapes) into "genes": each of its values mapped to
  * the nearest in its gene's domain, its grouping as fusion genes, the
