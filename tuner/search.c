@@ -525,8 +525,9 @@ static void start_fill(tuner_search *s, json_t *out)
 	s->fill = FILL_DONE;
 	s->fill_tries = 0;
 	if (s->generations == 1) {
-		propose(s, s->g->defaults, out);
+		/* a large graph's fused plans first: they compile sooner */
 		seeds_first(s->g, &s->o, join_first, &(seeding){s, out});
+		propose(s, s->g->defaults, out);
 		for (int i = 0; i < s->nsuggested; i++)
 			propose(s, s->suggested + i * s->ngenes, out);
 		if (json_array_size(out))

@@ -371,9 +371,9 @@ void seeds_first(const tuner_genome *g, const tuner_search_options *o,
 		return;
 	if (!(scratch = malloc((g->ngenes + 1) * sizeof(int))))
 		return;
-	join_fn(search, g->fused);
 	if (!o->cuda)
 		join_fn(search, serial(g, g->fused, scratch));
+	join_fn(search, g->fused);
 	free(scratch);
 }
 
