@@ -373,7 +373,7 @@ static int join_seed(void *to, const int *genes)
 	return z->s->npop;
 }
 
-/* Where generation 0's plans beside the default go (seeds_first). */
+/* Where generation 0's plans before the default go (seeds_first). */
 static int join_first(void *to, const int *genes)
 {
 	seeding *z = to;
