@@ -1173,7 +1173,7 @@ static bool all_serial(const sched_graph *g, json_t *plan)
 Test(search, a_large_graph_fuses_in_generation_0)
 {
 	int n = 70;
-	sched_graph *g = chain_of(n, "[256, 256]");
+	sched_graph *g = chain_of(n, "[256, 512]");
 	tuner_search *s = search_new(g, 2);
 	json_t *g0 = tuner_search_generation(s), *plan;
 	char *def = default_text(g);
