@@ -371,9 +371,7 @@ void seeds_first(const tuner_genome *g, const tuner_search_options *o,
 		return;
 	if (!(scratch = malloc((g->ngenes + 1) * sizeof(int))))
 		return;
-	if (!o->cuda)
-		join_fn(search, serial(g, g->fused, scratch));
-	join_fn(search, g->fused);
+	join_fn(search, o->cuda ? g->fused : serial(g, g->fused, scratch));
 	free(scratch);
 }
 

@@ -34,13 +34,14 @@ void seeds_propose(__tuner_keep const tuner_genome *g,
  * seconds to compile and often runs slower than fewer, fused kernels. */
 #define SEEDS_FIRST_FUSED_OPS 48
 
-/* The plans of generation 0 before the default plan, each joined in
- * turn, for a graph of at least SEEDS_FIRST_FUSED_OPS ops (nothing for a
- * smaller one): on the cpu the largest fusion (each merge the cost model
- * allows) with every kernel serial (threads woken for small kernels cost
- * more than they save on a few shared cores), and the largest fusion as
- * it is; fewer kernels to compile, so that a first version comes before
- * the default plan's compile is over, the fastest of those measured. */
+/* The plan of generation 0 before the default plan, joined, for a graph
+ * of at least SEEDS_FIRST_FUSED_OPS ops (nothing for a smaller one): the
+ * largest fusion (each merge the cost model allows), on the cpu with
+ * every kernel serial (threads woken for small kernels cost more than
+ * they save on a few shared cores; the first population has it in
+ * parallel). Fewer kernels to compile: a first version comes before the
+ * default plan's compile is over, the faster of the two if both are
+ * measured. */
 void seeds_first(__tuner_keep const tuner_genome *g,
 		 __tuner_keep const tuner_search_options *o,
 		 seeds_join *join, void *search);

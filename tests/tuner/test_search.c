@@ -1167,9 +1167,8 @@ static bool all_serial(const sched_graph *g, json_t *plan)
 /* A graph of more ops than the old bound of 64 gets fusion genes, and, of
  * at least SEEDS_FIRST_FUSED_OPS ops, its generation 0 holds before the
  * default plan (a kernel per op, in parallel where large; last, since it
- * compiles longest) the largest fusion with every kernel serial (on the
- * cpu) and as it is: each fused plan fewer kernels than ops, and each
- * verified against the reference. */
+ * compiles longest) the largest fusion with every kernel serial (the
+ * cpu's): fewer kernels than ops, verified against the reference. */
 Test(search, a_large_graph_fuses_in_generation_0)
 {
 	int n = 70;
@@ -1180,18 +1179,18 @@ Test(search, a_large_graph_fuses_in_generation_0)
 	size_t i;
 
 	cr_assert_gt(n, SEEDS_FIRST_FUSED_OPS);
-	cr_assert_eq(json_array_size(g0), 3, "fused serially, fused, the default plan");
+	cr_assert_eq(json_array_size(g0), 2, "fused serially, the default plan");
 	json_array_foreach(g0, i, plan) {
 		kgen_plan *p = legal(g, plan);
 		char *text = json_dumps(plan, JSON_COMPACT | JSON_SORT_KEYS);
 
-		if (i == 2) {
+		if (i == 1) {
 			cr_expect_str_eq(text, def);
 			cr_expect_eq(p->nkernels, n);
 			cr_expect_not(all_serial(g, plan), "large ops run in parallel by default");
 		} else {
 			cr_expect_lt(p->nkernels, n / 4, "plan %zu: %d kernels", i, p->nkernels);
-			cr_expect_eq(all_serial(g, plan), i == 0, "plan %zu", i);
+			cr_expect(all_serial(g, plan));
 			expect_verified_on_cpu(g, plan);
 		}
 		free(text);
