@@ -225,6 +225,8 @@ typedef struct decoding {
 	int *group;          /* op -> the op that represents its group */
 	kgen_kernel *kernels; /* by representative */
 	int pass;            /* of the walk over the genes, from 1 */
+	int *merged;         /* scratch of convex: op -> its group once merged */
+	bool *from, *to;     /* scratch of convex: groups reached, and reaching */
 } decoding;
 
 static int find_group(const decoding *d, int op)
@@ -263,9 +265,11 @@ static void mark_reached(const tuner_fusion *f, const int *group, int m,
 static bool convex(const decoding *d, int ra, int rb)
 {
 	const tuner_fusion *f = d->f;
-	bool from[TUNER_FUSION_MAX_OPS] = {false}, to[TUNER_FUSION_MAX_OPS] = {false};
-	int group[TUNER_FUSION_MAX_OPS] = {0};
+	bool *from = d->from, *to = d->to;
+	int *group = d->merged;
 
+	memset(from, 0, f->nops * sizeof(bool));
+	memset(to, 0, f->nops * sizeof(bool));
 	for (int op = 0; op < f->nops; op++) {
 		group[op] = find_group(d, op);
 		if (group[op] == rb)
@@ -511,7 +515,6 @@ static bool try_merge(decoding *d, int a, int b)
 {
 	const tuner_fusion *f = d->f;
 	int ra = find_group(d, a), rb = find_group(d, b);
-	bool in[TUNER_FUSION_MAX_OPS] = {false};
 	kgen_kernel k = {.nops = 0}, tried;
 	const sched_op *root;
 	sched_contraction product;
@@ -521,10 +524,11 @@ static bool try_merge(decoding *d, int a, int b)
 	if (ra == rb)
 		return tell(d, a, b, TUNER_MERGE_ALREADY, NULL, NULL), false;
 	for (int op = 0; op < f->nops; op++) {
-		in[op] = find_group(d, op) == ra || find_group(d, op) == rb;
-		if (in[op] && k.nops < KGEN_MAX_OPS)
+		bool in = find_group(d, op) == ra || find_group(d, op) == rb;
+
+		if (in && k.nops < KGEN_MAX_OPS)
 			k.ops[k.nops++] = op;
-		else if (in[op])
+		else if (in)
 			return tell(d, a, b, TUNER_MERGE_TOO_MANY, NULL, NULL), false;
 	}
 	if (!convex(d, ra, rb))
@@ -661,10 +665,11 @@ kgen_plan *tuner_fusion_plan(tuner_fusion *f, const kgen_schedule *schedules,
 		return unfused(f, schedules);
 	}
 	decoding d = {f, schedules, genes, calloc(f->nops, sizeof(int)),
-		      calloc(f->nops, sizeof(kgen_kernel)), 1};
+		      calloc(f->nops, sizeof(kgen_kernel)), 1, calloc(f->nops, sizeof(int)),
+		      calloc(f->nops, sizeof(bool)), calloc(f->nops, sizeof(bool))};
 	kgen_plan *plan = NULL;
 
-	if (d.group && d.kernels) {
+	if (d.group && d.kernels && d.merged && d.from && d.to) {
 		for (int op = 0; op < f->nops; op++) {
 			d.group[op] = op;
 			d.kernels[op] = f->base->kernels[f->kernel_of[op]];
@@ -681,6 +686,9 @@ kgen_plan *tuner_fusion_plan(tuner_fusion *f, const kgen_schedule *schedules,
 	}
 	free(d.group);
 	free(d.kernels);
+	free(d.merged);
+	free(d.from);
+	free(d.to);
 	return plan;
 }
 

@@ -455,6 +455,15 @@ static int join_seed(void *to, const int *genes)
 	return s->npop;
 }
 
+/* Where generation 0's plans before the default go (seeds_first). */
+static int join_first(void *to, const int *genes)
+{
+	seeding *z = to;
+
+	propose(z->s, genes, z->out);
+	return z->s->npop;
+}
+
 /* The first population: the best plans measured or known (a quarter of it
  * at most, and only those that are genomes), the seeds (seeds_propose),
  * mutants of the best (the default plan, for a new key) in half the
@@ -673,6 +682,8 @@ static void start_fill(tuner_search *s, json_t *out)
 	s->fill = FILL_DONE;
 	s->fill_tries = 0;
 	if (s->generations == 1) {
+		/* a large graph's fused plans first: they compile sooner */
+		seeds_first(s->g, &s->o, join_first, &(seeding){s, out});
 		propose(s, s->g->defaults, out);
 		for (int i = 0; i < s->nsuggested; i++)
 			propose(s, s->suggested + i * s->ngenes, out);

@@ -353,6 +353,28 @@ bool seeds_nearest(const tuner_genome *g, const json_t *plan, int *genes)
 	return true;
 }
 
+/* "genes" with every kernel's loops serial, into "out" (returned). */
+static int *serial(const tuner_genome *g, const int *genes, int *out)
+{
+	copy(g, genes, out);
+	for (int k = 0; k < g->nkernels; k++)
+		out[g->kernels[k].at.parallel] = 0;
+	return out;
+}
+
+void seeds_first(const tuner_genome *g, const tuner_search_options *o,
+		 seeds_join *join_fn, void *search)
+{
+	int *scratch;
+
+	if (g->nkernels < SEEDS_FIRST_FUSED_OPS)
+		return;
+	if (!(scratch = malloc((g->ngenes + 1) * sizeof(int))))
+		return;
+	join_fn(search, o->cuda ? g->fused : serial(g, g->fused, scratch));
+	free(scratch);
+}
+
 void seeds_propose(const tuner_genome *g, const tuner_search_options *o,
 		   seeds_join *join_fn, void *search)
 {

@@ -29,6 +29,23 @@ void seeds_propose(__tuner_keep const tuner_genome *g,
 		   __tuner_keep const tuner_search_options *o,
 		   seeds_join *join, void *search);
 
+/* A graph of at least this many ops measures more than its default plan
+ * in generation 0 (seeds_first): its default plan, a kernel per op, takes
+ * seconds to compile and often runs slower than fewer, fused kernels. */
+#define SEEDS_FIRST_FUSED_OPS 48
+
+/* The plan of generation 0 before the default plan, joined, for a graph
+ * of at least SEEDS_FIRST_FUSED_OPS ops (nothing for a smaller one): the
+ * largest fusion (each merge the cost model allows), on the cpu with
+ * every kernel serial (threads woken for small kernels cost more than
+ * they save on a few shared cores; the first population has it in
+ * parallel). Fewer kernels to compile: a first version comes before the
+ * default plan's compile is over, the faster of the two if both are
+ * measured. */
+void seeds_first(__tuner_keep const tuner_genome *g,
+		 __tuner_keep const tuner_search_options *o,
+		 seeds_join *join, void *search);
+
 /* The genes nearest "plan" (JSON, a plan of a graph of the same form,
  * possibly with other shapes) into "genes": each of its values mapped to
  * the nearest in its gene's domain, its grouping as fusion genes, the

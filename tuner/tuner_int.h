@@ -19,8 +19,13 @@
  * dropped, after trying the root's tile widened to whole rows; with
  * peaks, so is a merge the cost model says cannot pay (NeoFlow's reward:
  * saved bytes, launches and occupancy).
- * Graphs of more than TUNER_FUSION_MAX_OPS ops get no fusion genes. */
-#define TUNER_FUSION_MAX_OPS 64
+ * Graphs of more than TUNER_FUSION_MAX_OPS ops get no fusion genes: the
+ * genes are one per edge and sibling pair, and a decoding's checks scan
+ * every op per merge, so the work grows as the square of the ops and more;
+ * at 162 ops (an encoder's backward graph) the first decoding of every
+ * gene on takes about 2 s of cpu, later ones, with the planner's verdicts
+ * remembered, about 0.1 s. */
+#define TUNER_FUSION_MAX_OPS 256
 
 typedef struct tuner_fusion tuner_fusion;
 

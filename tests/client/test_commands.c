@@ -356,11 +356,11 @@ Test(explain, a_graph_too_large_to_fuse_says_so)
 {
 	char file[PATH_MAX], *text;
 
-	write_chain("chain.json", 70, file, sizeof(file));
+	write_chain("chain.json", 262, file, sizeof(file));
 	cr_assert_eq(tunectl((const char *const[]){"explain", file, NULL}), 0);
 	text = slurp("out");
 	cr_expect(strstr(text, "not fused: the planner does not fuse graphs of "
-			       "more than 64 ops (this one has 70)"),
+			       "more than 256 ops (this one has 262)"),
 		  "%s", text);
 	free(text);
 }

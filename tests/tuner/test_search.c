@@ -17,6 +17,7 @@
 #include "kgen.h"
 #include "random_graph.h"
 #include "genome.h"
+#include "seeds.h"
 #include "tuner_int.h"
 
 static const char *const examples[] = {
@@ -1343,28 +1344,39 @@ Test(search, sync_policies_are_searched_on_cuda_only)
 	sched_graph_free(g);
 }
 
+/* A chain of "n" elementwise ops on tensors of "shape" (JSON), t0 in,
+ * t<n> out. */
+static sched_graph *chain_of(int n, const char *shape)
+{
+	sched_buf text = {0};
+	sched_graph *g;
+
+	sched_buf_printf(&text, "{\"version\": 1, \"name\": \"chain\", \"tensors\": {");
+	for (int t = 0; t <= n; t++)
+		sched_buf_printf(&text, "%s\"t%d\": {\"shape\": %s, \"dtype\": \"f32\"%s}",
+				 t ? ", " : "", t, shape, t == 0 ? ", \"role\": \"input\"" :
+				 t == n ? ", \"role\": \"output\"" : "");
+	sched_buf_printf(&text, "}, \"ops\": [");
+	for (int o = 0; o < n; o++)
+		sched_buf_printf(&text, "%s\"t%d[%s] = t%d[%s] * 0.5 + 1\"", o ? ", " : "", o + 1,
+				 strchr(shape, ',') ? "i, j" : "i", o,
+				 strchr(shape, ',') ? "i, j" : "i");
+	sched_buf_printf(&text, "]}");
+	g = graph_of(text.str);
+	sched_buf_release(&text);
+	return g;
+}
+
 /* A graph of more ops than TUNER_FUSION_MAX_OPS gets no fusion genes: its
  * plans keep a kernel per op, and the search runs as before. */
 Test(search, a_graph_too_large_for_fusion_genes_is_searched_unfused)
 {
-	sched_buf text = {0};
 	int n = TUNER_FUSION_MAX_OPS + 6;
-	sched_graph *g;
-	tuner_search *s;
+	sched_graph *g = chain_of(n, "[64]");
+	tuner_search *s = search_new(g, 2);
 	json_t *generation, *plan;
 	size_t i;
 
-	sched_buf_printf(&text, "{\"version\": 1, \"name\": \"chain\", \"tensors\": {");
-	for (int t = 0; t <= n; t++)
-		sched_buf_printf(&text, "%s\"t%d\": {\"shape\": [64], \"dtype\": \"f32\"%s}",
-				 t ? ", " : "", t, t == 0 ? ", \"role\": \"input\"" :
-				 t == n ? ", \"role\": \"output\"" : "");
-	sched_buf_printf(&text, "}, \"ops\": [");
-	for (int o = 0; o < n; o++)
-		sched_buf_printf(&text, "%s\"t%d[i] = t%d[i] * 0.5 + 1\"", o ? ", " : "", o + 1, o);
-	sched_buf_printf(&text, "]}");
-	g = graph_of(text.str);
-	s = search_new(g, 2);
 	for (int gen = 0; gen < 2 && (generation = tuner_search_generation(s)); gen++) {
 		json_array_foreach(generation, i, plan) {
 			kgen_plan *p = legal(g, plan);
@@ -1378,7 +1390,78 @@ Test(search, a_graph_too_large_for_fusion_genes_is_searched_unfused)
 	cr_expect_eq(tuner_search_generations(s), 2);
 	tuner_search_free(s);
 	sched_graph_free(g);
-	sched_buf_release(&text);
+}
+
+/* Builds "plan" on the cpu backend and verifies it against the reference
+ * interpreter. */
+static void expect_verified_on_cpu(const sched_graph *g, json_t *plan)
+{
+	kgen_plan *p = legal(g, plan);
+	kgen_backend *backend = NULL;
+	kgen_program *prog = NULL;
+	kgen_check checks[4];
+	kgen_error err = {0};
+	int rc = kgen_backend_open("cpu", &backend, &err);
+
+	if (rc == KGEN_OK)
+		rc = kgen_program_build(backend, g, p, NULL, &prog, &err);
+	if (rc == KGEN_OK)
+		rc = kgen_verify(prog, 1, checks, &err);
+	cr_expect_eq(rc, KGEN_OK, "%s: %s", json_dumps(plan, JSON_COMPACT), err.message);
+	kgen_program_free(prog);
+	kgen_backend_close(backend);
+	kgen_plan_free(p);
+	kgen_error_release(&err);
+}
+
+/* Whether every kernel of "plan" (JSON) runs its loops serially. */
+static bool all_serial(const sched_graph *g, json_t *plan)
+{
+	kgen_plan *p = legal(g, plan);
+	bool serial = true;
+
+	for (int k = 0; k < p->nkernels; k++)
+		serial &= p->kernels[k].schedule.parallel == 0;
+	kgen_plan_free(p);
+	return serial;
+}
+
+/* A graph of more ops than the old bound of 64 gets fusion genes, and, of
+ * at least SEEDS_FIRST_FUSED_OPS ops, its generation 0 holds before the
+ * default plan (a kernel per op, in parallel where large; last, since it
+ * compiles longest) the largest fusion with every kernel serial (the
+ * cpu's): fewer kernels than ops, verified against the reference. */
+Test(search, a_large_graph_fuses_in_generation_0)
+{
+	int n = 70;
+	sched_graph *g = chain_of(n, "[256, 512]");
+	tuner_search *s = search_new(g, 2);
+	json_t *g0 = tuner_search_generation(s), *plan;
+	char *def = default_text(g);
+	size_t i;
+
+	cr_assert_gt(n, SEEDS_FIRST_FUSED_OPS);
+	cr_assert_eq(json_array_size(g0), 2, "fused serially, the default plan");
+	json_array_foreach(g0, i, plan) {
+		kgen_plan *p = legal(g, plan);
+		char *text = json_dumps(plan, JSON_COMPACT | JSON_SORT_KEYS);
+
+		if (i == 1) {
+			cr_expect_str_eq(text, def);
+			cr_expect_eq(p->nkernels, n);
+			cr_expect_not(all_serial(g, plan), "large ops run in parallel by default");
+		} else {
+			cr_expect_lt(p->nkernels, n / 4, "plan %zu: %d kernels", i, p->nkernels);
+			cr_expect(all_serial(g, plan));
+			expect_verified_on_cpu(g, plan);
+		}
+		free(text);
+		kgen_plan_free(p);
+	}
+	free(def);
+	json_decref(g0);
+	tuner_search_free(s);
+	sched_graph_free(g);
 }
 
 /* Kernels of "plans" (each legal for "g") that are library steps, and
