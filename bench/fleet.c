@@ -73,6 +73,7 @@ typedef struct run {
 	long long trials;
 	double ended_s; /* when every job had ended */
 	double reached_s; /* when every key reached quality; NAN: never */
+	int at_quality;   /* keys that reached it */
 } run;
 
 static pg_server server;
@@ -317,25 +318,32 @@ static double reference_ms(const run *runs, int nruns, const char *name)
 	return best;
 }
 
-/* When every key of "r" had a version within the tolerance of its
- * reference; NAN when one never did. */
-static double reached(const options *o, run *r, const run *runs, int nruns)
+/* When key "kr" first had a version within the tolerance of its
+ * reference; NAN when it never did. */
+static double key_reached(const options *o, const key_run *kr, const run *runs, int nruns)
 {
-	double when = 0;
+	double target = reference_ms(runs, nruns, kr->name) * (1 + o->tolerance);
 
+	for (int p = 0; p < kr->npoints; p++)
+		if (kr->points[p].ms <= target)
+			return kr->points[p].t;
+	return NAN;
+}
+
+/* When every key of "r" had reached quality (NAN when one never did),
+ * and how many did. */
+static void reached(const options *o, run *r, const run *runs, int nruns)
+{
+	r->reached_s = 0;
+	r->at_quality = 0;
 	for (int k = 0; k < r->nkeys; k++) {
-		const key_run *kr = &r->keys[k];
-		double target = reference_ms(runs, nruns, kr->name) * (1 + o->tolerance);
-		double at = NAN;
+		double at = key_reached(o, &r->keys[k], runs, nruns);
 
-		for (int p = 0; p < kr->npoints && isnan(at); p++)
-			if (kr->points[p].ms <= target)
-				at = kr->points[p].t;
-		when = fmax(when, at);
-		if (isnan(at))
-			return NAN;
+		r->at_quality += !isnan(at);
+		r->reached_s = fmax(r->reached_s, at);
 	}
-	return when;
+	if (r->at_quality < r->nkeys)
+		r->reached_s = NAN;
 }
 
 static double peer_of(const run *runs, int nruns, const run *r)
@@ -370,14 +378,15 @@ static void print_runs(const options *o, const run *runs, int nruns)
 {
 	printf("time to quality: every key within %.0f%% of the fastest version any run "
 	       "reached; budget %.0f s a job\n", o->tolerance * 100, o->budget);
-	printf("%-7s %7s %5s %8s %7s %10s %9s %10s %9s\n", "phase", "daemons", "jobs",
-	       "claimed", "trials", "quality s", "speedup", "ended s", "verified");
+	printf("%-7s %7s %5s %8s %7s %8s %10s %9s %10s %9s\n", "phase", "daemons", "jobs",
+	       "claimed", "trials", "reached", "quality s", "speedup", "ended s",
+	       "verified");
 	for (int i = 0; i < nruns; i++) {
 		const run *r = &runs[i];
 		double peer = peer_of(runs, nruns, r);
 
-		printf("%-7s %7d %5d %8d %7lld ", r->phase, r->daemons, r->jobs, r->workers,
-		       r->trials);
+		printf("%-7s %7d %5d %8d %7lld %6d/%d ", r->phase, r->daemons, r->jobs,
+		       r->workers, r->trials, r->at_quality, r->nkeys);
 		if (isnan(r->reached_s))
 			printf("%10s %9s ", "-", "-");
 		else if (isnan(peer))
@@ -477,9 +486,10 @@ static json_t *runs_json(const run *runs, int nruns)
 				kr->name, "key", kr->key, "versions", points, "verified",
 				kr->verified));
 		}
-		json_array_append_new(a, json_pack("{s:s, s:i, s:i, s:i, s:I, s:o, s:f, s:o}",
+		json_array_append_new(a, json_pack("{s:s, s:i, s:i, s:i, s:I, s:i, s:o, s:f, s:o}",
 			"phase", r->phase, "daemons", r->daemons, "jobs", r->jobs,
-			"claimed_by", r->workers, "trials", (json_int_t)r->trials,
+			"claimed_by", r->workers, "trials", (json_int_t)r->trials, "reached",
+			r->at_quality,
 			"quality_s", isnan(r->reached_s) ? json_null() : json_real(r->reached_s),
 			"ended_s", r->ended_s, "keys", keys));
 	}
@@ -583,7 +593,7 @@ int main(int argc, char **argv)
 		run_phase(&o, &runs[nruns++], o.single, true);
 	}
 	for (int i = 0; i < nruns; i++)
-		runs[i].reached_s = reached(&o, &runs[i], runs, nruns);
+		reached(&o, &runs[i], runs, nruns);
 	load_average(load, sizeof(load));
 	run_latency(&o, &lat[0], NULL);
 	if (pg_server_create_db(server.uri, "latency", uri, sizeof(uri)))

@@ -29,18 +29,21 @@ def check_rows(out, runs):
         fail("no table header", out)
     rows = [l.split() for l in lines[header + 1:header + 1 + len(runs)]]
     for row, run in zip(rows, runs):
-        if len(row) != 9:
-            fail("a row of 9 columns expected: %r" % row, out)
+        if len(row) != 10:
+            fail("a row of 10 columns expected: %r" % row, out)
         phase, daemons, jobs, claimed, trials = row[:5]
         if (phase, int(daemons)) != (run["phase"], run["daemons"]):
             fail("row %r is not run %s N=%d" % (row, run["phase"], run["daemons"]), out)
         if not 1 <= int(claimed) <= run["daemons"] or int(jobs) < 1 or int(trials) < 1:
             fail("row %r: no work done, or claimed by more daemons than ran" % row, out)
-        if row[8] != "yes":
+        if row[9] != "yes":
             fail("row %r: a version reached was not verified" % row, out)
-        if (row[5] == "-") != (run["quality_s"] is None):
+        if row[5] != "%d/%d" % (run["reached"], len(run["keys"])):
+            fail("row %r: keys at quality disagree with the JSON" % row, out)
+        if (row[6] == "-") != (run["quality_s"] is None) or \
+           (run["quality_s"] is None) != (run["reached"] < len(run["keys"])):
             fail("row %r disagrees with the JSON on quality" % row, out)
-        if run["daemons"] == 1 and run["quality_s"] is not None and row[6] != "1.00x":
+        if run["daemons"] == 1 and run["quality_s"] is not None and row[7] != "1.00x":
             fail("row %r: N=1 is its own peer, 1.00x expected" % row, out)
 
 
@@ -56,7 +59,7 @@ def check_json(data):
             times = [t for t, _, _ in k["versions"]]
             if times != sorted(times):
                 fail("%s: versions out of order" % k["name"])
-    if not any(r["quality_s"] is not None for r in runs):
+    if not any(r["reached"] > 0 for r in runs):
         fail("no run reached the fastest version, which one of them measured")
     caches = [l["cache"] for l in data["fetch_latency"]]
     if caches != ["sqlite", "postgresql"]:
