@@ -37,6 +37,7 @@
 
 typedef struct options {
 	const char *tuned, *worker, *examples, *json;
+	const char *cache; /* a path or postgresql:// URI; NULL: a fresh file */
 	const char *jobs; /* example names, comma-separated */
 	int clients, interval_ms;
 	double seconds, graph_mb;
@@ -187,7 +188,7 @@ static bool hello(conn *c)
 
 static void start_daemon(const options *o, daemon_proc *d)
 {
-	char cache[160], log[160], graph_bytes[32];
+	char cache[512], log[160], graph_bytes[32];
 	const char *argv[MAX_ARGS + 16];
 	int n = 0;
 
@@ -195,7 +196,10 @@ static void start_daemon(const options *o, daemon_proc *d)
 	if (!mkdtemp(d->dir))
 		die("cannot make a folder in /tmp");
 	snprintf(d->socket, sizeof(d->socket), "%s/tuned.sock", d->dir);
-	snprintf(cache, sizeof(cache), "%s/cache.db", d->dir);
+	if (o->cache)
+		snprintf(cache, sizeof(cache), "%s", o->cache);
+	else
+		snprintf(cache, sizeof(cache), "%s/cache.db", d->dir);
 	snprintf(log, sizeof(log), "%s/tuned.log", d->dir);
 	/* The big graph, within the text a submit may carry. */
 	snprintf(graph_bytes, sizeof(graph_bytes), "%.0f", o->graph_mb * 1.2e6 + (1 << 20));
@@ -488,6 +492,7 @@ static int parse(int argc, char **argv, options *o)
 		{"interval-ms", required_argument, NULL, 'i'},
 		{"graph-mb", required_argument, NULL, 'g'},
 		{"json", required_argument, NULL, 'o'},
+		{"cache", required_argument, NULL, 'C'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
@@ -506,11 +511,12 @@ static int parse(int argc, char **argv, options *o)
 		case 'i': o->interval_ms = atoi(optarg); break;
 		case 'g': o->graph_mb = atof(optarg); break;
 		case 'o': o->json = optarg; break;
+		case 'C': o->cache = optarg; break;
 		default:
 			fprintf(stderr, "usage: latency --tuned PATH --worker PATH "
 				"--examples DIR [--jobs A,B,...] [--clients N] "
 				"[--seconds S] [--interval-ms MS] [--graph-mb MB] "
-				"[--json FILE] [-- TUNED-ARGS...]\n");
+				"[--cache PATH|URI] [--json FILE] [-- TUNED-ARGS...]\n");
 			return c == 'h' ? 1 : -1;
 		}
 	}
