@@ -10,8 +10,13 @@
  * each faster than the one before, none failing its checksum, no job left
  * open, and no plan measured twice on the device. A cancel on one daemon
  * reaches the daemon that holds the job, and a daemon whose lease was
- * taken stops its job, which another daemon finishes. The workers are the
- * scripted one (made-up times), so that the tests take seconds.
+ * taken stops its job, which another daemon finishes. And the fleet of
+ * issue 25: four daemons, three keys tuning, two training runs of eight
+ * ranks fetching every key with their run at each step, one daemon
+ * killed mid-work: every rank of a run gets one version per key at each
+ * step, a run that advances moves forward, and a watcher on one daemon
+ * hears the versions another publishes. The workers are the scripted one
+ * (made-up times), so that the tests take seconds.
  */
 #include <criterion/criterion.h>
 #include <signal.h>
