@@ -433,7 +433,7 @@ typedef struct fleet_run {
 	const char *name;
 	conn ranks[RANKS];
 	int pinned[RUN_KEYS]; /* the version the run has, 0 before its first fetch */
-	int advanced;	      /* advances that moved a key to a newer version */
+	int advanced;	      /* pins its advances moved to a newer version */
 } fleet_run;
 
 static fixture fleet[FLEET_DAEMONS];
