@@ -10,8 +10,13 @@
  * each faster than the one before, none failing its checksum, no job left
  * open, and no plan measured twice on the device. A cancel on one daemon
  * reaches the daemon that holds the job, and a daemon whose lease was
- * taken stops its job, which another daemon finishes. The workers are the
- * scripted one (made-up times), so that the tests take seconds.
+ * taken stops its job, which another daemon finishes. And the fleet of
+ * issue 25: four daemons, three keys tuning, two training runs of eight
+ * ranks fetching every key with their run at each step, one daemon
+ * killed mid-work: every rank of a run gets one version per key at each
+ * step, a run that advances moves forward, and a watcher on one daemon
+ * hears the versions another publishes. The workers are the scripted one
+ * (made-up times), so that the tests take seconds.
  */
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -93,7 +98,10 @@ static void start_fleet(fixture *f, int n, const char *uri, const char *delay_ms
 	}
 }
 
-static json_int_t submit(const fixture *f, const char *example, double budget)
+/* Submits examples/EXAMPLE.json to daemon "f": its job id, and its key
+ * into "key" (may be NULL). */
+static json_int_t submit(const fixture *f, const char *example, double budget,
+			 char key[65])
 {
 	char *text = example_text(example);
 	json_t *reply;
@@ -106,6 +114,9 @@ static json_int_t submit(const fixture *f, const char *example, double budget)
 						  "budget", budget, "trials", 4000));
 	job = json_integer_value(json_object_get(result_of(reply), "id"));
 	cr_assert_gt(job, 0, "submit failed: %s", json_dumps(reply, 0));
+	if (key)
+		snprintf(key, 65, "%s", json_string_value(json_object_get(
+						result_of(reply), "key")));
 	json_decref(reply);
 	conn_close(&c);
 	free(text);
@@ -131,10 +142,10 @@ static int holder(const fixture *f, int n, const char *uri, const char *sql)
 	return -1;
 }
 
-/* The daemon that holds a job running with a few trials done. */
-static int working_daemon(const fixture *f, const char *uri)
+/* Which of the "n" daemons holds a job running with a few trials done. */
+static int working_daemon(const fixture *f, int n, const char *uri)
 {
-	return holder(f, DAEMONS, uri, "SELECT claimed_by FROM jobs WHERE state = "
+	return holder(f, n, uri, "SELECT claimed_by FROM jobs WHERE state = "
 		      "'running' AND trials >= 3 AND lease_until > extract(epoch "
 		      "FROM clock_timestamp()) ORDER BY id LIMIT 1");
 }
@@ -156,9 +167,9 @@ static double wait_finished(const char *uri, const char *ids, int n, int timeout
 	return -1;
 }
 
-static bool any_log_contains(const fixture *f, const char *text)
+static bool any_log_contains(const fixture *f, int n, const char *text)
 {
-	for (int i = 0; i < DAEMONS; i++)
+	for (int i = 0; i < n; i++)
 		if (fixture_log_contains(&f[i], text))
 			return true;
 	return false;
@@ -170,15 +181,16 @@ static void print_logs(const fixture *f, int n)
 		fixture_print_log(&f[i]);
 }
 
-/* Every daemon shows every job, done; each key's version is served. */
-static void expect_all_done_everywhere(const fixture *f, const json_int_t *jobs)
+/* Each of the "n" daemons shows each of the "n_jobs" jobs, done. */
+static void expect_all_done_everywhere(const fixture *f, int n, const json_int_t *jobs,
+				       int n_jobs)
 {
-	for (int i = 0; i < DAEMONS; i++) {
+	for (int i = 0; i < n; i++) {
 		conn c;
 
 		cr_assert(conn_open(&c, f[i].socket));
 		conn_hello(&c);
-		for (int k = 0; k < KEYS; k++) {
+		for (int k = 0; k < n_jobs; k++) {
 			json_t *reply = wait_job(&c, jobs[k], 10);
 			const char *state = json_string_value(json_object_get(
 				result_of(reply), "state"));
@@ -192,10 +204,10 @@ static void expect_all_done_everywhere(const fixture *f, const json_int_t *jobs)
 	}
 }
 
-/* What the database holds once the fleet is done. */
-static void expect_consistent(const char *uri)
+/* What the database holds once the fleet is done tuning "keys" keys. */
+static void expect_consistent(const char *uri, int keys)
 {
-	cr_expect_eq(query_count(uri, "SELECT count(DISTINCT graph) FROM plans"), KEYS,
+	cr_expect_eq(query_count(uri, "SELECT count(DISTINCT graph) FROM plans"), keys,
 		     "every key has a version");
 	cr_expect_eq(query_count(uri, "SELECT count(*) FROM (SELECT 1 FROM plans "
 				 "GROUP BY graph, device, codegen, version HAVING "
@@ -260,11 +272,11 @@ Test(fleet, daemons_share_one_database_and_survive_a_kill,
 		     "%s", uri);
 	start_fleet(f, DAEMONS, uri, "40");
 	for (int k = 0; k < KEYS; k++) {
-		jobs[k] = submit(&f[k % DAEMONS], examples[k], 4.0);
+		jobs[k] = submit(&f[k % DAEMONS], examples[k], 4.0, NULL);
 		snprintf(ids + strlen(ids), sizeof(ids) - strlen(ids), "%s%lld",
 			 k ? ", " : "", (long long)jobs[k]);
 	}
-	victim = working_daemon(f, uri);
+	victim = working_daemon(f, DAEMONS, uri);
 	cr_assert_geq(victim, 0, "no daemon got to work on a job");
 	cr_expect_eq(fixture_stop(&f[victim], SIGKILL, NULL), 128 + SIGKILL);
 	fixture_start(&f[victim], daemon_args);
@@ -272,12 +284,12 @@ Test(fleet, daemons_share_one_database_and_survive_a_kill,
 	if (took < 0)
 		print_logs(f, DAEMONS);
 	cr_assert_geq(took, 0, "the jobs did not end in 50 s");
-	expect_all_done_everywhere(f, jobs);
-	expect_consistent(uri);
+	expect_all_done_everywhere(f, DAEMONS, jobs, KEYS);
+	expect_consistent(uri, KEYS);
 	expect_versions_served(&f[(victim + 1) % DAEMONS], uri);
 	if (getenv("FLEET_LOGS"))
 		print_logs(f, DAEMONS);
-	cr_expect(any_log_contains(f, "from a daemon whose lease ran out"),
+	cr_expect(any_log_contains(f, DAEMONS, "from a daemon whose lease ran out"),
 		  "no daemon took over the killed one's job");
 	for (int i = 0; i < DAEMONS; i++) {
 		cr_expect_eq(fixture_stop(&f[i], SIGTERM, NULL), 0, "daemon %d", i);
@@ -337,8 +349,8 @@ Test(fleet, a_cancel_and_a_lost_lease_reach_the_daemon_that_holds_the_job,
 	cr_assert_eq(pg_server_create_db(server.uri, "fleet", uri, sizeof(uri)), 0,
 		     "%s", uri);
 	start_fleet(f, 2, uri, "40");
-	a = submit(&f[0], "softmax_scores_small", 6.0);
-	b = submit(&f[0], "ln_residual_small", 6.0);
+	a = submit(&f[0], "softmax_scores_small", 6.0, NULL);
+	b = submit(&f[0], "ln_residual_small", 6.0, NULL);
 	ha = holder_of(f, 2, uri, a);
 	hb = holder_of(f, 2, uri, b);
 	cr_assert(ha >= 0 && hb >= 0 && ha != hb, "holders %d and %d", ha, hb);
@@ -389,7 +401,7 @@ Test(fleet, a_job_lost_and_claimed_again_by_one_daemon_is_finished,
 	cr_assert_eq(pg_server_create_db(server.uri, "fleet", uri, sizeof(uri)), 0,
 		     "%s", uri);
 	start_fleet(&f, 1, uri, "1500");
-	job = submit(&f, "softmax_scores_small", 4.0);
+	job = submit(&f, "softmax_scores_small", 4.0, NULL);
 	cr_assert_eq(holder_of(&f, 1, uri, job), 0);
 	usleep(700 * 1000); /* within a measurement */
 	snprintf(sql, sizeof(sql), "UPDATE jobs SET claimed_by = 'a daemon "
@@ -408,4 +420,296 @@ Test(fleet, a_job_lost_and_claimed_again_by_one_daemon_is_finished,
 	cr_expect_eq(query_count(uri, sql), 1);
 	cr_expect_eq(fixture_stop(&f, SIGTERM, NULL), 0);
 	fixture_cleanup(&f);
+}
+
+/* Training runs on a fleet (issue 25): four daemons, three keys tuning,
+ * two runs of eight ranks each, rank r of a run talking to daemon r % 4. */
+#define FLEET_DAEMONS 4
+#define RUN_KEYS 3
+#define RUNS 2
+#define RANKS 8
+
+typedef struct fleet_run {
+	const char *name;
+	conn ranks[RANKS];
+	int pinned[RUN_KEYS]; /* the version the run has, 0 before its first fetch */
+	int advanced;	      /* pins its advances moved to a newer version */
+} fleet_run;
+
+static fixture fleet[FLEET_DAEMONS];
+static fleet_run runs[RUNS] = {{.name = "run-a"}, {.name = "run-b"}};
+static conn watchers[FLEET_DAEMONS];
+static char run_keys[RUN_KEYS][65];
+static int heard[FLEET_DAEMONS][RUN_KEYS];  /* the newest version event */
+static int heard_from_another[RUN_KEYS];    /* version events with no job */
+
+static int rank_daemon(int rank)
+{
+	return rank % FLEET_DAEMONS;
+}
+
+/* The fleet too, when an assertion ended the test early (left running,
+ * its daemons would hold the test's output open). */
+static void stop_fleet_and_server(void)
+{
+	for (int i = 0; i < FLEET_DAEMONS; i++)
+		if (fleet[i].pid > 0)
+			fixture_cleanup(&fleet[i]);
+	stop_server();
+}
+
+/* Connects "c" to daemon "f", with hello. */
+static void connect_to(conn *c, const fixture *f)
+{
+	cr_assert(conn_open(c, f->socket), "cannot connect to %s", f->socket);
+	conn_hello(c);
+}
+
+/* Connects the watcher of daemon "i" and watches every key (heard[]: the
+ * version it has now). */
+static void watch_keys(int i)
+{
+	connect_to(&watchers[i], &fleet[i]);
+	for (int k = 0; k < RUN_KEYS; k++) {
+		json_t *reply = conn_call(&watchers[i], "watch",
+					  json_pack("{s:s}", "key", run_keys[k]));
+
+		cr_assert_not_null(result_of(reply), "%s", json_dumps(reply, 0));
+		heard[i][k] = (int)json_integer_value(json_object_get(result_of(reply),
+								      "version"));
+		json_decref(reply);
+	}
+}
+
+/* The version events the watchers got so far, into heard[]. */
+static void drain_watchers(void)
+{
+	for (int i = 0; i < FLEET_DAEMONS; i++) {
+		json_t *line;
+
+		while ((line = conn_read(&watchers[i], 5))) {
+			json_t *data = json_object_get(line, "data");
+			const char *key = json_string_value(json_object_get(data, "key"));
+			int version = (int)json_integer_value(json_object_get(data,
+									      "version"));
+
+			for (int k = 0; key && k < RUN_KEYS; k++) {
+				if (strcmp(json_string_value(json_object_get(
+						   line, "event")) ?: "", "version") ||
+				    strcmp(key, run_keys[k]))
+					continue;
+				if (version > heard[i][k])
+					heard[i][k] = version;
+				if (json_is_null(json_object_get(data, "job")))
+					heard_from_another[k]++;
+			}
+			json_decref(line);
+		}
+	}
+}
+
+/* Waits until every daemon knows the jobs "jobs" (a daemon reads the
+ * queue's new jobs every third of --lease; until then a fetch of a key
+ * queued on another daemon is not_found). */
+static void wait_jobs_known(const json_int_t *jobs)
+{
+	for (int i = 0; i < FLEET_DAEMONS; i++) {
+		conn c;
+
+		connect_to(&c, &fleet[i]);
+		for (int k = 0; k < RUN_KEYS; k++) {
+			double start = now_s();
+			json_t *reply;
+
+			while (!result_of(reply = conn_call(&c, "status",
+							    json_pack("{s:I}", "job",
+								      jobs[k])))) {
+				cr_assert_lt(now_s() - start, 10, "daemon %d: %s", i,
+					     json_dumps(reply, 0));
+				json_decref(reply);
+				usleep(50 * 1000);
+			}
+			json_decref(reply);
+		}
+		conn_close(&c);
+	}
+}
+
+/* A rank's fetch of "key" with its run (waiting for a first version):
+ * the version, asserted served (the daemon serves only a version whose
+ * checksum holds) and to name the run. */
+static int rank_fetch(conn *c, const char *key, const char *run)
+{
+	json_t *reply = conn_call(c, "fetch", json_pack("{s:s, s:s, s:i}", "key", key,
+							  "run", run, "timeout_ms",
+							  30000));
+	json_t *result = result_of(reply);
+	int version;
+
+	cr_assert_not_null(result, "fetch of %s by %s: %s", key, run,
+			   json_dumps(reply, 0));
+	cr_expect_str_eq(json_string_value(json_object_get(result, "run")) ?: "", run);
+	version = (int)json_integer_value(json_object_get(result, "version"));
+	json_decref(reply);
+	return version;
+}
+
+/* Run "r" advances (on the daemon of its rank 0): each pin moved is to a
+ * version at least the one it had, from the one it had. */
+static void advance_run(fleet_run *r)
+{
+	json_t *reply = conn_call(&r->ranks[0], "advance",
+				  json_pack("{s:s}", "run", r->name));
+	json_t *pins = json_object_get(result_of(reply), "pins"), *pin;
+	size_t i;
+
+	cr_assert_not_null(result_of(reply), "advance of %s: %s", r->name,
+			   json_dumps(reply, 0));
+	json_array_foreach(pins, i, pin) {
+		const char *key = json_string_value(json_object_get(pin, "key"));
+		int version = (int)json_integer_value(json_object_get(pin, "version"));
+		int previous = (int)json_integer_value(json_object_get(pin, "previous"));
+
+		for (int k = 0; k < RUN_KEYS; k++) {
+			if (strcmp(key, run_keys[k]))
+				continue;
+			cr_expect_eq(previous, r->pinned[k], "%s, key %d: %s", r->name,
+				     k, json_dumps(pin, 0));
+			cr_expect_geq(version, r->pinned[k], "%s went back on key %d",
+				      r->name, k);
+			r->advanced += version > r->pinned[k];
+			r->pinned[k] = version;
+		}
+	}
+	json_decref(reply);
+}
+
+/* One step of training: run-a advances every third step, then every rank
+ * of each run fetches every key with its run (a few ms apart, so that
+ * versions land within a step) and must get the run's one version. */
+static void train_step(int step)
+{
+	if (step % 3 == 2)
+		advance_run(&runs[0]);
+	for (int r = 0; r < RUNS; r++) {
+		for (int i = 0; i < RANKS; i++) {
+			for (int k = 0; k < RUN_KEYS; k++) {
+				int v = rank_fetch(&runs[r].ranks[i], run_keys[k],
+						   runs[r].name);
+
+				if (!runs[r].pinned[k])
+					runs[r].pinned[k] = v;
+				cr_expect_eq(v, runs[r].pinned[k],
+					     "step %d: rank %d of %s got version %d of "
+					     "key %d, the run has %d",
+					     step, i, runs[r].name, v, k,
+					     runs[r].pinned[k]);
+			}
+			usleep(2000);
+		}
+	}
+	drain_watchers();
+}
+
+/* The daemon "victim", killed with SIGKILL and started again; its ranks
+ * and watcher connect again. */
+static void kill_and_restart(int victim)
+{
+	cr_expect_eq(fixture_stop(&fleet[victim], SIGKILL, NULL), 128 + SIGKILL);
+	fixture_start(&fleet[victim], daemon_args);
+	for (int r = 0; r < RUNS; r++)
+		for (int i = 0; i < RANKS; i++)
+			if (rank_daemon(i) == victim) {
+				conn_close(&runs[r].ranks[i]);
+				connect_to(&runs[r].ranks[i], &fleet[victim]);
+			}
+	conn_close(&watchers[victim]);
+	watch_keys(victim);
+}
+
+/* Once the jobs are done: run-a advances to each key's latest version and
+ * its ranks get it; run-b, which never advanced, is behind on some key
+ * (else its pins held nothing back); every watcher that lived through the
+ * kill heard each key's latest version, and some of these events crossed
+ * daemons (no job: published by another daemon). */
+static void expect_runs_end_at_latest(const char *uri, int victim, int step)
+{
+	char sql[256];
+	int behind = 0, crossed = 0;
+
+	advance_run(&runs[0]);
+	train_step(step);
+	cr_expect_gt(runs[0].advanced, 0, "no advance of run-a moved a key");
+	for (int k = 0; k < RUN_KEYS; k++) {
+		int latest;
+
+		snprintf(sql, sizeof(sql), "SELECT max(version) FROM plans WHERE "
+			 "graph = '%s'", run_keys[k]);
+		latest = (int)query_count(uri, sql);
+		cr_expect_eq(runs[0].pinned[k], latest, "run-a after its last advance, "
+			     "key %d", k);
+		cr_expect_leq(runs[1].pinned[k], latest);
+		behind += runs[1].pinned[k] < latest;
+		for (int i = 0; i < FLEET_DAEMONS; i++)
+			if (i != victim)
+				cr_expect_eq(heard[i][k], latest, "the watcher on "
+					     "daemon %d, key %d", i, k);
+		crossed += heard_from_another[k];
+	}
+	cr_expect_gt(behind, 0, "no version landed after run-b's first fetch");
+	cr_expect_gt(crossed, 0, "no version event crossed daemons");
+	cr_log_info("run-a moved %d pin(s); run-b behind on %d key(s); %d version "
+		    "event(s) crossed daemons", runs[0].advanced, behind, crossed);
+}
+
+Test(fleet, training_runs_keep_one_version_per_step_across_a_fleet_and_a_kill,
+     .init = start_server, .fini = stop_fleet_and_server, .timeout = 240)
+{
+	static const char *const examples[RUN_KEYS] = {
+		"softmax_scores_small", "ln_residual_small", "gpt3_mlp_small"};
+	json_int_t jobs[RUN_KEYS];
+	char uri[128], ids[128] = "", sql[256];
+	double start = now_s();
+	int victim = -1, step;
+
+	cr_assert_eq(pg_server_create_db(server.uri, "fleet", uri, sizeof(uri)), 0,
+		     "%s", uri);
+	start_fleet(fleet, FLEET_DAEMONS, uri, "40");
+	for (int k = 0; k < RUN_KEYS; k++) {
+		jobs[k] = submit(&fleet[k], examples[k], 4.0, run_keys[k]);
+		snprintf(ids + strlen(ids), sizeof(ids) - strlen(ids), "%s%lld",
+			 k ? ", " : "", (long long)jobs[k]);
+	}
+	wait_jobs_known(jobs);
+	for (int i = 0; i < FLEET_DAEMONS; i++)
+		watch_keys(i);
+	for (int r = 0; r < RUNS; r++)
+		for (int i = 0; i < RANKS; i++)
+			connect_to(&runs[r].ranks[i], &fleet[rank_daemon(i)]);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM jobs WHERE id IN (%s) AND "
+		 "state IN ('done', 'failed', 'cancelled')", ids);
+	for (step = 0; step < 6 || query_count(uri, sql) < RUN_KEYS; step++) {
+		cr_assert_lt(now_s() - start, 90, "the jobs did not end in 90 s");
+		train_step(step);
+		if (step == 1) {
+			victim = working_daemon(fleet, FLEET_DAEMONS, uri);
+			cr_assert_geq(victim, 0, "no daemon got to work on a job");
+			kill_and_restart(victim);
+		}
+	}
+	expect_all_done_everywhere(fleet, FLEET_DAEMONS, jobs, RUN_KEYS);
+	expect_consistent(uri, RUN_KEYS);
+	expect_versions_served(&fleet[(victim + 1) % FLEET_DAEMONS], uri);
+	expect_runs_end_at_latest(uri, victim, step);
+	if (getenv("FLEET_LOGS"))
+		print_logs(fleet, FLEET_DAEMONS);
+	cr_log_info("%d steps in %.1f s", step, now_s() - start);
+	for (int r = 0; r < RUNS; r++)
+		for (int i = 0; i < RANKS; i++)
+			conn_close(&runs[r].ranks[i]);
+	for (int i = 0; i < FLEET_DAEMONS; i++) {
+		conn_close(&watchers[i]);
+		cr_expect_eq(fixture_stop(&fleet[i], SIGTERM, NULL), 0, "daemon %d", i);
+		fixture_cleanup(&fleet[i]);
+	}
 }
