@@ -107,7 +107,7 @@ static const char c_helpers[] =
 	"\treturn a < 0.1f ? small : copysignf(t, x);\n"
 	"}\n";
 
-static const char c_f16_vectors[] =
+static const char c_f16_builtins[] =
 	"/* KVEC f16 at a time through the cpu's conversion instructions (F16C,\n"
 	" * which GCC does not vectorize from scalar code; called by GCC's builtins,\n"
 	" * as <immintrin.h> would add most of a second to each compile), or else\n"
@@ -115,47 +115,11 @@ static const char c_f16_vectors[] =
 	" * payload. */\n"
 	"#if defined(__GNUC__) && !defined(__clang__) && defined(__F16C__)\n"
 	"#define KF16_BUILTINS\n"
-	"#endif\n"
-	"#if defined(KF16_BUILTINS) && defined(__AVX512F__)\n"
-	"#define KVEC 16\n"
-	"typedef short kf16_vec __attribute__((vector_size(32)));\n"
-	"typedef float kf32_vec __attribute__((vector_size(64)));\n"
-	"static inline void kf16_load_vec(float *d, const f16_t *s)\n"
-	"{\n"
-	"\tkf16_vec h;\n"
-	"\tkf32_vec f;\n"
-	"\tmemcpy(&h, s, sizeof(h));\n"
-	"\tf = __builtin_ia32_vcvtph2ps512_mask(h, (kf32_vec){0}, 0xffff, 4);\n"
-	"\tmemcpy(d, &f, sizeof(f));\n"
-	"}\n"
-	"static inline void kf16_store_vec(f16_t *d, const float *s)\n"
-	"{\n"
-	"\tkf16_vec h;\n"
-	"\tkf32_vec f;\n"
-	"\tmemcpy(&f, s, sizeof(f));\n"
-	"\th = __builtin_ia32_vcvtps2ph512_mask(f, 0, (kf16_vec){0}, 0xffff);\n"
-	"\tmemcpy(d, &h, sizeof(h));\n"
-	"}\n"
-	"#elif defined(KF16_BUILTINS)\n"
-	"#define KVEC 8\n"
-	"typedef short kf16_vec __attribute__((vector_size(16)));\n"
-	"typedef float kf32_vec __attribute__((vector_size(32)));\n"
-	"static inline void kf16_load_vec(float *d, const f16_t *s)\n"
-	"{\n"
-	"\tkf16_vec h;\n"
-	"\tkf32_vec f;\n"
-	"\tmemcpy(&h, s, sizeof(h));\n"
-	"\tf = __builtin_ia32_vcvtph2ps256(h);\n"
-	"\tmemcpy(d, &f, sizeof(f));\n"
-	"}\n"
-	"static inline void kf16_store_vec(f16_t *d, const float *s)\n"
-	"{\n"
-	"\tkf16_vec h;\n"
-	"\tkf32_vec f;\n"
-	"\tmemcpy(&f, s, sizeof(f));\n"
-	"\th = __builtin_ia32_vcvtps2ph256(f, 0);\n"
-	"\tmemcpy(d, &h, sizeof(h));\n"
-	"}\n"
+	"#endif\n";
+
+/* Without the builtins, the scalar conversions KVEC at a time; then, for
+ * every width, kf16_round_vec. */
+static const char c_f16_scalar_vectors[] =
 	"#else\n"
 	"#define KVEC 8\n"
 	"static inline void kf16_load_vec(float *d, const f16_t *s)\n"
@@ -165,6 +129,42 @@ static const char c_f16_vectors[] =
 	"#endif\n"
 	"static inline void kf16_round_vec(float *x)\n"
 	"{ f16_t h[KVEC]; kf16_store_vec(h, x); kf16_load_vec(x, h); }\n";
+
+/* kf16_load_vec and kf16_store_vec for "kvec" f16 at a time, by GCC's
+ * builtin calls "widen" (kf16_vec h to kf32_vec) and "narrow" (f to h). */
+static void print_f16_builtin_vectors(sched_buf *buf, int kvec, const char *widen,
+				      const char *narrow)
+{
+	sched_buf_printf(buf,
+			 "#define KVEC %d\n"
+			 "typedef short kf16_vec __attribute__((vector_size(%d)));\n"
+			 "typedef float kf32_vec __attribute__((vector_size(%d)));\n"
+			 "static inline void kf16_load_vec(float *d, const f16_t *s)\n"
+			 "{\n\tkf16_vec h;\n\tkf32_vec f;\n"
+			 "\tmemcpy(&h, s, sizeof(h));\n\tf = %s;\n"
+			 "\tmemcpy(d, &f, sizeof(f));\n}\n"
+			 "static inline void kf16_store_vec(f16_t *d, const float *s)\n"
+			 "{\n\tkf16_vec h;\n\tkf32_vec f;\n"
+			 "\tmemcpy(&f, s, sizeof(f));\n\th = %s;\n"
+			 "\tmemcpy(d, &h, sizeof(h));\n}\n",
+			 kvec, kvec * 2, kvec * 4, widen, narrow);
+}
+
+/* The cpu's f16 vector helpers: AVX-512's conversions, else AVX2's,
+ * else the scalar conversions KVEC at a time. */
+static void print_f16_vectors(sched_buf *buf)
+{
+	sched_buf_printf(buf, "%s#if defined(KF16_BUILTINS) && defined(__AVX512F__)\n",
+			 c_f16_builtins);
+	print_f16_builtin_vectors(
+		buf, 16,
+		"__builtin_ia32_vcvtph2ps512_mask(h, (kf32_vec){0}, 0xffff, 4)",
+		"__builtin_ia32_vcvtps2ph512_mask(f, 0, (kf16_vec){0}, 0xffff)");
+	sched_buf_printf(buf, "#elif defined(KF16_BUILTINS)\n");
+	print_f16_builtin_vectors(buf, 8, "__builtin_ia32_vcvtph2ps256(h)",
+				  "__builtin_ia32_vcvtps2ph256(f, 0)");
+	sched_buf_printf(buf, "%s", c_f16_scalar_vectors);
+}
 
 static const char cuda_helpers[] =
 	"typedef unsigned short f16_t;\n"
@@ -233,8 +233,10 @@ void kgen_print_helpers(sched_buf *buf, bool cuda, bool wide_indices)
 	if (cuda)
 		sched_buf_printf(buf, "%stypedef %s idx_t;\n", cuda_helpers,
 				 wide_indices ? "long long" : "int");
-	else
-		sched_buf_printf(buf, "%s%s", c_helpers, c_f16_vectors);
+	else {
+		sched_buf_printf(buf, "%s", c_helpers);
+		print_f16_vectors(buf);
+	}
 	sched_buf_printf(buf, "%s\n", common_helpers);
 }
 

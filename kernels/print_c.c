@@ -164,12 +164,7 @@ static void print_chunk_stores(const c_kernel *k, const kgen_chunks *c)
 	const char *v = var_name(k, c->var);
 
 	if (k->target->dtype == SCHED_F16) {
-		sched_buf_printf(k->buf,
-				 "\t\t\t{\n\t\t\t\tconst idx_t v_%s = first_%s;\n"
-				 "\t\t\t\tkf16_store_vec(&",
-				 v, v);
-		print_target_offset(k);
-		sched_buf_printf(k->buf, ", vec_x);\n\t\t\t}\n");
+		kgen_print_chunk_f16_store(c, k->target->name);
 		return;
 	}
 	sched_buf_printf(k->buf,

@@ -85,6 +85,18 @@ void kgen_print_chunks_middle(kgen_chunks *c)
 	sched_buf_printf(c->buf, "%s\t}\n", c->indent);
 }
 
+void kgen_print_chunk_f16_store(const kgen_chunks *c, const char *tensor)
+{
+	const char *v = var_name(c), *in = c->indent;
+
+	sched_buf_printf(c->buf,
+			 "%s\t{\n%s\t\tconst idx_t v_%s = first_%s;\n"
+			 "%s\t\tkf16_store_vec(&t_%s[",
+			 in, in, v, v, in, tensor);
+	kgen_print_target_offset(c->buf, c->pr);
+	sched_buf_printf(c->buf, "], vec_x);\n%s\t}\n", in);
+}
+
 void kgen_print_chunks_done(kgen_chunks *c)
 {
 	sched_buf_printf(c->buf, "%s\t}\n", c->indent);

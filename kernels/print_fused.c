@@ -278,12 +278,7 @@ static void print_chunk_keeps(fused_kernel *k, int s, const kgen_chunks *c)
 	if (!keeps_global(st))
 		return;
 	if (f16) {
-		sched_buf_printf(k->buf,
-				 "\t\t\t\t{\n\t\t\t\t\tconst idx_t v_%s = first_%s;\n"
-				 "\t\t\t\t\tkf16_store_vec(&t_%s[",
-				 v, v, t->name);
-		kgen_print_target_offset(k->buf, &k->pr);
-		sched_buf_printf(k->buf, "], vec_x);\n\t\t\t\t}\n");
+		kgen_print_chunk_f16_store(c, t->name);
 		return;
 	}
 	sched_buf_printf(k->buf,

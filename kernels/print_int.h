@@ -99,7 +99,8 @@ bool kgen_walks_last(const sched_node *access, int var);
  *   open       { idx_t first_V = lo; for (chunks) { loads; simd u loop {
  *              v_V = first_V + u;  (the caller prints the element, its
  *              f16 reads from pr->vectors)
- *   middle     }  (the caller prints what ends a chunk, at first_V)
+ *   middle     }  (the caller prints what ends a chunk, at first_V:
+ *              f16 results in vec_x by kgen_print_chunk_f16_store)
  *   done       }  (the caller prints what follows the chunks)
  *   tail       PRAGMA for (v_V = first_V; v_V < hi; v_V++) {  (the
  *              caller prints the element, as without chunks)
@@ -118,6 +119,9 @@ typedef struct kgen_chunks {
 bool kgen_chunk_reads(kgen_chunks *c);
 void kgen_print_chunks_open(kgen_chunks *c);
 void kgen_print_chunks_middle(kgen_chunks *c);
+/* The chunk's results in vec_x narrowed to f16 into "tensor" at the op's
+ * target offset for first_V, one indent deeper than the chunks. */
+void kgen_print_chunk_f16_store(const kgen_chunks *c, const char *tensor);
 void kgen_print_chunks_done(kgen_chunks *c);
 void kgen_print_chunks_tail(kgen_chunks *c, const char *pragma);
 void kgen_print_chunks_close(kgen_chunks *c);

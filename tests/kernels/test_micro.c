@@ -328,9 +328,15 @@ static bool reads_windows_in_place(const sched_graph *g, kgen_micro m)
  * reference; so do those that keep im2row panels: a stride of 2 (columns
  * of B 2 apart), a condition beside the bounds that is none (a window cut
  * to a triangle, zeros inside x that padding cannot express), and an f16
- * output (staged). */
+ * output (staged). The last four have batches of 2 and 3, whose n var
+ * joins p and q in C's columns (tiles of them cross from one image to the
+ * next, the n-var offsets decoded across it) and output channels that no
+ * tile of mr divides: y as k, n, p, q (C's columns contiguous) and as
+ * n, p, q, k (C's columns K apart). */
 Test(micro, convolutions_read_their_windows_in_place)
 {
+	/* The cases as a table, laid out by hand. */
+	/* clang-format off */
 	static const struct {
 		const char *tensors, *op;
 		kgen_micro m;
@@ -370,7 +376,23 @@ Test(micro, convolutions_read_their_windows_in_place)
 		 "y[n, k, p, q] = sum(c, r < 3, s < 3) select(p + r >= 1 && p + r <= 6 && "
 		 "q + s >= 1 && q + s <= 9, x[n, c, p + r - 1, q + s - 1], 0) * w[k, c, r, s]",
 		 {4, 8, 27, 4, 16, 1}, false},
+		{"x f32 3,5,9,7 in; w f32 6,5,3,3 in; y f32 6,3,9,7 out",
+		 "y[k, n, p, q] = sum(c, r < 3, s < 3) select(p + r >= 1 && p + r <= 9 && "
+		 "q + s >= 1 && q + s <= 7, x[n, c, p + r - 1, q + s - 1], 0) * w[k, c, r, s]",
+		 {4, 16, 45, 8, 48, 1}, true},
+		{"x f32 2,3,6,20 in; w f32 10,3,3,3 in; y f32 2,6,20,10 out",
+		 "y[n, p, q, k] = sum(c, r < 3, s < 3) select(p + r >= 1 && p + r <= 6 && "
+		 "q + s >= 1 && q + s <= 20, x[n, c, p + r - 1, q + s - 1], 0) * w[k, c, r, s]",
+		 {4, 16, 10, 8, 32, 0}, true},
+		{"x f32 2,4,8,21 in; w f32 7,4,2,3 in; y f32 2,7,19,7 out",
+		 "y[n, p, q, k] = sum(c, r < 2, s < 3) x[n, c, p + r, q + s] * w[k, c, r, s]",
+		 {3, 8, 7, 6, 16, 1}, true},
+		{"x f16 2,3,6,9 in; w f32 11,3,3,3 in; y f32 11,2,6,9 out",
+		 "y[k, n, p, q] = sum(c, r < 3, s < 3) select(p + r >= 1 && p + r <= 6 && "
+		 "q + s >= 1 && q + s <= 9, x[n, c, p + r - 1, q + s - 1], 0) * w[k, c, r, s]",
+		 {4, 8, 27, 8, 16, 1}, true},
 	};
+	/* clang-format on */
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
 		sched_graph *g = gemm(cases[i].tensors, cases[i].op);
