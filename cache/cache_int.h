@@ -175,9 +175,8 @@ struct cache {
 	char *conninfo;    /* PostgreSQL: what to connect with (it may hold a
 			    * password: "path" is its form for messages) */
 	char *instance;    /* PostgreSQL: this cache in the job queue's claims
-			    * (pg_jobs.c); sqlite3_malloc'd */
-	int pg_writer_pid; /* PostgreSQL: the writer's server process at its
-			    * last publish (atomic: its notices are its own) */
+			    * (pg_jobs.c) and in its notices (pg_listen.c);
+			    * sqlite3_malloc'd */
 	int pg_listen_pid; /* PostgreSQL: the reader's server process that
 			    * LISTENs (cache_listen), 0 for none */
 };

@@ -17,12 +17,17 @@ int cache_check_run(const char *run, cache_error *err)
 {
 	size_t len = run ? strlen(run) : 0;
 
-	if (len == 0 || len > CACHE_RUN_MAX) {
+	if (len == 0) {
 		cache_set_error(err, CACHE_EINVAL,
-				"a run id is 1 to %d bytes; "
-				"%s",
-				CACHE_RUN_MAX,
-				len ? "this one is longer" : "it is missing");
+				"a run id is 1 to %d bytes; it is missing",
+				CACHE_RUN_MAX);
+		return CACHE_EINVAL;
+	}
+	if (len > CACHE_RUN_MAX) {
+		cache_set_error(err, CACHE_EINVAL,
+				"run id '%.40s...' is %zu bytes; a run id is 1 to "
+				"%d bytes",
+				run, len, CACHE_RUN_MAX);
 		return CACHE_EINVAL;
 	}
 	for (size_t i = 0; i < len; i++)

@@ -889,18 +889,39 @@ int tuned_client_fetch(tuned_client *client, const char *what,
 				 timeout_ms > 0 ? timeout_ms : 0, out, err);
 }
 
+/* "run" as a JSON string into "out"; "why" names the call when there is
+ * none. jansson refuses a string that is not UTF-8 as it refuses one
+ * when memory runs out: the unchecked copy tells the two apart. */
+static int run_string(const char *run, const char *why, json_t **out,
+		      tuned_client_error *err)
+{
+	json_t *unchecked;
+
+	if (!run)
+		return set_error(err, TUNED_CLIENT_EINVAL, "no run to %s", why);
+	if ((*out = json_string(run)))
+		return 0;
+	if (!(unchecked = json_string_nocheck(run)))
+		return no_memory(err);
+	json_decref(unchecked);
+	return set_error(err, TUNED_CLIENT_EINVAL,
+			 "the run id is not valid UTF-8 (a run id is text)");
+}
+
 int tuned_client_fetch_run(tuned_client *client, const char *what, const char *run,
 			   int timeout_ms, json_t **out, tuned_client_error *err)
 {
-	json_t *params;
+	json_t *params, *run_json;
 	int rc;
 
 	*out = NULL;
-	if (!run)
-		return set_error(err, TUNED_CLIENT_EINVAL, "no run to fetch for");
-	if ((rc = key_or_job(what, &params, err)) < 0)
+	if ((rc = run_string(run, "fetch for", &run_json, err)) < 0)
 		return rc;
-	if (json_object_set_new(params, "run", json_string(run)) < 0 ||
+	if ((rc = key_or_job(what, &params, err)) < 0) {
+		json_decref(run_json);
+		return rc;
+	}
+	if (json_object_set_new(params, "run", run_json) < 0 ||
 	    (timeout_ms > 0 && add_count(params, "timeout_ms", timeout_ms) < 0)) {
 		json_decref(params);
 		return no_memory(err);
@@ -912,22 +933,33 @@ int tuned_client_fetch_run(tuned_client *client, const char *what, const char *r
 int tuned_client_advance(tuned_client *client, const char *run, const char *const *keys,
 			 int n, json_t **out, tuned_client_error *err)
 {
-	json_t *params, *list = n > 0 ? json_array() : NULL;
+	json_t *params, *list = n > 0 ? json_array() : NULL, *run_json;
+	int rc;
 
 	if (out)
 		*out = NULL;
-	if (!run)
-		return set_error(err, TUNED_CLIENT_EINVAL, "no run to advance");
+	if ((rc = run_string(run, "advance", &run_json, err)) < 0) {
+		json_decref(list);
+		return rc;
+	}
 	for (int i = 0; list && i < n; i++)
 		if (json_array_append_new(list, json_string(keys[i])) < 0) {
 			json_decref(list);
+			json_decref(run_json);
 			return set_error(err, TUNED_CLIENT_EINVAL,
 					 "not a key: "
 					 "'%.80s'",
 					 keys[i] ? keys[i] : "");
 		}
-	params = json_pack("{s:s}", "run", run);
-	if (!params || (list && json_object_set_new(params, "keys", list) < 0)) {
+	params = json_object();
+	if (!params || (n > 0 && !list)) {
+		json_decref(params);
+		json_decref(list);
+		json_decref(run_json);
+		return no_memory(err);
+	}
+	if (json_object_set_new(params, "run", run_json) < 0 ||
+	    (list && json_object_set_new(params, "keys", list) < 0)) {
 		json_decref(params);
 		return no_memory(err);
 	}

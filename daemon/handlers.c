@@ -850,8 +850,15 @@ static void on_waiter_timeout(uv_timer_t *timer)
 static void add_waiter(tuned_client *client, proto_request *req, const char *key)
 {
 	tuned_daemon *d = client->daemon;
-	tuned_waiter *w = calloc(1, sizeof(*w));
+	tuned_waiter *w;
 
+	/* a waiter must not outlive its client, nor keep a stopping loop alive */
+	if (client->closing)
+		return;
+	if (d->stopping)
+		return reply_error(client, req, PROTO_EINTERNAL,
+				   "the daemon is stopping: no version of this key is awaited");
+	w = calloc(1, sizeof(*w));
 	if (!w)
 		return reply_error(client, req, PROTO_EINTERNAL, "out of memory");
 	w->client = client;
@@ -1212,6 +1219,9 @@ static void pinned(void *data)
 {
 	cache_write *w = data;
 
+	/* the client left, or the daemon stops, while the pin was written */
+	if (w->client->closing || w->client->daemon->stopping)
+		return cache_write_free(w);
 	if (w->rc == CACHE_NOT_FOUND &&
 	    tuned_cached_version(w->client->daemon, w->req.key) > 0) {
 		/* a first version landed between the pin and now: pin it */

@@ -7,7 +7,9 @@
  * The cache listens on the connection of the loop's reads
  * (cache_listen); the loop polls that connection's socket and, at each
  * turn (uv_check: a read of the loop may have taken the notices off the
- * socket meanwhile), reads the notices that came (cache_notices). Each
+ * socket meanwhile), reads the notices that came (cache_notices); a turn
+ * that read its cap of them turns the loop again at once, since the
+ * rest are queued off the socket, where the poll does not see them. Each
  * of this daemon's device and codegen becomes a version event to the
  * key's watchers, and answers the fetches waiting for it. A connection
  * lost is listened on again, a second later, then every 5 s, saying so
@@ -23,7 +25,8 @@
 
 #define RETRY_FIRST_MS 1000
 #define RETRY_MS 5000
-/* Notices told per turn of the loop at most; the rest wait a turn. */
+/* Notices told per turn of the loop at most; the rest wait a turn, the
+ * loop kept turning (the idle "more") until none is left. */
 #define NOTICES_PER_TURN 64
 
 /* The notices of one turn of this daemon's device and codegen. */
@@ -48,6 +51,7 @@ static void stop_polling(tuned_listener *l)
 	uv_close((uv_handle_t *)l->poll, on_poll_closed);
 	l->poll = NULL;
 	uv_check_stop(&l->check);
+	uv_idle_stop(&l->more);
 }
 
 static void listen_now(tuned_daemon *d);
@@ -113,6 +117,8 @@ static void tell(tuned_daemon *d, const cache_notice *n)
 	tuned_wake_waiters(d, n->graph, n->version);
 }
 
+static void on_more(uv_idle_t *idle);
+
 /* Reads the notices that came and tells them. */
 static void hear(tuned_daemon *d)
 {
@@ -125,6 +131,10 @@ static void hear(tuned_daemon *d)
 	rc = cache_notices(d->cache, keep, &kept, &err);
 	for (int i = 0; i < kept.n; i++)
 		tell(d, &kept.at[i]);
+	if (kept.n == NOTICES_PER_TURN && rc >= 0)
+		uv_idle_start(&d->listener.more, on_more);
+	else
+		uv_idle_stop(&d->listener.more);
 	if (rc < 0)
 		retry_later(d, err.message, RETRY_FIRST_MS);
 }
@@ -139,6 +149,11 @@ static void on_readable(uv_poll_t *poll, int status, int events)
 static void on_check(uv_check_t *check)
 {
 	hear(check->data);
+}
+
+static void on_more(uv_idle_t *idle)
+{
+	hear(idle->data);
 }
 
 /* Listens (again), and polls the connection's socket; nothing on SQLite. */
@@ -175,6 +190,8 @@ void tuned_listen_start(tuned_daemon *d)
 	l->retry.data = d;
 	uv_check_init(d->loop, &l->check);
 	l->check.data = d;
+	uv_idle_init(d->loop, &l->more);
+	l->more.data = d;
 	listen_now(d);
 }
 
@@ -187,5 +204,6 @@ void tuned_listen_stop(tuned_daemon *d)
 	stop_polling(l);
 	uv_close((uv_handle_t *)&l->retry, NULL);
 	uv_close((uv_handle_t *)&l->check, NULL);
+	uv_close((uv_handle_t *)&l->more, NULL);
 	l->daemon = NULL;
 }

@@ -78,6 +78,8 @@ typedef struct tuned_listener {
 	uv_poll_t *poll;             /* the socket of the connection that listens, or
 			    * NULL (SQLite, or lost: "retry" runs) */
 	uv_check_t check;            /* reads the notices at each turn of the loop */
+	uv_idle_t more;              /* turns the loop again while a turn's cap of
+				      * notices left some queued */
 	uv_timer_t retry;            /* listens again after a connection was lost */
 	bool failing;                /* said in the log, until it listens again */
 } tuned_listener;

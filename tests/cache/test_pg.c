@@ -521,6 +521,37 @@ Test(pg, versions_other_connections_publish_are_heard)
 	cache_close(a);
 }
 
+/* The cache's own version is not heard as another's when its writer
+ * connects again between the publish and the reading of its notice
+ * (its server process then differs from the one that sent it). */
+Test(pg, its_own_notice_is_its_own_after_the_writer_connects_again)
+{
+	cache *a, *b;
+	cache_error err = {0};
+	heard h = {0};
+	int fd = -1, version;
+	char sql[128];
+
+	postgresql_only();
+	a = open_shared();
+	b = open_shared();
+	put_graph(a, 1, "heard");
+	cr_assert_eq(cache_listen(a, &fd, &err), 0, "%s", err.message);
+	cr_assert_eq(publish_ms(a, 1, 30.0, &version, &err), 0, "%s", err.message);
+	snprintf(sql, sizeof(sql), "SELECT count(pg_terminate_backend(%d))",
+		 PQbackendPID(a->pg_writer));
+	cr_expect_eq(raw_pg(sql), 1, "%s", sql);
+	cr_assert_eq(publish_ms(a, 2, 20.0, &version, &err), 0, "%s", err.message);
+	cr_assert_eq(version, 2);
+	cr_assert_eq(publish_ms(b, 3, 10.0, &version, &err), 0, "%s", err.message);
+	listen_for(a, fd, &h, 1, 5000);
+	listen_for(a, fd, &h, 2, 300);
+	cr_assert_eq(h.n, 1, "heard %d notices: its own too?", h.n);
+	cr_expect_eq(h.versions[0], 3);
+	cache_close(b);
+	cache_close(a);
+}
+
 Test(pg, migrates_once_and_reopens_idempotently)
 {
 	cache *c;

@@ -6,6 +6,7 @@
  * owners pinning one run on PostgreSQL).
  */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,7 +173,7 @@ Test(runs, errors_name_the_run_and_the_key)
 	cache *c = fx_open();
 	cache_error err = {0};
 	json_t *moved = NULL;
-	char long_run[CACHE_RUN_MAX + 2];
+	char long_run[CACHE_RUN_MAX + 2], named[80];
 	int version = -1;
 
 	put_graph(c, 1, NULL);
@@ -193,6 +194,10 @@ Test(runs, errors_name_the_run_and_the_key)
 			       &err),
 		     CACHE_EINVAL);
 	cr_assert(strstr(err.message, "1 to 128 bytes"), "%s", err.message);
+	/* the long run is named by its first 40 bytes, not "this one" */
+	snprintf(named, sizeof(named), "run id '%.40s...' is %d bytes", long_run,
+		 CACHE_RUN_MAX + 1);
+	cr_assert(strstr(err.message, named), "%s", err.message);
 	cr_assert_eq(cache_pin(c, "a\nb", graph_key(1), DEVICE_GPU, CODEGEN, &version,
 			       &err),
 		     CACHE_EINVAL);

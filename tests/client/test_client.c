@@ -963,6 +963,13 @@ Test(calls, bad_arguments_are_refused_before_sending)
 	cr_expect(strstr(err.message, "params.key"), "%s", err.message);
 	cr_expect_eq(tuned_client_status(client, 0, &out, &err),
 		     TUNED_CLIENT_EINVAL);
+	/* a run id that is not UTF-8 is said to be so, not "out of memory" */
+	cr_expect_eq(tuned_client_fetch_run(client, "1", "run-\xff", 0, &out, &err),
+		     TUNED_CLIENT_EINVAL);
+	cr_expect(strstr(err.message, "not valid UTF-8"), "%s", err.message);
+	cr_expect_eq(tuned_client_advance(client, "run-\xc3", NULL, 0, &out, &err),
+		     TUNED_CLIENT_EINVAL);
+	cr_expect(strstr(err.message, "not valid UTF-8"), "%s", err.message);
 	/* only the hello reached the daemon */
 	pthread_mutex_lock(&f->lock);
 	cr_expect_eq(json_array_size(f->seen), 1);

@@ -4,7 +4,8 @@ run is pinned to while newer ones land (written into the cache behind
 the daemon's back, as another daemon of a shared database would) and
 while version events come, a module of another run or of none takes the
 newest; advance() in one rank and sync() in the others move every rank
-to the latest, and the calls stay right.
+to the latest, and the calls stay right; a module that trains advances
+before its keys (its backward graph's last) have a version.
 
 usage: test_torch_runs.py TUNED LIBTUNED_EXEC  (exit status 0: passed,
 77: skipped, torch missing)
@@ -13,6 +14,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 import unittest
 import warnings
 
@@ -26,6 +28,19 @@ from tuned_daemon import land_version, start_daemon  # noqa: E402
 TUNED, LIBTUNED_EXEC = sys.argv[1:3]
 FIRST_VERSION_S = 120   # the most a first version may take, on a busy machine
 TOLERANCE = 1e-4        # ||out - ref|| / ||ref||, as kernels are verified
+
+
+class Trained(torch.nn.Module):
+    """A small layer that trains: its partition has a backward graph."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.up = torch.nn.Linear(8, 12)
+        self.down = torch.nn.Linear(12, 8)
+
+    def forward(self, x):
+        return self.down(torch.tanh(self.up(x)))
 
 
 class RunTest(unittest.TestCase):
@@ -93,6 +108,32 @@ class RunTest(unittest.TestCase):
             self.assertEqual(rank.partitions[0].version, latest)
         for rank in ranks + [late_rank]:
             self.expect_right(rank)
+
+    def test_a_training_run_advances_before_its_keys_have_versions(self):
+        model = Trained()
+        x = torch.randn(4, 8, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", TunedWarning)
+            optimized = optimize(model, (x,), budget=2, socket=self.path, run="train-3")
+        partition, = optimized.partitions
+        self.assertIsNotNone(partition.grad_key, "no backward graph was submitted")
+        end, early = time.monotonic() + FIRST_VERSION_S, 0
+        # the keys without a version yet (the backward's last) are left to
+        # the thread, which pins each at its first version
+        while not optimized.wait(0) and time.monotonic() < end:
+            if partition.backward_version == 0:
+                early += 1
+            self.assertEqual(optimized.advance()["run"], "train-3")
+            optimized.sync()
+            time.sleep(0.05)
+        self.assertGreater(early, 0, "the backward key had a version at once")
+        self.assertTrue(optimized.wait(0), (partition.version, partition.backward_version,
+                                            partition.trouble, partition.backward_trouble))
+        moved = optimized.advance()
+        self.assertEqual(len(moved["pins"]), 2, moved)
+        self.assertEqual({p["key"] for p in moved["pins"]},
+                         {partition.key, partition.grad_key})
+        self.assertGreaterEqual(partition.backward_version, 1)
 
     def test_a_module_without_a_run_cannot_advance(self):
         free = optimize(self.model, (self.x,), budget=1, socket=self.path)

@@ -42,7 +42,7 @@ void fixture_open_folders(const fixture *f);
 
 typedef struct conn {
 	int fd;
-	char buf[1 << 16];
+	char buf[1 << 18]; /* a line: a fetch reply holds every source */
 	size_t len;
 	int next_id;
 } conn;

@@ -20,6 +20,10 @@
 #include "fixture.h"
 #include "pg_server.h"
 
+/* Notices published in one transaction: more than the daemon reads in a
+ * turn. */
+#define BURST 300
+
 static pg_server server;
 static fixture f;
 
@@ -79,6 +83,36 @@ static void publish_elsewhere(const char *uri, const char *key, const char *devi
 		 "WHERE p.graph = '%s' ORDER BY p.version DESC LIMIT 1;"
 		 "COMMIT",
 		 key, on, key);
+	run_sql(uri, sql);
+}
+
+/* Another writer publishes, in one transaction, a version of each of
+ * "count" keys nobody watches (their notices only), then the next
+ * version of "key" (its row and its notice). */
+static void publish_burst_elsewhere(const char *uri, const char *key, int count)
+{
+	char sql[4096];
+
+	snprintf(sql, sizeof(sql),
+		 "BEGIN;"
+		 "SELECT pg_notify('" CACHE_VERSIONS_CHANNEL "', json_build_object("
+		 "'key', encode(sha256(g::text::bytea), 'hex'), 'device', "
+		 "d.signature, 'codegen', p.codegen, 'version', 1)::text) FROM "
+		 "(SELECT * FROM plans WHERE graph = '%s' ORDER BY version DESC "
+		 "LIMIT 1) p JOIN devices d ON d.id = p.device, "
+		 "generate_series(1, %d) g ORDER BY g;"
+		 "INSERT INTO plans (graph, device, codegen, version, plan, sources, "
+		 "binaries, launch, median_ms, spread_ms, found_by, created_at, "
+		 "checksum) "
+		 "SELECT graph, device, codegen, version + 1, plan, sources, binaries, "
+		 "launch, median_ms / 2, spread_ms, 'another daemon', created_at, "
+		 "checksum FROM plans WHERE graph = '%s' ORDER BY version DESC LIMIT 1;"
+		 "SELECT pg_notify('" CACHE_VERSIONS_CHANNEL "', json_build_object("
+		 "'key', p.graph, 'device', d.signature, 'codegen', p.codegen, "
+		 "'version', p.version)::text) FROM plans p JOIN devices d ON d.id = "
+		 "p.device WHERE p.graph = '%s' ORDER BY p.version DESC LIMIT 1;"
+		 "COMMIT",
+		 key, count, key, key);
 	run_sql(uri, sql);
 }
 
@@ -168,6 +202,18 @@ Test(pg_watchers, a_watcher_hears_the_versions_another_writer_publishes,
 	snprintf(request, sizeof(request), "version %d: published by another daemon",
 		 tuned + 3);
 	cr_expect(fixture_log_contains(&f, request));
+
+	/* more notices at once than the daemon reads in a turn, none of them
+	 * told to a client (no write turns the loop again): the last is told
+	 * at once all the same, not left queued until other traffic comes */
+	publish_burst_elsewhere(f.cache, key, BURST);
+	event = conn_read(&watcher, 5000);
+	cr_assert_not_null(event, "a version published after %d others was not told",
+			   BURST);
+	cr_expect_eq(json_integer_value(json_object_get(json_object_get(event, "data"),
+							"version")),
+		     tuned + 4, "%s", json_dumps(event, 0));
+	json_decref(event);
 
 	conn_close(&waiter);
 	conn_close(&watcher);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fixture.h"
 
@@ -181,6 +182,35 @@ Test(runs, a_run_waiting_for_the_first_version_pins_it)
 	land(key);
 	expect_ranks_get(key, "run-w", version);
 	json_decref(status);
+}
+
+/* A run's fetch whose pin is still being written when its client leaves
+ * and the daemon is told to stop: the pin's completion must not leave a
+ * waiter behind (on a freed client, its timer keeping the loop alive
+ * for the fetch's whole timeout). The cache is locked so that the pin
+ * is in flight across the disconnect and the SIGTERM. */
+Test(runs, a_pin_in_flight_when_the_client_leaves_does_not_hold_the_stop)
+{
+	json_int_t job = submit(&ranks[0], "lstm_cell_small");
+	struct sqlite3 *lock = fixture_sql_lock(f.cache);
+	char line[256];
+	double seconds;
+
+	snprintf(line, sizeof(line),
+		 "{\"id\": 7, \"op\": \"fetch\", \"params\": {\"job\": %lld, "
+		 "\"run\": \"run-gone\", \"timeout_ms\": 60000}}\n",
+		 (long long)job);
+	conn_send(&ranks[1], line);
+	usleep(200000);
+	conn_close(&ranks[1]);
+	usleep(200000);
+	kill(f.pid, SIGTERM);
+	usleep(300000);
+	fixture_sql_unlock(lock);
+	/* signal 0: only waits for the stop the SIGTERM above began */
+	cr_expect_eq(fixture_stop(&f, 0, &seconds), 0);
+	cr_expect_lt(seconds, 20.0, "the stop waited %.1f s for a left client's fetch",
+		     seconds);
 }
 
 Test(runs, errors_name_the_run_and_the_key_and_the_daemon_serves_on)

@@ -18,8 +18,8 @@ import time
 import weakref
 
 from ..client import Client
-from ..errors import (BadRequestError, TimedOutError, TooLargeError, TunedError,
-                      UnknownOpError)
+from ..errors import (BadRequestError, NotFoundError, TimedOutError, TooLargeError,
+                      TunedError, UnknownOpError)
 from ..plan import Plan
 
 BACKOFF_FIRST_S = 0.25
@@ -56,6 +56,10 @@ class Entry:
         self.graphs = [Followed("forward", partition.graph)]
         self.refused = False
         self.watched = False
+        # one load of its plans at a time: the thread's load of a first
+        # version cannot land after a sync() in the caller's thread (and
+        # undo an advance)
+        self.loading = threading.Lock()
 
     def takes(self, followed, version):
         """Whether a version of one of its keys, announced, is fetched:
@@ -149,6 +153,11 @@ class Upgrader:
     def _upgrade(self, client, entry, followed):
         """Fetches the best plan of one of the entry's keys and loads it for
         the partition; a plan that does not load is not tried again."""
+        with entry.loading:
+            self._load(client, entry, followed)
+
+    @staticmethod
+    def _load(client, entry, followed):
         fetched = client.fetch(key=followed.key, run=entry.run)
         if fetched["version"] == followed.version:
             return  # a run's pin, not moved
@@ -217,12 +226,22 @@ class Upgrader:
 
     def sync(self, entries):
         """Loads, in the caller's thread, the versions the entries' run is
-        pinned to now: the next calls run them."""
+        pinned to now: the next calls run them (the keys with no version
+        yet excepted)."""
         with Client(self.socket) as client:
             for entry in entries:
                 for followed in entry.graphs:
                     if followed.key is not None:
-                        self._upgrade(client, entry, followed)
+                        self._sync_one(client, entry, followed)
+
+    def _sync_one(self, client, entry, followed):
+        """Loads the version one key is pinned to; a key with no version
+        yet is left to the thread, which pins its first when it comes."""
+        try:
+            self._upgrade(client, entry, followed)
+        except (NotFoundError, TimedOutError):
+            if followed.version:
+                raise
 
     def advance(self, run, entries):
         """Moves `run` to the latest version of the entries' keys that it
