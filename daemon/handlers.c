@@ -936,6 +936,14 @@ static void fetch_missed(tuned_client *client, proto_request *req, const char *k
 	tuned_daemon *d = client->daemon;
 	char message[PROTO_MESSAGE_MAX];
 
+	/* On a shared queue, a key may be tuned by another daemon whose job
+	 * this one learns of only at its next pass: a fetch that may wait
+	 * does, and asks for that pass now. */
+	if (d->jobs.shared && req->timeout_ms > 0 && req->job <= 0) {
+		add_waiter(client, req, key);
+		tuned_fleet_kick(d);
+		return;
+	}
 	/* the cache's message when it names a version that failed its checksum */
 	if (!tuned_jobs_find_active(&d->jobs, key) && !tuned_cached_version(d, key) &&
 	    req->job <= 0) {

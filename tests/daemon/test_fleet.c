@@ -508,34 +508,8 @@ static void drain_watchers(void)
 	}
 }
 
-/* Waits until every daemon knows the jobs "jobs" (a daemon reads the
- * queue's new jobs every third of --lease; until then a fetch of a key
- * queued on another daemon is not_found). */
-static void wait_jobs_known(const json_int_t *jobs)
-{
-	for (int i = 0; i < FLEET_DAEMONS; i++) {
-		conn c;
-
-		connect_to(&c, &fleet[i]);
-		for (int k = 0; k < RUN_KEYS; k++) {
-			double start = now_s();
-			json_t *reply;
-
-			while (!result_of(reply = conn_call(&c, "status",
-							    json_pack("{s:I}", "job",
-								      jobs[k])))) {
-				cr_assert_lt(now_s() - start, 10, "daemon %d: %s", i,
-					     json_dumps(reply, 0));
-				json_decref(reply);
-				usleep(50 * 1000);
-			}
-			json_decref(reply);
-		}
-		conn_close(&c);
-	}
-}
-
-/* A rank's fetch of "key" with its run (waiting for a first version):
+/* A rank's fetch of "key" with its run (waiting for a first version, on a
+ * daemon that may not have heard of the key's job yet):
  * the version, asserted served (the daemon serves only a version whose
  * checksum holds) and to name the run. */
 static int rank_fetch(conn *c, const char *key, const char *run)
@@ -680,7 +654,6 @@ Test(fleet, training_runs_keep_one_version_per_step_across_a_fleet_and_a_kill,
 		snprintf(ids + strlen(ids), sizeof(ids) - strlen(ids), "%s%lld",
 			 k ? ", " : "", (long long)jobs[k]);
 	}
-	wait_jobs_known(jobs);
 	for (int i = 0; i < FLEET_DAEMONS; i++)
 		watch_keys(i);
 	for (int r = 0; r < RUNS; r++)
