@@ -182,7 +182,8 @@ static const tunectl_command offline_commands[] = {
 	 "write the backward graph of FILE as graph.json: its inputs are\n"
 	 "FILE's inputs and d_<output> for each output (the gradient flowing\n"
 	 "in), its outputs d_<name> for each tensor of --wrt, with its shape\n"
-	 "and dtype; the forward intermediates it reads are recomputed in it.\n"
+	 "and dtype; the forward intermediates it reads are recomputed in it,\n"
+	 "or with --save read saved, as inputs of it.\n"
 	 "Exit 1 with the op, the read and the reason when FILE cannot be\n"
 	 "differentiated (docs/autodiff.md)\n",
 	 {TUNECTL_REQUIRED("wrt", "X[,Y...]",
@@ -190,7 +191,15 @@ static const tunectl_command offline_commands[] = {
 			   "with respect to, separated by commas\n"),
 	  TUNECTL_VALUE("out", "OUT",
 			"write the graph into OUT, and say on stdout what\n"
-			"it holds, instead of printing it\n")},
+			"it holds, instead of printing it\n"),
+	  TUNECTL_VALUE("save", "none|auto|all",
+			"which forward results the backward graph reads\n"
+			"saved instead of recomputing them: none (the\n"
+			"default), the costly ones (reductions, contractions,\n"
+			"outputs, long elementwise chains), or all\n"),
+	  TUNECTL_VALUE("forward", "FWD",
+			"with --save: write the forward graph that also\n"
+			"outputs the saved tensors into FWD\n")},
 	 tunectl_grad},
 	{"run", "FILE",
 	 "compile the plan (the default one unless --plan), check every output\n"

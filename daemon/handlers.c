@@ -402,6 +402,9 @@ typedef struct submit_work {
 	submitted_graph forward;
 	submitted_graph backward; /* with "grad" */
 	char *grad_json;      /* the backward graph.json, as autodiff wrote it */
+	char *saving_json;    /* with "save": the forward graph.json that also
+			       * outputs what the backward graph reads saved,
+			       * which "forward" is then, or NULL */
 	const char *refused;  /* the param refused ("params.graph"), or NULL */
 	sched_error err;      /* why it was refused */
 	tuned_jobs_changes *changes; /* the queue's changes, the new jobs' rows */
@@ -431,23 +434,45 @@ static void refuse_submit(submit_work *w, const char *param, const char *why)
 		snprintf(w->err.message, sizeof(w->err.message), "%s", why);
 }
 
+/* The forward graph that outputs the saved tensors, read within the
+ * submit's limits: the forward graph tuned from now on. */
+static void take_saving(submit_work *w)
+{
+	sched_graph *saving = NULL;
+
+	if (sched_graph_read_limited(w->saving_json, &w->limits, &saving, &w->err) < 0)
+		return refuse_submit(w, "params.save: the forward graph", NULL);
+	submitted_graph_free(&w->forward);
+	memset(&w->forward, 0, sizeof(w->forward));
+	if (copy_graph(&w->forward, saving) < 0)
+		refuse_submit(w, "params.save", "out of memory");
+	sched_graph_free(saving);
+}
+
 /* The backward graph of "graph" with respect to the names of "grad", read
- * back within the same limits as the graph itself. */
+ * back within the same limits as the graph itself; with "save", the
+ * forward graph that also outputs the tensors it reads saved. */
 static void differentiate(submit_work *w, const sched_graph *graph)
 {
 	size_t n = json_array_size(w->req.grad);
 	const char *wrt[PROTO_GRAD_MAX];
 	sched_graph *backward = NULL;
+	enum sched_grad_save save = w->req.save == PROTO_SAVE_ALL ? SCHED_SAVE_ALL :
+				    w->req.save == PROTO_SAVE_AUTO ? SCHED_SAVE_AUTO :
+				    SCHED_SAVE_NONE;
 
 	for (size_t i = 0; i < n; i++)
 		wrt[i] = json_string_value(json_array_get(w->req.grad, i));
-	if (sched_graph_grad(graph, wrt, (int)n, &w->grad_json, &w->err) < 0)
+	if (sched_graph_grad_saving(graph, wrt, (int)n, save, &w->grad_json,
+				    &w->saving_json, &w->err) < 0)
 		return refuse_submit(w, "params.grad", NULL);
 	if (sched_graph_read_limited(w->grad_json, &w->limits, &backward, &w->err) < 0)
 		return refuse_submit(w, "params.grad: the backward graph", NULL);
 	if (copy_graph(&w->backward, backward) < 0)
 		refuse_submit(w, "params.grad", "out of memory");
 	sched_graph_free(backward);
+	if (!w->refused && w->saving_json)
+		take_saving(w);
 }
 
 /* What the loop needs of the graph, copied out of it: the graph itself
@@ -482,6 +507,7 @@ static void submit_work_free(submit_work *w)
 	submitted_graph_free(&w->forward);
 	submitted_graph_free(&w->backward);
 	free(w->grad_json);
+	free(w->saving_json);
 	free(w);
 }
 
@@ -602,6 +628,8 @@ static void submitted(void *data)
 				       " (its backward graph)");
 		json_object_set_new(grad, "graph", json_string(w->grad_json));
 		json_object_set_new(result, "grad", grad);
+		if (w->saving_json)
+			json_object_set_new(result, "graph", json_string(w->saving_json));
 	}
 	if (!d->stopping)
 		tuned_update_waited(d);

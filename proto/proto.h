@@ -146,6 +146,9 @@ typedef struct proto_request {
 	int64_t trials;       /* submit: at most this many trials [0: no limit] */
 	json_t *grad;         /* submit: borrowed, the names to differentiate
 			       * with respect to [NULL: no backward graph] */
+	int save;             /* submit with grad: which forward results the
+			       * backward graph reads saved, PROTO_SAVE_*
+			       * [PROTO_SAVE_NONE] */
 	int64_t job;          /* status, cancel, fetch: > 0 [0: none] */
 	char key[PROTO_KEY_HEX + 1]; /* fetch, watch, cache.show,
 				      * cache.quarantine [""] */

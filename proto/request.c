@@ -52,7 +52,8 @@ bool proto_id_is_valid(const json_t *id)
 
 /* The schema of params: per op, its fields. An F_INT field is an integer
  * in [min, max] stored at "offset" in proto_request. */
-enum field_kind { F_INT, F_BUDGET, F_GRAPH, F_NAMES, F_KEY, F_KEYS, F_BUNDLE, F_RUN };
+enum field_kind { F_INT, F_BUDGET, F_GRAPH, F_NAMES, F_SAVE, F_KEY, F_KEYS, F_BUNDLE,
+		  F_RUN };
 
 typedef struct field_spec {
 	const char *name;
@@ -63,7 +64,7 @@ typedef struct field_spec {
 	const char *must; /* what the value must be, for the message */
 } field_spec;
 
-#define MAX_FIELDS 5
+#define MAX_FIELDS 6
 #define INT_FIELD(field, required, min, max, must)                            \
 	{#field, F_INT, required, min, max, offsetof(proto_request, field), must}
 #define JOB_FIELD(required)                                                   \
@@ -98,6 +99,8 @@ static const field_spec op_fields[PROTO_NOPS][MAX_FIELDS] = {
 			{"grad", F_NAMES, false, 0, 0, 0,
 			 "a non-empty array of at most 256 tensor names (non-empty "
 			 "strings)"},
+			{"save", F_SAVE, false, 0, 0, 0,
+			 "\"none\", \"auto\" or \"all\""},
 		},
 	[PROTO_OP_STATUS] = {JOB_FIELD(true)},
 	[PROTO_OP_CANCEL] = {JOB_FIELD(true)},
@@ -220,6 +223,18 @@ static int check_budget(const field_spec *f, json_t *value, proto_request *req,
 	return 0;
 }
 
+/* The PROTO_SAVE_* of "value" ("none", "auto", "all"), or -1. */
+static int save_mode(const json_t *value)
+{
+	static const char *const names[] = {"none", "auto", "all"};
+	const char *s = json_string_value(value);
+
+	for (int m = 0; s && m < 3; m++)
+		if (!strcmp(s, names[m]))
+			return m;
+	return -1;
+}
+
 /* Checks "value" against "f" and stores it in "req". */
 static int check_field(const field_spec *f, json_t *value, proto_request *req,
 		       proto_error *err)
@@ -244,6 +259,10 @@ static int check_field(const field_spec *f, json_t *value, proto_request *req,
 		if (!is_names(value))
 			return refuse(f, err);
 		req->grad = value;
+		return 0;
+	case F_SAVE:
+		if ((req->save = save_mode(value)) < 0)
+			return refuse(f, err);
 		return 0;
 	case F_KEY:
 		if (!is_key(value))
@@ -306,6 +325,10 @@ static int check_params(enum proto_op op, json_t *params, proto_request *req,
 				       "params.min_version cannot go with run: a "
 				       "run gets the version it is pinned to "
 				       "(advance moves it)");
+	if (op == PROTO_OP_SUBMIT && !req->grad && json_object_get(params, "save"))
+		return proto_error_set(err, PROTO_EBAD_REQUEST,
+				       "params.save goes with params.grad: it says "
+				       "what the backward graph reads saved");
 	return 0;
 }
 

@@ -22,6 +22,8 @@
 #define PROTO_TIMEOUT_MAX_MS 3600000 /* fetch waits at most an hour */
 #define PROTO_GRAD_MAX 256 /* tensors a submit differentiates with respect to */
 #define PROTO_RUN_MAX 128  /* bytes of a training run's id (fetch, advance) */
+/* A submit's "save": which forward results its backward graph reads saved. */
+enum proto_save { PROTO_SAVE_NONE, PROTO_SAVE_AUTO, PROTO_SAVE_ALL };
 
 /* Limits of a daemon (tuned --max-frame...): defaults and ranges. */
 #define PROTO_FRAME_DEFAULT (16u << 20)

@@ -50,6 +50,8 @@ typedef struct grad_build {
 	struct shared_call *shared;
 	json_t *tensors;         /* the backward graph's own tensors */
 	json_t *ops;
+	enum sched_grad_save save;
+	bool *saved;             /* a forward result the backward graph reads */
 } grad_build;
 
 /* "name" as a new tensor of the backward graph, shaped as forward tensor
@@ -512,9 +514,81 @@ static void mark_access_read(const sched_node *access, void *user)
 	((bool *)user)[access->tensor] = true;
 }
 
+/* How many elementwise ops recomputing an intermediate may take before
+ * --save auto keeps it instead. */
+#define GRAD_RECOMPUTE_MAX 4
+
+typedef struct recompute_cost {
+	const bool *saved;
+	const int *ops;
+	bool *seen;
+	int sum;
+} recompute_cost;
+
+static void add_read_cost(const sched_node *access, void *user)
+{
+	recompute_cost *c = user;
+
+	if (c->seen[access->tensor])
+		return;
+	c->seen[access->tensor] = true;
+	if (!c->saved[access->tensor])
+		c->sum += c->ops[access->tensor];
+}
+
+/* Which forward results the backward graph reads saved rather than
+ * recomputes, should it read them: none, all, or (auto) the outputs
+ * (written anyway), the results of reductions and contractions, and an
+ * elementwise result whose recomputation, with the unsaved results it
+ * reads, takes more than GRAD_RECOMPUTE_MAX ops; a cheap elementwise
+ * one is recomputed, inlined where the backward reads it. */
+static int choose_saved(grad_build *b)
+{
+	const sched_graph *graph = b->graph;
+	int *ops = calloc(graph->ntensors, sizeof(int));
+	bool *seen = calloc(graph->ntensors, sizeof(bool));
+
+	if (!ops || !seen) {
+		free(ops);
+		free(seen);
+		return sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
+	}
+	for (int n = 0; n < graph->nops; n++) {
+		const sched_op *op = &graph->ops[graph->order[n]];
+		recompute_cost c = {b->saved, ops, seen, 1};
+
+		memset(seen, 0, graph->ntensors * sizeof(bool));
+		sched_node_each_access(op->body, add_read_cost, &c);
+		ops[op->target] = c.sum;
+		b->saved[op->target] = b->save == SCHED_SAVE_ALL ||
+			(b->save == SCHED_SAVE_AUTO &&
+			 (graph->tensors[op->target].role == SCHED_OUTPUT ||
+			  op->reducer != SCHED_RED_NONE || c.sum > GRAD_RECOMPUTE_MAX));
+	}
+	free(ops);
+	free(seen);
+	return SCHED_OK;
+}
+
+/* The declaration of forward tensor "t" with role "role" (NULL: none). */
+static json_t *forward_decl(const sched_tensor *tensor, const char *role)
+{
+	json_t *decl = json_pack("{s:o, s:s}", "shape", json_array(), "dtype",
+				 sched_dtype_name(tensor->dtype));
+
+	for (int d = 0; decl && d < tensor->rank; d++)
+		json_array_append_new(json_object_get(decl, "shape"),
+				      json_integer(tensor->shape[d]));
+	if (decl && role)
+		json_object_set_new(decl, "role", json_string(role));
+	return decl;
+}
+
 /* The forward tensors the backward ops read, and the forward ops that
- * compute them (recomputed in the backward graph; the planner decides
- * what is stored), into "out" (tensors object) and b->ops. */
+ * compute those not saved (recomputed in the backward graph; the planner
+ * decides what of them is stored), into "out" (tensors object) and
+ * b->ops; a saved one is an input of the backward graph, by its name.
+ * b->saved is left marking the saved tensors actually read. */
 static int add_forward(grad_build *b, json_t *out)
 {
 	const sched_graph *graph = b->graph;
@@ -529,28 +603,24 @@ static int add_forward(grad_build *b, json_t *out)
 	for (int n = graph->nops - 1; n >= 0; n--) {
 		const sched_op *op = &graph->ops[graph->order[n]];
 
-		if (read[op->target])
+		if (read[op->target] && !b->saved[op->target])
 			sched_node_each_access(op->body, mark_access_read, read);
 	}
 	for (int n = 0, at = 0; n < graph->nops; n++) {
 		const sched_op *op = &graph->ops[graph->order[n]];
 
-		if (read[op->target])
+		if (read[op->target] && !b->saved[op->target])
 			json_array_insert_new(b->ops, at++, json_string(op->text));
 	}
 	for (int t = 0; t < graph->ntensors; t++) {
 		const sched_tensor *tensor = &graph->tensors[t];
 		json_t *decl;
 
+		b->saved[t] &= read[t];
 		if (!read[t] && tensor->role != SCHED_INPUT)
 			continue;
-		decl = json_pack("{s:o, s:s}", "shape", json_array(), "dtype",
-				 sched_dtype_name(tensor->dtype));
-		for (int d = 0; decl && d < tensor->rank; d++)
-			json_array_append_new(json_object_get(decl, "shape"),
-					      json_integer(tensor->shape[d]));
-		if (decl && tensor->role == SCHED_INPUT)
-			json_object_set_new(decl, "role", json_string("input"));
+		decl = forward_decl(tensor, tensor->role == SCHED_INPUT || b->saved[t]
+					    ? "input" : NULL);
 		if (!decl || json_object_set_new(out, tensor->name, decl))
 			rc = sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
 	}
@@ -652,12 +722,73 @@ static bool over_a_limit(const sched_error *err)
 					      strstr(err->message, "nested more than"));
 }
 
-/* The backward graph as graph.json text, read back to check it. */
-static int write_graph(grad_build *b, char **out_json)
+/* The graph read back from "text", to check it: a failure on a limit of
+ * graph.json is the user's, any other a bug. */
+static int check_written(grad_build *b, const char *text, const char *what)
 {
-	json_t *tensors = json_object();
 	sched_graph *check = NULL;
 	sched_error err = {0};
+	int rc = sched_graph_read_string(text, &check, &err);
+
+	sched_graph_free(check);
+	if (rc == SCHED_OK)
+		return SCHED_OK;
+	if (over_a_limit(&err))
+		return sched_fail(b->err, SCHED_ELIMIT, -1, 0,
+				  "cannot differentiate: the %s graph is over "
+				  "a limit of graph.json (%s); write the forward ops "
+				  "as more, smaller ops", what, err.message);
+	return sched_fail(b->err, SCHED_EINTERNAL, -1, 0,
+			  "the %s graph does not validate (a bug in "
+			  "tuned's autodiff): %s", what, err.message);
+}
+
+/* The forward graph that also outputs the tensors the backward graph
+ * reads saved: named <name>_fwd, its ops unchanged. */
+static int write_forward(grad_build *b, char **out_json)
+{
+	const sched_graph *graph = b->graph;
+	json_t *tensors = json_object(), *ops = json_array();
+	const char *name = grad_printf(&b->ctx, "%s_fwd",
+				       graph->name && *graph->name ? graph->name : "graph");
+	bool ok = tensors && ops;
+	int rc;
+
+	for (int t = 0; ok && t < graph->ntensors; t++) {
+		const sched_tensor *tensor = &graph->tensors[t];
+		const char *role = tensor->role == SCHED_INPUT ? "input" :
+				   tensor->role == SCHED_OUTPUT || b->saved[t] ? "output" : NULL;
+
+		ok = !json_object_set_new(tensors, tensor->name, forward_decl(tensor, role));
+	}
+	for (int n = 0; ok && n < graph->nops; n++)
+		ok = !json_array_append_new(ops, json_string(graph->ops[n].text));
+	*out_json = ok ? format_graph(name, tensors, ops, graph->allow_tf32) : NULL;
+	json_decref(tensors);
+	json_decref(ops);
+	if (!*out_json)
+		return sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
+	if ((rc = check_written(b, *out_json, "forward")) != SCHED_OK) {
+		free(*out_json);
+		*out_json = NULL;
+	}
+	return rc;
+}
+
+static bool any_saved(const grad_build *b)
+{
+	for (int t = 0; t < b->graph->ntensors; t++)
+		if (b->saved[t])
+			return true;
+	return false;
+}
+
+/* The backward graph as graph.json text, read back to check it, and
+ * (when "forward_json") the forward graph with the saved tensors as
+ * outputs, or NULL when none is saved. */
+static int write_graph(grad_build *b, char **out_json, char **forward_json)
+{
+	json_t *tensors = json_object();
 	const char *name = grad_printf(&b->ctx, "%s_grad",
 				       b->graph->name && *b->graph->name
 				       ? b->graph->name : "graph");
@@ -672,25 +803,20 @@ static int write_graph(grad_build *b, char **out_json)
 	json_decref(tensors);
 	if (!*out_json)
 		return sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
-	rc = sched_graph_read_string(*out_json, &check, &err);
-	sched_graph_free(check);
+	rc = check_written(b, *out_json, "backward");
+	if (rc == SCHED_OK && forward_json && any_saved(b))
+		rc = write_forward(b, forward_json);
 	if (rc == SCHED_OK)
 		return SCHED_OK;
 	free(*out_json);
 	*out_json = NULL;
-	if (over_a_limit(&err))
-		return sched_fail(b->err, SCHED_ELIMIT, -1, 0,
-				  "cannot differentiate: the backward graph is over "
-				  "a limit of graph.json (%s); write the forward ops "
-				  "as more, smaller ops", err.message);
-	return sched_fail(b->err, SCHED_EINTERNAL, -1, 0,
-			  "the backward graph does not validate (a bug in "
-			  "tuned's autodiff): %s", err.message);
+	return rc;
 }
 
 /* The backward graph of the graph in "text" (every extremum in it exact). */
 static int grad_of_text(const char *text, const char *const *wrt, int nwrt,
-			char **out_json, sched_error *err)
+			enum sched_grad_save save, char **out_json,
+			char **forward_json, sched_error *err)
 {
 	sched_graph *graph;
 	sched_error why = {0};
@@ -701,7 +827,8 @@ static int grad_of_text(const char *text, const char *const *wrt, int nwrt,
 				  "the graph with its max and min reductions split "
 				  "does not validate (a bug in tuned's autodiff): %s",
 				  why.message);
-	rc = sched_graph_grad(graph, wrt, nwrt, out_json, err);
+	rc = sched_graph_grad_saving(graph, wrt, nwrt, save, out_json,
+				     forward_json, err);
 	sched_graph_free(graph);
 	return rc;
 }
@@ -709,23 +836,33 @@ static int grad_of_text(const char *text, const char *const *wrt, int nwrt,
 int sched_graph_grad(const sched_graph *graph, const char *const *wrt, int nwrt,
 		     char **out_json, sched_error *err)
 {
+	return sched_graph_grad_saving(graph, wrt, nwrt, SCHED_SAVE_NONE, out_json,
+				       NULL, err);
+}
+
+int sched_graph_grad_saving(const sched_graph *graph, const char *const *wrt,
+			    int nwrt, enum sched_grad_save save, char **out_json,
+			    char **forward_json, sched_error *err)
+{
 	int n = graph->ntensors;
-	grad_build b = {.graph = graph, .err = err};
+	grad_build b = {.graph = graph, .err = err, .save = save};
 	char *split = NULL;
 	int rc;
 
 	*out_json = NULL;
+	if (forward_json)
+		*forward_json = NULL;
 	b.tensor_names = calloc(n, sizeof(char *));
 	b.wrt = calloc(n, sizeof(bool));
 	b.needs = calloc(n, sizeof(bool));
+	b.saved = calloc(n, sizeof(bool));
 	b.pending = calloc(n, sizeof(contribution *));
 	b.npending = calloc(n, sizeof(int));
 	b.nshared = calloc(n, sizeof(int));
 	b.tensors = json_object();
 	b.ops = json_array();
-	if (!b.tensor_names || !b.wrt || !b.needs || !b.pending || !b.npending ||
-	    !b.nshared ||
-	    !b.tensors || !b.ops) {
+	if (!b.tensor_names || !b.wrt || !b.needs || !b.saved || !b.pending ||
+	    !b.npending || !b.nshared || !b.tensors || !b.ops) {
 		rc = sched_fail(err, SCHED_ENOMEM, -1, 0, "out of memory");
 		goto out;
 	}
@@ -737,22 +874,25 @@ int sched_graph_grad(const sched_graph *graph, const char *const *wrt, int nwrt,
 		rc = grad_split_extrema(graph, b.needs, &split, err);
 	}
 	if (rc == SCHED_OK && split) {
-		rc = grad_of_text(split, wrt, nwrt, out_json, err);
+		rc = grad_of_text(split, wrt, nwrt, save, out_json, forward_json, err);
 		free(split);
 		goto out;
 	}
+	if (rc == SCHED_OK)
+		rc = choose_saved(&b);
 	if (rc == SCHED_OK)
 		rc = walk_backward(&b);
 	if (rc == SCHED_OK && b.ctx.nomem)
 		rc = sched_fail(err, SCHED_ENOMEM, -1, 0, "out of memory");
 	if (rc == SCHED_OK)
-		rc = write_graph(&b, out_json);
+		rc = write_graph(&b, out_json, forward_json);
 out:
 	json_decref(b.tensors);
 	json_decref(b.ops);
 	free(b.tensor_names);
 	free(b.wrt);
 	free(b.needs);
+	free(b.saved);
 	free(b.pending);
 	free(b.npending);
 	free(b.nshared);

@@ -191,6 +191,22 @@ int sched_graph_grad(__sched_keep const sched_graph *graph,
 		     const char *const *wrt, int nwrt,
 		     __sched_give char **out_json, sched_error *err);
 
+/* Which forward results a backward graph reads saved by the forward graph
+ * instead of recomputing them (docs/autodiff.md, "Saved or recomputed"):
+ * none, the costly ones (auto), or all. */
+enum sched_grad_save { SCHED_SAVE_NONE, SCHED_SAVE_AUTO, SCHED_SAVE_ALL };
+
+/* sched_graph_grad, choosing per forward result the backward graph reads
+ * whether to recompute it or to read it saved: a saved tensor is an
+ * input of the backward graph by its forward name, and *forward_json
+ * (when not NULL) is the forward graph that also outputs it, named
+ * <name>_fwd (NULL when nothing is saved; the caller frees it). */
+int sched_graph_grad_saving(__sched_keep const sched_graph *graph,
+			    const char *const *wrt, int nwrt,
+			    enum sched_grad_save save,
+			    __sched_give char **out_json,
+			    __sched_give char **forward_json, sched_error *err);
+
 /* Reference interpreter. "values" has one buffer per tensor, each of
  * sched_tensor_size() doubles, row-major; inputs are read, every other
  * tensor is written. Arithmetic is in double; each stored element is

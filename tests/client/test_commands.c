@@ -650,6 +650,45 @@ Test(grad, writes_the_backward_graph_to_out)
 	free(text);
 }
 
+/* --save auto: the backward graph reads the contractions saved, and
+ * --forward gets the forward graph that outputs them; --save needs
+ * --forward, and takes only none, auto or all. */
+Test(grad, save_writes_the_forward_graph_that_saves)
+{
+	char file[PATH_MAX], out[128], fwd[128], *line, *text, *err;
+
+	example("lstm_cell_small", file, sizeof(file));
+	snprintf(out, sizeof(out), "%s/grad.json", folder);
+	snprintf(fwd, sizeof(fwd), "%s/fwd.json", folder);
+	cr_assert_eq(tunectl((const char *const[]){"grad", file, "--wrt", "x,Wx", "--save",
+						   "auto", "--forward", fwd, "--out", out,
+						   NULL}), 0, "%s", slurp("err"));
+	line = slurp("out");
+	cr_expect(strstr(line, "grad.json: backward graph 'lstm_cell_small_grad'"), "%s", line);
+	cr_expect(strstr(line, "fwd.json: forward graph 'lstm_cell_small_fwd', 15 tensors, "
+			 "9 ops"), "%s", line);
+	text = slurp("grad.json");
+	expect_tensor(text, "gx", SCHED_INPUT);
+	expect_tensor(text, "gates", SCHED_INTERMEDIATE);
+	free(text);
+	text = slurp("fwd.json");
+	expect_tensor(text, "gx", SCHED_OUTPUT);
+	expect_tensor(text, "gates", SCHED_INTERMEDIATE);
+	expect_tensor(text, "h_new", SCHED_OUTPUT);
+	free(text);
+	free(line);
+	cr_expect_eq(tunectl((const char *const[]){"grad", file, "--wrt", "x", "--save",
+						   "all", NULL}), 2);
+	err = slurp("err");
+	cr_expect(strstr(err, "--save all needs --forward FWD"), "%s", err);
+	free(err);
+	cr_expect_eq(tunectl((const char *const[]){"grad", file, "--wrt", "x", "--save",
+						   "most", "--forward", fwd, NULL}), 2);
+	err = slurp("err");
+	cr_expect(strstr(err, "--save takes none, auto or all, not 'most'"), "%s", err);
+	free(err);
+}
+
 Test(grad, prints_the_backward_graph_without_out)
 {
 	char file[PATH_MAX], *text;
@@ -856,7 +895,7 @@ static const char *sample_value(const char *name, char *buf, size_t size)
 		{"backend", "cpu"}, {"arch", "sm_90"},
 		{"socket", "/nonexistent/tuned.sock"},
 		{"plan", "/nonexistent/plan.json"},
-		{"cache", "/nonexistent/cache.db"}, {"wrt", "P"},
+		{"cache", "/nonexistent/cache.db"}, {"wrt", "P"}, {"save", "none"},
 	};
 
 	for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++)

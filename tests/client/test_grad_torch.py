@@ -5,7 +5,10 @@ model of NAME_grad, which bench/compare times), and the backward graph run
 by tuned's reference interpreter
 (tuned_exec_interpret) on the same inputs and incoming gradients, every
 tensor of both graphs held in f32 so that storage rounds little. Each
-gradient must agree within 1e-4 (||tuned - torch|| / ||torch||).
+gradient must agree within 1e-4 (||tuned - torch|| / ||torch||). Each
+example is checked three times: as `tunectl grad` writes it with --save
+none (recomputing the forward results it reads), auto and all (reading
+them saved, as the forward graph --forward writes computes them).
 
 usage: test_grad_torch.py TUNECTL LIBTUNED_EXEC  (exit status 0: passed,
 77: skipped, torch missing)
@@ -44,21 +47,30 @@ def in_f32(graph):
     return graph
 
 
-def backward_graph(tunectl, name, wrt):
-    """What `tunectl grad` writes for example `name`, checked to be the
-    backward graph examples/ holds."""
+def backward_graph(tunectl, name, wrt, save="none"):
+    """What `tunectl grad --save SAVE` writes for example `name`: the
+    backward graph (with save none, checked to be the one examples/
+    holds) and the forward graph that outputs what it reads saved (None:
+    nothing is)."""
     with tempfile.TemporaryDirectory() as work:
-        out = os.path.join(work, "grad.json")
+        out, fwd = os.path.join(work, "grad.json"), os.path.join(work, "fwd.json")
         subprocess.run([tunectl, "grad", os.path.join(ROOT, "examples", name + ".json"),
-                        "--wrt", ",".join(wrt), "--out", out], check=True,
-                       capture_output=True)
+                        "--wrt", ",".join(wrt), "--out", out, "--save", save,
+                        "--forward", fwd], check=True, capture_output=True)
         with open(out) as f:
             written = json.load(f)
-    with open(os.path.join(ROOT, "examples", name + "_grad.json")) as f:
-        if json.load(f) != written:
-            raise AssertionError("examples/%s_grad.json is not what tunectl grad writes"
-                                 % name)
-    return written
+        saving = None
+        if os.path.exists(fwd):
+            with open(fwd) as f:
+                saving = json.load(f)
+    if save == "none":
+        with open(os.path.join(ROOT, "examples", name + "_grad.json")) as f:
+            if json.load(f) != written:
+                raise AssertionError("examples/%s_grad.json is not what tunectl grad "
+                                     "writes" % name)
+    elif saving is None:
+        raise AssertionError("%s: --save %s saved nothing" % (name, save))
+    return written, saving
 
 
 def interpret(lib, graph, given):
@@ -78,30 +90,38 @@ def interpret(lib, graph, given):
     return {n: b for n, b in buffers.items() if graph["tensors"][n].get("role") == "output"}
 
 
-def check(tunectl, lib, name, wrt):
-    """The failures of example `name`'s backward graph against autograd."""
+def check(tunectl, lib, name, wrt, save):
+    """The failures of example `name`'s backward graph against autograd,
+    the saved tensors (--save) written by the forward graph that saves
+    them, run by the interpreter on the same inputs."""
     with open(os.path.join(ROOT, "examples", name + ".json")) as f:
         forward = in_f32(json.load(f))
-    backward = in_f32(backward_graph(tunectl, name, wrt))
+    backward, saving = backward_graph(tunectl, name, wrt, save)
+    backward = in_f32(backward)
     gen = torch.Generator().manual_seed(1)
     given = {}
     for n, decl in forward["tensors"].items():
         if decl.get("role") == "input":
             given[n] = torch.rand(decl["shape"], generator=gen).float() * 2 - 1
+    saved = {}
+    if saving is not None:
+        saved = {n: t for n, t in interpret(lib, in_f32(saving), given).items()
+                 if n in backward["tensors"]}
     for n, decl in backward["tensors"].items():
-        if decl.get("role") == "input" and n not in given:
+        if decl.get("role") == "input" and n not in given and n not in saved:
             given[n] = torch.rand(decl["shape"], generator=gen).float() * 2 - 1
         elif decl.get("role") == "output":
             given[n] = torch.empty(decl["shape"])
     want = peers.model_of(name + "_grad")({n: t.double() for n, t in given.items()})
-    got = interpret(lib, backward, given)
+    got = interpret(lib, backward, dict(given, **saved))
     failures = []
     for n in wrt:
         error = float((got["d_" + n].double() - want["d_" + n]).norm()
                       / want["d_" + n].norm())
-        print("%s: d_%s relative error %.2e" % (name, n, error))
+        print("%s, --save %s: d_%s relative error %.2e" % (name, save, n, error))
         if not error <= TOLERANCE:
-            failures.append("%s: d_%s is %.2e off torch autograd" % (name, n, error))
+            failures.append("%s, --save %s: d_%s is %.2e off torch autograd"
+                            % (name, save, n, error))
     return failures
 
 
@@ -113,7 +133,8 @@ def main():
     lib.tuned_exec_interpret.restype = ctypes.c_int
     failures = []
     for name, wrt in EXAMPLES.items():
-        failures += check(tunectl, lib, name, wrt)
+        for save in ("none", "auto", "all"):
+            failures += check(tunectl, lib, name, wrt, save)
     for failure in failures:
         print("FAIL: " + failure)
     return 1 if failures else 0

@@ -2,7 +2,8 @@
 optimized in training mode runs each partition's forward plan as one
 autograd op whose backward runs the backward plan (docs/client.md,
 "Training on tuned kernels"); its gradients, parameters' and inputs',
-are eager's, and a few SGD steps follow eager's losses. An input asking
+are eager's, the backward plan reading the results the forward plan saves
+for it, and a few SGD steps follow eager's losses. An input asking
 for a gradient the backward graph does not give, and a backward plan
 that fails, leave the gradients to torch, right, with a TunedWarning
 saying why.
@@ -109,6 +110,13 @@ class TrainTest(unittest.TestCase):
                           "up_weight", "x"])
         self.assertGreaterEqual(partition.backward_version, 1)
         self.assertEqual(self.assert_eager_gradients(model, optimized, torch.randn(4, 8)), [])
+        # the forward plan also outputs the contractions (and other costly
+        # results) the backward plan reads saved instead of recomputing
+        forward, backward = partition.current[0], partition.backward[0]
+        outputs = {t.name for t in forward.tensors if t.role == "output"}
+        saved = outputs - set(partition._outputs)
+        self.assertTrue(saved, outputs)
+        self.assertLessEqual(saved, {t.name for t in backward.tensors if t.role == "input"})
 
     def test_sgd_steps_follow_eager_s_losses(self):
         model = Block()

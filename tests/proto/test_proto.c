@@ -122,6 +122,12 @@ Test(request, submit_reads_graph_budget_and_priority)
 		   "\"grad\":[\"x\",\"W\"]}}", &req);
 	cr_expect_eq(req.grad, json_object_get(req.params, "grad"));
 	cr_expect_eq(json_array_size(req.grad), 2);
+	cr_expect_eq(req.save, PROTO_SAVE_NONE);
+	proto_request_release(&req);
+
+	must_parse("{\"id\":1,\"op\":\"submit\",\"params\":{\"graph\":\"x\","
+		   "\"grad\":[\"x\"],\"save\":\"auto\"}}", &req);
+	cr_expect_eq(req.save, PROTO_SAVE_AUTO);
 	proto_request_release(&req);
 }
 
@@ -365,6 +371,11 @@ static const bad_case bad_cases[] = {
 	{REQ("submit", "{\"graph\":[]}"), BAD, "1",
 	 "params.graph must be an object or a non-empty string"},
 	{REQ("submit", "{\"graph\":{},\"grad\":[]}"), BAD, "1", GRAD_MUST},
+	{REQ("submit", "{\"graph\":{},\"grad\":[\"x\"],\"save\":\"some\"}"), BAD, "1",
+	 "params.save must be \"none\", \"auto\" or \"all\""},
+	{REQ("submit", "{\"graph\":{},\"save\":\"all\"}"), BAD, "1",
+	 "params.save goes with params.grad: it says what the backward graph "
+	 "reads saved"},
 	{REQ("submit", "{\"graph\":{},\"grad\":\"x\"}"), BAD, "1", GRAD_MUST},
 	{REQ("submit", "{\"graph\":{},\"grad\":[\"\"]}"), BAD, "1", GRAD_MUST},
 	{REQ("submit", "{\"graph\":{},\"grad\":[\"x\",1]}"), BAD, "1", GRAD_MUST},

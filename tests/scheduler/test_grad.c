@@ -19,6 +19,8 @@
 
 typedef struct check {
 	sched_graph *fwd, *bwd;
+	enum sched_grad_save save;
+	sched_graph *saving; /* the forward graph with the saved outputs */
 	double **fv, **bv;
 	uint64_t rng;
 	const char *wrt[MAX_WRT];
@@ -49,18 +51,27 @@ static void split_wrt(check *c, const char *wrt)
 static void take_grad(check *c)
 {
 	sched_error err = {0};
-	char *json = NULL, name[80];
+	char *json = NULL, *forward = NULL, name[80];
 
-	cr_assert_eq(sched_graph_grad(c->fwd, c->wrt, c->nwrt, &json, &err), SCHED_OK,
-		     "%s", err.message);
+	cr_assert_eq(sched_graph_grad_saving(c->fwd, c->wrt, c->nwrt, c->save, &json,
+					     &forward, &err), SCHED_OK, "%s", err.message);
 	cr_assert_eq(sched_graph_read_string(json, &c->bwd, &err), SCHED_OK, "%s",
 		     err.message);
 	free(json);
+	cr_assert(!forward || c->save != SCHED_SAVE_NONE, "saved with --save none");
+	if (forward)
+		cr_assert_eq(sched_graph_read_string(forward, &c->saving, &err),
+			     SCHED_OK, "%s", err.message);
+	free(forward);
 	for (int t = 0; t < sched_graph_tensor_count(c->bwd); t++) {
 		const char *n = sched_tensor_name(c->bwd, t);
 		int f = sched_tensor_find(c->fwd, n);
+		int s = c->saving ? sched_tensor_find(c->saving, n) : -1;
 
-		if (sched_tensor_role(c->bwd, t) == SCHED_INPUT && f < 0) {
+		if (sched_tensor_role(c->bwd, t) == SCHED_INPUT && s >= 0 &&
+		    sched_tensor_role(c->saving, s) == SCHED_OUTPUT) {
+			continue; /* saved by the forward graph */
+		} else if (sched_tensor_role(c->bwd, t) == SCHED_INPUT && f < 0) {
 			cr_assert(!strncmp(n, "d_", 2), "input %s", n);
 			f = sched_tensor_find(c->fwd, n + 2);
 			cr_assert(f >= 0 && sched_tensor_role(c->fwd, f) == SCHED_OUTPUT,
@@ -82,10 +93,31 @@ static void take_grad(check *c)
 	}
 }
 
-/* Random forward inputs in [lo, hi), the same in the backward graph, and
+/* The forward graph with the saved outputs run on the forward inputs:
+ * its values (NULL without one). */
+static double **run_saving(check *c)
+{
+	double **sv;
+
+	if (!c->saving)
+		return NULL;
+	sv = sched_values_new(c->saving);
+	for (int t = 0; t < sched_graph_tensor_count(c->saving); t++)
+		if (sched_tensor_role(c->saving, t) == SCHED_INPUT)
+			memcpy(sv[t], c->fv[sched_tensor_find(c->fwd,
+							      sched_tensor_name(c->saving, t))],
+			       sched_tensor_size(c->saving, t) * sizeof(double));
+	cr_assert_eq(sched_interp_run_exact(c->saving, sv), SCHED_OK);
+	return sv;
+}
+
+/* Random forward inputs in [lo, hi), the same in the backward graph, the
+ * saved tensors as the forward graph that saves them writes them, and
  * random incoming gradients. */
 static void fill_inputs(check *c, double lo, double hi)
 {
+	double **sv;
+
 	c->rng = 0x9e3779b97f4a7c15ull;
 	c->fv = sched_values_new(c->fwd);
 	c->bv = sched_values_new(c->bwd);
@@ -93,14 +125,20 @@ static void fill_inputs(check *c, double lo, double hi)
 		if (sched_tensor_role(c->fwd, t) == SCHED_INPUT)
 			for (int64_t e = 0; e < sched_tensor_size(c->fwd, t); e++)
 				c->fv[t][e] = uniform(c, lo, hi);
+	sv = run_saving(c);
 	for (int t = 0; t < sched_graph_tensor_count(c->bwd); t++) {
-		int f = sched_tensor_find(c->fwd, sched_tensor_name(c->bwd, t));
+		const char *name = sched_tensor_name(c->bwd, t);
+		int f = sched_tensor_find(c->fwd, name);
+		int s = c->saving ? sched_tensor_find(c->saving, name) : -1;
 
 		if (sched_tensor_role(c->bwd, t) != SCHED_INPUT)
 			continue;
 		for (int64_t e = 0; e < sched_tensor_size(c->bwd, t); e++)
-			c->bv[t][e] = f >= 0 ? c->fv[f][e] : uniform(c, -1, 1);
+			c->bv[t][e] = s >= 0 ? sv[s][e] : f >= 0 ? c->fv[f][e]
+							       : uniform(c, -1, 1);
 	}
+	if (sv)
+		sched_values_free(c->saving, sv);
 	cr_assert_eq(sched_interp_run_exact(c->bwd, c->bv), SCHED_OK);
 }
 
@@ -157,6 +195,7 @@ static void finish(check *c)
 	sched_values_free(c->bwd, c->bv);
 	sched_graph_free(c->fwd);
 	sched_graph_free(c->bwd);
+	sched_graph_free(c->saving);
 }
 
 static void check_loaded(check *c, const char *wrt, double lo, double hi,
@@ -181,6 +220,16 @@ static void check_graph(const char *tensors, const char *const *ops,
 	cr_assert_eq(load_graph(tensors, ops, &c.fwd, &err), SCHED_OK, "%s",
 		     err.message);
 	check_loaded(&c, wrt, lo, hi, 0);
+}
+
+static void check_example_saving(const char *name, const char *wrt, int samples,
+				 enum sched_grad_save save)
+{
+	check c = {.save = save};
+	sched_error err = {0};
+
+	cr_assert_eq(load_example(name, &c.fwd, &err), SCHED_OK, "%s", err.message);
+	check_loaded(&c, wrt, -1, 1, samples);
 }
 
 static void check_example(const char *name, const char *wrt, int samples)
@@ -623,6 +672,107 @@ Test(grad, example_lstm_cell)
 	check_example("lstm_cell_small", "x,h,c,Wx,Wh,b", 6);
 }
 
+/* The backward graphs that read saved forward results (auto: the costly
+ * ones; all) match finite differences too, the saved tensors written by
+ * the forward graph that outputs them; with extrema split (softmax), the
+ * forward graph is the split one. */
+Test(grad, saved_results_match_finite_differences)
+{
+	static const char *const examples[][2] = {
+		{"ln_residual_small", "x,r,gamma,beta"}, {"softmax_scores_small", "P"},
+		{"gpt3_mlp_small", "X,W1,W2"}, {"lstm_cell_small", "x,h,c,Wx,Wh,b"},
+	};
+
+	for (size_t i = 0; i < sizeof(examples) / sizeof(examples[0]); i++) {
+		check_example_saving(examples[i][0], examples[i][1], 6, SCHED_SAVE_AUTO);
+		check_example_saving(examples[i][0], examples[i][1], 6, SCHED_SAVE_ALL);
+	}
+}
+
+/* The names of the inputs of "g" that "saving" outputs and "fwd" does
+ * not have as an input, sorted as "g" declares them, comma-separated. */
+static void saved_inputs(const check *c, char *out, size_t size)
+{
+	size_t len = 0;
+
+	out[0] = 0;
+	for (int t = 0; t < sched_graph_tensor_count(c->bwd); t++) {
+		const char *n = sched_tensor_name(c->bwd, t);
+		int f = sched_tensor_find(c->fwd, n);
+
+		if (sched_tensor_role(c->bwd, t) == SCHED_INPUT && f >= 0 &&
+		    sched_tensor_role(c->fwd, f) != SCHED_INPUT)
+			len += snprintf(out + len, size - len, "%s%s", len ? "," : "", n);
+	}
+}
+
+/* What --save auto keeps in the LSTM cell: the contractions gx and gh
+ * and the output c_new, read saved; the gates, cheap elementwise ops of
+ * those, recomputed. --save all keeps every result the backward reads
+ * directly (so not gx, gh, gates, which only the recomputation read);
+ * the forward graph outputs what is saved and computes what it did. */
+Test(grad, save_auto_keeps_contractions_and_recomputes_elementwise)
+{
+	static const char *const want[] = {"gx,gh,c_new", "ig,fg,gg,og,c_new"};
+	enum sched_grad_save modes[] = {SCHED_SAVE_AUTO, SCHED_SAVE_ALL};
+	int recomputed[2];
+
+	for (int m = 0; m < 2; m++) {
+		check c = {.save = modes[m]};
+		sched_error err = {0};
+		char saved[256];
+
+		cr_assert_eq(load_example("lstm_cell_small", &c.fwd, &err), SCHED_OK, "%s",
+			     err.message);
+		split_wrt(&c, "x,h,c,Wx,Wh,b");
+		take_grad(&c);
+		saved_inputs(&c, saved, sizeof(saved));
+		cr_expect_str_eq(saved, want[m]);
+		cr_assert(c.saving);
+		cr_expect_str_eq(sched_graph_name(c.saving), "lstm_cell_small_fwd");
+		cr_expect_eq(sched_graph_op_count(c.saving), sched_graph_op_count(c.fwd));
+		for (int t = 0; t < sched_graph_tensor_count(c.saving); t++) {
+			int b = sched_tensor_find(c.bwd, sched_tensor_name(c.saving, t));
+			bool read_saved = b >= 0 && sched_tensor_role(c.bwd, b) == SCHED_INPUT;
+
+			if (sched_tensor_role(c.saving, t) != SCHED_INPUT)
+				cr_expect_eq(sched_tensor_role(c.saving, t) == SCHED_OUTPUT,
+					     read_saved || !strcmp(sched_tensor_name(c.saving, t),
+								   "h_new"),
+					     "%s", sched_tensor_name(c.saving, t));
+		}
+		recomputed[m] = sched_graph_op_count(c.bwd);
+		sched_graph_free(c.fwd);
+		sched_graph_free(c.bwd);
+		sched_graph_free(c.saving);
+	}
+	cr_expect_lt(recomputed[1], recomputed[0], "all: %d ops, auto: %d",
+		     recomputed[1], recomputed[0]);
+}
+
+/* Nothing saved: no forward graph, and the backward graph is the one
+ * that recomputes (sched_graph_grad's). */
+Test(grad, save_none_recomputes)
+{
+	check c = {.save = SCHED_SAVE_NONE};
+	sched_error err = {0};
+	char *json = NULL;
+	sched_graph *plain;
+
+	cr_assert_eq(load_example("lstm_cell_small", &c.fwd, &err), SCHED_OK, "%s",
+		     err.message);
+	split_wrt(&c, "x,h,c,Wx,Wh,b");
+	take_grad(&c);
+	cr_expect_null(c.saving);
+	cr_assert_eq(sched_graph_grad(c.fwd, c.wrt, c.nwrt, &json, &err), SCHED_OK);
+	cr_assert_eq(sched_graph_read_string(json, &plain, &err), SCHED_OK);
+	cr_expect_str_eq(sched_graph_key(plain), sched_graph_key(c.bwd));
+	free(json);
+	sched_graph_free(plain);
+	sched_graph_free(c.fwd);
+	sched_graph_free(c.bwd);
+}
+
 /* A backward graph is a graph like any other: differentiated again with
  * respect to the incoming gradients (its inputs' d_<x> are its outputs
  * already; its own intermediates' names taken, the new ones get a
@@ -724,4 +874,38 @@ Test(grad, random_graphs)
 	}
 	cr_log_info("random graphs: %d checked, %d refused", checked, refused);
 	cr_expect_gt(checked, 3 * refused, "%d checked, %d refused", checked, refused);
+}
+
+/* Random graphs with the forward results saved (auto and all, by turns):
+ * the backward graph, reading them from the forward graph that outputs
+ * them, matches finite differences. */
+Test(grad, random_graphs_saving)
+{
+	int checked = 0;
+
+	for (unsigned seed = 1; seed <= 60; seed++) {
+		char *text = random_graph_json(seed), wrt[256], *json = NULL;
+		check c = {.save = seed % 2 ? SCHED_SAVE_ALL : SCHED_SAVE_AUTO};
+		sched_error err = {0};
+		int rc;
+
+		cr_assert_eq(sched_graph_read_string(text, &c.fwd, &err), SCHED_OK,
+			     "seed %u: %s", seed, err.message);
+		free(text);
+		if (!float_inputs(c.fwd, wrt, sizeof(wrt)) ||
+		    (split_wrt(&c, wrt), rc = sched_graph_grad(c.fwd, c.wrt, c.nwrt,
+							       &json, &err)) != SCHED_OK) {
+			free(json);
+			sched_graph_free(c.fwd);
+			continue;
+		}
+		free(json);
+		take_grad(&c);
+		fill_inputs(&c, -1, 1);
+		for (int i = 0; i < c.nwrt; i++)
+			compare_gradient(&c, c.wrt[i], 4);
+		finish(&c);
+		checked++;
+	}
+	cr_expect_gt(checked, 40, "%d checked", checked);
 }

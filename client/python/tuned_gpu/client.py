@@ -209,7 +209,8 @@ class Client:
                 return reply.get("result")
             # a reply to an earlier call that ran out of time: dropped
 
-    def submit(self, graph, budget=None, priority=None, trials=None, grad=None):
+    def submit(self, graph, budget=None, priority=None, trials=None, grad=None,
+               save=None):
         """Submits "graph" (graph.json as text or as a dict) to be tuned for
         "budget" seconds (None: the daemon's default), with "priority" and
         at most "trials" trials. Returns the job, with "cached_version";
@@ -217,10 +218,14 @@ class Client:
         (tensor names), the daemon also tunes the backward graph with
         respect to them (docs/autodiff.md): the job's "grad" is that
         graph's job, with its "cached_version" and its "graph" (the
-        backward graph.json text)."""
+        backward graph.json text). With "save" ("none", "auto", "all"),
+        the backward graph reads those forward results saved, and the job
+        is that of the forward graph that also outputs them, whose
+        graph.json text is the job's "graph" (absent: nothing saved)."""
         params = {"graph": graph}
         for name, value in (("budget", budget), ("priority", priority), ("trials", trials),
-                            ("grad", None if grad is None else list(grad))):
+                            ("grad", None if grad is None else list(grad)),
+                            ("save", save)):
             if value is not None:
                 params[name] = value
         return self.call("submit", params)

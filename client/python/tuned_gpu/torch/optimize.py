@@ -33,21 +33,24 @@ class TunedWarning(UserWarning):
 class _Differentiable(torch.autograd.Function):
     """A partition's plans as one op of autograd: forward runs the forward
     plan on the graph's inputs (`values`, in the partition's order) and
-    saves them; backward runs the backward plan on them and the incoming
-    gradients, which recomputes the intermediates it reads
-    (docs/autodiff.md), and gives each input that needs it its gradient."""
+    saves them, with the intermediates the plan outputs for the backward
+    graph to read (docs/autodiff.md, "Saved or recomputed"); backward runs
+    the backward plan on them and the incoming gradients, which recomputes
+    the other intermediates it reads, and gives each input that needs it
+    its gradient."""
 
     @staticmethod
     def forward(ctx, partition, plan, inputs, *values):
         ctx.partition, ctx.inputs = partition, inputs
         ctx.save_for_backward(*values)
-        return partition.run_forward(plan, values)
+        outputs, ctx.saved_results = partition.run_forward(plan, values)
+        return outputs
 
     @staticmethod
     def backward(ctx, *grads):
         needed = ctx.needs_input_grad[3:]
-        return (None, None, None) + ctx.partition.run_backward(ctx.saved_tensors, grads,
-                                                               needed, ctx.inputs)
+        return (None, None, None) + ctx.partition.run_backward(
+            ctx.saved_tensors, ctx.saved_results, grads, needed, ctx.inputs)
 
 
 class TunedPartition(torch.nn.Module):
@@ -185,27 +188,38 @@ class TunedPartition(torch.nn.Module):
                      for r in self._results)
 
     def _run(self, plan, values):
-        """The forward plan run on the graph's inputs: its outputs by name."""
+        """The forward plan run on the graph's inputs: its outputs by name,
+        those of the graph and those the plan's graph adds for the
+        backward graph to read saved (a forward graph tuned with
+        `save`)."""
         tensors = {name: v.contiguous() for name, v in zip(self._inputs, values)}
         device = next(iter(tensors.values())).device if tensors else torch.device("cpu")
         for name, (shape, dtype) in self._outputs.items():
             tensors[name] = torch.empty(shape, dtype=dtype, device=device)
+        for t in plan.tensors:
+            if t.role == "output" and t.name not in tensors:
+                tensors[t.name] = torch.empty(t.shape, dtype=TORCH_DTYPES[t.dtype],
+                                              device=device)
         self._execute("forward", plan, tensors, device)
         return tensors
 
     def run_forward(self, plan, values):
-        """_Differentiable's forward: the outputs, in the graph's order."""
+        """_Differentiable's forward: the outputs, in the graph's order, and
+        the saved results by name (what the plan outputs beyond them)."""
         tensors = self._run(plan, values)
-        return tuple(tensors[name] for name in self._outputs)
+        saved = {name: tensors[name] for name in tensors
+                 if name not in self._outputs and name not in self._inputs}
+        return tuple(tensors[name] for name in self._outputs), saved
 
-    def run_backward(self, saved, grads, needed, inputs):
+    def run_backward(self, saved, results, grads, needed, inputs):
         """_Differentiable's backward: the backward plan run on the saved
-        inputs and the outputs' gradients (None: zero); per input, its
-        gradient where `needed`, else None. A backward plan that fails
-        warns, and torch computes the gradients again from the call's
-        `inputs`."""
+        inputs, the saved `results` (by name) and the outputs' gradients
+        (None: zero); per input, its gradient where `needed`, else None. A
+        backward plan that fails warns, and torch computes the gradients
+        again from the call's `inputs`."""
         plan, version = self.backward
-        tensors = {name: v.contiguous() for name, v in zip(self._inputs, saved)}
+        tensors = dict(results)
+        tensors.update((name, v.contiguous()) for name, v in zip(self._inputs, saved))
         device = saved[0].device if saved else torch.device("cpu")
         for name, grad in zip(self._outputs, grads):
             shape, dtype = self._outputs[name]

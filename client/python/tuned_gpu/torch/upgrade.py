@@ -25,6 +25,9 @@ from ..plan import Plan
 BACKOFF_FIRST_S = 0.25
 BACKOFF_MAX_S = 5.0
 POLL_S = 0.1  # how often the thread looks for new partitions between events
+# What a backward graph reads saved by the forward plan rather than
+# recomputes (docs/autodiff.md, "Saved or recomputed").
+SAVE = "auto"
 # The daemon's refusals of a graph: submitting it again gets the same.
 REFUSALS = (BadRequestError, UnknownOpError, TooLargeError)
 UNREACHABLE = "the tuned daemon is unreachable"
@@ -114,6 +117,8 @@ class Upgrader:
             return
         forward = entry.graphs[0]
         forward.key = job["key"]
+        if "graph" in job:  # the forward graph that saves for the backward one
+            forward.graph = job["graph"]
         cached = [(forward, job["cached_version"])]
         partition = entry.partition()
         if partition is not None:
@@ -138,7 +143,7 @@ class Upgrader:
             if entry.wrt:
                 try:
                     return client.submit(entry.graphs[0].graph, budget=entry.budget,
-                                         grad=entry.wrt)
+                                         grad=entry.wrt, save=SAVE)
                 except REFUSALS as e:
                     why = "the daemon refused its backward graph: %s" % e
                     partition = entry.partition()
