@@ -91,14 +91,23 @@ static const char put_sql[] =
 	"version = $11, error = $12, finished_at = $13, first_ms = $14, "
 	"created_at = $15, uid = $16, device = $17";
 
+/* Column "col" set to "arg" by the holder of the job's lease ($12), or by
+ * anyone while none holds it; kept by a daemon that cancels a job
+ * another holds, whose copy of its progress may be stale. */
+#define BY_HOLDER(col, arg)                                                    \
+	col " = CASE WHEN claimed_by IS NULL OR claimed_by = $12 THEN " arg     \
+	" ELSE " col " END"
+
 /* A job written before: all but its key, name, graph, uid, device and
- * creation time, which never change; only by the holder of its lease
- * ($12), or by anyone while none holds it, or to cancel it; never once it
- * is finished. */
+ * creation time, which never change; only by the holder of its lease, or
+ * by anyone while none holds it, or to cancel it (its state, error and
+ * end only); never once it is finished. */
 static const char update_sql[] =
-	"UPDATE jobs SET state = $2, budget_s = $3, max_trials = $4, "
-	"priority = $5, trials = $6, best_ms = $7, version = $8, error = $9, "
-	"finished_at = $10, first_ms = $11 WHERE id = $1 AND state NOT IN "
+	"UPDATE jobs SET state = $2, error = $9, finished_at = $10, "
+	BY_HOLDER("budget_s", "$3") ", " BY_HOLDER("max_trials", "$4") ", "
+	BY_HOLDER("priority", "$5") ", " BY_HOLDER("trials", "$6") ", "
+	BY_HOLDER("best_ms", "$7") ", " BY_HOLDER("version", "$8") ", "
+	BY_HOLDER("first_ms", "$11") " WHERE id = $1 AND state NOT IN "
 	FINISHED_STATES " AND (claimed_by IS NULL OR claimed_by = $12 OR "
 	"$2 = 'cancelled')";
 

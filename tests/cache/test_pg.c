@@ -342,6 +342,42 @@ Test(pg, owners_share_the_queue_and_claim_each_job_once)
 	cache_close(b);
 }
 
+/* A job's holder "a" wrote its progress; "b" writes it again from the
+ * copy it read before: "b"'s cancel ends the job, but its stale copy
+ * does not write over the holder's trials and version. */
+Test(pg, a_cancel_from_another_owner_keeps_the_holders_progress)
+{
+	cache_error err = {0};
+	cache *a, *b;
+	cache_job job, stale;
+
+	postgresql_only();
+	a = open_shared();
+	b = open_shared();
+	job = queued_job(a, 1);
+	cr_assert_eq(cache_put_jobs(a, &job, 1, 1000, &err), 0, "%s", err.message);
+	stale = job;
+	stale.graph = NULL;
+	stale.trials = 3;
+	stale.version = 1;
+	cr_assert_eq(held((passed[]){pass(a, 1, 30)}), 1);
+	job.graph = NULL;
+	job.state = "running";
+	job.trials = 7;
+	job.version = 2;
+	cr_assert_eq(cache_put_jobs(a, &job, 1, 1000, &err), 0, "%s", err.message);
+	stale.state = "cancelled";
+	stale.error = "cancelled";
+	stale.finished_at = 5;
+	cr_expect_eq(cache_put_jobs(b, &stale, 1, 1000, &err), 0, "%s", err.message);
+	cr_expect_eq(raw_pgf("SELECT count(*) FROM jobs WHERE id = %lld AND "
+				"state = 'cancelled' AND finished_at = 5 AND "
+				"trials = 7 AND version = 2", (long long)job.id), 1,
+		     "the cancel ends the job and keeps the holder's progress");
+	cache_close(a);
+	cache_close(b);
+}
+
 /* A lease that runs out (its owner died) lets another owner claim the
  * job; one given back (a clean stop) is claimable at once, queued. */
 Test(pg, a_job_whose_lease_runs_out_goes_to_another_owner)
