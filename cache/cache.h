@@ -468,8 +468,8 @@ typedef struct cache_job {
 	bool claimed;        /* read: this cache holds its lease */
 } cache_job;
 
-/* Writes the "n" jobs (each with its graph inserted, or replacing the
- * row of its id; each without updating the row of its id, which must
+/* Writes the "n" jobs (each with its graph inserted, or updating the row
+ * of its id already there; each without updating the row of its id, which must
  * exist: CACHE_NOT_FOUND otherwise) and forgets the oldest finished jobs
  * beyond "keep_finished", in one write transaction. A job's graph (the
  * biggest text by far) is so written once, not at each change of its

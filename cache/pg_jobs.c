@@ -80,16 +80,14 @@ int cache_pg_jobs(cache *c, int (*fn)(void *user, const cache_job *job),
 	return rc;
 }
 
-/* A job with its graph: inserted, or replacing the row of its id. */
-static const char put_sql[] =
+/* A job with its graph, inserted; a row of its id already there (a job
+ * dirty again before its first write landed) is updated as any other,
+ * by update_sql, so that no holder's progress is written over. */
+static const char insert_sql[] =
 	"INSERT INTO jobs (id, key, name, graph, state, budget_s, max_trials, "
 	"priority, trials, best_ms, version, error, finished_at, first_ms, "
 	"created_at, uid, device) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, "
-	"$10, $11, $12, $13, $14, $15, $16, $17) ON CONFLICT (id) DO UPDATE SET "
-	"key = $2, name = $3, graph = $4, state = $5, budget_s = $6, "
-	"max_trials = $7, priority = $8, trials = $9, best_ms = $10, "
-	"version = $11, error = $12, finished_at = $13, first_ms = $14, "
-	"created_at = $15, uid = $16, device = $17";
+	"$10, $11, $12, $13, $14, $15, $16, $17) ON CONFLICT (id) DO NOTHING";
 
 /* Column "col" set to "arg" by the holder of the job's lease ($12), or by
  * anyone while none holds it; kept by a daemon that cancels a job
@@ -148,29 +146,38 @@ static int unchanged(cache *c, const cache_job *job, cache_error *err)
 	return rc;
 }
 
-static int write_job(cache *c, const cache_job *job, cache_error *err)
+static int update_job(cache *c, const cache_job *job, cache_error *err)
 {
 	pg_args a = {0};
 	int rc;
 
 	pg_int(&a, job->id);
-	if (job->graph) {
-		pg_text(&a, job->key);
-		pg_text(&a, job->name);
-		pg_text(&a, job->graph);
-	}
 	changing_fields(&a, job);
-	if (job->graph) {
-		pg_real(&a, job->created_at);
-		job->uid >= 0 ? pg_int(&a, job->uid) : pg_text(&a, NULL);
-		pg_text(&a, job->device);
-	} else {
-		pg_text(&a, c->instance);
-	}
-	rc = pg_change(c, job->graph ? put_sql : update_sql, &a,
-		       "cannot write a job", err);
+	pg_text(&a, c->instance);
+	rc = pg_change(c, update_sql, &a, "cannot write a job", err);
 	if (rc == 0)
 		return unchanged(c, job, err);
+	return rc < 0 ? rc : 0;
+}
+
+static int write_job(cache *c, const cache_job *job, cache_error *err)
+{
+	pg_args a = {0};
+	int rc;
+
+	if (!job->graph)
+		return update_job(c, job, err);
+	pg_int(&a, job->id);
+	pg_text(&a, job->key);
+	pg_text(&a, job->name);
+	pg_text(&a, job->graph);
+	changing_fields(&a, job);
+	pg_real(&a, job->created_at);
+	job->uid >= 0 ? pg_int(&a, job->uid) : pg_text(&a, NULL);
+	pg_text(&a, job->device);
+	rc = pg_change(c, insert_sql, &a, "cannot write a job", err);
+	if (rc == 0)
+		return update_job(c, job, err);
 	return rc < 0 ? rc : 0;
 }
 

@@ -378,6 +378,35 @@ Test(pg, a_cancel_from_another_owner_keeps_the_holders_progress)
 	cache_close(b);
 }
 
+/* A job dirty again before its first write landed is written with its
+ * graph again: once another owner holds it, that write is not the
+ * holder's, and changes nothing. */
+Test(pg, a_job_written_again_with_its_graph_keeps_the_holders_progress)
+{
+	cache_error err = {0};
+	cache *a, *b;
+	cache_job job, progress;
+
+	postgresql_only();
+	a = open_shared();
+	b = open_shared();
+	job = queued_job(a, 1);
+	cr_assert_eq(cache_put_jobs(a, &job, 1, 1000, &err), 0, "%s", err.message);
+	cr_assert_eq(held((passed[]){pass(b, 1, 30)}), 1);
+	progress = job;
+	progress.graph = NULL;
+	progress.state = "running";
+	progress.trials = 7;
+	cr_assert_eq(cache_put_jobs(b, &progress, 1, 1000, &err), 0, "%s", err.message);
+	job.priority = 3;
+	cr_expect_eq(cache_put_jobs(a, &job, 1, 1000, &err), 0, "%s", err.message);
+	cr_expect_eq(raw_pgf("SELECT count(*) FROM jobs WHERE id = %lld AND "
+				"state = 'running' AND trials = 7 AND priority = 0",
+				(long long)job.id), 1);
+	cache_close(a);
+	cache_close(b);
+}
+
 /* A lease that runs out (its owner died) lets another owner claim the
  * job; one given back (a clean stop) is claimable at once, queued. */
 Test(pg, a_job_whose_lease_runs_out_goes_to_another_owner)
