@@ -469,11 +469,14 @@ typedef struct cache_job {
 } cache_job;
 
 /* Writes the "n" jobs (each with its graph inserted, or updating the row
- * of its id already there; each without updating the row of its id, which must
- * exist: CACHE_NOT_FOUND otherwise) and forgets the oldest finished jobs
- * beyond "keep_finished", in one write transaction. A job's graph (the
- * biggest text by far) is so written once, not at each change of its
- * state. */
+ * of its id already there; each without updating the row of its id,
+ * which must exist: CACHE_NOT_FOUND otherwise) and forgets the oldest
+ * finished jobs beyond "keep_finished", in one write transaction. A
+ * job's graph (the biggest text by far) is so written once, not at each
+ * change of its state. On a shared queue (PostgreSQL) a job's row that
+ * had finished is left as it is (a cancel that lost to its end): returns
+ * the number of such jobs, whose rows the caller reads again to show how
+ * they ended; 0 on SQLite. */
 int cache_put_jobs(__cache_keep cache *c, __cache_keep const cache_job *jobs,
 		   int n, int keep_finished, cache_error *err);
 

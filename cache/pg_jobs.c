@@ -125,8 +125,10 @@ static void changing_fields(pg_args *a, const cache_job *job)
 }
 
 /* An update that changed nothing: CACHE_NOT_FOUND when the job has no
- * row; a job finished, or held by another daemon, is left as it is, no
- * error (its holder writes it, and the daemon learns at its next pass). */
+ * row; 1 when its row had finished (a cancel that lost to the holder's
+ * end: the daemon reads the row again to show how it ended); 0 when
+ * another daemon holds it (its holder writes it, and the daemon learns at
+ * its next pass). */
 static int unchanged(cache *c, const cache_job *job, cache_error *err)
 {
 	PGresult *res = NULL;
@@ -134,13 +136,15 @@ static int unchanged(cache *c, const cache_job *job, cache_error *err)
 	int rc;
 
 	pg_int(&a, job->id);
-	rc = pg_run(c, c->pg_writer, "SELECT 1 FROM jobs WHERE id = $1", &a, &res,
-		    "cannot write a job", err);
+	rc = pg_run(c, c->pg_writer, "SELECT state IN " FINISHED_STATES " FROM "
+		    "jobs WHERE id = $1", &a, &res, "cannot write a job", err);
 	if (rc == 0 && PQntuples(res) == 0) {
 		rc = CACHE_NOT_FOUND;
 		cache_set_error(err, rc, "cannot update job %lld: it was never "
 				"written (write it with its graph first)",
 				(long long)job->id);
+	} else if (rc == 0) {
+		rc = !strcmp(pg_value(res, 0, 0), "t");
 	}
 	PQclear(res);
 	return rc;
@@ -160,6 +164,8 @@ static int update_job(cache *c, const cache_job *job, cache_error *err)
 	return rc < 0 ? rc : 0;
 }
 
+/* 0, 1 when the job's row had finished and was left as it was, or a
+ * negative code. */
 static int write_job(cache *c, const cache_job *job, cache_error *err)
 {
 	pg_args a = {0};
@@ -197,16 +203,19 @@ static int forget_finished(cache *c, int keep, cache_error *err)
 int cache_pg_put_jobs(cache *c, const cache_job *jobs, int n, int keep_finished,
 		      cache_error *err)
 {
-	int rc;
+	int ended = 0, rc;
 
 	rc = pg_begin(c, err);
 	if (rc)
 		return rc;
-	for (int i = 0; rc == 0 && i < n; i++)
+	for (int i = 0; rc >= 0 && i < n; i++) {
 		rc = write_job(c, &jobs[i], err);
-	if (rc == 0)
+		ended += rc > 0;
+	}
+	if (rc >= 0)
 		rc = forget_finished(c, keep_finished, err);
-	return pg_end(c, rc, err);
+	rc = pg_end(c, rc, err);
+	return rc < 0 ? rc : ended;
 }
 
 /* The leases this cache holds last "lease_s" more. */

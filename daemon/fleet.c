@@ -127,14 +127,16 @@ static void lost(tuned_daemon *d, tuned_job *job, const tuned_job *row)
 	copy_fields(job, row);
 }
 
-/* A job another daemon holds, or none: this daemon shows it as its row
- * says, unless it changed it and has not written it yet. */
+/* A job another daemon holds, or none, or one whose row ended otherwise
+ * than this daemon wrote: this daemon shows it as its row says, unless it
+ * changed it and has not written it yet. */
 static void follow(tuned_daemon *d, tuned_job *job, const tuned_job *row)
 {
 	enum tuned_job_state was = job->state;
 
 	if (job->dirty)
 		return;
+	job->reread = false;
 	copy_fields(job, row);
 	if (job->state != was)
 		tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
@@ -156,6 +158,8 @@ static void merge(tuned_daemon *d, tuned_job *row)
 			start_claimed(d, job, row);
 		return;
 	}
+	if (job->reread)
+		return follow(d, job, row);
 	if (!job->claimed) {
 		/* a job this daemon lost and claimed again starts once the
 		 * runner let go of it (a later pass: the claim is renewed) */
@@ -205,7 +209,8 @@ static void passed(void *data)
 }
 
 /* The pass: the rows new to this daemon (above the largest id it knows),
- * and those of the jobs it shows active, to follow them to their end. */
+ * and those of the jobs it shows active, to follow them to their end, or
+ * that ended otherwise than it wrote. */
 static fleet_pass *new_pass(tuned_daemon *d)
 {
 	fleet_pass *p = calloc(1, sizeof(*p));
@@ -225,7 +230,7 @@ static fleet_pass *new_pass(tuned_daemon *d)
 	for (tuned_job *job = d->jobs.head; job; job = job->next) {
 		if (job->id > p->pass.known_max)
 			p->pass.known_max = job->id;
-		if (tuned_job_is_active(job))
+		if (tuned_job_is_active(job) || job->reread)
 			p->watch[p->pass.nwatch++] = job->id;
 	}
 	return p;

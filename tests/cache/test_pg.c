@@ -329,12 +329,12 @@ Test(pg, owners_share_the_queue_and_claim_each_job_once)
 	cr_expect_eq(raw_pgf("SELECT trials FROM jobs WHERE id = %lld",
 				(long long)jobs[0].id), 7);
 	/* b cancels it: a cancel is anyone's; then a's progress is not
-	 * written over it. */
+	 * written over it, and a's write says the job had ended. */
 	progress.state = "cancelled";
 	cr_expect_eq(cache_put_jobs(b, &progress, 1, 1000, &err), 0, "%s", err.message);
 	progress.state = "running";
 	progress.trials = 9;
-	cr_expect_eq(cache_put_jobs(a, &progress, 1, 1000, &err), 0, "%s", err.message);
+	cr_expect_eq(cache_put_jobs(a, &progress, 1, 1000, &err), 1, "%s", err.message);
 	cr_expect_eq(raw_pgf("SELECT count(*) FROM jobs WHERE id = %lld AND "
 				"state = 'cancelled' AND trials = 7",
 				(long long)jobs[0].id), 1);
@@ -374,6 +374,36 @@ Test(pg, a_cancel_from_another_owner_keeps_the_holders_progress)
 				"state = 'cancelled' AND finished_at = 5 AND "
 				"trials = 7 AND version = 2", (long long)job.id), 1,
 		     "the cancel ends the job and keeps the holder's progress");
+	cache_close(a);
+	cache_close(b);
+}
+
+/* "b" cancels a job that its holder "a" finished meanwhile: the row
+ * stays done, and the write says that one job had already ended, for
+ * "b" to read it again. */
+Test(pg, a_cancel_that_loses_to_the_jobs_end_is_reported)
+{
+	cache_error err = {0};
+	cache *a, *b;
+	cache_job job, cancel;
+
+	postgresql_only();
+	a = open_shared();
+	b = open_shared();
+	job = queued_job(a, 1);
+	cr_assert_eq(cache_put_jobs(a, &job, 1, 1000, &err), 0, "%s", err.message);
+	cr_assert_eq(held((passed[]){pass(a, 1, 30)}), 1);
+	job.graph = NULL;
+	cancel = job;
+	job.state = "done";
+	job.finished_at = 4;
+	cr_assert_eq(cache_put_jobs(a, &job, 1, 1000, &err), 0, "%s", err.message);
+	cancel.state = "cancelled";
+	cancel.finished_at = 5;
+	cr_expect_eq(cache_put_jobs(b, &cancel, 1, 1000, &err), 1, "%s", err.message);
+	cr_expect_eq(raw_pgf("SELECT count(*) FROM jobs WHERE id = %lld AND "
+				"state = 'done' AND finished_at = 4",
+				(long long)job.id), 1);
 	cache_close(a);
 	cache_close(b);
 }
