@@ -110,7 +110,7 @@ static void cancelled_elsewhere(tuned_daemon *d, tuned_job *job)
 	tuned_log(TUNED_INFO, "job %lld: %s cancelled through another daemon",
 		  (long long)job->id, job->key);
 	tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
-	tuned_fail_waiters(d, job->key, PROTO_ECANCELLED, "the job was cancelled");
+	tuned_fail_waiters_of_job(d, job);
 }
 
 /* This daemon's lease of a job ran out and another daemon holds it: the
@@ -138,8 +138,10 @@ static void follow(tuned_daemon *d, tuned_job *job, const tuned_job *row)
 		return;
 	job->reread = false;
 	copy_fields(job, row);
-	if (job->state != was)
-		tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
+	if (job->state == was)
+		return;
+	tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
+	tuned_fail_waiters_of_job(d, job);
 }
 
 /* One row read; "row" stays the pass's (its graph may be taken). */
@@ -150,8 +152,8 @@ static void merge(tuned_daemon *d, tuned_job *row)
 	if (!job) {
 		job = tuned_jobs_add_copy(&d->jobs, row);
 		if (!job) {
-			tuned_log(TUNED_ERROR, "job %lld: cannot follow it: out of "
-				  "memory", (long long)row->id);
+			tuned_log(TUNED_ERROR, "job %lld: %s: cannot follow it: out "
+				  "of memory", (long long)row->id, row->key);
 			return;
 		}
 		if (row->claimed && tuned_job_is_active(row))
