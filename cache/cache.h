@@ -493,9 +493,11 @@ int cache_jobs(__cache_keep cache *c,
 bool cache_is_shared(__cache_keep const cache *c);
 
 /* One pass of a daemon over the shared queue, one write transaction:
- * renews the leases it holds, claims up to "claim" jobs of "device"
- * that are queued or running with no lease or one that ran out (FOR
- * UPDATE SKIP LOCKED: two daemons never claim one job), oldest of the
+ * renews the leases it holds of the jobs among "watch" (one it holds but
+ * does not watch, having failed to take it, is left to run out), claims
+ * up to "claim" jobs of "device" that are queued or running with no lease
+ * or one that ran out (FOR UPDATE SKIP LOCKED: two daemons never claim
+ * one job), oldest of the
  * highest priority first, then calls "fn" for the jobs of "device" that
  * are queued or running, with an id above "known_max", or among "watch":
  * each job's graph only when this cache holds its lease (job->claimed).

@@ -218,17 +218,21 @@ int cache_pg_put_jobs(cache *c, const cache_job *jobs, int n, int keep_finished,
 	return rc < 0 ? rc : ended;
 }
 
-/* The leases this cache holds last "lease_s" more. */
-static int renew(cache *c, double lease_s, cache_error *err)
+/* The leases this cache holds of the jobs "watch" (a PostgreSQL array)
+ * names last "lease_s" more: a job the daemon holds but does not know
+ * (it could not take it: out of memory) is left to run out. */
+static int renew(cache *c, double lease_s, const char *watch, cache_error *err)
 {
 	pg_args a = {0};
 	int rc;
 
 	pg_text(&a, c->instance);
 	pg_real(&a, lease_s);
+	pg_text(&a, watch);
 	rc = pg_change(c, "UPDATE jobs SET lease_until = " SERVER_NOW " + $2 "
-		       "WHERE claimed_by = $1 AND state IN " OPEN_STATES, &a,
-		       "cannot renew the leases of jobs", err);
+		       "WHERE claimed_by = $1 AND state IN " OPEN_STATES " AND "
+		       "id = ANY($3::bigint[])", &a, "cannot renew the leases of "
+		       "jobs", err);
 	return rc < 0 ? rc : 0;
 }
 
@@ -272,18 +276,12 @@ static char *id_array(const int64_t *ids, int n)
 
 /* The rows the daemon is to know: open, new to it, or watched; graphs
  * of the jobs it holds only. */
-static int read_pass(cache *c, const cache_job_pass *pass, PGresult **res,
-		     cache_error *err)
+static int read_pass(cache *c, const cache_job_pass *pass, const char *watch,
+		     PGresult **res, cache_error *err)
 {
-	char *watch = id_array(pass->watch, pass->nwatch);
 	pg_args a = {0};
 	int rc;
 
-	if (!watch) {
-		cache_set_error(err, CACHE_ENOMEM, "cannot read the jobs: out of "
-				"memory");
-		return CACHE_ENOMEM;
-	}
 	pg_text(&a, c->instance);
 	pg_text(&a, pass->device);
 	pg_int(&a, pass->known_max);
@@ -296,7 +294,6 @@ static int read_pass(cache *c, const cache_job_pass *pass, PGresult **res,
 		    "= $2 AND (state IN " OPEN_STATES " OR id > $3 OR id = ANY("
 		    "$4::bigint[])) ORDER BY id", &a, res, "cannot read the jobs",
 		    err);
-	sqlite3_free(watch);
 	return rc;
 }
 
@@ -305,22 +302,30 @@ int pg_pass_jobs(cache *c, const cache_job_pass *pass,
 		 cache_error *err)
 {
 	PGresult *res = NULL;
+	char *watch;
 	int rc;
 
 	rc = cache_check_text(pass->device, "device signature", err);
-	if (rc == 0)
-		rc = pg_begin(c, err);
 	if (rc)
 		return rc;
-	rc = renew(c, pass->lease_s, err);
-	if (rc == 0)
-		rc = claim(c, pass, err);
-	if (rc == 0)
-		rc = read_pass(c, pass, &res, err);
-	rc = pg_end(c, rc, err);
+	if (!(watch = id_array(pass->watch, pass->nwatch))) {
+		cache_set_error(err, CACHE_ENOMEM, "cannot read the jobs: out of "
+				"memory");
+		return CACHE_ENOMEM;
+	}
+	rc = pg_begin(c, err);
+	if (rc == 0) {
+		rc = renew(c, pass->lease_s, watch, err);
+		if (rc == 0)
+			rc = claim(c, pass, err);
+		if (rc == 0)
+			rc = read_pass(c, pass, watch, &res, err);
+		rc = pg_end(c, rc, err);
+	}
 	if (rc == 0)
 		each_job(c, res, fn, user);
 	PQclear(res);
+	sqlite3_free(watch);
 	return rc;
 }
 

@@ -134,6 +134,9 @@ typedef struct tuned_job {
 	bool stored; /* its row (with its graph) is written */
 	bool claimed; /* a shared queue: this daemon holds its lease and works
 		       * on it (fleet.c); its graph is NULL until then */
+	bool row_claimed; /* a shared queue: the last pass read its row held
+			   * by this daemon, whether or not it works on it
+			   * yet (fleet.c) */
 	bool reread;  /* a shared queue: its row had ended otherwise than this
 		       * daemon wrote (a cancel that lost to the job's end):
 		       * the next pass reads it again (fleet.c) */

@@ -13,9 +13,12 @@
  * plan is measured twice, and publishes only over the fastest version.
  *
  * Every third of --lease, and when a submit queued a job, a pass on the
- * writer thread (cache_pass_jobs) renews the leases this daemon holds,
- * claims jobs of its device while it has room (--jobs), and reads the
- * queue's open jobs, those new to it and those it watches. Back on the
+ * writer thread (cache_pass_jobs) renews the leases of the jobs this
+ * daemon holds and knows (one it could not take, out of memory, runs out
+ * and goes to another daemon), claims jobs of its device while it has
+ * room (--jobs: counting the rows held, as the last pass read them, until
+ * the jobs end here), and reads the queue's open jobs, those new to it
+ * and those it watches. Back on the
  * loop the daemon's list follows the table: the jobs it claimed go to the
  * runner; a job another daemon cancelled ends here; a job whose lease
  * this daemon lost (the database was out of its reach for longer than
@@ -44,13 +47,15 @@ typedef struct fleet_pass {
 
 static void start_pass(tuned_daemon *d);
 
-/* Jobs this daemon holds and works on. */
+/* Jobs this daemon holds: those it works on, and those whose rows the
+ * last pass read held by it (a job lost and claimed again starts only
+ * once the runner let go of it), until they end here. */
 static int held(const tuned_daemon *d)
 {
 	int n = 0;
 
 	for (const tuned_job *job = d->jobs.head; job; job = job->next)
-		n += job->claimed && tuned_job_is_active(job);
+		n += (job->claimed || job->row_claimed) && tuned_job_is_active(job);
 	return n;
 }
 
@@ -153,13 +158,17 @@ static void merge(tuned_daemon *d, tuned_job *row)
 		job = tuned_jobs_add_copy(&d->jobs, row);
 		if (!job) {
 			tuned_log(TUNED_ERROR, "job %lld: %s: cannot follow it: out "
-				  "of memory", (long long)row->id, row->key);
+				  "of memory%s", (long long)row->id, row->key,
+				  row->claimed ? "; its lease is not renewed, and it "
+				  "goes to another daemon when it runs out" : "");
 			return;
 		}
+		job->row_claimed = row->claimed;
 		if (row->claimed && tuned_job_is_active(row))
 			start_claimed(d, job, row);
 		return;
 	}
+	job->row_claimed = row->claimed;
 	if (job->reread)
 		return follow(d, job, row);
 	if (!job->claimed) {

@@ -290,6 +290,30 @@ static int held(const passed *p)
 	return n;
 }
 
+/* A daemon renews the leases of the jobs it watches only: one it holds
+ * but could not take (out of memory) runs out, and goes to another. */
+Test(pg, a_lease_not_watched_is_not_renewed)
+{
+	cache_error err = {0};
+	cache *a, *b;
+	cache_job job;
+	passed p;
+
+	postgresql_only();
+	a = open_shared();
+	b = open_shared();
+	job = queued_job(a, 1);
+	cr_assert_eq(cache_put_jobs(a, &job, 1, 1000, &err), 0, "%s", err.message);
+	cr_expect_eq(held((p = pass(a, 1, 0.3), &p)), 1);
+	pass(a, 0, 30);
+	usleep(400 * 1000);
+	p = pass(b, 1, 30);
+	cr_expect_eq(held(&p), 1, "a did not renew a job it does not watch: b "
+		     "holds it");
+	cache_close(a);
+	cache_close(b);
+}
+
 /* Two owners on one database: ids never collide, each job is claimed by
  * one of them, the other sees it held, and only its holder writes its
  * progress (a cancel excepted). */
