@@ -286,12 +286,9 @@ static int read_pass(cache *c, const cache_job_pass *pass, const char *watch,
 	pg_text(&a, pass->device);
 	pg_int(&a, pass->known_max);
 	pg_text(&a, watch);
-	rc = pg_run(c, c->pg_writer, "SELECT id, key, name, CASE WHEN claimed_by "
-		    "= $1 THEN graph END, state, budget_s, max_trials, priority, "
-		    "trials, coalesce(best_ms, 0), version, error, created_at, "
-		    "coalesce(finished_at, 0), coalesce(first_ms, 0), "
-		    "coalesce(uid, -1), device, claimed_by FROM jobs WHERE device "
-		    "= $2 AND (state IN " OPEN_STATES " OR id > $3 OR id = ANY("
+	rc = pg_run(c, c->pg_writer, "SELECT " PG_JOB_COLUMNS_GRAPH("CASE WHEN "
+		    "claimed_by = $1 THEN graph END") " FROM jobs WHERE device = $2 "
+		    "AND (state IN " OPEN_STATES " OR id > $3 OR id = ANY("
 		    "$4::bigint[])) ORDER BY id", &a, res, "cannot read the jobs",
 		    err);
 	return rc;
