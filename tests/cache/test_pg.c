@@ -290,21 +290,30 @@ static int held(const passed *p)
 	return n;
 }
 
+/* A queued job written by "writer", then claimed by "holder" under a
+ * lease of "lease_s"; with its graph. */
+static cache_job held_job(cache *writer, cache *holder, double lease_s)
+{
+	cache_error err = {0};
+	cache_job job = queued_job(writer, 1);
+
+	cr_assert_eq(cache_put_jobs(writer, &job, 1, 1000, &err), 0, "%s",
+		     err.message);
+	cr_assert_eq(held((passed[]){pass(holder, 1, lease_s)}), 1);
+	return job;
+}
+
 /* A daemon renews the leases of the jobs it watches only: one it holds
  * but could not take (out of memory) runs out, and goes to another. */
 Test(pg, a_lease_not_watched_is_not_renewed)
 {
-	cache_error err = {0};
 	cache *a, *b;
-	cache_job job;
 	passed p;
 
 	postgresql_only();
 	a = open_shared();
 	b = open_shared();
-	job = queued_job(a, 1);
-	cr_assert_eq(cache_put_jobs(a, &job, 1, 1000, &err), 0, "%s", err.message);
-	cr_expect_eq(held((p = pass(a, 1, 0.3), &p)), 1);
+	held_job(a, a, 0.3);
 	pass(a, 0, 30);
 	usleep(400 * 1000);
 	p = pass(b, 1, 30);
@@ -378,13 +387,11 @@ Test(pg, a_cancel_from_another_owner_keeps_the_holders_progress)
 	postgresql_only();
 	a = open_shared();
 	b = open_shared();
-	job = queued_job(a, 1);
-	cr_assert_eq(cache_put_jobs(a, &job, 1, 1000, &err), 0, "%s", err.message);
+	job = held_job(a, a, 30);
 	stale = job;
 	stale.graph = NULL;
 	stale.trials = 3;
 	stale.version = 1;
-	cr_assert_eq(held((passed[]){pass(a, 1, 30)}), 1);
 	job.graph = NULL;
 	job.state = "running";
 	job.trials = 7;
@@ -414,9 +421,7 @@ Test(pg, a_cancel_that_loses_to_the_jobs_end_is_reported)
 	postgresql_only();
 	a = open_shared();
 	b = open_shared();
-	job = queued_job(a, 1);
-	cr_assert_eq(cache_put_jobs(a, &job, 1, 1000, &err), 0, "%s", err.message);
-	cr_assert_eq(held((passed[]){pass(a, 1, 30)}), 1);
+	job = held_job(a, a, 30);
 	job.graph = NULL;
 	cancel = job;
 	job.state = "done";
@@ -444,9 +449,7 @@ Test(pg, a_job_written_again_with_its_graph_keeps_the_holders_progress)
 	postgresql_only();
 	a = open_shared();
 	b = open_shared();
-	job = queued_job(a, 1);
-	cr_assert_eq(cache_put_jobs(a, &job, 1, 1000, &err), 0, "%s", err.message);
-	cr_assert_eq(held((passed[]){pass(b, 1, 30)}), 1);
+	job = held_job(a, b, 30);
 	progress = job;
 	progress.graph = NULL;
 	progress.state = "running";
