@@ -468,12 +468,15 @@ typedef struct cache_job {
 	bool claimed;        /* read: this cache holds its lease */
 } cache_job;
 
-/* Writes the "n" jobs (each with its graph inserted, or replacing the
- * row of its id; each without updating the row of its id, which must
- * exist: CACHE_NOT_FOUND otherwise) and forgets the oldest finished jobs
- * beyond "keep_finished", in one write transaction. A job's graph (the
- * biggest text by far) is so written once, not at each change of its
- * state. */
+/* Writes the "n" jobs (each with its graph inserted, or updating the row
+ * of its id already there; each without updating the row of its id,
+ * which must exist: CACHE_NOT_FOUND otherwise) and forgets the oldest
+ * finished jobs beyond "keep_finished", in one write transaction. A
+ * job's graph (the biggest text by far) is so written once, not at each
+ * change of its state. On a shared queue (PostgreSQL) a job's row that
+ * had finished is left as it is (a cancel that lost to its end): returns
+ * the number of such jobs, whose rows the caller reads again to show how
+ * they ended; 0 on SQLite. */
 int cache_put_jobs(__cache_keep cache *c, __cache_keep const cache_job *jobs,
 		   int n, int keep_finished, cache_error *err);
 
@@ -490,9 +493,11 @@ int cache_jobs(__cache_keep cache *c,
 bool cache_is_shared(__cache_keep const cache *c);
 
 /* One pass of a daemon over the shared queue, one write transaction:
- * renews the leases it holds, claims up to "claim" jobs of "device"
- * that are queued or running with no lease or one that ran out (FOR
- * UPDATE SKIP LOCKED: two daemons never claim one job), oldest of the
+ * renews the leases it holds of the jobs among "watch" (one it holds but
+ * does not watch, having failed to take it, is left to run out), claims
+ * up to "claim" jobs of "device" that are queued or running with no lease
+ * or one that ran out (FOR UPDATE SKIP LOCKED: two daemons never claim
+ * one job), oldest of the
  * highest priority first, then calls "fn" for the jobs of "device" that
  * are queued or running, with an id above "known_max", or among "watch":
  * each job's graph only when this cache holds its lease (job->claimed).

@@ -340,9 +340,11 @@ int pg_migrate(cache *c, cache_error *err);
 
 /* pg_jobs.c: the job in row "row" of "res", read by the columns of
  * PG_JOB_COLUMNS (its texts are the result's). */
-#define PG_JOB_COLUMNS                                                         \
-	"id, key, name, graph, state, budget_s, max_trials, priority, trials, " \
-	"coalesce(best_ms, 0), version, error, created_at, "                   \
+#define PG_JOB_COLUMNS PG_JOB_COLUMNS_GRAPH("graph")
+/* The same, with "graph" (an expression) for the graph. */
+#define PG_JOB_COLUMNS_GRAPH(graph)                                            \
+	"id, key, name, " graph ", state, budget_s, max_trials, priority, "   \
+	"trials, coalesce(best_ms, 0), version, error, created_at, "           \
 	"coalesce(finished_at, 0), coalesce(first_ms, 0), coalesce(uid, -1), " \
 	"device, claimed_by"
 void pg_job_at(const struct pg_result *res, int row, const char *instance,

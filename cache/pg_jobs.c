@@ -80,25 +80,32 @@ int cache_pg_jobs(cache *c, int (*fn)(void *user, const cache_job *job),
 	return rc;
 }
 
-/* A job with its graph: inserted, or replacing the row of its id. */
-static const char put_sql[] =
+/* A job with its graph, inserted; a row of its id already there (a job
+ * dirty again before its first write landed) is updated as any other,
+ * by update_sql, so that no holder's progress is written over. */
+static const char insert_sql[] =
 	"INSERT INTO jobs (id, key, name, graph, state, budget_s, max_trials, "
 	"priority, trials, best_ms, version, error, finished_at, first_ms, "
 	"created_at, uid, device) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, "
-	"$10, $11, $12, $13, $14, $15, $16, $17) ON CONFLICT (id) DO UPDATE SET "
-	"key = $2, name = $3, graph = $4, state = $5, budget_s = $6, "
-	"max_trials = $7, priority = $8, trials = $9, best_ms = $10, "
-	"version = $11, error = $12, finished_at = $13, first_ms = $14, "
-	"created_at = $15, uid = $16, device = $17";
+	"$10, $11, $12, $13, $14, $15, $16, $17) ON CONFLICT (id) DO NOTHING";
+
+/* Column "col" set to "arg" by the holder of the job's lease ($12), or by
+ * anyone while none holds it; kept by a daemon that cancels a job
+ * another holds, whose copy of its progress may be stale. */
+#define BY_HOLDER(col, arg)                                                    \
+	col " = CASE WHEN claimed_by IS NULL OR claimed_by = $12 THEN " arg     \
+	" ELSE " col " END"
 
 /* A job written before: all but its key, name, graph, uid, device and
- * creation time, which never change; only by the holder of its lease
- * ($12), or by anyone while none holds it, or to cancel it; never once it
- * is finished. */
+ * creation time, which never change; only by the holder of its lease, or
+ * by anyone while none holds it, or to cancel it (its state, error and
+ * end only); never once it is finished. */
 static const char update_sql[] =
-	"UPDATE jobs SET state = $2, budget_s = $3, max_trials = $4, "
-	"priority = $5, trials = $6, best_ms = $7, version = $8, error = $9, "
-	"finished_at = $10, first_ms = $11 WHERE id = $1 AND state NOT IN "
+	"UPDATE jobs SET state = $2, error = $9, finished_at = $10, "
+	BY_HOLDER("budget_s", "$3") ", " BY_HOLDER("max_trials", "$4") ", "
+	BY_HOLDER("priority", "$5") ", " BY_HOLDER("trials", "$6") ", "
+	BY_HOLDER("best_ms", "$7") ", " BY_HOLDER("version", "$8") ", "
+	BY_HOLDER("first_ms", "$11") " WHERE id = $1 AND state NOT IN "
 	FINISHED_STATES " AND (claimed_by IS NULL OR claimed_by = $12 OR "
 	"$2 = 'cancelled')";
 
@@ -118,8 +125,10 @@ static void changing_fields(pg_args *a, const cache_job *job)
 }
 
 /* An update that changed nothing: CACHE_NOT_FOUND when the job has no
- * row; a job finished, or held by another daemon, is left as it is, no
- * error (its holder writes it, and the daemon learns at its next pass). */
+ * row; 1 when its row had finished (a cancel that lost to the holder's
+ * end: the daemon reads the row again to show how it ended); 0 when
+ * another daemon holds it (its holder writes it, and the daemon learns at
+ * its next pass). */
 static int unchanged(cache *c, const cache_job *job, cache_error *err)
 {
 	PGresult *res = NULL;
@@ -127,41 +136,54 @@ static int unchanged(cache *c, const cache_job *job, cache_error *err)
 	int rc;
 
 	pg_int(&a, job->id);
-	rc = pg_run(c, c->pg_writer, "SELECT 1 FROM jobs WHERE id = $1", &a, &res,
-		    "cannot write a job", err);
+	rc = pg_run(c, c->pg_writer, "SELECT state IN " FINISHED_STATES " FROM "
+		    "jobs WHERE id = $1", &a, &res, "cannot write a job", err);
 	if (rc == 0 && PQntuples(res) == 0) {
 		rc = CACHE_NOT_FOUND;
 		cache_set_error(err, rc, "cannot update job %lld: it was never "
 				"written (write it with its graph first)",
 				(long long)job->id);
+	} else if (rc == 0) {
+		rc = !strcmp(pg_value(res, 0, 0), "t");
 	}
 	PQclear(res);
 	return rc;
 }
 
-static int write_job(cache *c, const cache_job *job, cache_error *err)
+static int update_job(cache *c, const cache_job *job, cache_error *err)
 {
 	pg_args a = {0};
 	int rc;
 
 	pg_int(&a, job->id);
-	if (job->graph) {
-		pg_text(&a, job->key);
-		pg_text(&a, job->name);
-		pg_text(&a, job->graph);
-	}
 	changing_fields(&a, job);
-	if (job->graph) {
-		pg_real(&a, job->created_at);
-		job->uid >= 0 ? pg_int(&a, job->uid) : pg_text(&a, NULL);
-		pg_text(&a, job->device);
-	} else {
-		pg_text(&a, c->instance);
-	}
-	rc = pg_change(c, job->graph ? put_sql : update_sql, &a,
-		       "cannot write a job", err);
+	pg_text(&a, c->instance);
+	rc = pg_change(c, update_sql, &a, "cannot write a job", err);
 	if (rc == 0)
 		return unchanged(c, job, err);
+	return rc < 0 ? rc : 0;
+}
+
+/* 0, 1 when the job's row had finished and was left as it was, or a
+ * negative code. */
+static int write_job(cache *c, const cache_job *job, cache_error *err)
+{
+	pg_args a = {0};
+	int rc;
+
+	if (!job->graph)
+		return update_job(c, job, err);
+	pg_int(&a, job->id);
+	pg_text(&a, job->key);
+	pg_text(&a, job->name);
+	pg_text(&a, job->graph);
+	changing_fields(&a, job);
+	pg_real(&a, job->created_at);
+	job->uid >= 0 ? pg_int(&a, job->uid) : pg_text(&a, NULL);
+	pg_text(&a, job->device);
+	rc = pg_change(c, insert_sql, &a, "cannot write a job", err);
+	if (rc == 0)
+		return update_job(c, job, err);
 	return rc < 0 ? rc : 0;
 }
 
@@ -181,29 +203,36 @@ static int forget_finished(cache *c, int keep, cache_error *err)
 int cache_pg_put_jobs(cache *c, const cache_job *jobs, int n, int keep_finished,
 		      cache_error *err)
 {
-	int rc;
+	int ended = 0, rc;
 
 	rc = pg_begin(c, err);
 	if (rc)
 		return rc;
-	for (int i = 0; rc == 0 && i < n; i++)
+	for (int i = 0; rc >= 0 && i < n; i++) {
 		rc = write_job(c, &jobs[i], err);
-	if (rc == 0)
+		ended += rc > 0;
+	}
+	if (rc >= 0)
 		rc = forget_finished(c, keep_finished, err);
-	return pg_end(c, rc, err);
+	rc = pg_end(c, rc, err);
+	return rc < 0 ? rc : ended;
 }
 
-/* The leases this cache holds last "lease_s" more. */
-static int renew(cache *c, double lease_s, cache_error *err)
+/* The leases this cache holds of the jobs "watch" (a PostgreSQL array)
+ * names last "lease_s" more: a job the daemon holds but does not know
+ * (it could not take it: out of memory) is left to run out. */
+static int renew(cache *c, double lease_s, const char *watch, cache_error *err)
 {
 	pg_args a = {0};
 	int rc;
 
 	pg_text(&a, c->instance);
 	pg_real(&a, lease_s);
+	pg_text(&a, watch);
 	rc = pg_change(c, "UPDATE jobs SET lease_until = " SERVER_NOW " + $2 "
-		       "WHERE claimed_by = $1 AND state IN " OPEN_STATES, &a,
-		       "cannot renew the leases of jobs", err);
+		       "WHERE claimed_by = $1 AND state IN " OPEN_STATES " AND "
+		       "id = ANY($3::bigint[])", &a, "cannot renew the leases of "
+		       "jobs", err);
 	return rc < 0 ? rc : 0;
 }
 
@@ -247,31 +276,21 @@ static char *id_array(const int64_t *ids, int n)
 
 /* The rows the daemon is to know: open, new to it, or watched; graphs
  * of the jobs it holds only. */
-static int read_pass(cache *c, const cache_job_pass *pass, PGresult **res,
-		     cache_error *err)
+static int read_pass(cache *c, const cache_job_pass *pass, const char *watch,
+		     PGresult **res, cache_error *err)
 {
-	char *watch = id_array(pass->watch, pass->nwatch);
 	pg_args a = {0};
 	int rc;
 
-	if (!watch) {
-		cache_set_error(err, CACHE_ENOMEM, "cannot read the jobs: out of "
-				"memory");
-		return CACHE_ENOMEM;
-	}
 	pg_text(&a, c->instance);
 	pg_text(&a, pass->device);
 	pg_int(&a, pass->known_max);
 	pg_text(&a, watch);
-	rc = pg_run(c, c->pg_writer, "SELECT id, key, name, CASE WHEN claimed_by "
-		    "= $1 THEN graph END, state, budget_s, max_trials, priority, "
-		    "trials, coalesce(best_ms, 0), version, error, created_at, "
-		    "coalesce(finished_at, 0), coalesce(first_ms, 0), "
-		    "coalesce(uid, -1), device, claimed_by FROM jobs WHERE device "
-		    "= $2 AND (state IN " OPEN_STATES " OR id > $3 OR id = ANY("
+	rc = pg_run(c, c->pg_writer, "SELECT " PG_JOB_COLUMNS_GRAPH("CASE WHEN "
+		    "claimed_by = $1 THEN graph END") " FROM jobs WHERE device = $2 "
+		    "AND (state IN " OPEN_STATES " OR id > $3 OR id = ANY("
 		    "$4::bigint[])) ORDER BY id", &a, res, "cannot read the jobs",
 		    err);
-	sqlite3_free(watch);
 	return rc;
 }
 
@@ -280,22 +299,30 @@ int pg_pass_jobs(cache *c, const cache_job_pass *pass,
 		 cache_error *err)
 {
 	PGresult *res = NULL;
+	char *watch;
 	int rc;
 
 	rc = cache_check_text(pass->device, "device signature", err);
-	if (rc == 0)
-		rc = pg_begin(c, err);
 	if (rc)
 		return rc;
-	rc = renew(c, pass->lease_s, err);
-	if (rc == 0)
-		rc = claim(c, pass, err);
-	if (rc == 0)
-		rc = read_pass(c, pass, &res, err);
-	rc = pg_end(c, rc, err);
+	if (!(watch = id_array(pass->watch, pass->nwatch))) {
+		cache_set_error(err, CACHE_ENOMEM, "cannot read the jobs: out of "
+				"memory");
+		return CACHE_ENOMEM;
+	}
+	rc = pg_begin(c, err);
+	if (rc == 0) {
+		rc = renew(c, pass->lease_s, watch, err);
+		if (rc == 0)
+			rc = claim(c, pass, err);
+		if (rc == 0)
+			rc = read_pass(c, pass, watch, &res, err);
+		rc = pg_end(c, rc, err);
+	}
 	if (rc == 0)
 		each_job(c, res, fn, user);
 	PQclear(res);
+	sqlite3_free(watch);
 	return rc;
 }
 

@@ -134,6 +134,12 @@ typedef struct tuned_job {
 	bool stored; /* its row (with its graph) is written */
 	bool claimed; /* a shared queue: this daemon holds its lease and works
 		       * on it (fleet.c); its graph is NULL until then */
+	bool row_claimed; /* a shared queue: the last pass read its row held
+			   * by this daemon, whether or not it works on it
+			   * yet (fleet.c) */
+	bool reread;  /* a shared queue: its row had ended otherwise than this
+		       * daemon wrote (a cancel that lost to the job's end):
+		       * the next pass reads it again (fleet.c) */
 	struct tuned_job *next;
 } tuned_job;
 
@@ -170,10 +176,14 @@ int tuned_jobs_save(tuned_jobs *jobs);
  * NULL when out of memory. */
 typedef struct tuned_jobs_changes tuned_jobs_changes;
 tuned_jobs_changes *tuned_jobs_take_changes(tuned_jobs *jobs);
-/* Writes them in one transaction (from the cache's owner): 0, or a
+/* Writes them in one transaction (from the cache's owner): 0, the number
+ * of jobs whose shared row had ended and was left as it was, or a
  * negative code with "why" saying why. */
 int tuned_jobs_changes_write(const tuned_jobs_changes *changes, struct cache *c,
 			     char *why, size_t why_size);
+/* A write that found rows ended: the jobs of "changes" that ended here
+ * are read again at the next pass, to show how their rows ended. */
+void tuned_jobs_changes_ended(tuned_jobs *jobs, const tuned_jobs_changes *changes);
 /* A write that failed: its jobs are dirty again, for the next save. */
 void tuned_jobs_changes_lost(tuned_jobs *jobs, const tuned_jobs_changes *changes);
 void tuned_jobs_changes_free(tuned_jobs_changes *changes);

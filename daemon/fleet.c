@@ -13,9 +13,12 @@
  * plan is measured twice, and publishes only over the fastest version.
  *
  * Every third of --lease, and when a submit queued a job, a pass on the
- * writer thread (cache_pass_jobs) renews the leases this daemon holds,
- * claims jobs of its device while it has room (--jobs), and reads the
- * queue's open jobs, those new to it and those it watches. Back on the
+ * writer thread (cache_pass_jobs) renews the leases of the jobs this
+ * daemon holds and knows (one it could not take, out of memory, runs out
+ * and goes to another daemon), claims jobs of its device while it has
+ * room (--jobs: counting the rows held, as the last pass read them, until
+ * the jobs end here), and reads the queue's open jobs, those new to it
+ * and those it watches. Back on the
  * loop the daemon's list follows the table: the jobs it claimed go to the
  * runner; a job another daemon cancelled ends here; a job whose lease
  * this daemon lost (the database was out of its reach for longer than
@@ -44,13 +47,15 @@ typedef struct fleet_pass {
 
 static void start_pass(tuned_daemon *d);
 
-/* Jobs this daemon holds and works on. */
+/* Jobs this daemon holds: those it works on, and those whose rows the
+ * last pass read held by it (a job lost and claimed again starts only
+ * once the runner let go of it), until they end here. */
 static int held(const tuned_daemon *d)
 {
 	int n = 0;
 
 	for (const tuned_job *job = d->jobs.head; job; job = job->next)
-		n += job->claimed && tuned_job_is_active(job);
+		n += (job->claimed || job->row_claimed) && tuned_job_is_active(job);
 	return n;
 }
 
@@ -110,7 +115,7 @@ static void cancelled_elsewhere(tuned_daemon *d, tuned_job *job)
 	tuned_log(TUNED_INFO, "job %lld: %s cancelled through another daemon",
 		  (long long)job->id, job->key);
 	tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
-	tuned_fail_waiters(d, job->key, PROTO_ECANCELLED, "the job was cancelled");
+	tuned_fail_waiters_of_job(d, job);
 }
 
 /* This daemon's lease of a job ran out and another daemon holds it: the
@@ -127,17 +132,21 @@ static void lost(tuned_daemon *d, tuned_job *job, const tuned_job *row)
 	copy_fields(job, row);
 }
 
-/* A job another daemon holds, or none: this daemon shows it as its row
- * says, unless it changed it and has not written it yet. */
+/* A job another daemon holds, or none, or one whose row ended otherwise
+ * than this daemon wrote: this daemon shows it as its row says, unless it
+ * changed it and has not written it yet. */
 static void follow(tuned_daemon *d, tuned_job *job, const tuned_job *row)
 {
 	enum tuned_job_state was = job->state;
 
 	if (job->dirty)
 		return;
+	job->reread = false;
 	copy_fields(job, row);
-	if (job->state != was)
-		tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
+	if (job->state == was)
+		return;
+	tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
+	tuned_fail_waiters_of_job(d, job);
 }
 
 /* One row read; "row" stays the pass's (its graph may be taken). */
@@ -148,14 +157,20 @@ static void merge(tuned_daemon *d, tuned_job *row)
 	if (!job) {
 		job = tuned_jobs_add_copy(&d->jobs, row);
 		if (!job) {
-			tuned_log(TUNED_ERROR, "job %lld: cannot follow it: out of "
-				  "memory", (long long)row->id);
+			tuned_log(TUNED_ERROR, "job %lld: %s: cannot follow it: out "
+				  "of memory%s", (long long)row->id, row->key,
+				  row->claimed ? "; its lease is not renewed, and it "
+				  "goes to another daemon when it runs out" : "");
 			return;
 		}
+		job->row_claimed = row->claimed;
 		if (row->claimed && tuned_job_is_active(row))
 			start_claimed(d, job, row);
 		return;
 	}
+	job->row_claimed = row->claimed;
+	if (job->reread)
+		return follow(d, job, row);
 	if (!job->claimed) {
 		/* a job this daemon lost and claimed again starts once the
 		 * runner let go of it (a later pass: the claim is renewed) */
@@ -205,7 +220,8 @@ static void passed(void *data)
 }
 
 /* The pass: the rows new to this daemon (above the largest id it knows),
- * and those of the jobs it shows active, to follow them to their end. */
+ * and those of the jobs it shows active, to follow them to their end, or
+ * that ended otherwise than it wrote. */
 static fleet_pass *new_pass(tuned_daemon *d)
 {
 	fleet_pass *p = calloc(1, sizeof(*p));
@@ -225,7 +241,7 @@ static fleet_pass *new_pass(tuned_daemon *d)
 	for (tuned_job *job = d->jobs.head; job; job = job->next) {
 		if (job->id > p->pass.known_max)
 			p->pass.known_max = job->id;
-		if (tuned_job_is_active(job))
+		if (tuned_job_is_active(job) || job->reread)
 			p->watch[p->pass.nwatch++] = job->id;
 	}
 	return p;

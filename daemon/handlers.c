@@ -104,6 +104,8 @@ static void wrote_jobs(void *data)
 	if (j->rc < 0) {
 		tuned_log(TUNED_ERROR, "cannot save the job queue: %s", j->why);
 		tuned_jobs_changes_lost(&j->d->jobs, j->changes);
+	} else if (j->rc > 0) {
+		tuned_jobs_changes_ended(&j->d->jobs, j->changes);
 	}
 	tuned_jobs_changes_free(j->changes);
 	free(j);

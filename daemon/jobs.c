@@ -286,14 +286,26 @@ int tuned_jobs_changes_write(const tuned_jobs_changes *changes, cache *c,
 			     char *why, size_t why_size)
 {
 	cache_error err = {0};
+	int rc;
 
 	if (changes->n == 0)
 		return 0;
-	if (cache_put_jobs(c, changes->rows, changes->n, KEEP_FINISHED, &err) < 0) {
+	rc = cache_put_jobs(c, changes->rows, changes->n, KEEP_FINISHED, &err);
+	if (rc < 0) {
 		snprintf(why, why_size, "%s", err.message);
 		return err.code < 0 ? err.code : -EIO;
 	}
-	return 0;
+	return rc;
+}
+
+void tuned_jobs_changes_ended(tuned_jobs *jobs, const tuned_jobs_changes *changes)
+{
+	for (int i = 0; i < changes->n; i++) {
+		tuned_job *job = tuned_jobs_find(jobs, changes->rows[i].id);
+
+		if (job && !tuned_job_is_active(job))
+			job->reread = true;
+	}
 }
 
 void tuned_jobs_changes_lost(tuned_jobs *jobs, const tuned_jobs_changes *changes)
@@ -322,7 +334,7 @@ int tuned_jobs_save(tuned_jobs *jobs)
 	if (rc < 0)
 		tuned_jobs_changes_lost(jobs, changes);
 	tuned_jobs_changes_free(changes);
-	return rc;
+	return rc < 0 ? rc : 0;
 }
 
 static enum tuned_job_state state_of(const char *name)

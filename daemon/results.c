@@ -336,6 +336,11 @@ static void on_end(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 	tuned_log(TUNED_INFO, "job %lld %s%s%s", (long long)job->id,
 		  tuned_job_state_name(job->state), job->ended[0] ? ": " : "", job->ended);
 	tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
+	tuned_fail_waiters_of_job(d, job);
+}
+
+void tuned_fail_waiters_of_job(tuned_daemon *d, const tuned_job *job)
+{
 	if (job->state == TUNED_JOB_CANCELLED)
 		tuned_fail_waiters(d, job->key, PROTO_ECANCELLED, "the job was cancelled");
 	else if (job->state == TUNED_JOB_FAILED)

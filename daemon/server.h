@@ -144,6 +144,9 @@ void tuned_drop_waiters(tuned_daemon *d, tuned_client *client);
  * the version they wait for. */
 void tuned_fail_waiters(tuned_daemon *d, const char *key, int code,
 			const char *message);
+/* results.c: fails the fetches waiting on "job"'s key when it was
+ * cancelled or failed, here or on another daemon (fleet.c). */
+void tuned_fail_waiters_of_job(tuned_daemon *d, const tuned_job *job);
 
 /* The best version the cache holds for "key" on this device, or 0. */
 int tuned_cached_version(tuned_daemon *d, const char *key);

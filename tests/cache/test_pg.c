@@ -290,6 +290,39 @@ static int held(const passed *p)
 	return n;
 }
 
+/* A queued job written by "writer", then claimed by "holder" under a
+ * lease of "lease_s"; with its graph. */
+static cache_job held_job(cache *writer, cache *holder, double lease_s)
+{
+	cache_error err = {0};
+	cache_job job = queued_job(writer, 1);
+
+	cr_assert_eq(cache_put_jobs(writer, &job, 1, 1000, &err), 0, "%s",
+		     err.message);
+	cr_assert_eq(held((passed[]){pass(holder, 1, lease_s)}), 1);
+	return job;
+}
+
+/* A daemon renews the leases of the jobs it watches only: one it holds
+ * but could not take (out of memory) runs out, and goes to another. */
+Test(pg, a_lease_not_watched_is_not_renewed)
+{
+	cache *a, *b;
+	passed p;
+
+	postgresql_only();
+	a = open_shared();
+	b = open_shared();
+	held_job(a, a, 0.3);
+	pass(a, 0, 30);
+	usleep(400 * 1000);
+	p = pass(b, 1, 30);
+	cr_expect_eq(held(&p), 1, "a did not renew a job it does not watch: b "
+		     "holds it");
+	cache_close(a);
+	cache_close(b);
+}
+
 /* Two owners on one database: ids never collide, each job is claimed by
  * one of them, the other sees it held, and only its holder writes its
  * progress (a cancel excepted). */
@@ -329,15 +362,104 @@ Test(pg, owners_share_the_queue_and_claim_each_job_once)
 	cr_expect_eq(raw_pgf("SELECT trials FROM jobs WHERE id = %lld",
 				(long long)jobs[0].id), 7);
 	/* b cancels it: a cancel is anyone's; then a's progress is not
-	 * written over it. */
+	 * written over it, and a's write says the job had ended. */
 	progress.state = "cancelled";
 	cr_expect_eq(cache_put_jobs(b, &progress, 1, 1000, &err), 0, "%s", err.message);
 	progress.state = "running";
 	progress.trials = 9;
-	cr_expect_eq(cache_put_jobs(a, &progress, 1, 1000, &err), 0, "%s", err.message);
+	cr_expect_eq(cache_put_jobs(a, &progress, 1, 1000, &err), 1, "%s", err.message);
 	cr_expect_eq(raw_pgf("SELECT count(*) FROM jobs WHERE id = %lld AND "
 				"state = 'cancelled' AND trials = 7",
 				(long long)jobs[0].id), 1);
+	cache_close(a);
+	cache_close(b);
+}
+
+/* A job's holder "a" wrote its progress; "b" writes it again from the
+ * copy it read before: "b"'s cancel ends the job, but its stale copy
+ * does not write over the holder's trials and version. */
+Test(pg, a_cancel_from_another_owner_keeps_the_holders_progress)
+{
+	cache_error err = {0};
+	cache *a, *b;
+	cache_job job, stale;
+
+	postgresql_only();
+	a = open_shared();
+	b = open_shared();
+	job = held_job(a, a, 30);
+	stale = job;
+	stale.graph = NULL;
+	stale.trials = 3;
+	stale.version = 1;
+	job.graph = NULL;
+	job.state = "running";
+	job.trials = 7;
+	job.version = 2;
+	cr_assert_eq(cache_put_jobs(a, &job, 1, 1000, &err), 0, "%s", err.message);
+	stale.state = "cancelled";
+	stale.error = "cancelled";
+	stale.finished_at = 5;
+	cr_expect_eq(cache_put_jobs(b, &stale, 1, 1000, &err), 0, "%s", err.message);
+	cr_expect_eq(raw_pgf("SELECT count(*) FROM jobs WHERE id = %lld AND "
+				"state = 'cancelled' AND finished_at = 5 AND "
+				"trials = 7 AND version = 2", (long long)job.id), 1,
+		     "the cancel ends the job and keeps the holder's progress");
+	cache_close(a);
+	cache_close(b);
+}
+
+/* "b" cancels a job that its holder "a" finished meanwhile: the row
+ * stays done, and the write says that one job had already ended, for
+ * "b" to read it again. */
+Test(pg, a_cancel_that_loses_to_the_jobs_end_is_reported)
+{
+	cache_error err = {0};
+	cache *a, *b;
+	cache_job job, cancel;
+
+	postgresql_only();
+	a = open_shared();
+	b = open_shared();
+	job = held_job(a, a, 30);
+	job.graph = NULL;
+	cancel = job;
+	job.state = "done";
+	job.finished_at = 4;
+	cr_assert_eq(cache_put_jobs(a, &job, 1, 1000, &err), 0, "%s", err.message);
+	cancel.state = "cancelled";
+	cancel.finished_at = 5;
+	cr_expect_eq(cache_put_jobs(b, &cancel, 1, 1000, &err), 1, "%s", err.message);
+	cr_expect_eq(raw_pgf("SELECT count(*) FROM jobs WHERE id = %lld AND "
+				"state = 'done' AND finished_at = 4",
+				(long long)job.id), 1);
+	cache_close(a);
+	cache_close(b);
+}
+
+/* A job dirty again before its first write landed is written with its
+ * graph again: once another owner holds it, that write is not the
+ * holder's, and changes nothing. */
+Test(pg, a_job_written_again_with_its_graph_keeps_the_holders_progress)
+{
+	cache_error err = {0};
+	cache *a, *b;
+	cache_job job, progress;
+
+	postgresql_only();
+	a = open_shared();
+	b = open_shared();
+	job = held_job(a, b, 30);
+	progress = job;
+	progress.graph = NULL;
+	progress.state = "running";
+	progress.trials = 7;
+	cr_assert_eq(cache_put_jobs(b, &progress, 1, 1000, &err), 0, "%s", err.message);
+	job.priority = 3;
+	cr_expect_eq(cache_put_jobs(a, &job, 1, 1000, &err), 0, "%s", err.message);
+	cr_expect_eq(raw_pgf("SELECT count(*) FROM jobs WHERE id = %lld AND "
+				"state = 'running' AND trials = 7 AND priority = 0",
+				(long long)job.id), 1);
 	cache_close(a);
 	cache_close(b);
 }
