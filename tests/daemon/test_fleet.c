@@ -29,26 +29,10 @@
 #include <libpq-fe.h>
 
 #include "fixture.h"
-#include "pg_server.h"
+#include "pg_fixture.h"
 
 #define DAEMONS 3
 #define KEYS 4
-
-static pg_server server;
-
-static void start_server(void)
-{
-	int rc = pg_server_start(&server);
-
-	if (rc > 0)
-		cr_skip_test("%s", server.why);
-	cr_assert_eq(rc, 0, "%s", server.why);
-}
-
-static void stop_server(void)
-{
-	pg_server_stop(&server);
-}
 
 static double now_s(void)
 {
@@ -257,7 +241,7 @@ static void expect_versions_served(const fixture *f, const char *uri)
 }
 
 Test(fleet, daemons_share_one_database_and_survive_a_kill,
-     .init = start_server, .fini = stop_server, .timeout = 180)
+     .init = pg_fixture_start, .fini = pg_fixture_stop, .timeout = 180)
 {
 	static const char *const examples[KEYS] = {
 		"softmax_scores_small", "ln_residual_small", "gpt3_mlp_small",
@@ -268,7 +252,7 @@ Test(fleet, daemons_share_one_database_and_survive_a_kill,
 	int victim;
 	double took;
 
-	cr_assert_eq(pg_server_create_db(server.uri, "fleet", uri, sizeof(uri)), 0,
+	cr_assert_eq(pg_server_create_db(pg_fixture.uri, "fleet", uri, sizeof(uri)), 0,
 		     "%s", uri);
 	start_fleet(f, DAEMONS, uri, "40");
 	for (int k = 0; k < KEYS; k++) {
@@ -337,7 +321,7 @@ static json_t *cancel(const fixture *f, json_int_t job)
  * --lease) stops the job and writes nothing more of it, and once the
  * lease is free again a daemon claims the job and finishes it. */
 Test(fleet, a_cancel_and_a_lost_lease_reach_the_daemon_that_holds_the_job,
-     .init = start_server, .fini = stop_server, .timeout = 180)
+     .init = pg_fixture_start, .fini = pg_fixture_stop, .timeout = 180)
 {
 	fixture f[2];
 	char uri[128], sql[256];
@@ -346,7 +330,7 @@ Test(fleet, a_cancel_and_a_lost_lease_reach_the_daemon_that_holds_the_job,
 	long long trials;
 	int ha, hb;
 
-	cr_assert_eq(pg_server_create_db(server.uri, "fleet", uri, sizeof(uri)), 0,
+	cr_assert_eq(pg_server_create_db(pg_fixture.uri, "fleet", uri, sizeof(uri)), 0,
 		     "%s", uri);
 	start_fleet(f, 2, uri, "40");
 	a = submit(&f[0], "softmax_scores_small", 6.0, NULL);
@@ -392,13 +376,13 @@ Test(fleet, a_cancel_and_a_lost_lease_reach_the_daemon_that_holds_the_job,
  * while the runner still wound the job down: a measurement takes 1.5 s),
  * finishes it: the end of its first run does not cancel the second. */
 Test(fleet, a_job_lost_and_claimed_again_by_one_daemon_is_finished,
-     .init = start_server, .fini = stop_server, .timeout = 120)
+     .init = pg_fixture_start, .fini = pg_fixture_stop, .timeout = 120)
 {
 	char uri[128], sql[256];
 	json_int_t job;
 	fixture f;
 
-	cr_assert_eq(pg_server_create_db(server.uri, "fleet", uri, sizeof(uri)), 0,
+	cr_assert_eq(pg_server_create_db(pg_fixture.uri, "fleet", uri, sizeof(uri)), 0,
 		     "%s", uri);
 	start_fleet(&f, 1, uri, "1500");
 	job = submit(&f, "softmax_scores_small", 4.0, NULL);
@@ -455,7 +439,7 @@ static void stop_fleet_and_server(void)
 	for (int i = 0; i < FLEET_DAEMONS; i++)
 		if (fleet[i].pid > 0)
 			fixture_cleanup(&fleet[i]);
-	stop_server();
+	pg_fixture_stop();
 }
 
 /* Connects "c" to daemon "f", with hello. */
@@ -637,7 +621,7 @@ static void expect_runs_end_at_latest(const char *uri, int victim, int step)
 }
 
 Test(fleet, training_runs_keep_one_version_per_step_across_a_fleet_and_a_kill,
-     .init = start_server, .fini = stop_fleet_and_server, .timeout = 240)
+     .init = pg_fixture_start, .fini = stop_fleet_and_server, .timeout = 240)
 {
 	static const char *const examples[RUN_KEYS] = {
 		"softmax_scores_small", "ln_residual_small", "gpt3_mlp_small"};
@@ -646,7 +630,7 @@ Test(fleet, training_runs_keep_one_version_per_step_across_a_fleet_and_a_kill,
 	double start = now_s();
 	int victim = -1, step;
 
-	cr_assert_eq(pg_server_create_db(server.uri, "fleet", uri, sizeof(uri)), 0,
+	cr_assert_eq(pg_server_create_db(pg_fixture.uri, "fleet", uri, sizeof(uri)), 0,
 		     "%s", uri);
 	start_fleet(fleet, FLEET_DAEMONS, uri, "40");
 	for (int k = 0; k < RUN_KEYS; k++) {

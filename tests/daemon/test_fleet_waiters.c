@@ -15,23 +15,7 @@
 #include <libpq-fe.h>
 
 #include "fixture.h"
-#include "pg_server.h"
-
-static pg_server server;
-
-static void start_server(void)
-{
-	int rc = pg_server_start(&server);
-
-	if (rc > 0)
-		cr_skip_test("%s", server.why);
-	cr_assert_eq(rc, 0, "%s", server.why);
-}
-
-static void stop_server(void)
-{
-	pg_server_stop(&server);
-}
+#include "pg_fixture.h"
 
 /* Runs "fmt" (one %lld: the job) on database "uri"; the rows it changed. */
 static int change(const char *uri, const char *fmt, json_int_t job)
@@ -70,7 +54,7 @@ static const char *const daemon_args[] = {"--lease", "1.5", "--jobs", "1",
 					  "--compile-workers", "1", NULL};
 
 Test(fleet_waiters, a_job_cancelled_on_another_daemon_fails_the_fetches_here,
-     .init = start_server, .fini = stop_server, .timeout = 120)
+     .init = pg_fixture_start, .fini = pg_fixture_stop, .timeout = 120)
 {
 	char uri[128], *text;
 	json_t *reply, *request;
@@ -78,7 +62,7 @@ Test(fleet_waiters, a_job_cancelled_on_another_daemon_fails_the_fetches_here,
 	fixture f;
 	conn c;
 
-	cr_assert_eq(pg_server_create_db(server.uri, "waiters", uri, sizeof(uri)), 0,
+	cr_assert_eq(pg_server_create_db(pg_fixture.uri, "waiters", uri, sizeof(uri)), 0,
 		     "%s", uri);
 	setenv("TUNED_WORKER", getenv("SCRIPTED_WORKER"), 1);
 	setenv("SCRIPTED_TIMES", "hash", 1);

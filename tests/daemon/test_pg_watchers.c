@@ -18,23 +18,13 @@
 
 #include "cache.h"
 #include "fixture.h"
-#include "pg_server.h"
+#include "pg_fixture.h"
 
 /* Notices published in one transaction: more than the daemon reads in a
  * turn. */
 #define BURST 300
 
-static pg_server server;
 static fixture f;
-
-static void start_server(void)
-{
-	int rc = pg_server_start(&server);
-
-	if (rc > 0)
-		cr_skip_test("%s", server.why);
-	cr_assert_eq(rc, 0, "%s", server.why);
-}
 
 /* The daemon too, when an assertion ended the test early (left running,
  * it would hold the test's output open). */
@@ -44,7 +34,7 @@ static void stop_server(void)
 		fixture_stop(&f, SIGKILL, NULL);
 		fixture_cleanup(&f);
 	}
-	pg_server_stop(&server);
+	pg_fixture_stop();
 }
 
 /* Runs "sql" on database "uri", asserted to succeed. */
@@ -131,7 +121,7 @@ static json_t *next_version_event(conn *c)
 }
 
 Test(pg_watchers, a_watcher_hears_the_versions_another_writer_publishes,
-     .init = start_server, .fini = stop_server, .timeout = 300)
+     .init = pg_fixture_start, .fini = stop_server, .timeout = 300)
 {
 	char *text = example_text("softmax_scores_small"), key[80], request[200];
 	json_t *reply, *event, *data;
@@ -140,7 +130,7 @@ Test(pg_watchers, a_watcher_hears_the_versions_another_writer_publishes,
 	conn c, watcher, waiter;
 
 	fixture_init(&f);
-	cr_assert_eq(pg_server_create_db(server.uri, "tuned", f.cache, sizeof(f.cache)),
+	cr_assert_eq(pg_server_create_db(pg_fixture.uri, "tuned", f.cache, sizeof(f.cache)),
 		     0, "%s", f.cache);
 	fixture_start(&f, NULL);
 	cr_assert(conn_open(&c, f.socket));

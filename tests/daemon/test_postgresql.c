@@ -16,23 +16,7 @@
 #include <libpq-fe.h>
 
 #include "fixture.h"
-#include "pg_server.h"
-
-static pg_server server;
-
-static void start_server(void)
-{
-	int rc = pg_server_start(&server);
-
-	if (rc > 0)
-		cr_skip_test("%s", server.why);
-	cr_assert_eq(rc, 0, "%s", server.why);
-}
-
-static void stop_server(void)
-{
-	pg_server_stop(&server);
-}
+#include "pg_fixture.h"
 
 /* The rows of "sql" on database "uri", a count. */
 static long long count_rows(const char *uri, const char *sql)
@@ -54,7 +38,7 @@ static json_t *fetch_key(conn *c, const char *key)
 }
 
 Test(postgresql, a_daemon_tunes_into_the_database_and_another_serves_it,
-     .init = start_server, .fini = stop_server, .timeout = 300)
+     .init = pg_fixture_start, .fini = pg_fixture_stop, .timeout = 300)
 {
 	char *text = example_text("softmax_scores_small"), key[80];
 	json_t *reply;
@@ -63,7 +47,7 @@ Test(postgresql, a_daemon_tunes_into_the_database_and_another_serves_it,
 	conn c;
 
 	fixture_init(&f);
-	cr_assert_eq(pg_server_create_db(server.uri, "tuned", f.cache,
+	cr_assert_eq(pg_server_create_db(pg_fixture.uri, "tuned", f.cache,
 					 sizeof(f.cache)), 0, "%s", f.cache);
 	fixture_start(&f, NULL);
 	cr_assert(conn_open(&c, f.socket));
