@@ -71,7 +71,7 @@ typedef struct run {
 	key_run keys[MAX_KEYS];
 	int nkeys, jobs, workers; /* jobs made; daemons that claimed one */
 	long long trials;
-	double ended_s; /* when every job had ended */
+	double ended_s;   /* when every job had ended */
 	double reached_s; /* when every key reached quality; NAN: never */
 	int at_quality;   /* keys that reached it */
 } run;
@@ -144,9 +144,9 @@ static void start_daemon(const options *o, const char *dir, int i, const char *u
 	snprintf(log, sizeof(log), "%s/d%d.log", dir, i);
 	if ((pid = fork()) == 0) {
 		setenv("TUNED_WORKER", o->worker, 1);
-		execl(o->tuned, o->tuned, "--backend", "cpu", "--socket", socket, "--cache",
-		      uri, "--log", log, "--jobs", "1", "--compile-workers", "1", "--lease",
-		      "3", (char *)NULL);
+		execl(o->tuned, o->tuned, "--backend", "cpu", "--socket", socket,
+		      "--cache", uri, "--log", log, "--jobs", "1", "--compile-workers",
+		      "1", "--lease", "3", (char *)NULL);
 		_exit(127);
 	}
 	daemons[ndaemons++] = pid;
@@ -180,7 +180,8 @@ static void poll_key(tuned_client *c, key_run *k, double t)
 	version = json_integer_value(json_object_get(kernel, "version"));
 	if ((!k->npoints || k->points[k->npoints - 1].version != version) &&
 	    k->npoints < MAX_POINTS)
-		k->points[k->npoints++] = (point){t, version,
+		k->points[k->npoints++] = (point){
+			t, version,
 			json_number_value(json_object_get(kernel, "median_ms"))};
 	json_decref(kernel);
 }
@@ -220,8 +221,8 @@ static int submit_keys(const options *o, tuned_client **c, run *r, int first, in
 			tuned_client_error err;
 			bool seen = false;
 
-			if (tuned_client_submit_with(c[(first + k + d) % r->daemons], graph, &so,
-						     &job, &err))
+			if (tuned_client_submit_with(c[(first + k + d) % r->daemons],
+						     graph, &so, &job, &err))
 				die("a submit was refused: %s", err.message);
 			snprintf(r->keys[k].key, sizeof(r->keys[k].key), "%s", job.key);
 			for (int j = 0; j < njobs; j++)
@@ -240,10 +241,14 @@ static bool version_verified(const char *uri, const char *key, int64_t v)
 {
 	char sql[512];
 
-	snprintf(sql, sizeof(sql), "SELECT count(*) FROM plans p JOIN trials t ON "
-		 "t.graph = p.graph AND t.device = p.device AND t.codegen = p.codegen AND "
-		 "t.plan = p.plan AND t.outcome = 'ok' WHERE p.graph = '%s' AND p.version "
-		 "= %lld AND p.bad IS NULL", key, (long long)v);
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM plans p JOIN trials t ON "
+		 "t.graph = p.graph AND t.device = p.device AND t.codegen = p.codegen "
+		 "AND "
+		 "t.plan = p.plan AND t.outcome = 'ok' WHERE p.graph = '%s' AND "
+		 "p.version "
+		 "= %lld AND p.bad IS NULL",
+		 key, (long long)v);
 	return query_count(uri, sql) > 0;
 }
 
@@ -283,22 +288,25 @@ static void run_phase(const options *o, run *r, const char *names, bool single)
 		if (all_ended(c[0], jobs, r->jobs))
 			break;
 		if (t > o->budget * r->nkeys + 300)
-			die("the jobs did not end within %s", "their budgets and 300 s");
+			die("the jobs did not end within %s",
+			    "their budgets and 300 s");
 		usleep(POLL_MS * 1000);
 	}
 	r->ended_s = now_s() - start;
 	for (int k = 0; k < r->nkeys; k++)
 		poll_key(c[0], &r->keys[k], r->ended_s);
 	r->trials = query_count(uri, "SELECT count(*) FROM trials");
-	r->workers = (int)query_count(uri, "SELECT count(DISTINCT claimed_by) FROM jobs");
+	r->workers = (int)query_count(uri,
+				      "SELECT count(DISTINCT claimed_by) FROM jobs");
 	for (int i = 0; i < r->daemons; i++)
 		tuned_client_close(c[i]);
 	stop_daemons();
 	for (int k = 0; k < r->nkeys; k++) {
 		key_run *kr = &r->keys[k];
 
-		kr->verified = kr->npoints && version_verified(uri, kr->key,
-			kr->points[kr->npoints - 1].version);
+		kr->verified = kr->npoints &&
+			       version_verified(uri, kr->key,
+						kr->points[kr->npoints - 1].version);
 	}
 	snprintf(command, sizeof(command), "rm -rf '%s'", dir);
 	if (system(command))
@@ -320,7 +328,8 @@ static double reference_ms(const run *runs, int nruns, const char *name)
 
 /* When key "kr" first had a version within the tolerance of its
  * reference; NAN when it never did. */
-static double key_reached(const options *o, const key_run *kr, const run *runs, int nruns)
+static double key_reached(const options *o, const key_run *kr, const run *runs,
+			  int nruns)
 {
 	double target = reference_ms(runs, nruns, kr->name) * (1 + o->tolerance);
 
@@ -376,11 +385,13 @@ static void load_average(char *out, size_t size)
 
 static void print_runs(const options *o, const run *runs, int nruns)
 {
-	printf("time to quality: every key within %.0f%% of the fastest version any run "
-	       "reached; budget %.0f s a job\n", o->tolerance * 100, o->budget);
-	printf("%-7s %7s %5s %8s %7s %8s %10s %9s %10s %9s\n", "phase", "daemons", "jobs",
-	       "claimed", "trials", "reached", "quality s", "speedup", "ended s",
-	       "verified");
+	printf("time to quality: every key within %.0f%% of the fastest version any "
+	       "run "
+	       "reached; budget %.0f s a job\n",
+	       o->tolerance * 100, o->budget);
+	printf("%-7s %7s %5s %8s %7s %8s %10s %9s %10s %9s\n", "phase", "daemons",
+	       "jobs", "claimed", "trials", "reached", "quality s", "speedup",
+	       "ended s", "verified");
 	for (int i = 0; i < nruns; i++) {
 		const run *r = &runs[i];
 		double peer = peer_of(runs, nruns, r);
@@ -398,11 +409,13 @@ static void print_runs(const options *o, const run *runs, int nruns)
 	for (int i = 0; i < nruns; i++)
 		for (int k = 0; k < runs[i].nkeys; k++) {
 			const key_run *kr = &runs[i].keys[k];
-			const point *last = kr->npoints ? &kr->points[kr->npoints - 1] : NULL;
+			const point *last = kr->npoints ? &kr->points[kr->npoints - 1] :
+							  NULL;
 
 			printf("  %s N=%d %s: v%lld %.4g ms (reference %.4g ms)\n",
 			       runs[i].phase, runs[i].daemons, kr->name,
-			       last ? (long long)last->version : 0LL, last ? last->ms : NAN,
+			       last ? (long long)last->version : 0LL,
+			       last ? last->ms : NAN,
 			       reference_ms(runs, nruns, kr->name));
 		}
 }
@@ -423,10 +436,13 @@ static double field(json_t *j, const char *phase, const char *what)
 static void run_latency(const options *o, latency_run *l, const char *cache)
 {
 	char json[64] = "/tmp/tuned-fleet-latency-XXXXXX", seconds[32];
-	const char *argv[24] = {o->latency, "--tuned", o->tuned, "--worker", o->scripted,
-				"--examples", o->examples, "--jobs",
-				"bert_qkv_small,lstm_cell_small", "--clients", "8",
-				"--seconds", seconds, "--graph-mb", "0.05", "--json", json};
+	const char *argv[24] = {
+		o->latency,  "--tuned",    o->tuned,
+		"--worker",  o->scripted,  "--examples",
+		o->examples, "--jobs",     "bert_qkv_small,lstm_cell_small",
+		"--clients", "8",          "--seconds",
+		seconds,     "--graph-mb", "0.05",
+		"--json",    json};
 	int n = 17, fd = mkstemp(json), status;
 	json_t *out;
 	pid_t pid;
@@ -450,15 +466,18 @@ static void run_latency(const options *o, latency_run *l, const char *cache)
 		die("%s failed", o->latency);
 	unlink(json);
 	*l = (latency_run){cache ? "postgresql" : "sqlite",
-			   field(out, "idle_fetch", "p50_ms"), field(out, "idle_fetch", "p99_ms"),
-			   field(out, "busy_fetch", "p50_ms"), field(out, "busy_fetch", "p99_ms")};
+			   field(out, "idle_fetch", "p50_ms"),
+			   field(out, "idle_fetch", "p99_ms"),
+			   field(out, "busy_fetch", "p50_ms"),
+			   field(out, "busy_fetch", "p99_ms")};
 	json_decref(out);
 }
 
 static void print_latency(const options *o, const latency_run *l, int n)
 {
 	printf("fetch latency (bench/latency, 8 clients, %.0f s a phase, scripted "
-	       "worker): ms\n", o->latency_seconds);
+	       "worker): ms\n",
+	       o->latency_seconds);
 	printf("%-10s %9s %9s %9s %9s\n", "cache", "idle p50", "idle p99", "busy p50",
 	       "busy p99");
 	for (int i = 0; i < n; i++)
@@ -479,19 +498,26 @@ static json_t *runs_json(const run *runs, int nruns)
 			json_t *points = json_array();
 
 			for (int p = 0; p < kr->npoints; p++)
-				json_array_append_new(points, json_pack("[f, I, f]",
-					kr->points[p].t, (json_int_t)kr->points[p].version,
-					kr->points[p].ms));
-			json_array_append_new(keys, json_pack("{s:s, s:s, s:o, s:b}", "name",
-				kr->name, "key", kr->key, "versions", points, "verified",
-				kr->verified));
+				json_array_append_new(
+					points,
+					json_pack("[f, I, f]", kr->points[p].t,
+						  (json_int_t)kr->points[p].version,
+						  kr->points[p].ms));
+			json_array_append_new(keys,
+					      json_pack("{s:s, s:s, s:o, s:b}", "name",
+							kr->name, "key", kr->key,
+							"versions", points, "verified",
+							kr->verified));
 		}
-		json_array_append_new(a, json_pack("{s:s, s:i, s:i, s:i, s:I, s:i, s:o, s:f, s:o}",
-			"phase", r->phase, "daemons", r->daemons, "jobs", r->jobs,
-			"claimed_by", r->workers, "trials", (json_int_t)r->trials, "reached",
-			r->at_quality,
-			"quality_s", isnan(r->reached_s) ? json_null() : json_real(r->reached_s),
-			"ended_s", r->ended_s, "keys", keys));
+		json_array_append_new(
+			a, json_pack("{s:s, s:i, s:i, s:i, s:I, s:i, s:o, s:f, s:o}",
+				     "phase", r->phase, "daemons", r->daemons, "jobs",
+				     r->jobs, "claimed_by", r->workers, "trials",
+				     (json_int_t)r->trials, "reached", r->at_quality,
+				     "quality_s",
+				     isnan(r->reached_s) ? json_null() :
+							   json_real(r->reached_s),
+				     "ended_s", r->ended_s, "keys", keys));
 	}
 	return a;
 }
@@ -534,8 +560,10 @@ static int parse(int argc, char **argv, options *o)
 	int c;
 
 	*o = (options){.keys = "softmax_scores,ln_residual,lstm_cell,conv_pair",
-		       .single = "softmax_scores", .budget = 30,
-		       .tolerance = 0.1, .latency_seconds = 5};
+		       .single = "softmax_scores",
+		       .budget = 30,
+		       .tolerance = 0.1,
+		       .latency_seconds = 5};
 	parse_sizes(o, "1,2,4");
 	while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
 		switch (c) {
@@ -559,8 +587,10 @@ static int parse(int argc, char **argv, options *o)
 	}
 	if (!o->tuned || !o->worker || !o->scripted || !o->latency || !o->examples ||
 	    o->budget <= 0 || o->tolerance < 0) {
-		fprintf(stderr, "usage: fleet --tuned PATH --worker PATH --scripted-worker "
-			"PATH --latency PATH --examples DIR [--keys A,B,...] [--single A] "
+		fprintf(stderr,
+			"usage: fleet --tuned PATH --worker PATH --scripted-worker "
+			"PATH --latency PATH --examples DIR [--keys A,B,...] [--single "
+			"A] "
 			"[--daemons 1,2,4] [--budget S] [--tolerance F] "
 			"[--latency-seconds S] [--json FILE]\n");
 		return -1;
@@ -601,19 +631,22 @@ int main(int argc, char **argv)
 	run_latency(&o, &lat[1], uri);
 	pg_server_stop(&server);
 
-	printf("load average at the start, after the fleets: %s, %s\n", load_at_start, load);
+	printf("load average at the start, after the fleets: %s, %s\n", load_at_start,
+	       load);
 	print_runs(&o, runs, nruns);
 	print_latency(&o, lat, 2);
 	if (o.json) {
 		json_t *out = json_pack("{s:f, s:f, s:o, s:[{s:s, s:f, s:f, s:f, s:f}, "
 					"{s:s, s:f, s:f, s:f, s:f}]}",
-			"budget_s", o.budget, "tolerance", o.tolerance, "runs",
-			runs_json(runs, nruns), "fetch_latency",
-			"cache", lat[0].cache, "idle_p50_ms", lat[0].idle_p50, "idle_p99_ms",
-			lat[0].idle_p99, "busy_p50_ms", lat[0].busy_p50, "busy_p99_ms",
-			lat[0].busy_p99, "cache", lat[1].cache, "idle_p50_ms",
-			lat[1].idle_p50, "idle_p99_ms", lat[1].idle_p99, "busy_p50_ms",
-			lat[1].busy_p50, "busy_p99_ms", lat[1].busy_p99);
+					"budget_s", o.budget, "tolerance", o.tolerance,
+					"runs", runs_json(runs, nruns), "fetch_latency",
+					"cache", lat[0].cache, "idle_p50_ms",
+					lat[0].idle_p50, "idle_p99_ms", lat[0].idle_p99,
+					"busy_p50_ms", lat[0].busy_p50, "busy_p99_ms",
+					lat[0].busy_p99, "cache", lat[1].cache,
+					"idle_p50_ms", lat[1].idle_p50, "idle_p99_ms",
+					lat[1].idle_p99, "busy_p50_ms", lat[1].busy_p50,
+					"busy_p99_ms", lat[1].busy_p99);
 
 		if (json_dump_file(out, o.json, JSON_INDENT(2)))
 			die("cannot write %s", o.json);

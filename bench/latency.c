@@ -513,10 +513,12 @@ static int parse(int argc, char **argv, options *o)
 		case 'o': o->json = optarg; break;
 		case 'C': o->cache = optarg; break;
 		default:
-			fprintf(stderr, "usage: latency --tuned PATH --worker PATH "
+			fprintf(stderr,
+				"usage: latency --tuned PATH --worker PATH "
 				"--examples DIR [--jobs A,B,...] [--clients N] "
 				"[--seconds S] [--interval-ms MS] [--graph-mb MB] "
-				"[--cache PATH|URI] [--json FILE] [-- TUNED-ARGS...]\n");
+				"[--cache PATH|URI] [--json FILE] [-- "
+				"TUNED-ARGS...]\n");
 			return c == 'h' ? 1 : -1;
 		}
 	}

@@ -69,7 +69,7 @@ typedef struct bench_options {
 	const char *backend;
 	const char *examples;  /* comma-separated */
 	int trials;
-	int budget_s;    /* 0: none, the trials are the budget */
+	int budget_s;            /* 0: none, the trials are the budget */
 	const kgen_peaks *peaks; /* with budget_s, as probed; else NULL */
 	int population;
 	unsigned seed;
@@ -223,7 +223,8 @@ static int search_start(const bench_example *ex, enum curve_kind kind,
 	const bench_options *opt = ex->opt;
 	tuner_search_options so = {
 		.kind = kind == CURVE_GENETIC ? TUNER_GENETIC : TUNER_RANDOM,
-		.seed = opt->seed, .population = opt->population,
+		.seed = opt->seed,
+		.population = opt->population,
 		.stall_generations = opt->budget_s ? 0 : opt->trials,
 		.peaks = ex->peaks,
 	};
@@ -260,8 +261,10 @@ static void search_ended(bench_search *bs, const char *why)
 	if (why)
 		snprintf(cv->ended, sizeof(cv->ended), "%s", why);
 	else
-		snprintf(cv->ended, sizeof(cv->ended), "space exhausted: %d of %d plans "
-			 "measured", measured, plans);
+		snprintf(cv->ended, sizeof(cv->ended),
+			 "space exhausted: %d of %d plans "
+			 "measured",
+			 measured, plans);
 	bs->over = true;
 }
 
@@ -361,7 +364,8 @@ static bool probe_peaks(const char *backend, kgen_peaks *peaks)
 	json_decref(reply.answer);
 	json_decref(request);
 	tuner_worker_free(w);
-	return asked && peaks->bandwidth_gbs > 0 && peaks->gflops > 0 && peaks->cores > 0;
+	return asked && peaks->bandwidth_gbs > 0 && peaks->gflops > 0 &&
+	       peaks->cores > 0;
 }
 
 /* The first trial (from 1) whose best is at most "ms", or 0 for none. */
@@ -439,7 +443,8 @@ static void print_median(const bench_options *opt, const curve_example *examples
 	if (!order)
 		return;
 	for (int i = 0; i < n; i++)
-		order[i] = (ranked){reach_ratio(&examples[i], budget_trials(opt, &examples[i])),
+		order[i] = (ranked){reach_ratio(&examples[i],
+						budget_trials(opt, &examples[i])),
 				    &examples[i]};
 	qsort(order, n, sizeof(*order), compare_ranked);
 	ratio = order[n / 2].ratio;
@@ -471,14 +476,17 @@ static void print_stops(const bench_options *opt, const curve_example *examples,
 			const curve *cv = &examples[i].curves[k];
 
 			printf("%-20s %-8s %8.1f %8d %6d %8d", examples[i].name,
-			       kind_names[k], cv->ended_s, opt->budget_s, cv->n, cv->restarts);
+			       kind_names[k], cv->ended_s, opt->budget_s, cv->n,
+			       cv->restarts);
 			print_rho(cv->rho);
 			print_rho(cv->rho_peaks);
-			printf("  %s%s\n", cv->ended, cv->calibrated ? " (model calibrated)" : "");
+			printf("  %s%s\n", cv->ended,
+			       cv->calibrated ? " (model calibrated)" : "");
 		}
 	printf("ended s: the search's own seconds when it ended; rho: Spearman's rank "
 	       "correlation of its cost\nmodel's estimates (the peaks' roofline, or "
-	       "the rates fitted to the trials) with the\ntimes measured; rho peak: the "
+	       "the rates fitted to the trials) with the\ntimes measured; rho peak: "
+	       "the "
 	       "roofline's alone (-: too few trials).\n");
 }
 
@@ -491,18 +499,26 @@ static void print_table(const bench_options *opt, const curve_example *examples,
 	for (int i = 0; i < n; i++)
 		print_row(&examples[i], budget_trials(opt, &examples[i]));
 	if (opt->budget_s)
-		printf("random ms, GA ms: the best after %d s; GA reach: the first trial "
-		       "at which the genetic\nsearch's best was at most random search's "
-		       "final best (-: never), of budget: that over\nthe genetic search's "
-		       "trials; random s, GA s: each search's seconds to its last trial;\n"
+		printf("random ms, GA ms: the best after %d s; GA reach: the first "
+		       "trial "
+		       "at which the genetic\nsearch's best was at most random "
+		       "search's "
+		       "final best (-: never), of budget: that over\nthe genetic "
+		       "search's "
+		       "trials; random s, GA s: each search's seconds to its last "
+		       "trial;\n"
 		       "GA reach s: the genetic search's seconds to GA reach.\n",
 		       opt->budget_s);
 	else
-		printf("random ms, GA ms: the best after %d trials; GA reach: the first "
+		printf("random ms, GA ms: the best after %d trials; GA reach: the "
+		       "first "
 		       "trial at which the genetic\nsearch's best was at most random "
-		       "search's final best (-: never), of budget: that over %d;\nrandom "
-		       "s, GA s: each search's seconds; GA reach s: the genetic search's "
-		       "seconds to GA reach.\n", opt->trials, opt->trials);
+		       "search's final best (-: never), of budget: that over "
+		       "%d;\nrandom "
+		       "s, GA s: each search's seconds; GA reach s: the genetic "
+		       "search's "
+		       "seconds to GA reach.\n",
+		       opt->trials, opt->trials);
 	if (n)
 		print_median(opt, examples, n);
 	if (opt->budget_s)
@@ -535,10 +551,9 @@ static json_t *rho_json(double rho)
 static json_t *ended_json(const curve *cv)
 {
 	return json_pack("{s:f, s:s, s:i, s:o, s:o, s:b}", "seconds", cv->ended_s,
-			 "why", cv->ended, "restarts", cv->restarts,
-			 "rank_correlation", rho_json(cv->rho),
-			 "peaks_rank_correlation", rho_json(cv->rho_peaks),
-			 "calibrated", cv->calibrated);
+			 "why", cv->ended, "restarts", cv->restarts, "rank_correlation",
+			 rho_json(cv->rho), "peaks_rank_correlation",
+			 rho_json(cv->rho_peaks), "calibrated", cv->calibrated);
 }
 
 static int write_json(const bench_options *opt, const curve_example *examples,
@@ -550,12 +565,17 @@ static int write_json(const bench_options *opt, const curve_example *examples,
 				"seed", (int)opt->seed, "examples", list);
 
 	for (int i = 0; i < n; i++)
-		json_array_append_new(list, json_pack("{s:s, s:o, s:o, s:o, s:{s:o, s:o}}",
-			"name", examples[i].name, "default_ms", json_ms(examples[i].default_ms),
-			"genetic", curve_json(&examples[i].curves[CURVE_GENETIC]),
-			"random", curve_json(&examples[i].curves[CURVE_RANDOM]),
-			"ended", "genetic", ended_json(&examples[i].curves[CURVE_GENETIC]),
-			"random", ended_json(&examples[i].curves[CURVE_RANDOM])));
+		json_array_append_new(
+			list, json_pack("{s:s, s:o, s:o, s:o, s:{s:o, s:o}}", "name",
+					examples[i].name, "default_ms",
+					json_ms(examples[i].default_ms), "genetic",
+					curve_json(&examples[i].curves[CURVE_GENETIC]),
+					"random",
+					curve_json(&examples[i].curves[CURVE_RANDOM]),
+					"ended", "genetic",
+					ended_json(&examples[i].curves[CURVE_GENETIC]),
+					"random",
+					ended_json(&examples[i].curves[CURVE_RANDOM])));
 	n = all ? json_dump_file(all, opt->json, JSON_INDENT(1)) : -1;
 	json_decref(all);
 	return n < 0 ? -EIO : 0;
@@ -636,7 +656,8 @@ int main(int argc, char **argv)
 		opt.peaks = &peaks;
 	if (rc == 0 && opt.budget_s)
 		printf("%d s per search (%d trials at most), population %d, seed %u, "
-		       "cost filter %s\n", opt.budget_s, opt.trials, opt.population, opt.seed,
+		       "cost filter %s\n",
+		       opt.budget_s, opt.trials, opt.population, opt.seed,
 		       opt.peaks ? "on the probed peaks" : "off (no peaks)");
 	else if (rc == 0)
 		printf("%d trials per search, population %d, seed %u\n", opt.trials,

@@ -462,10 +462,10 @@ typedef struct cache_job {
 	double finished_at;  /* <= 0: not finished */
 	/* A shared queue (PostgreSQL) only; SQLite neither keeps nor gives
 	 * them. */
-	const char *device;  /* the device signature that runs it; NULL: any */
+	const char *device;     /* the device signature that runs it; NULL: any */
 	const char *claimed_by; /* read: the cache instance holding its lease,
 				 * NULL: none */
-	bool claimed;        /* read: this cache holds its lease */
+	bool claimed;           /* read: this cache holds its lease */
 } cache_job;
 
 /* Writes the "n" jobs (each with its graph inserted, or updating the row
@@ -504,9 +504,9 @@ bool cache_is_shared(__cache_keep const cache *c);
  * Refused on SQLite (CACHE_EINVAL). */
 typedef struct cache_job_pass {
 	const char *device;
-	double lease_s;     /* a claim or renewal lasts this long */
-	int claim;          /* jobs to claim at most */
-	int64_t known_max;  /* the largest id the daemon knows */
+	double lease_s;    /* a claim or renewal lasts this long */
+	int claim;         /* jobs to claim at most */
+	int64_t known_max; /* the largest id the daemon knows */
 	const int64_t *watch;
 	int nwatch;
 } cache_job_pass;

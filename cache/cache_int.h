@@ -342,10 +342,10 @@ int pg_migrate(cache *c, cache_error *err);
  * PG_JOB_COLUMNS (its texts are the result's). */
 #define PG_JOB_COLUMNS PG_JOB_COLUMNS_GRAPH("graph")
 /* The same, with "graph" (an expression) for the graph. */
-#define PG_JOB_COLUMNS_GRAPH(graph)                                            \
-	"id, key, name, " graph ", state, budget_s, max_trials, priority, "   \
-	"trials, coalesce(best_ms, 0), version, error, created_at, "           \
-	"coalesce(finished_at, 0), coalesce(first_ms, 0), coalesce(uid, -1), " \
+#define PG_JOB_COLUMNS_GRAPH(graph)                                                    \
+	"id, key, name, " graph ", state, budget_s, max_trials, priority, "            \
+	"trials, coalesce(best_ms, 0), version, error, created_at, "                   \
+	"coalesce(finished_at, 0), coalesce(first_ms, 0), coalesce(uid, -1), "         \
 	"device, claimed_by"
 void pg_job_at(const struct pg_result *res, int row, const char *instance,
 	       cache_job *job);

@@ -386,9 +386,11 @@ static int shared_only(const cache *c, const char *what, cache_error *err)
 {
 	if (cache_is_shared(c))
 		return 0;
-	cache_set_error(err, CACHE_EINVAL, "cannot %s: cache %s is a SQLite "
+	cache_set_error(err, CACHE_EINVAL,
+			"cannot %s: cache %s is a SQLite "
 			"file, one daemon's; a job queue is shared on PostgreSQL "
-			"only", what, cache_name(c));
+			"only",
+			what, cache_name(c));
 	return CACHE_EINVAL;
 }
 
@@ -403,8 +405,11 @@ int cache_pass_jobs(__cache_keep cache *c, __cache_keep const cache_job_pass *pa
 	if (rc)
 		return rc;
 	if (!pass || !fn || pass->nwatch < 0 || (pass->nwatch && !pass->watch))
-		return no_argument("claim jobs", !pass ? "no pass" : !fn ?
-				   "no callback" : "no watched ids", err);
+		return no_argument("claim jobs",
+				   !pass ? "no pass" :
+				   !fn   ? "no callback" :
+					   "no watched ids",
+				   err);
 	return pg_pass_jobs(c, pass, fn, user, err);
 }
 

@@ -31,9 +31,12 @@ void pg_job_at(const PGresult *res, int i, const char *instance, cache_job *job)
 	const char *claimed_by = pg_value(res, i, 17);
 
 	*job = (cache_job){
-		.id = pg_int_at(res, i, 0), .key = pg_value(res, i, 1),
-		.name = pg_value(res, i, 2), .graph = pg_value(res, i, 3),
-		.state = pg_value(res, i, 4), .budget_s = pg_real_at(res, i, 5),
+		.id = pg_int_at(res, i, 0),
+		.key = pg_value(res, i, 1),
+		.name = pg_value(res, i, 2),
+		.graph = pg_value(res, i, 3),
+		.state = pg_value(res, i, 4),
+		.budget_s = pg_real_at(res, i, 5),
 		.max_trials = (int)pg_int_at(res, i, 6),
 		.priority = (int)pg_int_at(res, i, 7),
 		.trials = (int)pg_int_at(res, i, 8),
@@ -66,14 +69,16 @@ static int each_job(cache *c, PGresult *res,
 	return calls;
 }
 
-int cache_pg_jobs(cache *c, int (*fn)(void *user, const cache_job *job),
-		  void *user, cache_error *err)
+int cache_pg_jobs(cache *c, int (*fn)(void *user, const cache_job *job), void *user,
+		  cache_error *err)
 {
 	PGresult *res = NULL;
 	int rc;
 
-	rc = pg_run(c, c->pg_reader, "SELECT " PG_JOB_COLUMNS " FROM jobs "
-		    "ORDER BY id", NULL, &res, "cannot read the jobs", err);
+	rc = pg_run(c, c->pg_reader,
+		    "SELECT " PG_JOB_COLUMNS " FROM jobs "
+		    "ORDER BY id",
+		    NULL, &res, "cannot read the jobs", err);
 	if (rc == 0)
 		rc = each_job(c, res, fn, user);
 	PQclear(res);
@@ -92,22 +97,26 @@ static const char insert_sql[] =
 /* Column "col" set to "arg" by the holder of the job's lease ($12), or by
  * anyone while none holds it; kept by a daemon that cancels a job
  * another holds, whose copy of its progress may be stale. */
-#define BY_HOLDER(col, arg)                                                    \
-	col " = CASE WHEN claimed_by IS NULL OR claimed_by = $12 THEN " arg     \
-	" ELSE " col " END"
+#define BY_HOLDER(col, arg)                                                            \
+	col " = CASE WHEN claimed_by IS NULL OR claimed_by = $12 THEN " arg            \
+	    " ELSE " col " END"
 
 /* A job written before: all but its key, name, graph, uid, device and
  * creation time, which never change; only by the holder of its lease, or
  * by anyone while none holds it, or to cancel it (its state, error and
  * end only); never once it is finished. */
-static const char update_sql[] =
-	"UPDATE jobs SET state = $2, error = $9, finished_at = $10, "
-	BY_HOLDER("budget_s", "$3") ", " BY_HOLDER("max_trials", "$4") ", "
-	BY_HOLDER("priority", "$5") ", " BY_HOLDER("trials", "$6") ", "
-	BY_HOLDER("best_ms", "$7") ", " BY_HOLDER("version", "$8") ", "
-	BY_HOLDER("first_ms", "$11") " WHERE id = $1 AND state NOT IN "
-	FINISHED_STATES " AND (claimed_by IS NULL OR claimed_by = $12 OR "
-	"$2 = 'cancelled')";
+static const char
+	update_sql
+		[] = "UPDATE jobs SET state = $2, error = $9, finished_at = "
+		     "$10, " BY_HOLDER("budget_s", "$3") ", " BY_HOLDER("max_trials", "$4") ", " BY_HOLDER("priority", "$5") ", " BY_HOLDER(
+			     "trials",
+			     "$6") ", " BY_HOLDER("best_ms",
+						  "$7") ", " BY_HOLDER("version",
+								       "$8") ","
+									     " " BY_HOLDER("first_ms",
+											   "$11") " WHERE id = $1 AND state NOT IN " FINISHED_STATES
+												  " AND (claimed_by IS NULL OR claimed_by = $12 OR "
+												  "$2 = 'cancelled')";
 
 /* The fields of a job that change, in the order of both statements. */
 static void changing_fields(pg_args *a, const cache_job *job)
@@ -136,11 +145,14 @@ static int unchanged(cache *c, const cache_job *job, cache_error *err)
 	int rc;
 
 	pg_int(&a, job->id);
-	rc = pg_run(c, c->pg_writer, "SELECT state IN " FINISHED_STATES " FROM "
-		    "jobs WHERE id = $1", &a, &res, "cannot write a job", err);
+	rc = pg_run(c, c->pg_writer,
+		    "SELECT state IN " FINISHED_STATES " FROM "
+		    "jobs WHERE id = $1",
+		    &a, &res, "cannot write a job", err);
 	if (rc == 0 && PQntuples(res) == 0) {
 		rc = CACHE_NOT_FOUND;
-		cache_set_error(err, rc, "cannot update job %lld: it was never "
+		cache_set_error(err, rc,
+				"cannot update job %lld: it was never "
 				"written (write it with its graph first)",
 				(long long)job->id);
 	} else if (rc == 0) {
@@ -193,10 +205,12 @@ static int forget_finished(cache *c, int keep, cache_error *err)
 	int rc;
 
 	pg_int(&a, keep);
-	rc = pg_change(c, "DELETE FROM jobs WHERE state IN " FINISHED_STATES
-		       " AND id NOT IN (SELECT id FROM jobs WHERE state IN "
-		       FINISHED_STATES " ORDER BY id DESC LIMIT $1)", &a,
-		       "cannot forget old jobs", err);
+	rc = pg_change(
+		c,
+		"DELETE FROM jobs WHERE state IN " FINISHED_STATES
+		" AND id NOT IN (SELECT id FROM jobs WHERE state IN " FINISHED_STATES
+		" ORDER BY id DESC LIMIT $1)",
+		&a, "cannot forget old jobs", err);
 	return rc < 0 ? rc : 0;
 }
 
@@ -229,10 +243,14 @@ static int renew(cache *c, double lease_s, const char *watch, cache_error *err)
 	pg_text(&a, c->instance);
 	pg_real(&a, lease_s);
 	pg_text(&a, watch);
-	rc = pg_change(c, "UPDATE jobs SET lease_until = " SERVER_NOW " + $2 "
+	rc = pg_change(c,
+		       "UPDATE jobs SET lease_until = " SERVER_NOW " + $2 "
 		       "WHERE claimed_by = $1 AND state IN " OPEN_STATES " AND "
-		       "id = ANY($3::bigint[])", &a, "cannot renew the leases of "
-		       "jobs", err);
+		       "id = ANY($3::bigint[])",
+		       &a,
+		       "cannot renew the leases of "
+		       "jobs",
+		       err);
 	return rc < 0 ? rc : 0;
 }
 
@@ -251,13 +269,15 @@ static int claim(cache *c, const cache_job_pass *pass, cache_error *err)
 	pg_real(&a, pass->lease_s);
 	pg_text(&a, pass->device);
 	pg_int(&a, pass->claim);
-	rc = pg_change(c, "UPDATE jobs SET claimed_by = $1, lease_until = "
-		       SERVER_NOW " + $2, device = $3 WHERE id IN (SELECT id FROM "
-		       "jobs WHERE (device = $3 OR device IS NULL) AND state IN "
-		       OPEN_STATES " AND (claimed_by "
-		       "IS NULL OR lease_until < " SERVER_NOW ") ORDER BY priority "
-		       "DESC, id LIMIT $4 FOR UPDATE SKIP LOCKED)", &a,
-		       "cannot claim jobs", err);
+	rc = pg_change(
+		c,
+		"UPDATE jobs SET claimed_by = $1, lease_until = " SERVER_NOW
+		" + $2, device = $3 WHERE id IN (SELECT id FROM "
+		"jobs WHERE (device = $3 OR device IS NULL) AND state IN " OPEN_STATES
+		" AND (claimed_by "
+		"IS NULL OR lease_until < " SERVER_NOW ") ORDER BY priority "
+		"DESC, id LIMIT $4 FOR UPDATE SKIP LOCKED)",
+		&a, "cannot claim jobs", err);
 	return rc < 0 ? rc : 0;
 }
 
@@ -286,11 +306,16 @@ static int read_pass(cache *c, const cache_job_pass *pass, const char *watch,
 	pg_text(&a, pass->device);
 	pg_int(&a, pass->known_max);
 	pg_text(&a, watch);
-	rc = pg_run(c, c->pg_writer, "SELECT " PG_JOB_COLUMNS_GRAPH("CASE WHEN "
-		    "claimed_by = $1 THEN graph END") " FROM jobs WHERE device = $2 "
-		    "AND (state IN " OPEN_STATES " OR id > $3 OR id = ANY("
-		    "$4::bigint[])) ORDER BY id", &a, res, "cannot read the jobs",
-		    err);
+	rc = pg_run(
+		c, c->pg_writer,
+		"SELECT " PG_JOB_COLUMNS_GRAPH(
+			"CASE WHEN "
+			"claimed_by = $1 THEN graph END") " FROM jobs WHERE device = "
+							  "$2 "
+							  "AND (state IN " OPEN_STATES
+							  " OR id > $3 OR id = ANY("
+							  "$4::bigint[])) ORDER BY id",
+		&a, res, "cannot read the jobs", err);
 	return rc;
 }
 
@@ -306,7 +331,8 @@ int pg_pass_jobs(cache *c, const cache_job_pass *pass,
 	if (rc)
 		return rc;
 	if (!(watch = id_array(pass->watch, pass->nwatch))) {
-		cache_set_error(err, CACHE_ENOMEM, "cannot read the jobs: out of "
+		cache_set_error(err, CACHE_ENOMEM,
+				"cannot read the jobs: out of "
 				"memory");
 		return CACHE_ENOMEM;
 	}
@@ -332,9 +358,11 @@ int pg_release_jobs(cache *c, cache_error *err)
 	int rc;
 
 	pg_text(&a, c->instance);
-	rc = pg_change(c, "UPDATE jobs SET claimed_by = NULL, lease_until = NULL, "
-		       "state = 'queued' WHERE claimed_by = $1 AND state IN "
-		       OPEN_STATES, &a, "cannot give back the leases of jobs", err);
+	rc = pg_change(
+		c,
+		"UPDATE jobs SET claimed_by = NULL, lease_until = NULL, "
+		"state = 'queued' WHERE claimed_by = $1 AND state IN " OPEN_STATES,
+		&a, "cannot give back the leases of jobs", err);
 	return rc < 0 ? rc : 0;
 }
 

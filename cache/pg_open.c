@@ -200,8 +200,10 @@ int cache_pg_open(const char *where, const cache_options *options,
 	if (rc == 0)
 		rc = connect_to(c, &c->pg_writer, err);
 	if (rc == 0 && !(c->instance = instance_name())) {
-		cache_set_error(err, CACHE_ENOMEM, "cannot open PostgreSQL cache "
-				"%s: out of memory", c->path);
+		cache_set_error(err, CACHE_ENOMEM,
+				"cannot open PostgreSQL cache "
+				"%s: out of memory",
+				c->path);
 		rc = CACHE_ENOMEM;
 	}
 	if (rc == 0)

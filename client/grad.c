@@ -76,7 +76,8 @@ static int differentiate(const char *path, const char **wrt, int nwrt,
 
 	if (sched_graph_read_file(path, &graph, &err) < 0)
 		return fprintf(stderr, "%s: %s\n", path, err.message), EXIT_INVALID;
-	if (sched_graph_grad_saving(graph, wrt, nwrt, save, &json, &forward, &err) < 0) {
+	if (sched_graph_grad_saving(graph, wrt, nwrt, save, &json, &forward, &err) <
+	    0) {
 		fprintf(stderr, "%s: %s\n", path, err.message);
 		sched_graph_free(graph);
 		return EXIT_INVALID;
@@ -87,7 +88,8 @@ static int differentiate(const char *path, const char **wrt, int nwrt,
 		status = write_graph(forward_out, forward, "forward");
 	else if (status == EXIT_SUCCESS && forward_out)
 		printf("%s: not written: nothing is saved, the forward graph is "
-		       "%s\n", forward_out, path);
+		       "%s\n",
+		       forward_out, path);
 	sched_graph_free(graph);
 	free(json);
 	free(forward);
@@ -120,12 +122,16 @@ int tunectl_grad(const tunectl_command *command, const tunectl_args *args)
 		status = tunectl_usage_error(command, "--wrt takes 1 to %d tensor "
 					     "names separated by commas", MAX_WRT);
 	else if (mode < 0)
-		status = tunectl_usage_error(command, "--save takes none, auto or "
-					     "all, not '%s'", save);
+		status = tunectl_usage_error(command,
+					     "--save takes none, auto or "
+					     "all, not '%s'",
+					     save);
 	else if (mode != SCHED_SAVE_NONE && !forward)
-		status = tunectl_usage_error(command, "--save %s needs --forward FWD, "
+		status = tunectl_usage_error(command,
+					     "--save %s needs --forward FWD, "
 					     "the forward graph that also outputs "
-					     "the saved tensors", save);
+					     "the saved tensors",
+					     save);
 	else
 		status = differentiate(args->arg, wrt, nwrt, mode,
 				       tunectl_option_value(args, "out"), forward);

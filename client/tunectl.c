@@ -153,12 +153,14 @@ static int run_graph_command(const tunectl_command *command,
 /* The commands that need no daemon: one entry each, with its options and
  * their help, read by options.c for the command line and the usages. */
 static const tunectl_command offline_commands[] = {
-	{"validate", "FILE",
+	{"validate",
+	 "FILE",
 	 "check FILE (graph.json v1); print its key, or the first error (op\n"
 	 "index and column) and exit 1\n",
 	 {JSON_OPTION},
 	 run_graph_command},
-	{"explain", "FILE",
+	{"explain",
+	 "FILE",
 	 "per op: iteration domain, write and read accesses as isl maps,\n"
 	 "reduction ranges, FLOPs and bytes; the key; then the fusion\n"
 	 "planner's view: every dependence (the consumer reads the producer's\n"
@@ -170,15 +172,15 @@ static const tunectl_command offline_commands[] = {
 	 "passes until none merges) and the groups it makes, with tiles,\n"
 	 "blocks and each stage's store, width and barrier; and their plan,\n"
 	 "for run --plan\n",
-	 {TUNECTL_FLAG("json",
-		       "print one JSON object on stdout instead of text,\n"
-		       "with the keys dependences, merges, groups and plan\n"),
+	 {TUNECTL_FLAG("json", "print one JSON object on stdout instead of text,\n"
+			       "with the keys dependences, merges, groups and plan\n"),
 	  TUNECTL_VALUE("dot", "OUT",
 			"also write the ops, their dependences (coloured by\n"
 			"width: thread green, block orange, global red) and\n"
 			"the fused groups (clusters) as a Graphviz file OUT\n")},
 	 run_graph_command},
-	{"grad", "FILE",
+	{"grad",
+	 "FILE",
 	 "write the backward graph of FILE as graph.json: its inputs are\n"
 	 "FILE's inputs and d_<output> for each output (the gradient flowing\n"
 	 "in), its outputs d_<name> for each tensor of --wrt, with its shape\n"
@@ -201,7 +203,8 @@ static const tunectl_command offline_commands[] = {
 			"with --save: write the forward graph that also\n"
 			"outputs the saved tensors into FWD\n")},
 	 tunectl_grad},
-	{"run", "FILE",
+	{"run",
+	 "FILE",
 	 "compile the plan (the default one unless --plan), check every output\n"
 	 "against the reference interpreter on random inputs, and time each\n"
 	 "kernel and the whole plan, in a tuned-worker process; exit 1 unless\n"
@@ -210,16 +213,15 @@ static const tunectl_command offline_commands[] = {
 			"the backend: emulated runs the CUDA on the cpu,\n"
 			"slowly (docs/kernels.md); auto (the default) is\n"
 			"cuda where a GPU is usable, else cpu\n"),
-	  TUNECTL_VALUE("plan", "PLAN.json",
-			"the plan to run (docs/kernels.md)\n"),
-	  TUNECTL_VALUE("seed", "N",
-			"the seed of the random inputs (default 1)\n"),
+	  TUNECTL_VALUE("plan", "PLAN.json", "the plan to run (docs/kernels.md)\n"),
+	  TUNECTL_VALUE("seed", "N", "the seed of the random inputs (default 1)\n"),
 	  TUNECTL_VALUE("timeout", "SECONDS",
 			"the worker's time limit (default: 10 s, or 20\n"
 			"times a pessimistic estimate of one run)\n"),
 	  JSON_OPTION},
 	 tunectl_run},
-	{"sources", "FILE",
+	{"sources",
+	 "FILE",
 	 "write the code of the plan's kernels (the default plan unless\n"
 	 "--plan) into the folder of --out without running them: kernel_<n>.c\n"
 	 "(--backend cpu), or kernel_<n>.cu and NVRTC's kernel_<n>.ptx and\n"

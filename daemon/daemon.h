@@ -46,7 +46,7 @@ typedef struct tuned_options {
 	char config_path[256];
 	enum tuned_level log_level;
 	int jobs;
-	double lease_s; /* a PostgreSQL cache's job leases (fleet.c) */
+	double lease_s;      /* a PostgreSQL cache's job leases (fleet.c) */
 	int compile_workers; /* 0: one per core */
 	int nallow_uids, nallow_gids, nadmin_gids;
 	uid_t allow_uids[TUNED_MAX_ALLOWED];
@@ -132,12 +132,12 @@ typedef struct tuned_job {
 	double created_at, finished_at;
 	bool dirty;  /* changed since it was last written */
 	bool stored; /* its row (with its graph) is written */
-	bool claimed; /* a shared queue: this daemon holds its lease and works
+	bool claimed;     /* a shared queue: this daemon holds its lease and works
 		       * on it (fleet.c); its graph is NULL until then */
 	bool row_claimed; /* a shared queue: the last pass read its row held
 			   * by this daemon, whether or not it works on it
 			   * yet (fleet.c) */
-	bool reread;  /* a shared queue: its row had ended otherwise than this
+	bool reread;      /* a shared queue: its row had ended otherwise than this
 		       * daemon wrote (a cancel that lost to the job's end):
 		       * the next pass reads it again (fleet.c) */
 	struct tuned_job *next;

@@ -39,7 +39,7 @@ typedef struct fleet_pass {
 	tuned_daemon *d;
 	cache_job_pass pass;
 	int64_t *watch;
-	tuned_jobs read;  /* the rows read, as jobs */
+	tuned_jobs read; /* the rows read, as jobs */
 	bool out_of_memory;
 	int rc;
 	cache_error err;
@@ -101,8 +101,10 @@ static void start_claimed(tuned_daemon *d, tuned_job *job, tuned_job *row)
 		row->graph = NULL;
 	}
 	tuned_log(TUNED_INFO, "job %lld: %s claimed%s", (long long)job->id, job->key,
-		  row->state == TUNED_JOB_RUNNING ? ", from a daemon whose lease "
-		  "ran out: its search resumes from every trial measured" : "");
+		  row->state == TUNED_JOB_RUNNING ?
+			  ", from a daemon whose lease "
+			  "ran out: its search resumes from every trial measured" :
+			  "");
 	job->state = TUNED_JOB_QUEUED;
 	tuned_run_job(d, job);
 }
@@ -125,10 +127,11 @@ static void lost(tuned_daemon *d, tuned_job *job, const tuned_job *row)
 {
 	job->claimed = false;
 	tuned_runner_cancel(d->runner, job->id);
-	tuned_log(TUNED_WARN, "job %lld: %s: this daemon's lease ran out (the "
+	tuned_log(TUNED_WARN,
+		  "job %lld: %s: this daemon's lease ran out (the "
 		  "database was out of reach longer than --lease %g s): another "
-		  "daemon holds the job now, and it stops here", (long long)job->id,
-		  job->key, d->options.lease_s);
+		  "daemon holds the job now, and it stops here",
+		  (long long)job->id, job->key, d->options.lease_s);
 	copy_fields(job, row);
 }
 
@@ -157,10 +160,14 @@ static void merge(tuned_daemon *d, tuned_job *row)
 	if (!job) {
 		job = tuned_jobs_add_copy(&d->jobs, row);
 		if (!job) {
-			tuned_log(TUNED_ERROR, "job %lld: %s: cannot follow it: out "
-				  "of memory%s", (long long)row->id, row->key,
-				  row->claimed ? "; its lease is not renewed, and it "
-				  "goes to another daemon when it runs out" : "");
+			tuned_log(TUNED_ERROR,
+				  "job %lld: %s: cannot follow it: out "
+				  "of memory%s",
+				  (long long)row->id, row->key,
+				  row->claimed ?
+					  "; its lease is not renewed, and it "
+					  "goes to another daemon when it runs out" :
+					  "");
 			return;
 		}
 		job->row_claimed = row->claimed;
@@ -204,9 +211,11 @@ static void passed(void *data)
 	if (d->stopping)
 		return fleet_pass_free(p);
 	if (p->rc < 0 && !d->fleet.failing)
-		tuned_log(TUNED_ERROR, "cannot reach the shared job queue: %s; the "
+		tuned_log(TUNED_ERROR,
+			  "cannot reach the shared job queue: %s; the "
 			  "jobs held go on, and go to other daemons if this lasts "
-			  "over --lease %g s", p->err.message, d->options.lease_s);
+			  "over --lease %g s",
+			  p->err.message, d->options.lease_s);
 	else if (p->rc == 0 && d->fleet.failing)
 		tuned_log(TUNED_INFO, "the shared job queue is reachable again");
 	d->fleet.failing = p->rc < 0;
@@ -236,8 +245,10 @@ static fleet_pass *new_pass(tuned_daemon *d)
 		return NULL;
 	}
 	p->d = d;
-	p->pass = (cache_job_pass){.device = d->device, .lease_s = d->options.lease_s,
-				   .claim = d->options.jobs - held(d), .watch = p->watch};
+	p->pass = (cache_job_pass){.device = d->device,
+				   .lease_s = d->options.lease_s,
+				   .claim = d->options.jobs - held(d),
+				   .watch = p->watch};
 	for (tuned_job *job = d->jobs.head; job; job = job->next) {
 		if (job->id > p->pass.known_max)
 			p->pass.known_max = job->id;
@@ -259,7 +270,7 @@ static void start_pass(tuned_daemon *d)
 	}
 	if (!(p = new_pass(d))) {
 		tuned_log(TUNED_ERROR, "cannot pass over the shared job queue: out "
-			  "of memory");
+				       "of memory");
 		return;
 	}
 	if (tuned_write(d->writer, run_pass, passed, p) < 0)
@@ -301,7 +312,8 @@ void tuned_fleet_release(tuned_daemon *d)
 	cache_error err = {0};
 
 	if (d->jobs.shared && cache_release_jobs(d->cache, &err) < 0)
-		tuned_log(TUNED_ERROR, "cannot give back the jobs this daemon held: "
+		tuned_log(TUNED_ERROR,
+			  "cannot give back the jobs this daemon held: "
 			  "%s; they go to other daemons when their lease runs out",
 			  err.message);
 }

@@ -459,9 +459,9 @@ static void differentiate(submit_work *w, const sched_graph *graph)
 	size_t n = json_array_size(w->req.grad);
 	const char *wrt[PROTO_GRAD_MAX];
 	sched_graph *backward = NULL;
-	enum sched_grad_save save = w->req.save == PROTO_SAVE_ALL ? SCHED_SAVE_ALL :
+	enum sched_grad_save save = w->req.save == PROTO_SAVE_ALL  ? SCHED_SAVE_ALL :
 				    w->req.save == PROTO_SAVE_AUTO ? SCHED_SAVE_AUTO :
-				    SCHED_SAVE_NONE;
+								     SCHED_SAVE_NONE;
 
 	for (size_t i = 0; i < n; i++)
 		wrt[i] = json_string_value(json_array_get(w->req.grad, i));
@@ -631,7 +631,8 @@ static void submitted(void *data)
 		json_object_set_new(grad, "graph", json_string(w->grad_json));
 		json_object_set_new(result, "grad", grad);
 		if (w->saving_json)
-			json_object_set_new(result, "graph", json_string(w->saving_json));
+			json_object_set_new(result, "graph",
+					    json_string(w->saving_json));
 	}
 	if (!d->stopping)
 		tuned_update_waited(d);
@@ -886,8 +887,9 @@ static void add_waiter(tuned_client *client, proto_request *req, const char *key
 	if (client->closing)
 		return;
 	if (d->stopping)
-		return reply_error(client, req, PROTO_EINTERNAL,
-				   "the daemon is stopping: no version of this key is awaited");
+		return reply_error(
+			client, req, PROTO_EINTERNAL,
+			"the daemon is stopping: no version of this key is awaited");
 	w = calloc(1, sizeof(*w));
 	if (!w)
 		return reply_error(client, req, PROTO_EINTERNAL, "out of memory");

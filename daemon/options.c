@@ -40,7 +40,8 @@ static const char usage[] =
 	"                       its renewal (renewed every third of it; default 30)\n"
 	"  --compile-workers N  processes compiling candidates while one measures\n"
 	"                       them (default: one per core)\n"
-	"  --allow-uid UID      also let this user connect (name or number; repeatable)\n"
+	"  --allow-uid UID      also let this user connect (name or number; "
+	"repeatable)\n"
 	"  --allow-gid GID      also let members of this group connect, as primary\n"
 	"                       or supplementary group (repeatable)\n"
 	"  --admin-gid GID      members of this group may connect, cancel others'\n"
@@ -289,8 +290,7 @@ static int set_lease(tuned_options *o, const char *v)
 	char *end;
 
 	o->lease_s = strtod(v, &end);
-	return *end || end == v || !(o->lease_s >= 0.1) || o->lease_s > 86400 ?
-	       -1 : 0;
+	return *end || end == v || !(o->lease_s >= 0.1) || o->lease_s > 86400 ? -1 : 0;
 }
 
 static const struct {
@@ -409,13 +409,18 @@ static void default_path(char *out, size_t size, const char *system_dir,
 
 static void set_defaults(tuned_options *o)
 {
-	*o = (tuned_options){.backend = "auto", .log_level = TUNED_INFO, .jobs = 4,
+	*o = (tuned_options){.backend = "auto",
+			     .log_level = TUNED_INFO,
+			     .jobs = 4,
 			     .lease_s = 30,
-			     .max_frame = 16u << 20, .max_unread = 64u << 20,
+			     .max_frame = 16u << 20,
+			     .max_unread = 64u << 20,
 			     .max_clients = 256,
-			     .max_in_flight = 64, .hello_timeout_s = 10,
+			     .max_in_flight = 64,
+			     .hello_timeout_s = 10,
 			     .idle_timeout_s = 300,
-			     .max_graph_bytes = 1 << 20, .max_graph_ops = 1024,
+			     .max_graph_bytes = 1 << 20,
+			     .max_graph_ops = 1024,
 			     .max_tensor_elements = INT64_C(1) << 32,
 			     .max_graph_elements = INT64_C(1) << 34};
 }

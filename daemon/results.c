@@ -334,7 +334,8 @@ static void on_end(tuned_daemon *d, tuned_job *job, const tuned_result *r)
 				 "no candidate verified");
 	snprintf(job->ended, sizeof(job->ended), "%s", r->ended);
 	tuned_log(TUNED_INFO, "job %lld %s%s%s", (long long)job->id,
-		  tuned_job_state_name(job->state), job->ended[0] ? ": " : "", job->ended);
+		  tuned_job_state_name(job->state), job->ended[0] ? ": " : "",
+		  job->ended);
 	tuned_broadcast(d, job->key, PROTO_EVENT_JOB, tuned_job_json(job));
 	tuned_fail_waiters_of_job(d, job);
 }

@@ -279,10 +279,11 @@ static void why_ended(const runner_job *job, char *ended, size_t size)
 
 	if (job->search && tuner_search_exhausted(job->search)) {
 		plans = tuner_search_space(job->search, &measured);
-		snprintf(ended, size, "space exhausted: %d of %d plans measured", measured,
-			 plans);
+		snprintf(ended, size, "space exhausted: %d of %d plans measured",
+			 measured, plans);
 	} else if (out_of_trials(job)) {
-		snprintf(ended, size, "trials spent: %d of %d", job->trials, job->max_trials);
+		snprintf(ended, size, "trials spent: %d of %d", job->trials,
+			 job->max_trials);
 	} else if (out_of_budget(job) || !job->search) {
 		snprintf(ended, size, "budget spent: %g s", job->budget_s);
 	}
@@ -350,13 +351,16 @@ static json_t *real_or_null(double x)
 static json_t *cost_model_data(const tuner_search_model *m)
 {
 	return json_pack("{s:b, s:b, s:o, s:o, s:o, s:o}", "filtering", m->filtering,
-			 "calibrated", m->calibrated,
-			 "rank_correlation", real_or_null(m->rank_correlation),
-			 "peaks_rank_correlation", real_or_null(m->peaks_rank_correlation),
-			 "bandwidth_gbs", m->calibrated && m->rates.ms_per_byte > 0 ?
-				 json_real(1 / (m->rates.ms_per_byte * 1e6)) : json_null(),
-			 "gflops", m->calibrated && m->rates.ms_per_flop > 0 ?
-				 json_real(1 / (m->rates.ms_per_flop * 1e6)) : json_null());
+			 "calibrated", m->calibrated, "rank_correlation",
+			 real_or_null(m->rank_correlation), "peaks_rank_correlation",
+			 real_or_null(m->peaks_rank_correlation), "bandwidth_gbs",
+			 m->calibrated && m->rates.ms_per_byte > 0 ?
+				 json_real(1 / (m->rates.ms_per_byte * 1e6)) :
+				 json_null(),
+			 "gflops",
+			 m->calibrated && m->rates.ms_per_flop > 0 ?
+				 json_real(1 / (m->rates.ms_per_flop * 1e6)) :
+				 json_null());
 }
 
 /* The counters of the generation just ended, for the generation event:
@@ -368,22 +372,24 @@ static json_t *generation_data(const runner_job *job)
 {
 	double best = job->best_ms;
 
-	return json_pack("{s:I, s:i, s:i, s:i, s:i, s:i, s:i, s:s?, s:{s:i, s:i, s:i, s:i, s:i},"
-			 " s:o, s:o, s:o, s:o, s:o, s:i, s:o}",
-			 "job", (json_int_t)job->id, "generation", job->generation - 1,
-			 "trials", job->trials, "compile_failures", job->compile_failures,
-			 "filtered", job->drops.filtered, "quarantined", job->skipped,
-			 "proposed", job->ncands, "filled", job->filled,
-			 "dropped", "seen", job->drops.seen, "measured", job->drops.measured,
-			 "filtered", job->drops.filtered, "invalid", job->drops.invalid,
-			 "quarantined", job->skipped,
-			 "best_ms", isfinite(best) ? json_real(best) : json_null(),
-			 "first_ms", job->first_ms > 0 ? json_real(job->first_ms) : json_null(),
-			 "version_ms", job->version_ms > 0 ? json_real(job->version_ms) : json_null(),
-			 "gain", job->first_ms > 0 && job->version_ms > 0 ?
-				 json_real(job->first_ms / job->version_ms) : json_null(),
-			 "retimed", job->retimed ? json_incref(job->retimed) : json_null(),
-			 "restarts", job->restarts, "cost_model", cost_model_data(&job->model));
+	return json_pack(
+		"{s:I, s:i, s:i, s:i, s:i, s:i, s:i, s:s?, s:{s:i, s:i, s:i, s:i, s:i},"
+		" s:o, s:o, s:o, s:o, s:o, s:i, s:o}",
+		"job", (json_int_t)job->id, "generation", job->generation - 1, "trials",
+		job->trials, "compile_failures", job->compile_failures, "filtered",
+		job->drops.filtered, "quarantined", job->skipped, "proposed",
+		job->ncands, "filled", job->filled, "dropped", "seen", job->drops.seen,
+		"measured", job->drops.measured, "filtered", job->drops.filtered,
+		"invalid", job->drops.invalid, "quarantined", job->skipped, "best_ms",
+		isfinite(best) ? json_real(best) : json_null(), "first_ms",
+		job->first_ms > 0 ? json_real(job->first_ms) : json_null(),
+		"version_ms",
+		job->version_ms > 0 ? json_real(job->version_ms) : json_null(), "gain",
+		job->first_ms > 0 && job->version_ms > 0 ?
+			json_real(job->first_ms / job->version_ms) :
+			json_null(),
+		"retimed", job->retimed ? json_incref(job->retimed) : json_null(),
+		"restarts", job->restarts, "cost_model", cost_model_data(&job->model));
 }
 
 /* A candidate becomes the key's version, at "median_ms", when the

@@ -48,15 +48,14 @@ static bool add_affine(const sched_node *node, int64_t scale, affine *out)
 	if (sched_node_int_const(node, &c))
 		return mul_add(&out->constant, scale, c);
 	switch (node->kind) {
-	case SCHED_NODE_VAR:
-		return mul_add(&out->coef[node->var], scale, 1);
+	case SCHED_NODE_VAR: return mul_add(&out->coef[node->var], scale, 1);
 	case SCHED_NODE_UNARY:
 		return node->op == SCHED_NEG && add_affine(node->args[0], -scale, out);
 	case SCHED_NODE_BINARY:
 		if (node->op == SCHED_ADD || node->op == SCHED_SUB)
 			return add_affine(node->args[0], scale, out) &&
-			       add_affine(node->args[1], node->op == SCHED_ADD ? scale : -scale,
-					  out);
+			       add_affine(node->args[1],
+					  node->op == SCHED_ADD ? scale : -scale, out);
 		if (node->op != SCHED_MUL)
 			return false;
 		if (sched_node_int_const(node->args[0], &c))
@@ -65,9 +64,9 @@ static bool add_affine(const sched_node *node, int64_t scale, affine *out)
 			other = node->args[0];
 		else
 			return false;
-		return !__builtin_mul_overflow(scale, c, &c) && add_affine(other, c, out);
-	default:
-		return false;
+		return !__builtin_mul_overflow(scale, c, &c) &&
+		       add_affine(other, c, out);
+	default: return false;
 	}
 }
 
@@ -99,7 +98,8 @@ static bool affine_range(const sched_op *op, const affine *f, int64_t *lo, int64
 	for (int v = 0; v < op->nvars; v++) {
 		bool up = f->coef[v] > 0;
 
-		if (!mul_add(lo, f->coef[v], up ? op->vars[v].lo : op->vars[v].hi - 1) ||
+		if (!mul_add(lo, f->coef[v],
+			     up ? op->vars[v].lo : op->vars[v].hi - 1) ||
 		    !mul_add(hi, f->coef[v], up ? op->vars[v].hi - 1 : op->vars[v].lo))
 			return false;
 	}
@@ -152,7 +152,8 @@ static bool conjuncts_are_bounds(window_bounds *w, const sched_node *cond)
 	sign = op == SCHED_GE || op == SCHED_GT ? 1 : -1;
 	for (int v = 0; v < w->op->nvars; v++)
 		e.coef[v] = sign * (a.coef[v] - b.coef[v]);
-	e.constant = sign * (a.constant - b.constant) - (op == SCHED_GT || op == SCHED_LT);
+	e.constant = sign * (a.constant - b.constant) -
+		     (op == SCHED_GT || op == SCHED_LT);
 	return mark_bound(w, &e);
 }
 
@@ -184,7 +185,8 @@ static bool pad_window(const sched_op *op, const affine *index, const int64_t *l
 	w->size = 1;
 	for (int d = w->rank - 1; d >= 0; d--) {
 		w->pad[d] = lo[d] < 0 ? -lo[d] : 0;
-		w->padded[d] = w->pad[d] + (hi[d] > w->shape[d] - 1 ? hi[d] : w->shape[d] - 1) + 1;
+		w->padded[d] = w->pad[d] +
+			       (hi[d] > w->shape[d] - 1 ? hi[d] : w->shape[d] - 1) + 1;
 		if (w->padded[d] > WINDOW_MAX_ELEMENTS ||
 		    (w->size *= w->padded[d]) > WINDOW_MAX_ELEMENTS)
 			return false;

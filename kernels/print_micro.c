@@ -35,10 +35,11 @@ typedef struct micro_printer {
 	const sched_tensor *a, *b, *target;
 	kgen_micro s;
 	int width;
-	bool staged;        /* C not f32: blocks sum in f32 (print_driver) */
-	bool direct;        /* B read in place from a padded copy (print_direct_driver) */
-	kgen_window win;    /* that copy, where direct */
-	int64_t row;        /* columns a block of C may span: N, or a row of it where direct */
+	bool staged;     /* C not f32: blocks sum in f32 (print_driver) */
+	bool direct;     /* B read in place from a padded copy (print_direct_driver) */
+	kgen_window win; /* that copy, where direct */
+	/* the columns a block of C may span: N, or a row of it where direct */
+	int64_t row;
 	const char *suffix; /* of this product's packing functions */
 } micro_printer;
 
@@ -221,7 +222,8 @@ static void print_micro_kernel(const micro_printer *p, int rows, int cols)
 	const sched_tensor *c = p->target;
 	int vectors = (cols + p->width - 1) / p->width;
 
-	sched_buf_printf(p->buf,
+	sched_buf_printf(
+		p->buf,
 		"static inline void micro_%d_%d(idx_t kc, const %s *restrict ap,\n"
 		"\t\t\t\tconst float *restrict bp, %s%s *restrict c, int first)\n{\n",
 		rows, cols, p->s.pack ? "float" : ctype(p->a),
@@ -236,11 +238,14 @@ static void print_micro_kernel(const micro_printer *p, int rows, int cols)
 	sched_buf_printf(p->buf, "\tfor (idx_t p = 0; p < kc; p++) {\n");
 	for (int v = 0; v < vectors; v++)
 		if (p->direct)
-			sched_buf_printf(p->buf, "\t\tconst vf b%d = vload(bp + koff[p] + %d);\n",
-					 v, v * p->width);
+			sched_buf_printf(
+				p->buf,
+				"\t\tconst vf b%d = vload(bp + koff[p] + %d);\n", v,
+				v * p->width);
 		else
-			sched_buf_printf(p->buf, "\t\tconst vf b%d = vload(bp + p * %d + %d);\n",
-					 v, vectors * p->width, v * p->width);
+			sched_buf_printf(
+				p->buf, "\t\tconst vf b%d = vload(bp + p * %d + %d);\n",
+				v, vectors * p->width, v * p->width);
 	for (int i = 0; i < rows; i++) {
 		sched_buf_printf(p->buf, "\t\t{\n\t\t\tconst float x = ");
 		print_a_element(p, rows, i);
@@ -288,10 +293,14 @@ static void print_dispatch(const micro_printer *p, const char *full_cols, const 
 
 			if (!cols)
 				continue;
-			sched_buf_printf(p->buf, "\t\t\t\t\t\t%s%s\n\t\t\t\t\t\t\t"
+			sched_buf_printf(p->buf,
+					 "\t\t\t\t\t\t%s%s\n\t\t\t\t\t\t\t"
 					 "micro_%d_%d(kcb, %s, %s, c, pc == 0);\n",
-					 c ? "else" : edge_cols ? "if " : "",
-					 !c && edge_cols ? full_cols : "", rows, cols, a, b);
+					 c         ? "else" :
+					 edge_cols ? "if " :
+						     "",
+					 !c && edge_cols ? full_cols : "", rows, cols,
+					 a, b);
 		}
 		sched_buf_printf(p->buf, "\t\t\t\t\t}\n");
 	}
@@ -301,10 +310,11 @@ static void print_dispatch(const micro_printer *p, const char *full_cols, const 
 static void print_a_block(const micro_printer *p)
 {
 	if (!p->s.pack)
-		sched_buf_printf(p->buf, "\t\t\t\t\tconst %s *a_block = t_a + %lldLL + "
+		sched_buf_printf(p->buf,
+				 "\t\t\t\t\tconst %s *a_block = t_a + %lldLL + "
 				 "(ic + ir) * %lldLL + pc * %lldLL;\n",
-				 ctype(p->a), (long long)p->c.a0,
-				 (long long)p->c.a_m, (long long)p->c.a_k);
+				 ctype(p->a), (long long)p->c.a0, (long long)p->c.a_m,
+				 (long long)p->c.a_k);
 }
 
 /* A staged block, summed over every slice of K, rounded into C. */
@@ -387,7 +397,8 @@ static void print_window_terms(const micro_printer *p, const kgen_decoded *vars,
 		long long coef = p->win.coef[var_index(p->op, vars[i].name)];
 
 		if (coef)
-			sched_buf_printf(p->buf, " + %lldLL * v_%s", coef, vars[i].name);
+			sched_buf_printf(p->buf, " + %lldLL * v_%s", coef,
+					 vars[i].name);
 	}
 }
 
@@ -412,31 +423,35 @@ static void print_pad_window(const micro_printer *p)
 {
 	const kgen_window *w = &p->win;
 	const sched_tensor *t = &p->graph->tensors[w->tensor];
-	int64_t last = w->shape[w->rank - 1], inner = 1, stride = w->padded[w->rank - 1];
+	int64_t last = w->shape[w->rank - 1], inner = 1,
+		stride = w->padded[w->rank - 1];
 
 	sched_buf_printf(p->buf,
-		"static float *pad_window(void **tensors)\n{\n"
-		"\tconst %s *restrict t_x = tensors[%d];\n"
-		"\tconst size_t bytes = (%lldULL + NR + 15) / 16 * 16 * sizeof(float);\n"
-		"\tfloat *xp = aligned_alloc(64, bytes);\n\n"
-		"\tmemset(xp, 0, bytes);\n"
-		"#pragma omp parallel for schedule(static)\n"
-		"\tfor (idx_t row = 0; row < %lldLL; row++) {\n"
-		"\t\tconst idx_t to = %lldLL",
-		ctype(t), w->tensor, (long long)w->size, (long long)(t->size / last),
-		(long long)w->pad[w->rank - 1]);
+			 "static float *pad_window(void **tensors)\n{\n"
+			 "\tconst %s *restrict t_x = tensors[%d];\n"
+			 "\tconst size_t bytes = (%lldULL + NR + 15) / 16 * 16 * "
+			 "sizeof(float);\n"
+			 "\tfloat *xp = aligned_alloc(64, bytes);\n\n"
+			 "\tmemset(xp, 0, bytes);\n"
+			 "#pragma omp parallel for schedule(static)\n"
+			 "\tfor (idx_t row = 0; row < %lldLL; row++) {\n"
+			 "\t\tconst idx_t to = %lldLL",
+			 ctype(t), w->tensor, (long long)w->size,
+			 (long long)(t->size / last), (long long)w->pad[w->rank - 1]);
 	for (int d = w->rank - 2; d >= 0; d--) {
-		sched_buf_printf(p->buf, " + (row / %lldLL %% %lldLL + %lldLL) * %lldLL",
-				 (long long)inner, (long long)w->shape[d], (long long)w->pad[d],
-				 (long long)stride);
+		sched_buf_printf(p->buf,
+				 " + (row / %lldLL %% %lldLL + %lldLL) * %lldLL",
+				 (long long)inner, (long long)w->shape[d],
+				 (long long)w->pad[d], (long long)stride);
 		inner *= w->shape[d];
 		stride *= w->padded[d];
 	}
-	sched_buf_printf(p->buf, ";\n"
-		"\t\tfor (idx_t e = 0; e < %lldLL; e++)\n"
-		"\t\t\txp[to + e] = %st_x[row * %lldLL + e]);\n"
-		"\t}\n\treturn xp;\n}\n",
-		(long long)last, kgen_load_open(t), (long long)last);
+	sched_buf_printf(p->buf,
+			 ";\n"
+			 "\t\tfor (idx_t e = 0; e < %lldLL; e++)\n"
+			 "\t\t\txp[to + e] = %st_x[row * %lldLL + e]);\n"
+			 "\t}\n\treturn xp;\n}\n",
+			 (long long)last, kgen_load_open(t), (long long)last);
 }
 
 /* window_offsets: koff[k], the k vars' part of B's offset in the copy. */
@@ -446,7 +461,7 @@ static void print_window_offsets(const micro_printer *p)
 	int nk = kgen_decoded_vars(p->op, &p->c, true, k);
 
 	sched_buf_printf(p->buf, "static void window_offsets(idx_t *koff)\n{\n"
-			 "\tfor (idx_t kk = 0; kk < K; kk++) {\n");
+				 "\tfor (idx_t kk = 0; kk < K; kk++) {\n");
 	kgen_print_decoded(p->buf, k, nk, "idx_t", "kk", "\t\t");
 	sched_buf_printf(p->buf, "\t\tkoff[kk] = 0");
 	print_window_terms(p, k, nk);
@@ -480,13 +495,15 @@ static void print_direct_driver(const micro_printer *p, const char *name, int ta
 {
 	kgen_decoded n[2 * SCHED_MAX_RANK];
 	int nn = kgen_decoded_vars(p->op, &p->c, false, n);
-	long long row = (long long)p->row, tiles_per_row = (row + p->s.nr - 1) / p->s.nr;
+	long long row = (long long)p->row,
+		  tiles_per_row = (row + p->s.nr - 1) / p->s.nr;
 
 	print_pad_window(p);
 	print_window_offsets(p);
 	sched_buf_printf(p->buf, "void %s(void **tensors)\n{\n", name);
 	print_params(p, target);
-	sched_buf_printf(p->buf,
+	sched_buf_printf(
+		p->buf,
 		"\tfloat *xp = pad_window(tensors);\n"
 		"\tidx_t *koff = malloc(K * sizeof(idx_t));\n"
 		"\twindow_offsets(koff);\n"
@@ -498,26 +515,33 @@ static void print_direct_driver(const micro_printer *p, const char *name, int ta
 		"\t\t\tidx_t mcb = kmin(MC, M - ic), tce = kmin(tc + TC, %lldLL);\n"
 		"\t\t\tfor (idx_t pc = 0; pc < K; pc += KC) {\n"
 		"\t\t\t\tidx_t kcb = kmin(KC, K - pc);\n",
-		p->s.pack ? "aligned_alloc(64, (MC * KC + 64) / 16 * 16 * sizeof(float))"
-			  : "NULL",
+		p->s.pack ?
+			"aligned_alloc(64, (MC * KC + 64) / 16 * 16 * sizeof(float))" :
+			"NULL",
 		p->c.n / row * tiles_per_row, p->c.n / row * tiles_per_row);
 	if (p->s.pack)
-		sched_buf_printf(p->buf, "\t\t\t\tpack_a(t_a, ap, ic, mcb, pc, kcb);\n");
-	sched_buf_printf(p->buf,
+		sched_buf_printf(p->buf,
+				 "\t\t\t\tpack_a(t_a, ap, ic, mcb, pc, kcb);\n");
+	sched_buf_printf(
+		p->buf,
 		"\t\t\t\tfor (idx_t t = tc; t < tce; t++) {\n"
 		"\t\t\t\tidx_t q0 = t %% %lldLL * NR, jn = t / %lldLL * %lldLL + q0;\n"
 		"\t\t\t\tidx_t cols = kmin(NR, %lldLL - q0);\n",
 		tiles_per_row, tiles_per_row, row, row);
 	kgen_print_decoded(p->buf, n, nn, "idx_t", "jn", "\t\t\t\t");
-	sched_buf_printf(p->buf, "\t\t\t\tconst float *bp = xp + %lldLL", window_base(p));
+	sched_buf_printf(p->buf, "\t\t\t\tconst float *bp = xp + %lldLL",
+			 window_base(p));
 	print_window_terms(p, n, nn);
-	sched_buf_printf(p->buf, ";\n\t\t\t\t(void)cols;\n"
-		"\t\t\t\tfor (idx_t ir = 0; ir < mcb; ir += MR) {\n"
-		"\t\t\t\t\tfloat *c = t_c + %lldLL + (ic + ir) * %lldLL + jn * %lldLL;\n",
-		(long long)p->c.c0, (long long)p->c.c_m, (long long)p->c.c_n);
+	sched_buf_printf(p->buf,
+			 ";\n\t\t\t\t(void)cols;\n"
+			 "\t\t\t\tfor (idx_t ir = 0; ir < mcb; ir += MR) {\n"
+			 "\t\t\t\t\tfloat *c = t_c + %lldLL + (ic + ir) * %lldLL + jn "
+			 "* %lldLL;\n",
+			 (long long)p->c.c0, (long long)p->c.c_m, (long long)p->c.c_n);
 	print_a_block(p);
 	print_dispatch(p, "(cols == NR)", "bp, koff + pc");
-	sched_buf_printf(p->buf, "\t\t\t\t}\n\t\t\t\t}\n\t\t\t}\n\t\t}\n\t\tfree(ap);\n\t}\n"
+	sched_buf_printf(p->buf,
+			 "\t\t\t\t}\n\t\t\t\t}\n\t\t\t}\n\t\t}\n\t\tfree(ap);\n\t}\n"
 			 "\tfree(xp);\n\tfree(koff);\n}\n");
 }
 
@@ -552,9 +576,11 @@ static void print_products(micro_printer *p, const sched_graph *graph,
 		if (p->s.pack)
 			print_pack_a(p);
 		if (p->direct)
-			print_direct_driver(p, kernel->name, graph->ops[kernel->ops[i]].target);
+			print_direct_driver(p, kernel->name,
+					    graph->ops[kernel->ops[i]].target);
 		else
-			print_driver(p, kernel->name, graph->ops[kernel->ops[i]].target);
+			print_driver(p, kernel->name,
+				     graph->ops[kernel->ops[i]].target);
 	}
 	if (kernel->nops == 1)
 		return;
@@ -578,15 +604,19 @@ char *kgen_print_micro(const sched_graph *graph, const kgen_kernel *kernel)
 	p.width = kgen_micro_vector_floats(p.s.nr);
 	kgen_print_helpers(&buf, false, true);
 	kgen_print_header(&buf, &(kgen_printer){graph, op, NULL, NULL}, kernel->name);
-	sched_buf_printf(&buf, "#include <stdlib.h>\n"
+	sched_buf_printf(&buf,
+			 "#include <stdlib.h>\n"
 			 "typedef float vf __attribute__((vector_size(%d)));\n"
-			 "static inline vf vload(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }\n"
-			 "static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }\n"
+			 "static inline vf vload(const float *p) { vf v; memcpy(&v, p, "
+			 "sizeof v); return v; }\n"
+			 "static inline void vstore(float *p, vf v) { memcpy(p, &v, "
+			 "sizeof v); }\n"
 			 "#define M %lldLL\n#define N %lldLL\n#define K %lldLL\n"
-			 "#define MR %d\n#define NR %d\n#define KC %d\n#define MC %d\n#define NC %d\n"
+			 "#define MR %d\n#define NR %d\n#define KC %d\n#define MC "
+			 "%d\n#define NC %d\n"
 			 "#define TC (NC / NR)\n",
-			 4 * p.width, (long long)p.c.m, (long long)p.c.n, (long long)p.c.k,
-			 p.s.mr, p.s.nr, p.s.kc, p.s.mc, p.s.nc);
+			 4 * p.width, (long long)p.c.m, (long long)p.c.n,
+			 (long long)p.c.k, p.s.mr, p.s.nr, p.s.kc, p.s.mc, p.s.nc);
 	print_family(&p);
 	print_products(&p, graph, kernel);
 	return buf.str;

@@ -52,8 +52,17 @@ bool proto_id_is_valid(const json_t *id)
 
 /* The schema of params: per op, its fields. An F_INT field is an integer
  * in [min, max] stored at "offset" in proto_request. */
-enum field_kind { F_INT, F_BUDGET, F_GRAPH, F_NAMES, F_SAVE, F_KEY, F_KEYS, F_BUNDLE,
-		  F_RUN };
+enum field_kind {
+	F_INT,
+	F_BUDGET,
+	F_GRAPH,
+	F_NAMES,
+	F_SAVE,
+	F_KEY,
+	F_KEYS,
+	F_BUNDLE,
+	F_RUN
+};
 
 typedef struct field_spec {
 	const char *name;

@@ -51,7 +51,7 @@ typedef struct grad_build {
 	json_t *tensors;         /* the backward graph's own tensors */
 	json_t *ops;
 	enum sched_grad_save save;
-	bool *saved;             /* a forward result the backward graph reads */
+	bool *saved; /* a forward result the backward graph reads */
 } grad_build;
 
 /* "name" as a new tensor of the backward graph, shaped as forward tensor
@@ -561,9 +561,11 @@ static int choose_saved(grad_build *b)
 		sched_node_each_access(op->body, add_read_cost, &c);
 		ops[op->target] = c.sum;
 		b->saved[op->target] = b->save == SCHED_SAVE_ALL ||
-			(b->save == SCHED_SAVE_AUTO &&
-			 (graph->tensors[op->target].role == SCHED_OUTPUT ||
-			  op->reducer != SCHED_RED_NONE || c.sum > GRAD_RECOMPUTE_MAX));
+				       (b->save == SCHED_SAVE_AUTO &&
+					(graph->tensors[op->target].role ==
+						 SCHED_OUTPUT ||
+					 op->reducer != SCHED_RED_NONE ||
+					 c.sum > GRAD_RECOMPUTE_MAX));
 	}
 	free(ops);
 	free(seen);
@@ -619,8 +621,9 @@ static int add_forward(grad_build *b, json_t *out)
 		b->saved[t] &= read[t];
 		if (!read[t] && tensor->role != SCHED_INPUT)
 			continue;
-		decl = forward_decl(tensor, tensor->role == SCHED_INPUT || b->saved[t]
-					    ? "input" : NULL);
+		decl = forward_decl(tensor, tensor->role == SCHED_INPUT || b->saved[t] ?
+						    "input" :
+						    NULL);
 		if (!decl || json_object_set_new(out, tensor->name, decl))
 			rc = sched_fail(b->err, SCHED_ENOMEM, -1, 0, "out of memory");
 	}
@@ -737,10 +740,12 @@ static int check_written(grad_build *b, const char *text, const char *what)
 		return sched_fail(b->err, SCHED_ELIMIT, -1, 0,
 				  "cannot differentiate: the %s graph is over "
 				  "a limit of graph.json (%s); write the forward ops "
-				  "as more, smaller ops", what, err.message);
+				  "as more, smaller ops",
+				  what, err.message);
 	return sched_fail(b->err, SCHED_EINTERNAL, -1, 0,
 			  "the %s graph does not validate (a bug in "
-			  "tuned's autodiff): %s", what, err.message);
+			  "tuned's autodiff): %s",
+			  what, err.message);
 }
 
 /* The forward graph that also outputs the tensors the backward graph
@@ -750,16 +755,20 @@ static int write_forward(grad_build *b, char **out_json)
 	const sched_graph *graph = b->graph;
 	json_t *tensors = json_object(), *ops = json_array();
 	const char *name = grad_printf(&b->ctx, "%s_fwd",
-				       graph->name && *graph->name ? graph->name : "graph");
+				       graph->name && *graph->name ? graph->name :
+								     "graph");
 	bool ok = tensors && ops;
 	int rc;
 
 	for (int t = 0; ok && t < graph->ntensors; t++) {
 		const sched_tensor *tensor = &graph->tensors[t];
 		const char *role = tensor->role == SCHED_INPUT ? "input" :
-				   tensor->role == SCHED_OUTPUT || b->saved[t] ? "output" : NULL;
+				   tensor->role == SCHED_OUTPUT || b->saved[t] ?
+								 "output" :
+								 NULL;
 
-		ok = !json_object_set_new(tensors, tensor->name, forward_decl(tensor, role));
+		ok = !json_object_set_new(tensors, tensor->name,
+					  forward_decl(tensor, role));
 	}
 	for (int n = 0; ok && n < graph->nops; n++)
 		ok = !json_array_append_new(ops, json_string(graph->ops[n].text));
@@ -815,8 +824,8 @@ static int write_graph(grad_build *b, char **out_json, char **forward_json)
 
 /* The backward graph of the graph in "text" (every extremum in it exact). */
 static int grad_of_text(const char *text, const char *const *wrt, int nwrt,
-			enum sched_grad_save save, char **out_json,
-			char **forward_json, sched_error *err)
+			enum sched_grad_save save, char **out_json, char **forward_json,
+			sched_error *err)
 {
 	sched_graph *graph;
 	sched_error why = {0};
@@ -827,8 +836,8 @@ static int grad_of_text(const char *text, const char *const *wrt, int nwrt,
 				  "the graph with its max and min reductions split "
 				  "does not validate (a bug in tuned's autodiff): %s",
 				  why.message);
-	rc = sched_graph_grad_saving(graph, wrt, nwrt, save, out_json,
-				     forward_json, err);
+	rc = sched_graph_grad_saving(graph, wrt, nwrt, save, out_json, forward_json,
+				     err);
 	sched_graph_free(graph);
 	return rc;
 }
@@ -840,8 +849,8 @@ int sched_graph_grad(const sched_graph *graph, const char *const *wrt, int nwrt,
 				       NULL, err);
 }
 
-int sched_graph_grad_saving(const sched_graph *graph, const char *const *wrt,
-			    int nwrt, enum sched_grad_save save, char **out_json,
+int sched_graph_grad_saving(const sched_graph *graph, const char *const *wrt, int nwrt,
+			    enum sched_grad_save save, char **out_json,
 			    char **forward_json, sched_error *err)
 {
 	int n = graph->ntensors;

@@ -202,8 +202,7 @@ enum sched_grad_save { SCHED_SAVE_NONE, SCHED_SAVE_AUTO, SCHED_SAVE_ALL };
  * (when not NULL) is the forward graph that also outputs it, named
  * <name>_fwd (NULL when nothing is saved; the caller frees it). */
 int sched_graph_grad_saving(__sched_keep const sched_graph *graph,
-			    const char *const *wrt, int nwrt,
-			    enum sched_grad_save save,
+			    const char *const *wrt, int nwrt, enum sched_grad_save save,
 			    __sched_give char **out_json,
 			    __sched_give char **forward_json, sched_error *err);
 

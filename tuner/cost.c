@@ -125,10 +125,13 @@ static int kernel_terms(const sched_graph *graph, const kgen_kernel *kernel,
 	t->launches = 1;
 	if (kernel->nops > 1 && !kernel->schedule.library)
 		return fused_terms(graph, kernel, peaks, cuda, t);
-	share = kernel->schedule.library ? 1 : device_share(target, &kernel->schedule, peaks, cuda);
+	share = kernel->schedule.library ?
+			1 :
+			device_share(target, &kernel->schedule, peaks, cuda);
 	t->bytes = kernel_bytes(graph, kernel, kernel->nops - 1);
-	t->flops = kernel->schedule.mma.bm || (cuda && kernel->schedule.library) ? 0 :
-		   (double)sched_op_flops(op) / share;
+	t->flops = kernel->schedule.mma.bm || (cuda && kernel->schedule.library) ?
+			   0 :
+			   (double)sched_op_flops(op) / share;
 	return 0;
 }
 
@@ -139,7 +142,8 @@ double tuner_kernel_ms(const sched_graph *graph, const kgen_kernel *kernel,
 
 	if (kernel_terms(graph, kernel, peaks, cuda, &t) < 0)
 		return INFINITY;
-	return fmax(t.bytes / (peaks->bandwidth_gbs * 1e6), t.flops / (peaks->gflops * 1e6)) +
+	return fmax(t.bytes / (peaks->bandwidth_gbs * 1e6),
+		    t.flops / (peaks->gflops * 1e6)) +
 	       peaks->launch_ms;
 }
 
@@ -219,7 +223,8 @@ bool tuner_cost_fit(const tuner_cost_terms *terms, const double *ms, int n,
 	if (a <= 0 || c <= 0) {
 		/* one term explains the times alone (or the two cannot be told
 		 * apart): the one that fits them better, the other free */
-		double a_only = s.mm > 0 ? s.my / s.mm : 0, c_only = s.ff > 0 ? s.fy / s.ff : 0;
+		double a_only = s.mm > 0 ? s.my / s.mm : 0,
+		       c_only = s.ff > 0 ? s.fy / s.ff : 0;
 		double err_a = s.n - 2 * a_only * s.my + a_only * a_only * s.mm;
 		double err_c = s.n - 2 * c_only * s.fy + c_only * c_only * s.ff;
 		bool by_bytes = a_only > 0 && (c_only <= 0 || err_a <= err_c);

@@ -664,9 +664,15 @@ kgen_plan *tuner_fusion_plan(tuner_fusion *f, const kgen_schedule *schedules,
 		trace_too_large(f);
 		return unfused(f, schedules);
 	}
-	decoding d = {f, schedules, genes, calloc(f->nops, sizeof(int)),
-		      calloc(f->nops, sizeof(kgen_kernel)), 1, calloc(f->nops, sizeof(int)),
-		      calloc(f->nops, sizeof(bool)), calloc(f->nops, sizeof(bool))};
+	decoding d = {f,
+		      schedules,
+		      genes,
+		      calloc(f->nops, sizeof(int)),
+		      calloc(f->nops, sizeof(kgen_kernel)),
+		      1,
+		      calloc(f->nops, sizeof(int)),
+		      calloc(f->nops, sizeof(bool)),
+		      calloc(f->nops, sizeof(bool))};
 	kgen_plan *plan = NULL;
 
 	if (d.group && d.kernels && d.merged && d.from && d.to) {

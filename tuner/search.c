@@ -51,13 +51,13 @@ typedef struct seen_plan {
 
 /* The model the cost filter estimates with (docs/design/tuning.md). */
 typedef struct cost_model {
-	bool calibrated;         /* rates fitted to the trials, and ranking them
+	bool calibrated; /* rates fitted to the trials, and ranking them
 				  * better than the peaks' roofline */
 	tuner_cost_rates rates;
-	double rho_peaks, rho;   /* Spearman of the roofline's and of the
+	double rho_peaks, rho; /* Spearman of the roofline's and of the
 				  * model's estimates with the times (NAN:
 				  * too few trials) */
-	bool starved;            /* the last generation proposed nothing, its
+	bool starved;          /* the last generation proposed nothing, its
 				  * plans all filtered */
 } cost_model;
 
@@ -100,8 +100,8 @@ struct tuner_search {
 	 * genome drawn is the next in order (an odometer over the domains),
 	 * until a whole pass gives no new plan: the space is exhausted. */
 	bool sweeping, swept;
-	int *sweep;             /* the next genome of the pass */
-	int swept_new;          /* plans the pass proposed so far */
+	int *sweep;    /* the next genome of the pass */
+	int swept_new; /* plans the pass proposed so far */
 };
 
 static uint64_t rng_next(tuner_search *s)
@@ -267,7 +267,8 @@ static void cost(const tuner_search *s, const kgen_plan *plan, seen_plan *c)
 		return;
 	c->optimistic_ms = tuner_optimistic_ms(s->graph, plan, s->o.peaks, s->o.cuda);
 	c->costed = tuner_cost_terms_of(s->graph, plan, s->o.peaks, s->o.cuda,
-					&c->terms) == 0 && isfinite(c->optimistic_ms);
+					&c->terms) == 0 &&
+		    isfinite(c->optimistic_ms);
 }
 
 /* Counts why the plan of a genome was not proposed: candidate "seen"
@@ -652,8 +653,8 @@ static void fit_model(tuner_search *s)
 			m.model_ms[i] = tuner_calibrated_ms(&m.terms[i], &rates);
 		rho_fit = tuner_spearman(m.model_ms, m.ms, n);
 	}
-	s->model.calibrated = !isnan(rho_fit) &&
-			      (isnan(s->model.rho_peaks) || rho_fit > s->model.rho_peaks);
+	s->model.calibrated = !isnan(rho_fit) && (isnan(s->model.rho_peaks) ||
+						  rho_fit > s->model.rho_peaks);
 	if (s->model.calibrated)
 		s->model.rates = rates;
 	s->model.rho = s->model.calibrated ? rho_fit : s->model.rho_peaks;

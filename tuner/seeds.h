@@ -43,8 +43,8 @@ void seeds_propose(__tuner_keep const tuner_genome *g,
  * default plan's compile is over, the faster of the two if both are
  * measured. */
 void seeds_first(__tuner_keep const tuner_genome *g,
-		 __tuner_keep const tuner_search_options *o,
-		 seeds_join *join, void *search);
+		 __tuner_keep const tuner_search_options *o, seeds_join *join,
+		 void *search);
 
 /* The genes nearest "plan" (JSON, a plan of a graph of the same form,
  * possibly with other shapes) into "genes": each of its values mapped to

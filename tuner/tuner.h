@@ -338,7 +338,8 @@ int tuner_cost_terms_of(__tuner_keep const struct sched_graph *graph,
 typedef struct tuner_cost_rates {
 	double ms_per_byte, ms_per_flop, launch_ms;
 } tuner_cost_rates;
-double tuner_calibrated_ms(const tuner_cost_terms *terms, const tuner_cost_rates *rates);
+double tuner_calibrated_ms(const tuner_cost_terms *terms,
+			   const tuner_cost_rates *rates);
 /* The two rates fitted to "n" trials ("terms" and measured "ms", each
  * less its launches at "launch_ms") by least squares on the relative
  * error; a rate that would come out negative is 0 and the other fitted
@@ -360,14 +361,15 @@ double tuner_spearman(const double *x, const double *y, int n);
  * correlation is below TUNER_MIN_RANK_CORRELATION, for the generation
  * after one that it emptied, and while the search sweeps the space. */
 typedef struct tuner_search_model {
-	bool filtering;          /* the filter drops plans now */
-	bool calibrated;         /* rates: the model is fitted, not the peaks */
+	bool filtering;  /* the filter drops plans now */
+	bool calibrated; /* rates: the model is fitted, not the peaks */
 	tuner_cost_rates rates;
-	double rank_correlation; /* the model's Spearman with the times, NAN
+	double rank_correlation;       /* the model's Spearman with the times, NAN
 				  * before TUNER_CALIBRATION_TRIALS trials */
 	double peaks_rank_correlation; /* the roofline's, as the model's */
 } tuner_search_model;
-void tuner_search_cost_model(__tuner_keep const tuner_search *s, tuner_search_model *model);
+void tuner_search_cost_model(__tuner_keep const tuner_search *s,
+			     tuner_search_model *model);
 
 /* fuse.c: the fusion planner's grouping, as tunectl explain shows it
  * (docs/design/fusion.md): the plan the genes of a search decode to when every

@@ -237,9 +237,14 @@ static long long raw_pgf(const char *fmt, long long id)
 static cache_job queued_job(cache *c, int n)
 {
 	cache_error err = {0};
-	cache_job job = {.key = graph_key(n), .name = "job", .graph = "{}",
-			 .state = "queued", .budget_s = 1, .uid = -1,
-			 .device = DEVICE_GPU, .created_at = 1};
+	cache_job job = {.key = graph_key(n),
+			 .name = "job",
+			 .graph = "{}",
+			 .state = "queued",
+			 .budget_s = 1,
+			 .uid = -1,
+			 .device = DEVICE_GPU,
+			 .created_at = 1};
 
 	cr_assert_eq(cache_new_job_id(c, &job.id, &err), 0, "%s", err.message);
 	return job;
@@ -270,8 +275,7 @@ static int on_passed(void *user, const cache_job *job)
 /* A pass of "c" claiming up to "claim" jobs under a lease of "lease_s". */
 static passed pass(cache *c, int claim, double lease_s)
 {
-	cache_job_pass p = {.device = DEVICE_GPU, .lease_s = lease_s,
-			    .claim = claim};
+	cache_job_pass p = {.device = DEVICE_GPU, .lease_s = lease_s, .claim = claim};
 	cache_error err = {0};
 	passed out = {0};
 
@@ -297,8 +301,7 @@ static cache_job held_job(cache *writer, cache *holder, double lease_s)
 	cache_error err = {0};
 	cache_job job = queued_job(writer, 1);
 
-	cr_assert_eq(cache_put_jobs(writer, &job, 1, 1000, &err), 0, "%s",
-		     err.message);
+	cr_assert_eq(cache_put_jobs(writer, &job, 1, 1000, &err), 0, "%s", err.message);
 	cr_assert_eq(held((passed[]){pass(holder, 1, lease_s)}), 1);
 	return job;
 }
@@ -317,7 +320,8 @@ Test(pg, a_lease_not_watched_is_not_renewed)
 	pass(a, 0, 30);
 	usleep(400 * 1000);
 	p = pass(b, 1, 30);
-	cr_expect_eq(held(&p), 1, "a did not renew a job it does not watch: b "
+	cr_expect_eq(held(&p), 1,
+		     "a did not renew a job it does not watch: b "
 		     "holds it");
 	cache_close(a);
 	cache_close(b);
@@ -357,10 +361,12 @@ Test(pg, owners_share_the_queue_and_claim_each_job_once)
 	progress.trials = 7;
 	cr_expect_eq(cache_put_jobs(b, &progress, 1, 1000, &err), 0, "%s", err.message);
 	cr_expect_eq(raw_pgf("SELECT trials FROM jobs WHERE id = %lld",
-				(long long)jobs[0].id), 0);
+			     (long long)jobs[0].id),
+		     0);
 	cr_expect_eq(cache_put_jobs(a, &progress, 1, 1000, &err), 0, "%s", err.message);
 	cr_expect_eq(raw_pgf("SELECT trials FROM jobs WHERE id = %lld",
-				(long long)jobs[0].id), 7);
+			     (long long)jobs[0].id),
+		     7);
 	/* b cancels it: a cancel is anyone's; then a's progress is not
 	 * written over it, and a's write says the job had ended. */
 	progress.state = "cancelled";
@@ -369,8 +375,9 @@ Test(pg, owners_share_the_queue_and_claim_each_job_once)
 	progress.trials = 9;
 	cr_expect_eq(cache_put_jobs(a, &progress, 1, 1000, &err), 1, "%s", err.message);
 	cr_expect_eq(raw_pgf("SELECT count(*) FROM jobs WHERE id = %lld AND "
-				"state = 'cancelled' AND trials = 7",
-				(long long)jobs[0].id), 1);
+			     "state = 'cancelled' AND trials = 7",
+			     (long long)jobs[0].id),
+		     1);
 	cache_close(a);
 	cache_close(b);
 }
@@ -402,9 +409,10 @@ Test(pg, a_cancel_from_another_owner_keeps_the_holders_progress)
 	stale.finished_at = 5;
 	cr_expect_eq(cache_put_jobs(b, &stale, 1, 1000, &err), 0, "%s", err.message);
 	cr_expect_eq(raw_pgf("SELECT count(*) FROM jobs WHERE id = %lld AND "
-				"state = 'cancelled' AND finished_at = 5 AND "
-				"trials = 7 AND version = 2", (long long)job.id), 1,
-		     "the cancel ends the job and keeps the holder's progress");
+			     "state = 'cancelled' AND finished_at = 5 AND "
+			     "trials = 7 AND version = 2",
+			     (long long)job.id),
+		     1, "the cancel ends the job and keeps the holder's progress");
 	cache_close(a);
 	cache_close(b);
 }
@@ -431,8 +439,9 @@ Test(pg, a_cancel_that_loses_to_the_jobs_end_is_reported)
 	cancel.finished_at = 5;
 	cr_expect_eq(cache_put_jobs(b, &cancel, 1, 1000, &err), 1, "%s", err.message);
 	cr_expect_eq(raw_pgf("SELECT count(*) FROM jobs WHERE id = %lld AND "
-				"state = 'done' AND finished_at = 4",
-				(long long)job.id), 1);
+			     "state = 'done' AND finished_at = 4",
+			     (long long)job.id),
+		     1);
 	cache_close(a);
 	cache_close(b);
 }
@@ -458,8 +467,9 @@ Test(pg, a_job_written_again_with_its_graph_keeps_the_holders_progress)
 	job.priority = 3;
 	cr_expect_eq(cache_put_jobs(a, &job, 1, 1000, &err), 0, "%s", err.message);
 	cr_expect_eq(raw_pgf("SELECT count(*) FROM jobs WHERE id = %lld AND "
-				"state = 'running' AND trials = 7 AND priority = 0",
-				(long long)job.id), 1);
+			     "state = 'running' AND trials = 7 AND priority = 0",
+			     (long long)job.id),
+		     1);
 	cache_close(a);
 	cache_close(b);
 }
@@ -718,12 +728,15 @@ Test(pg, a_version_1_queue_migrates_to_the_shared_one)
 	cr_expect_eq(cache_new_job_id(c, &id, &err), 0, "%s", err.message);
 	cr_expect_eq(id, 42, "a new id above the queue's");
 	cr_expect_eq(raw_pg("SELECT trials FROM jobs WHERE id = 41 AND device IS "
-			    "NULL"), 3);
+			    "NULL"),
+		     3);
 	p = pass(c, 1, 30);
 	cr_expect_eq(p.n, 1);
 	cr_expect_eq(held(&p), 1, "the old running job is claimed");
 	cr_expect_eq(raw_pgf("SELECT count(*) FROM jobs WHERE id = %lld AND "
-			     "device IS NOT NULL", 41), 1);
+			     "device IS NOT NULL",
+			     41),
+		     1);
 	cache_close(c);
 }
 
@@ -741,7 +754,8 @@ Test(pg, a_newer_schema_is_refused)
 	cr_expect_eq(cache_open(fx.path, &o, &c, &err), CACHE_ESCHEMA);
 	cr_expect_null(c);
 	cr_expect(strstr(err.message, "schema version 99, newer than this "
-			 "build's 3"), "%s", err.message);
+				      "build's 3"),
+		  "%s", err.message);
 }
 
 Test(pg, an_edited_source_is_not_served_and_is_marked_bad)

@@ -660,13 +660,17 @@ Test(grad, save_writes_the_forward_graph_that_saves)
 	example("lstm_cell_small", file, sizeof(file));
 	snprintf(out, sizeof(out), "%s/grad.json", folder);
 	snprintf(fwd, sizeof(fwd), "%s/fwd.json", folder);
-	cr_assert_eq(tunectl((const char *const[]){"grad", file, "--wrt", "x,Wx", "--save",
-						   "auto", "--forward", fwd, "--out", out,
-						   NULL}), 0, "%s", slurp("err"));
+	cr_assert_eq(tunectl((const char *const[]){"grad", file, "--wrt", "x,Wx",
+						   "--save", "auto", "--forward", fwd,
+						   "--out", out, NULL}),
+		     0, "%s", slurp("err"));
 	line = slurp("out");
-	cr_expect(strstr(line, "grad.json: backward graph 'lstm_cell_small_grad'"), "%s", line);
-	cr_expect(strstr(line, "fwd.json: forward graph 'lstm_cell_small_fwd', 15 tensors, "
-			 "9 ops"), "%s", line);
+	cr_expect(strstr(line, "grad.json: backward graph 'lstm_cell_small_grad'"),
+		  "%s", line);
+	cr_expect(strstr(line,
+			 "fwd.json: forward graph 'lstm_cell_small_fwd', 15 tensors, "
+			 "9 ops"),
+		  "%s", line);
 	text = slurp("grad.json");
 	expect_tensor(text, "gx", SCHED_INPUT);
 	expect_tensor(text, "gates", SCHED_INTERMEDIATE);
@@ -678,12 +682,14 @@ Test(grad, save_writes_the_forward_graph_that_saves)
 	free(text);
 	free(line);
 	cr_expect_eq(tunectl((const char *const[]){"grad", file, "--wrt", "x", "--save",
-						   "all", NULL}), 2);
+						   "all", NULL}),
+		     2);
 	err = slurp("err");
 	cr_expect(strstr(err, "--save all needs --forward FWD"), "%s", err);
 	free(err);
 	cr_expect_eq(tunectl((const char *const[]){"grad", file, "--wrt", "x", "--save",
-						   "most", "--forward", fwd, NULL}), 2);
+						   "most", "--forward", fwd, NULL}),
+		     2);
 	err = slurp("err");
 	cr_expect(strstr(err, "--save takes none, auto or all, not 'most'"), "%s", err);
 	free(err);
@@ -892,10 +898,13 @@ static bool has_option(const listed *options, int n, const char *name)
 static const char *sample_value(const char *name, char *buf, size_t size)
 {
 	static const char *const values[][2] = {
-		{"backend", "cpu"}, {"arch", "sm_90"},
+		{"backend", "cpu"},
+		{"arch", "sm_90"},
 		{"socket", "/nonexistent/tuned.sock"},
 		{"plan", "/nonexistent/plan.json"},
-		{"cache", "/nonexistent/cache.db"}, {"wrt", "P"}, {"save", "none"},
+		{"cache", "/nonexistent/cache.db"},
+		{"wrt", "P"},
+		{"save", "none"},
 	};
 
 	for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++)

@@ -624,30 +624,42 @@ Test(daemon, submit_with_save_tunes_the_forward_graph_that_saves)
 	fixture_start(&f, NULL);
 	cr_assert(conn_open(&c, f.socket));
 	conn_hello(&c);
-	reply = conn_call(&c, "submit", json_pack("{s:s, s:s}", "graph", text, "save", "all"));
+	reply = conn_call(&c, "submit",
+			  json_pack("{s:s, s:s}", "graph", text, "save", "all"));
 	cr_expect_str_eq(error_code(reply), "bad_request");
 	json_decref(reply);
-	reply = conn_call(&c, "submit", json_pack("{s:s, s:[s], s:s, s:i}", "graph", text,
-						  "grad", "P", "save", "all", "trials", 1));
+	reply = conn_call(&c, "submit",
+			  json_pack("{s:s, s:[s], s:s, s:i}", "graph", text, "grad",
+				    "P", "save", "all", "trials", 1));
 	cr_assert(json_is_string(json_object_get(result_of(reply), "graph")), "%s",
 		  json_dumps(reply, 0));
-	saving = json_loads(json_string_value(json_object_get(result_of(reply), "graph")),
+	saving = json_loads(json_string_value(
+				    json_object_get(result_of(reply), "graph")),
 			    0, &error);
 	backward = json_loads(json_string_value(json_object_get(
-		json_object_get(result_of(reply), "grad"), "graph")), 0, &error);
+				      json_object_get(result_of(reply), "grad"),
+				      "graph")),
+			      0, &error);
 	cr_assert(saving && backward);
 	cr_expect_str_eq(json_string_value(json_object_get(saving, "name")),
 			 "softmax_scores_small_fwd");
 	cr_expect_str_eq(json_string_value(json_object_get(result_of(reply), "name")),
 			 "softmax_scores_small_fwd");
 	/* the softmax's exponentials: an output of one, an input of the other */
-	cr_expect_str_eq(json_string_value(json_object_get(json_object_get(json_object_get(
-		saving, "tensors"), "e"), "role")), "output");
-	cr_expect_str_eq(json_string_value(json_object_get(json_object_get(json_object_get(
-		backward, "tensors"), "e"), "role")), "input");
-	again = conn_call(&c, "submit", json_pack("{s:O, s:i}", "graph",
-						  json_object_get(result_of(reply), "graph"),
-						  "trials", 1));
+	cr_expect_str_eq(json_string_value(json_object_get(
+				 json_object_get(json_object_get(saving, "tensors"),
+						 "e"),
+				 "role")),
+			 "output");
+	cr_expect_str_eq(json_string_value(json_object_get(
+				 json_object_get(json_object_get(backward, "tensors"),
+						 "e"),
+				 "role")),
+			 "input");
+	again = conn_call(&c, "submit",
+			  json_pack("{s:O, s:i}", "graph",
+				    json_object_get(result_of(reply), "graph"),
+				    "trials", 1));
 	cr_expect_str_eq(json_string_value(json_object_get(result_of(again), "key")),
 			 json_string_value(json_object_get(result_of(reply), "key")));
 	json_decref(again);

@@ -67,8 +67,8 @@ static long long query_count(const char *uri, const char *sql)
 /* The daemons: the scripted worker, each measurement taking "delay_ms",
  * leases of 1.5 s, one job at a time each, so that the jobs spread over
  * them. */
-static const char *const daemon_args[] = {"--lease", "1.5", "--jobs", "1",
-					  "--compile-workers", "1", NULL};
+static const char *const daemon_args[] = {"--lease",           "1.5", "--jobs", "1",
+					  "--compile-workers", "1",   NULL};
 
 static void start_fleet(fixture *f, int n, const char *uri, const char *delay_ms)
 {
@@ -94,13 +94,14 @@ static json_int_t submit(const fixture *f, const char *example, double budget,
 
 	cr_assert(conn_open(&c, f->socket));
 	conn_hello(&c);
-	reply = conn_call(&c, "submit", json_pack("{s:s, s:f, s:i}", "graph", text,
-						  "budget", budget, "trials", 4000));
+	reply = conn_call(&c, "submit",
+			  json_pack("{s:s, s:f, s:i}", "graph", text, "budget", budget,
+				    "trials", 4000));
 	job = json_integer_value(json_object_get(result_of(reply), "id"));
 	cr_assert_gt(job, 0, "submit failed: %s", json_dumps(reply, 0));
 	if (key)
-		snprintf(key, 65, "%s", json_string_value(json_object_get(
-						result_of(reply), "key")));
+		snprintf(key, 65, "%s",
+			 json_string_value(json_object_get(result_of(reply), "key")));
 	json_decref(reply);
 	conn_close(&c);
 	free(text);
@@ -129,7 +130,8 @@ static int holder(const fixture *f, int n, const char *uri, const char *sql)
 /* Which of the "n" daemons holds a job running with a few trials done. */
 static int working_daemon(const fixture *f, int n, const char *uri)
 {
-	return holder(f, n, uri, "SELECT claimed_by FROM jobs WHERE state = "
+	return holder(f, n, uri,
+		      "SELECT claimed_by FROM jobs WHERE state = "
 		      "'running' AND trials >= 3 AND lease_until > extract(epoch "
 		      "FROM clock_timestamp()) ORDER BY id LIMIT 1");
 }
@@ -141,8 +143,10 @@ static double wait_finished(const char *uri, const char *ids, int n, int timeout
 	char sql[512];
 	double start = now_s();
 
-	snprintf(sql, sizeof(sql), "SELECT count(*) FROM jobs WHERE id IN (%s) AND "
-		 "state IN ('done', 'failed', 'cancelled')", ids);
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM jobs WHERE id IN (%s) AND "
+		 "state IN ('done', 'failed', 'cancelled')",
+		 ids);
 	while (now_s() - start < timeout_s) {
 		if (query_count(uri, sql) == n)
 			return now_s() - start;
@@ -176,8 +180,8 @@ static void expect_all_done_everywhere(const fixture *f, int n, const json_int_t
 		conn_hello(&c);
 		for (int k = 0; k < n_jobs; k++) {
 			json_t *reply = wait_job(&c, jobs[k], 10);
-			const char *state = json_string_value(json_object_get(
-				result_of(reply), "state"));
+			const char *state = json_string_value(
+				json_object_get(result_of(reply), "state"));
 
 			cr_expect_str_eq(state ? state : "(none)", "done",
 					 "daemon %d, job %lld: %s", i,
@@ -194,24 +198,32 @@ static void expect_consistent(const char *uri, int keys)
 	cr_expect_eq(query_count(uri, "SELECT count(DISTINCT graph) FROM plans"), keys,
 		     "every key has a version");
 	cr_expect_eq(query_count(uri, "SELECT count(*) FROM (SELECT 1 FROM plans "
-				 "GROUP BY graph, device, codegen, version HAVING "
-				 "count(*) > 1) d"), 0, "a version number published twice");
-	cr_expect_eq(query_count(uri, "SELECT count(*) FROM (SELECT 1 FROM plans "
+				      "GROUP BY graph, device, codegen, version HAVING "
+				      "count(*) > 1) d"),
+		     0, "a version number published twice");
+	cr_expect_eq(query_count(uri,
+				 "SELECT count(*) FROM (SELECT 1 FROM plans "
 				 "GROUP BY graph, device, codegen HAVING max(version) "
-				 "<> count(*)) d"), 0, "versions not numbered 1..n");
-	cr_expect_eq(query_count(uri, "SELECT count(*) FROM plans p JOIN plans q "
+				 "<> count(*)) d"),
+		     0, "versions not numbered 1..n");
+	cr_expect_eq(query_count(uri,
+				 "SELECT count(*) FROM plans p JOIN plans q "
 				 "USING (graph, device, codegen) WHERE q.version > "
-				 "p.version AND q.median_ms >= p.median_ms"), 0,
-		     "a version not faster than the one before it");
+				 "p.version AND q.median_ms >= p.median_ms"),
+		     0, "a version not faster than the one before it");
 	cr_expect_eq(query_count(uri, "SELECT count(*) FROM plans WHERE bad IS NOT "
-				 "NULL OR checksum IS NULL"), 0);
+				      "NULL OR checksum IS NULL"),
+		     0);
 	cr_expect_eq(query_count(uri, "SELECT count(*) FROM jobs WHERE state IN "
-				 "('queued', 'running')"), 0, "a job left open");
+				      "('queued', 'running')"),
+		     0, "a job left open");
 	cr_expect_eq(query_count(uri, "SELECT count(*) FROM jobs WHERE device IS "
-				 "NULL"), 0);
+				      "NULL"),
+		     0);
 	cr_expect_eq(query_count(uri, "SELECT count(*) FROM (SELECT 1 FROM trials "
-				 "GROUP BY graph, device, codegen, plan HAVING "
-				 "count(*) > 1) d"), 0, "a plan measured twice");
+				      "GROUP BY graph, device, codegen, plan HAVING "
+				      "count(*) > 1) d"),
+		     0, "a plan measured twice");
 }
 
 /* Each key's version, fetched through a daemon (which checks its
@@ -220,18 +232,19 @@ static void expect_versions_served(const fixture *f, const char *uri)
 {
 	PGconn *db = PQconnectdb(uri);
 	PGresult *res = PQexec(db, "SELECT graph, max(version) FROM plans GROUP BY "
-			       "graph");
+				   "graph");
 	conn c;
 
 	cr_assert_eq(PQresultStatus(res), PGRES_TUPLES_OK, "%s", PQerrorMessage(db));
 	cr_assert(conn_open(&c, f->socket));
 	conn_hello(&c);
 	for (int i = 0; i < PQntuples(res); i++) {
-		json_t *reply = conn_call(&c, "fetch", json_pack("{s:s}", "key",
-								 PQgetvalue(res, i, 0)));
+		json_t *reply = conn_call(&c, "fetch",
+					  json_pack("{s:s}", "key",
+						    PQgetvalue(res, i, 0)));
 
-		cr_expect_eq(json_integer_value(json_object_get(result_of(reply),
-								"version")),
+		cr_expect_eq(json_integer_value(
+				     json_object_get(result_of(reply), "version")),
 			     atoll(PQgetvalue(res, i, 1)), "%s", json_dumps(reply, 0));
 		json_decref(reply);
 	}
@@ -240,12 +253,12 @@ static void expect_versions_served(const fixture *f, const char *uri)
 	PQfinish(db);
 }
 
-Test(fleet, daemons_share_one_database_and_survive_a_kill,
-     .init = pg_fixture_start, .fini = pg_fixture_stop, .timeout = 180)
+Test(fleet, daemons_share_one_database_and_survive_a_kill, .init = pg_fixture_start,
+     .fini = pg_fixture_stop, .timeout = 180)
 {
-	static const char *const examples[KEYS] = {
-		"softmax_scores_small", "ln_residual_small", "gpt3_mlp_small",
-		"lstm_cell_small"};
+	static const char *const examples[KEYS] = {"softmax_scores_small",
+						   "ln_residual_small",
+						   "gpt3_mlp_small", "lstm_cell_small"};
 	fixture f[DAEMONS];
 	json_int_t jobs[KEYS];
 	char uri[128], ids[128] = "";
@@ -286,8 +299,10 @@ static int holder_of(const fixture *f, int n, const char *uri, json_int_t job)
 {
 	char sql[256];
 
-	snprintf(sql, sizeof(sql), "SELECT claimed_by FROM jobs WHERE id = %lld AND "
-		 "state = 'running' AND trials >= 2", (long long)job);
+	snprintf(sql, sizeof(sql),
+		 "SELECT claimed_by FROM jobs WHERE id = %lld AND "
+		 "state = 'running' AND trials >= 2",
+		 (long long)job);
 	return holder(f, n, uri, sql);
 }
 
@@ -345,7 +360,8 @@ Test(fleet, a_cancel_and_a_lost_lease_reach_the_daemon_that_holds_the_job,
 	json_decref(reply);
 	cr_expect(log_soon(&f[ha], "cancelled through another daemon", 10));
 
-	snprintf(sql, sizeof(sql), "UPDATE jobs SET claimed_by = 'a daemon "
+	snprintf(sql, sizeof(sql),
+		 "UPDATE jobs SET claimed_by = 'a daemon "
 		 "elsewhere', lease_until = 1e12 WHERE id = %lld RETURNING id",
 		 (long long)b);
 	cr_assert_eq(query_count(uri, sql), b);
@@ -354,15 +370,19 @@ Test(fleet, a_cancel_and_a_lost_lease_reach_the_daemon_that_holds_the_job,
 		 (long long)b);
 	trials = query_count(uri, sql);
 	usleep(1500 * 1000);
-	cr_expect_eq(query_count(uri, sql), trials, "the daemon that lost the "
+	cr_expect_eq(query_count(uri, sql), trials,
+		     "the daemon that lost the "
 		     "lease wrote the job's progress");
-	snprintf(sql, sizeof(sql), "UPDATE jobs SET claimed_by = NULL WHERE id = "
-		 "%lld RETURNING id", (long long)b);
+	snprintf(sql, sizeof(sql),
+		 "UPDATE jobs SET claimed_by = NULL WHERE id = "
+		 "%lld RETURNING id",
+		 (long long)b);
 	cr_assert_eq(query_count(uri, sql), b);
 	snprintf(sql, sizeof(sql), "%lld", (long long)b);
 	if (wait_finished(uri, sql, 1, 40) < 0 || getenv("FLEET_LOGS"))
 		print_logs(f, 2);
-	snprintf(sql, sizeof(sql), "SELECT count(*) FROM jobs WHERE (id = %lld AND "
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM jobs WHERE (id = %lld AND "
 		 "state = 'cancelled') OR (id = %lld AND state = 'done')",
 		 (long long)a, (long long)b);
 	cr_expect_eq(query_count(uri, sql), 2);
@@ -388,19 +408,24 @@ Test(fleet, a_job_lost_and_claimed_again_by_one_daemon_is_finished,
 	job = submit(&f, "softmax_scores_small", 4.0, NULL);
 	cr_assert_eq(holder_of(&f, 1, uri, job), 0);
 	usleep(700 * 1000); /* within a measurement */
-	snprintf(sql, sizeof(sql), "UPDATE jobs SET claimed_by = 'a daemon "
+	snprintf(sql, sizeof(sql),
+		 "UPDATE jobs SET claimed_by = 'a daemon "
 		 "elsewhere', lease_until = 1e12 WHERE id = %lld RETURNING id",
 		 (long long)job);
 	cr_assert_eq(query_count(uri, sql), job);
 	cr_expect(log_soon(&f, "another daemon holds the job now", 10));
-	snprintf(sql, sizeof(sql), "UPDATE jobs SET claimed_by = NULL WHERE id = "
-		 "%lld RETURNING id", (long long)job);
+	snprintf(sql, sizeof(sql),
+		 "UPDATE jobs SET claimed_by = NULL WHERE id = "
+		 "%lld RETURNING id",
+		 (long long)job);
 	cr_assert_eq(query_count(uri, sql), job);
 	snprintf(sql, sizeof(sql), "%lld", (long long)job);
 	if (wait_finished(uri, sql, 1, 40) < 0 || getenv("FLEET_LOGS"))
 		print_logs(&f, 1);
-	snprintf(sql, sizeof(sql), "SELECT count(*) FROM jobs WHERE id = %lld AND "
-		 "state = 'done'", (long long)job);
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM jobs WHERE id = %lld AND "
+		 "state = 'done'",
+		 (long long)job);
 	cr_expect_eq(query_count(uri, sql), 1);
 	cr_expect_eq(fixture_stop(&f, SIGTERM, NULL), 0);
 	fixture_cleanup(&f);
@@ -417,15 +442,15 @@ typedef struct fleet_run {
 	const char *name;
 	conn ranks[RANKS];
 	int pinned[RUN_KEYS]; /* the version the run has, 0 before its first fetch */
-	int advanced;	      /* pins its advances moved to a newer version */
+	int advanced;         /* pins its advances moved to a newer version */
 } fleet_run;
 
 static fixture fleet[FLEET_DAEMONS];
 static fleet_run runs[RUNS] = {{.name = "run-a"}, {.name = "run-b"}};
 static conn watchers[FLEET_DAEMONS];
 static char run_keys[RUN_KEYS][65];
-static int heard[FLEET_DAEMONS][RUN_KEYS];  /* the newest version event */
-static int heard_from_another[RUN_KEYS];    /* version events with no job */
+static int heard[FLEET_DAEMONS][RUN_KEYS]; /* the newest version event */
+static int heard_from_another[RUN_KEYS];   /* version events with no job */
 
 static int rank_daemon(int rank)
 {
@@ -459,8 +484,8 @@ static void watch_keys(int i)
 					  json_pack("{s:s}", "key", run_keys[k]));
 
 		cr_assert_not_null(result_of(reply), "%s", json_dumps(reply, 0));
-		heard[i][k] = (int)json_integer_value(json_object_get(result_of(reply),
-								      "version"));
+		heard[i][k] = (int)json_integer_value(
+			json_object_get(result_of(reply), "version"));
 		json_decref(reply);
 	}
 }
@@ -473,14 +498,17 @@ static void drain_watchers(void)
 
 		while ((line = conn_read(&watchers[i], 5))) {
 			json_t *data = json_object_get(line, "data");
-			const char *key = json_string_value(json_object_get(data, "key"));
-			int version = (int)json_integer_value(json_object_get(data,
-									      "version"));
+			const char *key = json_string_value(
+				json_object_get(data, "key"));
+			int version = (int)json_integer_value(
+				json_object_get(data, "version"));
 
 			for (int k = 0; key && k < RUN_KEYS; k++) {
-				if (strcmp(json_string_value(json_object_get(
-						   line, "event")) ?: "", "version") ||
-				    strcmp(key, run_keys[k]))
+				if (
+					strcmp(json_string_value(json_object_get(line, "event")) ?:
+						       "",
+					       "version") ||
+					strcmp(key, run_keys[k]))
 					continue;
 				if (version > heard[i][k])
 					heard[i][k] = version;
@@ -498,9 +526,9 @@ static void drain_watchers(void)
  * checksum holds) and to name the run. */
 static int rank_fetch(conn *c, const char *key, const char *run)
 {
-	json_t *reply = conn_call(c, "fetch", json_pack("{s:s, s:s, s:i}", "key", key,
-							  "run", run, "timeout_ms",
-							  30000));
+	json_t *reply = conn_call(c, "fetch",
+				  json_pack("{s:s, s:s, s:i}", "key", key, "run", run,
+					    "timeout_ms", 30000));
 	json_t *result = result_of(reply);
 	int version;
 
@@ -526,7 +554,8 @@ static void advance_run(fleet_run *r)
 	json_array_foreach(pins, i, pin) {
 		const char *key = json_string_value(json_object_get(pin, "key"));
 		int version = (int)json_integer_value(json_object_get(pin, "version"));
-		int previous = (int)json_integer_value(json_object_get(pin, "previous"));
+		int previous = (int)json_integer_value(
+			json_object_get(pin, "previous"));
 
 		for (int k = 0; k < RUN_KEYS; k++) {
 			if (strcmp(key, run_keys[k]))
@@ -601,30 +630,38 @@ static void expect_runs_end_at_latest(const char *uri, int victim, int step)
 	for (int k = 0; k < RUN_KEYS; k++) {
 		int latest;
 
-		snprintf(sql, sizeof(sql), "SELECT max(version) FROM plans WHERE "
-			 "graph = '%s'", run_keys[k]);
+		snprintf(sql, sizeof(sql),
+			 "SELECT max(version) FROM plans WHERE "
+			 "graph = '%s'",
+			 run_keys[k]);
 		latest = (int)query_count(uri, sql);
-		cr_expect_eq(runs[0].pinned[k], latest, "run-a after its last advance, "
-			     "key %d", k);
+		cr_expect_eq(runs[0].pinned[k], latest,
+			     "run-a after its last advance, "
+			     "key %d",
+			     k);
 		cr_expect_leq(runs[1].pinned[k], latest);
 		behind += runs[1].pinned[k] < latest;
 		for (int i = 0; i < FLEET_DAEMONS; i++)
 			if (i != victim)
-				cr_expect_eq(heard[i][k], latest, "the watcher on "
-					     "daemon %d, key %d", i, k);
+				cr_expect_eq(heard[i][k], latest,
+					     "the watcher on "
+					     "daemon %d, key %d",
+					     i, k);
 		crossed += heard_from_another[k];
 	}
 	cr_expect_gt(behind, 0, "no version landed after run-b's first fetch");
 	cr_expect_gt(crossed, 0, "no version event crossed daemons");
 	cr_log_info("run-a moved %d pin(s); run-b behind on %d key(s); %d version "
-		    "event(s) crossed daemons", runs[0].advanced, behind, crossed);
+		    "event(s) crossed daemons",
+		    runs[0].advanced, behind, crossed);
 }
 
 Test(fleet, training_runs_keep_one_version_per_step_across_a_fleet_and_a_kill,
      .init = pg_fixture_start, .fini = stop_fleet_and_server, .timeout = 240)
 {
-	static const char *const examples[RUN_KEYS] = {
-		"softmax_scores_small", "ln_residual_small", "gpt3_mlp_small"};
+	static const char *const examples[RUN_KEYS] = {"softmax_scores_small",
+						       "ln_residual_small",
+						       "gpt3_mlp_small"};
 	json_int_t jobs[RUN_KEYS];
 	char uri[128], ids[128] = "", sql[256];
 	double start = now_s();
@@ -643,8 +680,10 @@ Test(fleet, training_runs_keep_one_version_per_step_across_a_fleet_and_a_kill,
 	for (int r = 0; r < RUNS; r++)
 		for (int i = 0; i < RANKS; i++)
 			connect_to(&runs[r].ranks[i], &fleet[rank_daemon(i)]);
-	snprintf(sql, sizeof(sql), "SELECT count(*) FROM jobs WHERE id IN (%s) AND "
-		 "state IN ('done', 'failed', 'cancelled')", ids);
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM jobs WHERE id IN (%s) AND "
+		 "state IN ('done', 'failed', 'cancelled')",
+		 ids);
 	for (step = 0; step < 6 || query_count(uri, sql) < RUN_KEYS; step++) {
 		cr_assert_lt(now_s() - start, 90, "the jobs did not end in 90 s");
 		train_step(step);

@@ -50,8 +50,8 @@ static json_t *fetch_reply(conn *c, int id)
 	return NULL;
 }
 
-static const char *const daemon_args[] = {"--lease", "1.5", "--jobs", "1",
-					  "--compile-workers", "1", NULL};
+static const char *const daemon_args[] = {"--lease",           "1.5", "--jobs", "1",
+					  "--compile-workers", "1",   NULL};
 
 Test(fleet_waiters, a_job_cancelled_on_another_daemon_fails_the_fetches_here,
      .init = pg_fixture_start, .fini = pg_fixture_stop, .timeout = 120)
@@ -62,8 +62,8 @@ Test(fleet_waiters, a_job_cancelled_on_another_daemon_fails_the_fetches_here,
 	fixture f;
 	conn c;
 
-	cr_assert_eq(pg_server_create_db(pg_fixture.uri, "waiters", uri, sizeof(uri)), 0,
-		     "%s", uri);
+	cr_assert_eq(pg_server_create_db(pg_fixture.uri, "waiters", uri, sizeof(uri)),
+		     0, "%s", uri);
 	setenv("TUNED_WORKER", getenv("SCRIPTED_WORKER"), 1);
 	setenv("SCRIPTED_TIMES", "hash", 1);
 	setenv("SCRIPTED_DELAY_MS", "200", 1);
@@ -73,32 +73,40 @@ Test(fleet_waiters, a_job_cancelled_on_another_daemon_fails_the_fetches_here,
 	cr_assert(conn_open(&c, f.socket));
 	conn_hello(&c);
 	text = example_text("softmax_scores_small");
-	reply = conn_call(&c, "submit", json_pack("{s:s, s:f, s:i}", "graph", text,
-						  "budget", 30.0, "trials", 4000));
+	reply = conn_call(&c, "submit",
+			  json_pack("{s:s, s:f, s:i}", "graph", text, "budget", 30.0,
+				    "trials", 4000));
 	free(text);
 	job = json_integer_value(json_object_get(result_of(reply), "id"));
 	cr_assert_gt(job, 0, "submit failed: %s", json_dumps(reply, 0));
 	json_decref(reply);
 
-	cr_assert_eq(change(uri, "UPDATE jobs SET claimed_by = 'a daemon "
-			    "elsewhere', lease_until = 1e12 WHERE id = %lld", job), 1);
+	cr_assert_eq(change(uri,
+			    "UPDATE jobs SET claimed_by = 'a daemon "
+			    "elsewhere', lease_until = 1e12 WHERE id = %lld",
+			    job),
+		     1);
 	for (int i = 0; i < 100 && !fixture_log_contains(&f, "another daemon "
-							 "holds the job now"); i++)
+							     "holds the job now");
+	     i++)
 		usleep(100 * 1000);
 	cr_assert(fixture_log_contains(&f, "another daemon holds the job now"));
 	request = json_pack("{s:i, s:s, s:{s:I, s:i, s:i}}", "id", 9, "op", "fetch",
-			    "params", "job", job, "min_version", 1000,
-			    "timeout_ms", 20000);
+			    "params", "job", job, "min_version", 1000, "timeout_ms",
+			    20000);
 	text = json_dumps(request, JSON_COMPACT);
 	conn_send(&c, text);
 	conn_send(&c, "\n");
 	free(text);
 	json_decref(request);
-	cr_assert_eq(change(uri, "UPDATE jobs SET state = 'cancelled', error = "
-			    "'cancelled' WHERE id = %lld", job), 1);
+	cr_assert_eq(change(uri,
+			    "UPDATE jobs SET state = 'cancelled', error = "
+			    "'cancelled' WHERE id = %lld",
+			    job),
+		     1);
 	reply = fetch_reply(&c, 9);
 	cr_expect_not_null(reply, "the fetch still waits 8 s after the job was "
-			   "cancelled on another daemon");
+				  "cancelled on another daemon");
 	if (reply)
 		cr_expect_str_eq(error_code(reply), "cancelled", "%s",
 				 json_dumps(reply, 0));

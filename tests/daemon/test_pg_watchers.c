@@ -130,7 +130,8 @@ Test(pg_watchers, a_watcher_hears_the_versions_another_writer_publishes,
 	conn c, watcher, waiter;
 
 	fixture_init(&f);
-	cr_assert_eq(pg_server_create_db(pg_fixture.uri, "tuned", f.cache, sizeof(f.cache)),
+	cr_assert_eq(pg_server_create_db(pg_fixture.uri, "tuned", f.cache,
+					 sizeof(f.cache)),
 		     0, "%s", f.cache);
 	fixture_start(&f, NULL);
 	cr_assert(conn_open(&c, f.socket));

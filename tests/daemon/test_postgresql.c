@@ -48,7 +48,8 @@ Test(postgresql, a_daemon_tunes_into_the_database_and_another_serves_it,
 
 	fixture_init(&f);
 	cr_assert_eq(pg_server_create_db(pg_fixture.uri, "tuned", f.cache,
-					 sizeof(f.cache)), 0, "%s", f.cache);
+					 sizeof(f.cache)),
+		     0, "%s", f.cache);
 	fixture_start(&f, NULL);
 	cr_assert(conn_open(&c, f.socket));
 	conn_hello(&c);

@@ -486,8 +486,9 @@ static void expect_distinct_trials(const char *path, int expected);
 /* Submits graph "text" for "budget" seconds, with no limit of trials. */
 static json_int_t submit_text(conn *c, const char *text, double budget)
 {
-	json_t *reply = conn_call(c, "submit", json_pack("{s:s, s:f}", "graph", text,
-							 "budget", budget));
+	json_t *reply = conn_call(c, "submit",
+				  json_pack("{s:s, s:f}", "graph", text, "budget",
+					    budget));
 	json_int_t job = json_integer_value(json_object_get(result_of(reply), "id"));
 
 	cr_assert_gt(job, 0, "submit failed: %s", json_dumps(reply, 0));
@@ -497,7 +498,8 @@ static json_int_t submit_text(conn *c, const char *text, double budget)
 
 static const char *ended_of(json_t *reply)
 {
-	return json_string_value(json_object_get(result_of(reply), "ended")) ?: "(none)";
+	return json_string_value(json_object_get(result_of(reply), "ended")) ?:
+									       "(none)";
 }
 
 /* Every plan takes 1 ms: the search never gains after the first, and
@@ -520,7 +522,8 @@ Test(search, a_stalled_search_spends_its_budget, .timeout = 120)
 	reply = wait_job(&c, job, 60);
 	cr_expect_geq(now_s() - started, 3.0, "the job ended after %.1f s of 3",
 		      now_s() - started);
-	cr_expect_str_eq(json_string_value(json_object_get(result_of(reply), "state")), "done");
+	cr_expect_str_eq(json_string_value(json_object_get(result_of(reply), "state")),
+			 "done");
 	cr_expect_str_eq(ended_of(reply), "budget spent: 3 s");
 	json_decref(reply);
 	free(text);
@@ -532,9 +535,11 @@ Test(search, a_stalled_search_spends_its_budget, .timeout = 120)
  * its budget once every plan of it is measured, each once, and says so. */
 Test(search, a_job_ends_early_only_when_its_space_is_exhausted, .timeout = 120)
 {
-	static const char small_space[] = "{\"version\": 1, \"tensors\": {"
+	static const char small_space[] =
+		"{\"version\": 1, \"tensors\": {"
 		"\"x\": {\"shape\": [8, 8], \"dtype\": \"f32\", \"role\": \"input\"}, "
-		"\"y\": {\"shape\": [8, 8], \"dtype\": \"f32\", \"role\": \"output\"}}, "
+		"\"y\": {\"shape\": [8, 8], \"dtype\": \"f32\", \"role\": "
+		"\"output\"}}, "
 		"\"ops\": [\"y[i, j] = 2 * x[i, j]\"]}";
 	fixture f;
 	conn c;
@@ -550,10 +555,12 @@ Test(search, a_job_ends_early_only_when_its_space_is_exhausted, .timeout = 120)
 	job = submit_text(&c, small_space, 100.0);
 	reply = wait_job(&c, job, 90);
 	cr_expect_lt(now_s() - started, 60, "the space took %.1f s", now_s() - started);
-	trials = json_integer_value(json_object_get(json_object_get(result_of(reply),
-								    "progress"), "trials"));
-	snprintf(expected, sizeof(expected), "space exhausted: %lld of %lld plans measured",
-		 (long long)trials, (long long)trials);
+	trials = json_integer_value(
+		json_object_get(json_object_get(result_of(reply), "progress"),
+				"trials"));
+	snprintf(expected, sizeof(expected),
+		 "space exhausted: %lld of %lld plans measured", (long long)trials,
+		 (long long)trials);
 	cr_expect_str_eq(ended_of(reply), expected);
 	cr_expect_eq(trials, 192, "%lld trials", (long long)trials);
 	expect_distinct_trials(f.cache, 192);

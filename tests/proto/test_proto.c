@@ -126,7 +126,8 @@ Test(request, submit_reads_graph_budget_and_priority)
 	proto_request_release(&req);
 
 	must_parse("{\"id\":1,\"op\":\"submit\",\"params\":{\"graph\":\"x\","
-		   "\"grad\":[\"x\"],\"save\":\"auto\"}}", &req);
+		   "\"grad\":[\"x\"],\"save\":\"auto\"}}",
+		   &req);
 	cr_expect_eq(req.save, PROTO_SAVE_AUTO);
 	proto_request_release(&req);
 }

@@ -54,7 +54,8 @@ static void take_grad(check *c)
 	char *json = NULL, *forward = NULL, name[80];
 
 	cr_assert_eq(sched_graph_grad_saving(c->fwd, c->wrt, c->nwrt, c->save, &json,
-					     &forward, &err), SCHED_OK, "%s", err.message);
+					     &forward, &err),
+		     SCHED_OK, "%s", err.message);
 	cr_assert_eq(sched_graph_read_string(json, &c->bwd, &err), SCHED_OK, "%s",
 		     err.message);
 	free(json);
@@ -104,8 +105,9 @@ static double **run_saving(check *c)
 	sv = sched_values_new(c->saving);
 	for (int t = 0; t < sched_graph_tensor_count(c->saving); t++)
 		if (sched_tensor_role(c->saving, t) == SCHED_INPUT)
-			memcpy(sv[t], c->fv[sched_tensor_find(c->fwd,
-							      sched_tensor_name(c->saving, t))],
+			memcpy(sv[t],
+			       c->fv[sched_tensor_find(
+				       c->fwd, sched_tensor_name(c->saving, t))],
 			       sched_tensor_size(c->saving, t) * sizeof(double));
 	cr_assert_eq(sched_interp_run_exact(c->saving, sv), SCHED_OK);
 	return sv;
@@ -134,8 +136,9 @@ static void fill_inputs(check *c, double lo, double hi)
 		if (sched_tensor_role(c->bwd, t) != SCHED_INPUT)
 			continue;
 		for (int64_t e = 0; e < sched_tensor_size(c->bwd, t); e++)
-			c->bv[t][e] = s >= 0 ? sv[s][e] : f >= 0 ? c->fv[f][e]
-							       : uniform(c, -1, 1);
+			c->bv[t][e] = s >= 0 ? sv[s][e] :
+				      f >= 0 ? c->fv[f][e] :
+					       uniform(c, -1, 1);
 	}
 	if (sv)
 		sched_values_free(c->saving, sv);
@@ -679,12 +682,15 @@ Test(grad, example_lstm_cell)
 Test(grad, saved_results_match_finite_differences)
 {
 	static const char *const examples[][2] = {
-		{"ln_residual_small", "x,r,gamma,beta"}, {"softmax_scores_small", "P"},
-		{"gpt3_mlp_small", "X,W1,W2"}, {"lstm_cell_small", "x,h,c,Wx,Wh,b"},
+		{"ln_residual_small", "x,r,gamma,beta"},
+		{"softmax_scores_small", "P"},
+		{"gpt3_mlp_small", "X,W1,W2"},
+		{"lstm_cell_small", "x,h,c,Wx,Wh,b"},
 	};
 
 	for (size_t i = 0; i < sizeof(examples) / sizeof(examples[0]); i++) {
-		check_example_saving(examples[i][0], examples[i][1], 6, SCHED_SAVE_AUTO);
+		check_example_saving(examples[i][0], examples[i][1], 6,
+				     SCHED_SAVE_AUTO);
 		check_example_saving(examples[i][0], examples[i][1], 6, SCHED_SAVE_ALL);
 	}
 }
@@ -702,7 +708,8 @@ static void saved_inputs(const check *c, char *out, size_t size)
 
 		if (sched_tensor_role(c->bwd, t) == SCHED_INPUT && f >= 0 &&
 		    sched_tensor_role(c->fwd, f) != SCHED_INPUT)
-			len += snprintf(out + len, size - len, "%s%s", len ? "," : "", n);
+			len += snprintf(out + len, size - len, "%s%s", len ? "," : "",
+					n);
 	}
 }
 
@@ -722,24 +729,29 @@ Test(grad, save_auto_keeps_contractions_and_recomputes_elementwise)
 		sched_error err = {0};
 		char saved[256];
 
-		cr_assert_eq(load_example("lstm_cell_small", &c.fwd, &err), SCHED_OK, "%s",
-			     err.message);
+		cr_assert_eq(load_example("lstm_cell_small", &c.fwd, &err), SCHED_OK,
+			     "%s", err.message);
 		split_wrt(&c, "x,h,c,Wx,Wh,b");
 		take_grad(&c);
 		saved_inputs(&c, saved, sizeof(saved));
 		cr_expect_str_eq(saved, want[m]);
 		cr_assert(c.saving);
 		cr_expect_str_eq(sched_graph_name(c.saving), "lstm_cell_small_fwd");
-		cr_expect_eq(sched_graph_op_count(c.saving), sched_graph_op_count(c.fwd));
+		cr_expect_eq(sched_graph_op_count(c.saving),
+			     sched_graph_op_count(c.fwd));
 		for (int t = 0; t < sched_graph_tensor_count(c.saving); t++) {
-			int b = sched_tensor_find(c.bwd, sched_tensor_name(c.saving, t));
-			bool read_saved = b >= 0 && sched_tensor_role(c.bwd, b) == SCHED_INPUT;
+			int b = sched_tensor_find(c.bwd,
+						  sched_tensor_name(c.saving, t));
+			bool read_saved = b >= 0 &&
+					  sched_tensor_role(c.bwd, b) == SCHED_INPUT;
 
 			if (sched_tensor_role(c.saving, t) != SCHED_INPUT)
-				cr_expect_eq(sched_tensor_role(c.saving, t) == SCHED_OUTPUT,
-					     read_saved || !strcmp(sched_tensor_name(c.saving, t),
-								   "h_new"),
-					     "%s", sched_tensor_name(c.saving, t));
+				cr_expect_eq(
+					sched_tensor_role(c.saving, t) == SCHED_OUTPUT,
+					read_saved ||
+						!strcmp(sched_tensor_name(c.saving, t),
+							"h_new"),
+					"%s", sched_tensor_name(c.saving, t));
 		}
 		recomputed[m] = sched_graph_op_count(c.bwd);
 		sched_graph_free(c.fwd);
@@ -893,8 +905,9 @@ Test(grad, random_graphs_saving)
 			     "seed %u: %s", seed, err.message);
 		free(text);
 		if (!float_inputs(c.fwd, wrt, sizeof(wrt)) ||
-		    (split_wrt(&c, wrt), rc = sched_graph_grad(c.fwd, c.wrt, c.nwrt,
-							       &json, &err)) != SCHED_OK) {
+		    (split_wrt(&c, wrt),
+		     rc = sched_graph_grad(c.fwd, c.wrt, c.nwrt, &json, &err)) !=
+			    SCHED_OK) {
 			free(json);
 			sched_graph_free(c.fwd);
 			continue;

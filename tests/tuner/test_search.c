@@ -416,8 +416,10 @@ Test(search, a_known_default_plan_skips_generation_0)
 Test(search, a_flat_fitness_restarts_and_goes_on)
 {
 	sched_graph *g = example("gpt3_mlp_small");
-	tuner_search *s = tuner_search_new(g, &(tuner_search_options){
-		.seed = 4, .population = 8, .stall_generations = 3});
+	tuner_search *s = tuner_search_new(
+		g, &(tuner_search_options){.seed = 4,
+					   .population = 8,
+					   .stall_generations = 3});
 	trace t = {0};
 
 	run(s, g, 12, flat_ms, &t);
@@ -627,7 +629,8 @@ static int distinct_plans(const sched_graph *g)
 	return n ? distinct : 0;
 }
 
-static const char small_space[] = "{\"version\": 1, \"tensors\": {"
+static const char small_space[] =
+	"{\"version\": 1, \"tensors\": {"
 	"\"x\": {\"shape\": [8, 8], \"dtype\": \"f32\", \"role\": \"input\"}, "
 	"\"y\": {\"shape\": [8, 8], \"dtype\": \"f32\", \"role\": \"output\"}}, "
 	"\"ops\": [\"y[i, j] = 2 * x[i, j]\"]}";
@@ -645,9 +648,11 @@ Test(search, a_small_space_is_searched_until_every_plan_is_measured)
 	cr_assert_gt(space, TUNER_POPULATION, "the space is too small to stall in");
 	run(s, g, MAX_GENERATIONS, flat_ms, &t);
 	cr_assert_lt(t.generations, MAX_GENERATIONS, "the space never ran out");
-	cr_expect_gt(t.generations, TUNER_STALL + 1, "the search stopped when it stalled");
+	cr_expect_gt(t.generations, TUNER_STALL + 1,
+		     "the search stopped when it stalled");
 	cr_expect(tuner_search_exhausted(s));
-	cr_expect_null(tuner_search_generation(s), "an exhausted search proposes nothing");
+	cr_expect_null(tuner_search_generation(s),
+		       "an exhausted search proposes nothing");
 	seen = tuner_search_space(s, &measured);
 	cr_expect_eq(t.ntexts, space, "%d plans measured of %d", t.ntexts, space);
 	cr_expect_eq(seen, space);
@@ -673,8 +678,10 @@ static double reversed_ms(const sched_graph *g, json_t *json)
 Test(search, a_model_that_ranks_poorly_does_not_filter)
 {
 	sched_graph *g = example("gpt3_mlp_m256");
-	tuner_search *s = tuner_search_new(g, &(tuner_search_options){
-		.seed = 9, .peaks = &four_cores, .filter_factor = 1.2});
+	tuner_search *s = tuner_search_new(
+		g, &(tuner_search_options){.seed = 9,
+					   .peaks = &four_cores,
+					   .filter_factor = 1.2});
 	tuner_search_model model;
 	trace t = {0};
 	int admitted = 0;
@@ -689,7 +696,8 @@ Test(search, a_model_that_ranks_poorly_does_not_filter)
 			json_t *json = json_loads(t.texts[i], 0, NULL);
 
 			/* from generation 2, with the trials of generation 1 */
-			admitted += gen >= 2 && estimated_ms(g, json) > 1.2 * t.best[gen];
+			admitted += gen >= 2 &&
+				    estimated_ms(g, json) > 1.2 * t.best[gen];
 			json_decref(json);
 		}
 	cr_expect_gt(admitted, 0, "no plan the model would drop was proposed");
@@ -717,8 +725,10 @@ static double unlike_peaks_ms(const sched_graph *g, json_t *json)
 Test(search, the_filter_calibrates_on_its_trials)
 {
 	sched_graph *g = example("lstm_cell_small");
-	tuner_search *s = tuner_search_new(g, &(tuner_search_options){
-		.seed = 2, .peaks = &four_cores, .population = 16});
+	tuner_search *s = tuner_search_new(g,
+					   &(tuner_search_options){.seed = 2,
+								   .peaks = &four_cores,
+								   .population = 16});
 	tuner_search_model model;
 	trace t = {0};
 
@@ -969,8 +979,10 @@ Test(cost, the_fit_recovers_known_rates)
 
 	synthetic_trials(&known, terms, ms, 40);
 	cr_assert(tuner_cost_fit(terms, ms, 40, known.launch_ms, &fitted));
-	cr_expect_float_eq(fitted.ms_per_byte, known.ms_per_byte, 1e-9 * known.ms_per_byte);
-	cr_expect_float_eq(fitted.ms_per_flop, known.ms_per_flop, 1e-9 * known.ms_per_flop);
+	cr_expect_float_eq(fitted.ms_per_byte, known.ms_per_byte,
+			   1e-9 * known.ms_per_byte);
+	cr_expect_float_eq(fitted.ms_per_flop, known.ms_per_flop,
+			   1e-9 * known.ms_per_flop);
 	cr_expect_eq(fitted.launch_ms, known.launch_ms);
 }
 
@@ -998,7 +1010,8 @@ Test(cost, a_rate_that_explains_nothing_is_free)
 
 	synthetic_trials(&known, terms, ms, 20);
 	cr_assert(tuner_cost_fit(terms, ms, 20, 0, &fitted));
-	cr_expect_float_eq(fitted.ms_per_byte, known.ms_per_byte, 1e-9 * known.ms_per_byte);
+	cr_expect_float_eq(fitted.ms_per_byte, known.ms_per_byte,
+			   1e-9 * known.ms_per_byte);
 	cr_expect_eq(fitted.ms_per_flop, 0);
 }
 
@@ -1353,12 +1366,16 @@ static sched_graph *chain_of(int n, const char *shape)
 
 	sched_buf_printf(&text, "{\"version\": 1, \"name\": \"chain\", \"tensors\": {");
 	for (int t = 0; t <= n; t++)
-		sched_buf_printf(&text, "%s\"t%d\": {\"shape\": %s, \"dtype\": \"f32\"%s}",
-				 t ? ", " : "", t, shape, t == 0 ? ", \"role\": \"input\"" :
-				 t == n ? ", \"role\": \"output\"" : "");
+		sched_buf_printf(&text,
+				 "%s\"t%d\": {\"shape\": %s, \"dtype\": \"f32\"%s}",
+				 t ? ", " : "", t, shape,
+				 t == 0 ? ", \"role\": \"input\"" :
+				 t == n ? ", \"role\": \"output\"" :
+					  "");
 	sched_buf_printf(&text, "}, \"ops\": [");
 	for (int o = 0; o < n; o++)
-		sched_buf_printf(&text, "%s\"t%d[%s] = t%d[%s] * 0.5 + 1\"", o ? ", " : "", o + 1,
+		sched_buf_printf(&text, "%s\"t%d[%s] = t%d[%s] * 0.5 + 1\"",
+				 o ? ", " : "", o + 1,
 				 strchr(shape, ',') ? "i, j" : "i", o,
 				 strchr(shape, ',') ? "i, j" : "i");
 	sched_buf_printf(&text, "]}");
@@ -1407,7 +1424,8 @@ static void expect_verified_on_cpu(const sched_graph *g, json_t *plan)
 		rc = kgen_program_build(backend, g, p, NULL, &prog, &err);
 	if (rc == KGEN_OK)
 		rc = kgen_verify(prog, 1, checks, &err);
-	cr_expect_eq(rc, KGEN_OK, "%s: %s", json_dumps(plan, JSON_COMPACT), err.message);
+	cr_expect_eq(rc, KGEN_OK, "%s: %s", json_dumps(plan, JSON_COMPACT),
+		     err.message);
 	kgen_program_free(prog);
 	kgen_backend_close(backend);
 	kgen_plan_free(p);
@@ -1449,9 +1467,11 @@ Test(search, a_large_graph_fuses_in_generation_0)
 		if (i == 1) {
 			cr_expect_str_eq(text, def);
 			cr_expect_eq(p->nkernels, n);
-			cr_expect_not(all_serial(g, plan), "large ops run in parallel by default");
+			cr_expect_not(all_serial(g, plan),
+				      "large ops run in parallel by default");
 		} else {
-			cr_expect_lt(p->nkernels, n / 4, "plan %zu: %d kernels", i, p->nkernels);
+			cr_expect_lt(p->nkernels, n / 4, "plan %zu: %d kernels", i,
+				     p->nkernels);
 			cr_expect(all_serial(g, plan));
 			expect_verified_on_cpu(g, plan);
 		}
