@@ -105,18 +105,19 @@ static const char insert_sql[] =
  * creation time, which never change; only by the holder of its lease, or
  * by anyone while none holds it, or to cancel it (its state, error and
  * end only); never once it is finished. */
-static const char
-	update_sql
-		[] = "UPDATE jobs SET state = $2, error = $9, finished_at = "
-		     "$10, " BY_HOLDER("budget_s", "$3") ", " BY_HOLDER("max_trials", "$4") ", " BY_HOLDER("priority", "$5") ", " BY_HOLDER(
-			     "trials",
-			     "$6") ", " BY_HOLDER("best_ms",
-						  "$7") ", " BY_HOLDER("version",
-								       "$8") ","
-									     " " BY_HOLDER("first_ms",
-											   "$11") " WHERE id = $1 AND state NOT IN " FINISHED_STATES
-												  " AND (claimed_by IS NULL OR claimed_by = $12 OR "
-												  "$2 = 'cancelled')";
+/* clang-format off */
+static const char update_sql[] =
+	"UPDATE jobs SET state = $2, error = $9, finished_at = $10, "
+	BY_HOLDER("budget_s", "$3") ", "
+	BY_HOLDER("max_trials", "$4") ", "
+	BY_HOLDER("priority", "$5") ", "
+	BY_HOLDER("trials", "$6") ", "
+	BY_HOLDER("best_ms", "$7") ", "
+	BY_HOLDER("version", "$8") ", "
+	BY_HOLDER("first_ms", "$11")
+	" WHERE id = $1 AND state NOT IN " FINISHED_STATES
+	" AND (claimed_by IS NULL OR claimed_by = $12 OR $2 = 'cancelled')";
+/* clang-format on */
 
 /* The fields of a job that change, in the order of both statements. */
 static void changing_fields(pg_args *a, const cache_job *job)
