@@ -48,7 +48,8 @@ cache_options fx_options(void);
 cache *fx_open(void);
 
 /* A 64-hex-digit graph key made from "n", and its canonical text, in
- * static buffers (eight of them in turn): one thread at a time. */
+ * buffers of the calling thread (eight of them in turn), so that the
+ * threads of a test (owners racing) never see another's half-written. */
 const char *graph_key(int n);
 const char *graph_canonical(int n);
 

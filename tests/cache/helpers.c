@@ -153,7 +153,7 @@ cache *fx_open(void)
 
 const char *graph_key(int n)
 {
-	static char keys[8][65];
+	static _Thread_local char keys[8][65];
 	char *key = keys[n & 7];
 
 	snprintf(key, 65, "%08x%056d", (unsigned)n * 2654435761u, n);
@@ -162,7 +162,7 @@ const char *graph_key(int n)
 
 const char *graph_canonical(int n)
 {
-	static char texts[8][128];
+	static _Thread_local char texts[8][128];
 	char *text = texts[n & 7];
 
 	snprintf(text, 128, "graph %d: y[i, j] = sum(k) a[i, k] * b[k, j]", n);
