@@ -113,7 +113,7 @@ static char *print_op(const sched_graph *graph, int i, char **tensor_names)
 	const sched_op *op = &graph->ops[i];
 	char **vars = canonical_var_names(op);
 	sched_names names = {(const char *const *)tensor_names,
-			     (const char *const *)vars};
+			     (const char *const *)vars, NULL};
 	sched_buf buf = {0};
 
 	if (vars)

@@ -347,6 +347,7 @@ static int contribute(grad_build *b, const sched_op *op, const char *adjoint,
 	if ((rc = grad_invert(g, b->graph, op, access, &inv, b->err)) != SCHED_OK)
 		return rc;
 	g->names.vars = inv.vars;
+	g->names.value_vars = inv.value_vars;
 	s = seed(b, op, adjoint);
 	e = grad_derivative(g, op->body);
 	if (e.value == GRAD_ZERO)
@@ -403,7 +404,7 @@ static int op_adjoint(grad_build *b, const sched_op *op)
 	const sched_node *nodes[op->naccesses + 1];
 	bool match[op->naccesses + 1], done[op->naccesses + 1];
 	access_list list = {nodes, 0};
-	sched_names forward = {b->tensor_names, NULL};
+	sched_names forward = {b->tensor_names, NULL, NULL};
 	const char *names[GRAD_MAX_VARS];
 	int rc;
 

@@ -68,13 +68,15 @@ grad_ex grad_derivative(grad_ctx *g, const sched_node *node);
 /* grad_index.c: the inverse of a read's index map. Per variable of the op,
  * the text that replaces it in the contribution (solved in terms of the
  * adjoint's index variables "target_vars", or its own name when it is
- * summed over), the new variables that quasi-affine indices add (summed
+ * summed over; in indices, and outside them where a floor division must
+ * be written exactly), the new variables that quasi-affine indices add (summed
  * over [extra_lo, extra_hi)), and the guard (NULL: none) that keeps the
  * solved variables in range. */
 #define GRAD_MAX_VARS (2 * SCHED_MAX_RANK)
 
 typedef struct grad_inverse {
 	const char *vars[GRAD_MAX_VARS];
+	const char *value_vars[GRAD_MAX_VARS]; /* the same outside indices */
 	bool solved[GRAD_MAX_VARS];
 	const char *target_vars;
 	const char *guard;

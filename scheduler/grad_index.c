@@ -273,6 +273,91 @@ static void find_partners(const quasi *q, int rank, int *partner)
 				partner[a] = b, partner[b] = a;
 }
 
+/* Whether op variable v is in row d and no other. */
+static bool only_in_row(const equations *eq, int d, int v)
+{
+	for (int e = 0; e < eq->nrows; e++)
+		if (e != d && eq->row[e][v])
+			return false;
+	return eq->row[d][v] != 0;
+}
+
+/* Guards "s" (its range [lo, hi]) to [from, to): only the bounds that
+ * the range does not keep. */
+static void guard_span(grad_ctx *g, grad_inverse *inv, const char *s, int64_t lo,
+		       int64_t hi, int64_t from, int64_t to)
+{
+	if (lo < from)
+		add_guard(g, inv, grad_printf(g, "%s >= %lld", s, (long long)from));
+	if (hi >= to)
+		add_guard(g, inv, grad_printf(g, "%s < %lld", s, (long long)to));
+}
+
+/* Row d as y + a x + rest = 0, x and y in no other row, y over [lo, lo +
+ * n) with n <= |a| (heads merged, x[s, h * 16 + d]): one point solves
+ * it, y = lo + s % |a| and x = s / a rounded down (a > 0) or -(s / |a|)
+ * (a < 0), with s = -rest - lo, where the remainder is below n and x in
+ * its range; nothing to sum over. False when the row is not of that
+ * shape. */
+static bool split_row(grad_ctx *g, equations *eq, grad_inverse *inv,
+		      const sched_op *op, int d)
+{
+	int x = -1, y = -1, nvars = 0;
+	int64_t num[NCOLS], a, k, n, lo, hi, sign;
+	const char *s, *rem;
+
+	for (int v = 0; v < op->nvars; v++) {
+		int64_t c = eq->row[d][v];
+
+		if (!c)
+			continue;
+		nvars++;
+		if (inv->solved[v] || !only_in_row(eq, d, v))
+			return false;
+		if ((c == 1 || c == -1) && y >= 0)
+			return false;
+		if (c == 1 || c == -1)
+			y = v;
+		else
+			x = v;
+	}
+	if (nvars != 2 || x < 0 || y < 0)
+		return false;
+	sign = eq->row[d][y];
+	a = sign * eq->row[d][x];
+	k = a < 0 ? -a : a;
+	n = op->vars[y].hi - op->vars[y].lo;
+	if (k < 2 || n > k)
+		return false;
+	for (int c = 0; c < NCOLS; c++)
+		num[c] = c == x || c == y ? 0 : -sign * eq->row[d][c];
+	num[COL_CONST] -= op->vars[y].lo;
+	form_range(eq, num, &lo, &hi);
+	s = form_text(g, eq, num, -1, 1);
+	if (strchr(s, ' ') || s[0] == '-')
+		s = grad_printf(g, "(%s)", s);
+	rem = grad_printf(g, "%s %% %lld", s, (long long)k);
+	inv->vars[y] = op->vars[y].lo ? grad_printf(g, "(%s + %lld)", rem,
+						    (long long)op->vars[y].lo)
+				      : grad_printf(g, "(%s)", rem);
+	inv->value_vars[y] = inv->vars[y];
+	inv->vars[x] = grad_printf(g, a > 0 ? "(%s / %lld)" : "(-(%s / %lld))", s,
+				   (long long)k);
+	inv->value_vars[x] = grad_printf(g, a > 0 ? "((%s - %s) / %lld)"
+					      : "(-((%s - %s) / %lld))",
+					 s, rem, (long long)k);
+	if (n < k)
+		add_guard(g, inv, grad_printf(g, "%s < %lld", rem, (long long)n));
+	if (a > 0)
+		guard_span(g, inv, s, lo, hi, k * op->vars[x].lo, k * op->vars[x].hi);
+	else
+		guard_span(g, inv, s, lo, hi, -k * (op->vars[x].hi - 1),
+			   k * (1 - op->vars[x].lo));
+	inv->solved[x] = inv->solved[y] = true;
+	memset(eq->row[d], 0, sizeof(eq->row[d]));
+	return true;
+}
+
 /* The op variable row d solves at "pass": 0, coefficient 1 or -1 and the
  * row's only op variable; 1, coefficient 1 or -1 (eliminated from the
  * other rows); 2, any coefficient if no other row has it. A target
@@ -333,6 +418,7 @@ static void solve_row(grad_ctx *g, equations *eq, grad_inverse *inv,
 			     ? grad_printf(g, "(%s)", text) : text;
 	else
 		inv->vars[v] = grad_printf(g, "((%s) / %lld)", text, (long long)mag);
+	inv->value_vars[v] = inv->vars[v]; /* exact: guarded to a multiple */
 	if (mag != 1)
 		add_guard(g, inv, grad_printf(g, "(%s) %% %lld == 0", text, (long long)mag));
 	if (lo < mag * op->vars[v].lo)
@@ -440,7 +526,7 @@ static void start(grad_ctx *g, equations *eq, grad_inverse *inv,
 	memset(inv, 0, sizeof(*inv));
 	eq->nrows = rank;
 	for (int v = 0; v < op->nvars; v++) {
-		inv->vars[v] = eq->name[v] = op->vars[v].name;
+		inv->vars[v] = inv->value_vars[v] = eq->name[v] = op->vars[v].name;
 		eq->min[v] = op->vars[v].lo;
 		eq->max[v] = op->vars[v].hi - 1;
 	}
@@ -469,6 +555,8 @@ int grad_invert(grad_ctx *g, const sched_graph *graph, const sched_op *op,
 				      "is not an affine form, nor one divided by or "
 				      "taken modulo a constant, so its inverse is not "
 				      "built", err);
+	for (int d = 0; d < x->rank; d++)
+		split_row(g, &eq, inv, op, d);
 	if (!solve_rows(&eq, inv, op))
 		for (int d = 0; d < x->rank; d++)
 			if (eq.pivot[d] < 0 && !guard_row(g, &eq, inv, op, d))

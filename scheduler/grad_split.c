@@ -68,7 +68,7 @@ static void split_texts(const sched_graph *graph, const sched_op *op,
 			sched_buf text[3])
 {
 	const char *tensor_names[graph->ntensors], *vars[2 * SCHED_MAX_RANK];
-	sched_names names = {tensor_names, vars};
+	sched_names names = {tensor_names, vars, NULL};
 	sched_buf tvars = {0}, all = {0}, ranges = {0};
 	sched_arena arena = {0};
 

@@ -43,10 +43,12 @@ isl_map *sched_access_map(isl_ctx *ctx, const sched_graph *graph,
 int sched_graph_check_bounds(const sched_graph *graph, sched_error *err);
 
 /* print.c: expressions as text, with the names given for tensors and the
- * op's variables. */
+ * op's variables; outside indices, those of value_vars where it is not
+ * NULL (a floor division is exact only in an index). */
 typedef struct sched_names {
 	const char *const *tensors;
 	const char *const *vars;
+	const char *const *value_vars;
 } sched_names;
 
 void sched_node_print(sched_buf *buf, const sched_node *node,

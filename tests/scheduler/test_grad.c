@@ -522,6 +522,36 @@ Test(grad, a_quotient_and_remainder_of_one_form_solve_together)
 		    1);
 }
 
+/* Two variables merged into one dim, the smaller of range at most the
+ * other's coefficient (heads merged back, x[i, h * 4 + d]), solve as the
+ * quotient and remainder of the adjoint's index: one point, summing over
+ * none, guarded where the remainder or the quotient can leave its range. */
+Test(grad, a_merged_index_solves_as_quotient_and_remainder)
+{
+	const char *tensors = "x f32 2,8 in; y f32 2,2,4 out";
+	const char *const *ops = OPS("y[i, h, d] = x[i, h * 4 + d] * 2");
+	const char *wrt[] = {"x"};
+	sched_graph *g;
+	sched_error err = {0};
+	char *json;
+
+	cr_assert_eq(load_graph(tensors, ops, &g, &err), SCHED_OK, "%s", err.message);
+	cr_assert_eq(sched_graph_grad(g, wrt, 1, &json, &err), SCHED_OK, "%s",
+		     err.message);
+	cr_expect(strstr(json, "\"d_x[i0, i1] = d_y[i0, (i1 / 4), (i1 % 4)] * 2\""),
+		  "%s", json);
+	free(json);
+	sched_graph_free(g);
+	check_graph(tensors, ops, "x", -1, 1);
+	check_graph("x f32 12 in; y f32 2,3 out", OPS("y[h, d] = exp(x[5 * h + d + 1])"),
+		    "x", -1, 1);
+	check_graph("x f32 9 in; y f32 2,4 out", OPS("y[h, d] = x[8 - 4 * h - d] * d"),
+		    "x", -1, 1);
+	check_graph("x f32 3,11 in; y f32 3,4 out",
+		    OPS("y[i, j] = sum(h in 1:3, d in 2:5) x[i, 3 * h + d] * (h + d)"),
+		    "x", -1, 1);
+}
+
 Test(grad, refuses_an_index_it_cannot_invert)
 {
 	expect_refusal("x f32 4 in; y f32 8 out", OPS("y[i] = x[i / 2 / 1]"), "x",
