@@ -552,6 +552,42 @@ Test(cpu, tanh_is_within_1e_6_of_the_true_tanh)
 	close_bench(&b);
 }
 
+/* The generated erf (kerf: polynomials and kexp, which vectorize) within
+ * 3e-7 of erf in double over [-6, 6] in steps of 2^-12, and at small
+ * values down to 1e-30; NaN kept, infinities give 1. */
+Test(cpu, erf_is_within_3e_7_of_the_true_erf)
+{
+	enum { STEPS = 12 * 4096 + 1, SMALL = 60, N = STEPS + SMALL + 3 };
+	bench b = {0};
+	float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
+	void *host[2] = {x, y};
+	char tensors[64];
+	double worst = 0;
+
+	open_cpu(&b);
+	snprintf(tensors, sizeof(tensors), "x f32 %d in; y f32 %d out", N, N);
+	build_one_op(&b, tensors, "y[i] = erf(x[i])");
+	expect_source_has(&b, 0, "kerf(");
+	for (int i = 0; i < STEPS; i++)
+		x[i] = -6.0f + i / 4096.0f;
+	for (int i = 0; i < SMALL; i++)
+		x[STEPS + i] = (i % 2 ? -1.0f : 1.0f) * powf(10.0f, -(float)(i / 2));
+	x[N - 3] = NAN;
+	x[N - 2] = INFINITY;
+	x[N - 1] = -INFINITY;
+	cr_assert_eq(kgen_program_run(b.prog, host, &b.err), KGEN_OK);
+	for (int i = 0; i < N - 3; i++)
+		if (x[i] != 0)
+			worst = fmax(worst, fabs(y[i] - erf((double)x[i])) / fabs(erf((double)x[i])));
+	cr_expect_lt(worst, 3e-7, "relative error %g", worst);
+	cr_expect(isnan(y[N - 3]), "erf(NaN) = %g", y[N - 3]);
+	cr_expect(y[N - 2] == 1.0f && y[N - 1] == -1.0f, "erf(+-inf) = %g, %g", y[N - 2],
+		  y[N - 1]);
+	free(x);
+	free(y);
+	close_bench(&b);
+}
+
 /* Kernels compiled once are reused by later programs of the same backend
  * (a search recompiles mostly the same kernels): each program still runs
  * its own buffers and verifies. */
