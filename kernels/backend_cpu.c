@@ -10,6 +10,9 @@
  * Before each timed run a buffer twice the size of the last-level cache
  * (8 to 64 MiB) is written, so that every run starts from cold caches.
  */
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -48,6 +51,7 @@ typedef struct cpu_state {
 	int compiled;     /* a counter for file names */
 	char *flush;      /* the cache flush buffer */
 	size_t flush_bytes;
+	bool clflushopt;  /* whether the plan's bytes can be evicted instead */
 	cpu_module *modules[MAX_MODULES];
 	int nmodules;
 	uint64_t clock;
@@ -331,7 +335,9 @@ double kgen_now_ms(void)
 	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static void flush_caches(cpu_state *cpu)
+/* Every cache line of the cpu's caches replaced: a sweep of the flush
+ * buffer, twice the last level's size (at most 64 MiB). */
+static void sweep_caches(cpu_state *cpu)
 {
 	static volatile char sink;
 
@@ -340,6 +346,73 @@ static void flush_caches(cpu_state *cpu)
 	sink = cpu->flush[cpu->flush_bytes / 2];
 	(void)sink;
 }
+
+#if defined(__x86_64__)
+/* The bytes the launches touch (their tensors, which they share, and
+ * their scratch), or 0 when a size is not known. */
+static size_t launch_bytes(const kgen_launch *launches, int n)
+{
+	size_t total = 0;
+
+	if (!launches[0].bytes)
+		return 0;
+	for (int t = 0; t < launches[0].ntensors; t++)
+		total += launches[0].tensors[t] ? launches[0].bytes[t] : 0;
+	for (int i = 0; i < n; i++) {
+		if (launches[i].tensors != launches[0].tensors)
+			return 0;
+		total += launches[i].scratch_bytes;
+	}
+	return total;
+}
+
+/* Whether the cpu has CLFLUSHOPT (CPUID leaf 7, EBX bit 23). */
+static bool has_clflushopt(void)
+{
+	unsigned a, b, c, d;
+
+	return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b >> 23 & 1);
+}
+
+__attribute__((target("clflushopt"))) static void evict(const void *start, size_t bytes)
+{
+	for (size_t i = 0; i < bytes; i += 64)
+		__builtin_ia32_clflushopt((const char *)start + i);
+	if (bytes)
+		__builtin_ia32_clflushopt((const char *)start + bytes - 1);
+}
+
+/* The launches' bytes out of every cache (CLFLUSHOPT), where the cpu has
+ * it and they are known and fewer than a sweep's: the same cold start at
+ * a fraction of the sweep's time for a plan of small tensors (an
+ * encoder's backward graph, 2.4 MB of 130 ops, evicts in about 0.35 ms on
+ * this VM, where each timed run of each of its kernels swept 64 MiB in
+ * 8 to 10 ms; CLFLUSH, ordered line by line, took 2 ms a MB, slower than
+ * the sweep); else the sweep. */
+static void flush_caches(cpu_state *cpu, const kgen_launch *launches, int n)
+{
+	size_t bytes = cpu->clflushopt ? launch_bytes(launches, n) : 0;
+
+	if (!bytes || bytes > cpu->flush_bytes) {
+		sweep_caches(cpu);
+		return;
+	}
+	for (int t = 0; t < launches[0].ntensors; t++)
+		if (launches[0].tensors[t])
+			evict(launches[0].tensors[t], launches[0].bytes[t]);
+	for (int i = 0; i < n; i++)
+		if (launches[i].scratch)
+			evict(launches[i].scratch, launches[i].scratch_bytes);
+	__builtin_ia32_mfence();
+}
+#else
+static void flush_caches(cpu_state *cpu, const kgen_launch *launches, int n)
+{
+	(void)launches;
+	(void)n;
+	sweep_caches(cpu);
+}
+#endif
 
 static void call_kernels(const kgen_launch *launches, int n)
 {
@@ -354,7 +427,7 @@ static int cpu_run(kgen_backend *backend, const kgen_launch *launches, int n,
 
 	(void)err;
 	if (ms)
-		flush_caches(backend->state);
+		flush_caches(backend->state, launches, n);
 	start = kgen_now_ms();
 	call_kernels(launches, n);
 	if (ms)
@@ -497,6 +570,9 @@ int kgen_cpu_open(kgen_backend *backend, kgen_error *err)
 	remove_stale_dirs();
 	snprintf(cpu->dir, sizeof(cpu->dir), "/tmp/tuned-cpu-%d-XXXXXX", (int)getpid());
 	cpu->flush_bytes = flush_size();
+#if defined(__x86_64__)
+	cpu->clflushopt = has_clflushopt();
+#endif
 	if (!mkdtemp(cpu->dir) || !(cpu->flush = kgen_host_buffer(cpu->flush_bytes))) {
 		free(cpu->flush);
 		free(cpu);

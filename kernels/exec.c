@@ -15,6 +15,7 @@ struct kgen_program {
 	void **modules;
 	kgen_launch *launches;
 	void **buffers;
+	size_t *bytes;      /* each buffer's size */
 	void *sync_area;    /* cuda plans with sync: semaphores, counters, flags */
 	unsigned iteration; /* runs of the whole plan, for the semaphores */
 };
@@ -81,6 +82,7 @@ static int alloc_scratch(kgen_program *prog, int k, kgen_error *err)
 		return KGEN_OK;
 	if (!(zeros = calloc(1, zeroed)))
 		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
+	prog->launches[k].scratch_bytes = bytes;
 	rc = prog->backend->ops->alloc(prog->backend, bytes, &prog->launches[k].scratch, err);
 	if (rc == KGEN_OK)
 		rc = prog->backend->ops->upload(prog->backend, prog->launches[k].scratch, zeros,
@@ -109,6 +111,7 @@ static int build_kernel(kgen_program *prog, int k, const char *const *sources,
 	launch->name = kernel->name;
 	launch->library = kernel->schedule.library;
 	launch->tensors = prog->buffers;
+	launch->bytes = prog->bytes;
 	launch->ntensors = prog->graph->ntensors;
 	kgen_cuda_launch_shape(prog->graph, kernel, &launch->blocks,
 			       &launch->threads);
@@ -120,10 +123,11 @@ static int alloc_buffers(kgen_program *prog, kgen_error *err)
 	const sched_graph *g = prog->graph;
 	int rc = KGEN_OK;
 
-	for (int t = 0; t < g->ntensors && rc == KGEN_OK; t++)
-		rc = prog->backend->ops->alloc(prog->backend,
-					       tensor_bytes(&g->tensors[t]),
+	for (int t = 0; t < g->ntensors && rc == KGEN_OK; t++) {
+		prog->bytes[t] = tensor_bytes(&g->tensors[t]);
+		rc = prog->backend->ops->alloc(prog->backend, prog->bytes[t],
 					       &prog->buffers[t], err);
+	}
 	return rc;
 }
 
@@ -244,8 +248,9 @@ int kgen_program_build(kgen_backend *backend, const sched_graph *graph,
 		*prog = (kgen_program){backend, graph, plan,
 				       calloc(plan->nkernels, sizeof(void *)),
 				       calloc(plan->nkernels, sizeof(kgen_launch)),
-				       calloc(graph->ntensors, sizeof(void *)), NULL, 0};
-	if (!prog || !prog->modules || !prog->launches || !prog->buffers) {
+				       calloc(graph->ntensors, sizeof(void *)),
+				       calloc(graph->ntensors, sizeof(size_t)), NULL, 0};
+	if (!prog || !prog->modules || !prog->launches || !prog->buffers || !prog->bytes) {
 		kgen_program_free(prog);
 		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
 	}
@@ -304,6 +309,7 @@ void kgen_program_free(kgen_program *prog)
 	free(prog->modules);
 	free(prog->launches);
 	free(prog->buffers);
+	free(prog->bytes);
 	free(prog);
 }
 

@@ -107,7 +107,9 @@ typedef struct kgen_launch {
 	unsigned blocks, threads;
 	int ntensors;
 	void **tensors;
+	const size_t *bytes; /* each tensor's size, or NULL: not known */
 	void *scratch;
+	size_t scratch_bytes;
 	kgen_launch_sync sync;
 } kgen_launch;
 
