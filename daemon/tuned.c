@@ -202,6 +202,9 @@ static int start(tuned_daemon *d)
 		tuned_log(TUNED_ERROR, "cannot start the worker threads");
 		return -1;
 	}
+	/* before the socket appears: a SIGTERM from whoever saw it waits for
+	 * the loop, instead of killing the daemon (exit 143) while it starts */
+	start_signals(d);
 	if (tuned_server_listen(d, why, sizeof(why)) < 0) {
 		tuned_log(TUNED_ERROR, "cannot listen on '%s': %s", d->options.socket_path,
 			  why);
@@ -210,7 +213,6 @@ static int start(tuned_daemon *d)
 	resume_jobs(d);
 	tuned_fleet_start(d);
 	tuned_listen_start(d);
-	start_signals(d);
 	start_watchdog(d);
 	return 0;
 }
