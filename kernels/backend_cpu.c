@@ -51,7 +51,7 @@ typedef struct cpu_state {
 	int compiled;     /* a counter for file names */
 	char *flush;      /* the cache flush buffer */
 	size_t flush_bytes;
-	bool clflushopt;  /* whether the plan's bytes can be evicted instead */
+	bool clflushopt; /* whether the plan's bytes can be evicted instead */
 	cpu_module *modules[MAX_MODULES];
 	int nmodules;
 	uint64_t clock;

@@ -245,12 +245,17 @@ int kgen_program_build(kgen_backend *backend, const sched_graph *graph,
 
 	*out = NULL;
 	if (prog)
-		*prog = (kgen_program){backend, graph, plan,
+		*prog = (kgen_program){backend,
+				       graph,
+				       plan,
 				       calloc(plan->nkernels, sizeof(void *)),
 				       calloc(plan->nkernels, sizeof(kgen_launch)),
 				       calloc(graph->ntensors, sizeof(void *)),
-				       calloc(graph->ntensors, sizeof(size_t)), NULL, 0};
-	if (!prog || !prog->modules || !prog->launches || !prog->buffers || !prog->bytes) {
+				       calloc(graph->ntensors, sizeof(size_t)),
+				       NULL,
+				       0};
+	if (!prog || !prog->modules || !prog->launches || !prog->buffers ||
+	    !prog->bytes) {
 		kgen_program_free(prog);
 		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
 	}

@@ -13,6 +13,7 @@
 
 #include "print_int.h"
 
+/* clang-format off */
 static const char c_helpers[] =
 	"#include <math.h>\n"
 	"#include <stdint.h>\n"
@@ -122,6 +123,7 @@ static const char c_helpers[] =
 	"\t    t * (0.0109914f + t * (0.034770322f + t * -0.0107352705f)))))));\n"
 	"\treturn x != x ? x : copysignf(a < 1.0f ? small : 1.0f - kexp(-s) * q, x);\n"
 	"}\n";
+/* clang-format on */
 
 static const char c_f16_builtins[] =
 	"/* KVEC f16 at a time through the cpu's conversion instructions (F16C,\n"
@@ -182,6 +184,7 @@ static void print_f16_vectors(sched_buf *buf)
 	sched_buf_printf(buf, "%s", c_f16_scalar_vectors);
 }
 
+/* clang-format off */
 static const char cuda_helpers[] =
 	"typedef unsigned short f16_t;\n"
 	"typedef unsigned short bf16_t;\n"
@@ -226,9 +229,11 @@ static const char cuda_helpers[] =
 	"__device__ __forceinline__ float kerf(float x) { return erff(x); }\n"
 	"#define KFN __device__ __forceinline__\n"
 	"#define KINF __int_as_float(0x7f800000)\n";
+/* clang-format on */
 
 /* Shared by both: floor division and remainder of indices, and the
  * activation functions, defined as the reference interpreter defines them. */
+/* clang-format off */
 static const char common_helpers[] =
 	"KFN idx_t kfloordiv(idx_t a, idx_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }\n"
 	"KFN idx_t kfloormod(idx_t a, idx_t b) { idx_t r = a % b; return r < 0 ? r + b : r; }\n"
@@ -244,6 +249,7 @@ static const char common_helpers[] =
 	"KFN float ksilu(float x) { return x * ksigmoid(x); }\n"
 	"KFN float kmax(float a, float b) { return b > a ? b : a; }\n"
 	"KFN float kmin_f(float a, float b) { return b < a ? b : a; }\n";
+/* clang-format on */
 
 void kgen_print_helpers(sched_buf *buf, bool cuda, bool wide_indices)
 {
@@ -449,12 +455,21 @@ static void print_number(sched_buf *buf, double num)
 }
 
 static const char *const call_c[SCHED_FUNC_COUNT] = {
-	[SCHED_EXP] = "kexp", [SCHED_LOG] = "logf", [SCHED_SQRT] = "sqrtf",
-	[SCHED_RSQRT] = "krsqrt", [SCHED_TANH] = "ktanh",
-	[SCHED_SIGMOID] = "ksigmoid", [SCHED_RELU] = "krelu",
-	[SCHED_GELU] = "kgelu", [SCHED_GELU_TANH] = "kgelu_tanh",
-	[SCHED_SILU] = "ksilu", [SCHED_ERF] = "kerf", [SCHED_ABS] = "fabsf",
-	[SCHED_MAX2] = "kmax", [SCHED_MIN2] = "kmin_f", [SCHED_POW] = "powf",
+	[SCHED_EXP] = "kexp",
+	[SCHED_LOG] = "logf",
+	[SCHED_SQRT] = "sqrtf",
+	[SCHED_RSQRT] = "krsqrt",
+	[SCHED_TANH] = "ktanh",
+	[SCHED_SIGMOID] = "ksigmoid",
+	[SCHED_RELU] = "krelu",
+	[SCHED_GELU] = "kgelu",
+	[SCHED_GELU_TANH] = "kgelu_tanh",
+	[SCHED_SILU] = "ksilu",
+	[SCHED_ERF] = "kerf",
+	[SCHED_ABS] = "fabsf",
+	[SCHED_MAX2] = "kmax",
+	[SCHED_MIN2] = "kmin_f",
+	[SCHED_POW] = "powf",
 };
 
 static bool is_int_comparison(const sched_node *node)

@@ -299,8 +299,8 @@ static void guard_span(grad_ctx *g, grad_inverse *inv, const char *s, int64_t lo
  * (a < 0), with s = -rest - lo, where the remainder is below n and x in
  * its range; nothing to sum over. False when the row is not of that
  * shape. */
-static bool split_row(grad_ctx *g, equations *eq, grad_inverse *inv,
-		      const sched_op *op, int d)
+static bool split_row(grad_ctx *g, equations *eq, grad_inverse *inv, const sched_op *op,
+		      int d)
 {
 	int x = -1, y = -1, nvars = 0;
 	int64_t num[NCOLS], a, k, n, lo, hi, sign;
@@ -338,13 +338,14 @@ static bool split_row(grad_ctx *g, equations *eq, grad_inverse *inv,
 		s = grad_printf(g, "(%s)", s);
 	rem = grad_printf(g, "%s %% %lld", s, (long long)k);
 	inv->vars[y] = op->vars[y].lo ? grad_printf(g, "(%s + %lld)", rem,
-						    (long long)op->vars[y].lo)
-				      : grad_printf(g, "(%s)", rem);
+						    (long long)op->vars[y].lo) :
+					grad_printf(g, "(%s)", rem);
 	inv->value_vars[y] = inv->vars[y];
 	inv->vars[x] = grad_printf(g, a > 0 ? "(%s / %lld)" : "(-(%s / %lld))", s,
 				   (long long)k);
-	inv->value_vars[x] = grad_printf(g, a > 0 ? "((%s - %s) / %lld)"
-					      : "(-((%s - %s) / %lld))",
+	inv->value_vars[x] = grad_printf(g,
+					 a > 0 ? "((%s - %s) / %lld)" :
+						 "(-((%s - %s) / %lld))",
 					 s, rem, (long long)k);
 	if (n < k)
 		add_guard(g, inv, grad_printf(g, "%s < %lld", rem, (long long)n));

@@ -73,11 +73,13 @@ void sched_node_print(sched_buf *buf, const sched_node *node,
 	case SCHED_NODE_NUM:
 		return print_number(buf, node->num);
 	case SCHED_NODE_VAR:
-		return sched_buf_printf(buf, "%s", (names->value_vars ? names->value_vars
-								 : names->vars)[node->var]);
+		return sched_buf_printf(buf, "%s",
+					(names->value_vars ? names->value_vars :
+							     names->vars)[node->var]);
 	case SCHED_NODE_ACCESS:
 		sched_buf_printf(buf, "%s[", names->tensors[node->tensor]);
-		print_args(buf, node, &(sched_names){names->tensors, names->vars, NULL});
+		print_args(buf, node,
+			   &(sched_names){names->tensors, names->vars, NULL});
 		return sched_buf_printf(buf, "]");
 	case SCHED_NODE_CALL:
 		sched_buf_printf(buf, "%s(", sched_func_name(node->op));

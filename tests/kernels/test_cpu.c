@@ -280,21 +280,29 @@ Test(cpu, timed_runs_evict_the_plan_s_bytes_not_a_cache_sweep)
 {
 	bench b = {0};
 	sched_error serr = {0};
-	kgen_timing timing = {.warmup = 1, .min_runs = 3, .max_runs = 50, .budget_ms = 10};
+	kgen_timing timing = {.warmup = 1,
+			      .min_runs = 3,
+			      .max_runs = 50,
+			      .budget_ms = 10};
 	kgen_time times[2], total;
 	unsigned eax, ebx, ecx, edx;
 
 	if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(ebx >> 23 & 1))
-		cr_skip_test("this cpu has no CLFLUSHOPT: its timed runs sweep the caches");
+		cr_skip_test(
+			"this cpu has no CLFLUSHOPT: its timed runs sweep the caches");
 	open_cpu(&b);
-	cr_assert_eq(load_graph(ODD, OPS("y[i, j] = sum(k) x[i, k] * w[k, j]",
-					 "z[i, j] = max(y[i, j] + b[j], 0)"),
-				&b.graph, &serr), SCHED_OK);
+	cr_assert_eq(load_graph(ODD,
+				OPS("y[i, j] = sum(k) x[i, k] * w[k, j]",
+				    "z[i, j] = max(y[i, j] + b[j], 0)"),
+				&b.graph, &serr),
+		     SCHED_OK);
 	b.plan = kgen_plan_default(b.graph);
 	cr_assert_eq(build_and_verify(&b, NULL, 1), KGEN_OK, "%s", b.err.message);
-	cr_assert_eq(kgen_program_time(b.prog, &timing, times, &total, &b.err), KGEN_OK);
+	cr_assert_eq(kgen_program_time(b.prog, &timing, times, &total, &b.err),
+		     KGEN_OK);
 	for (int k = 0; k < 2; k++)
-		cr_expect_eq(times[k].runs, 50, "kernel %d: %d runs in 10 ms", k, times[k].runs);
+		cr_expect_eq(times[k].runs, 50, "kernel %d: %d runs in 10 ms", k,
+			     times[k].runs);
 	cr_expect_eq(total.runs, 50, "the plan: %d runs in 10 ms", total.runs);
 	close_bench(&b);
 }
@@ -610,11 +618,12 @@ Test(cpu, erf_is_within_3e_7_of_the_true_erf)
 	cr_assert_eq(kgen_program_run(b.prog, host, &b.err), KGEN_OK);
 	for (int i = 0; i < N - 3; i++)
 		if (x[i] != 0)
-			worst = fmax(worst, fabs(y[i] - erf((double)x[i])) / fabs(erf((double)x[i])));
+			worst = fmax(worst, fabs(y[i] - erf((double)x[i])) /
+						    fabs(erf((double)x[i])));
 	cr_expect_lt(worst, 3e-7, "relative error %g", worst);
 	cr_expect(isnan(y[N - 3]), "erf(NaN) = %g", y[N - 3]);
-	cr_expect(y[N - 2] == 1.0f && y[N - 1] == -1.0f, "erf(+-inf) = %g, %g", y[N - 2],
-		  y[N - 1]);
+	cr_expect(y[N - 2] == 1.0f && y[N - 1] == -1.0f, "erf(+-inf) = %g, %g",
+		  y[N - 2], y[N - 1]);
 	free(x);
 	free(y);
 	close_bench(&b);

@@ -543,8 +543,8 @@ Test(grad, a_merged_index_solves_as_quotient_and_remainder)
 	free(json);
 	sched_graph_free(g);
 	check_graph(tensors, ops, "x", -1, 1);
-	check_graph("x f32 12 in; y f32 2,3 out", OPS("y[h, d] = exp(x[5 * h + d + 1])"),
-		    "x", -1, 1);
+	check_graph("x f32 12 in; y f32 2,3 out",
+		    OPS("y[h, d] = exp(x[5 * h + d + 1])"), "x", -1, 1);
 	check_graph("x f32 9 in; y f32 2,4 out", OPS("y[h, d] = x[8 - 4 * h - d] * d"),
 		    "x", -1, 1);
 	check_graph("x f32 3,11 in; y f32 3,4 out",
