@@ -7,8 +7,10 @@
  * With a shared folder (kgen_backend_share), objects are named by the
  * SHA-256 of their source, <sha>.so, looked for there before compiling and
  * left there after.
- * Before each timed run a buffer twice the size of the last-level cache
- * (8 to 64 MiB) is written, so that every run starts from cold caches.
+ * Before each timed run the plan's own bytes are evicted from the caches
+ * (CLFLUSHOPT, where the cpu has it and they are fewer than the sweep's),
+ * or else a buffer twice the size of the last-level cache (8 to 64 MiB)
+ * is written, so that every run starts from cold caches.
  */
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -374,6 +376,7 @@ static bool has_clflushopt(void)
 	return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b >> 23 & 1);
 }
 
+/* The lines of [start, start + bytes) out of every cache level. */
 __attribute__((target("clflushopt"))) static void evict(const void *start, size_t bytes)
 {
 	for (size_t i = 0; i < bytes; i += 64)

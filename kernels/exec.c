@@ -245,15 +245,15 @@ int kgen_program_build(kgen_backend *backend, const sched_graph *graph,
 
 	*out = NULL;
 	if (prog)
-		*prog = (kgen_program){backend,
-				       graph,
-				       plan,
-				       calloc(plan->nkernels, sizeof(void *)),
-				       calloc(plan->nkernels, sizeof(kgen_launch)),
-				       calloc(graph->ntensors, sizeof(void *)),
-				       calloc(graph->ntensors, sizeof(size_t)),
-				       NULL,
-				       0};
+		*prog = (kgen_program){
+			.backend = backend,
+			.graph = graph,
+			.plan = plan,
+			.modules = calloc(plan->nkernels, sizeof(void *)),
+			.launches = calloc(plan->nkernels, sizeof(kgen_launch)),
+			.buffers = calloc(graph->ntensors, sizeof(void *)),
+			.bytes = calloc(graph->ntensors, sizeof(size_t)),
+		};
 	if (!prog || !prog->modules || !prog->launches || !prog->buffers ||
 	    !prog->bytes) {
 		kgen_program_free(prog);

@@ -5,12 +5,14 @@
  * equals j's coordinate. Each dim is an equation over the op's variables,
  * j and, for an index divided by or taken modulo a constant k, a new
  * variable (the remainder of inner / k = j, the quotient of inner % k = j).
- * Gauss-Jordan elimination solves one op variable per equation where it
- * can (a coefficient of 1 or -1, or any coefficient for a variable no
- * other equation has, with a divisibility guard); the variables left are
- * summed over, equations left without a variable become guards, and each
- * solved variable is guarded to its range where the ranges of what it is
- * solved in do not keep it there.
+ * An equation of two op variables merged into one index (x[h * 16 + d],
+ * d's range at most h's coefficient) is solved first, as the quotient and
+ * remainder of j. Gauss-Jordan elimination solves one op variable per
+ * equation where it can (a coefficient of 1 or -1, or any coefficient for
+ * a variable no other equation has, with a divisibility guard); the
+ * variables left are summed over, equations left without a variable
+ * become guards, and each solved variable is guarded to its range where
+ * the ranges of what it is solved in do not keep it there.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -293,6 +295,28 @@ static void guard_span(grad_ctx *g, grad_inverse *inv, const char *s, int64_t lo
 		add_guard(g, inv, grad_printf(g, "%s < %lld", s, (long long)to));
 }
 
+/* Whether row d's op variables are two unsolved ones in no other row, *y
+ * of coefficient 1 or -1 and *x of another. */
+static bool split_pair(const equations *eq, const grad_inverse *inv, const sched_op *op,
+		       int d, int *x, int *y)
+{
+	int nvars = 0;
+
+	*x = *y = -1;
+	for (int v = 0; v < op->nvars; v++) {
+		int64_t c = eq->row[d][v];
+
+		if (!c)
+			continue;
+		nvars++;
+		if (inv->solved[v] || !only_in_row(eq, d, v) ||
+		    ((c == 1 || c == -1) && *y >= 0))
+			return false;
+		*(c == 1 || c == -1 ? y : x) = v;
+	}
+	return nvars == 2 && *x >= 0 && *y >= 0;
+}
+
 /* Row d as y + a x + rest = 0, x and y in no other row, y over [lo, lo +
  * n) with n <= |a| (heads merged, x[s, h * 16 + d]): one point solves
  * it, y = lo + s % |a| and x = s / a rounded down (a > 0) or -(s / |a|)
@@ -302,26 +326,11 @@ static void guard_span(grad_ctx *g, grad_inverse *inv, const char *s, int64_t lo
 static bool split_row(grad_ctx *g, equations *eq, grad_inverse *inv, const sched_op *op,
 		      int d)
 {
-	int x = -1, y = -1, nvars = 0;
+	int x, y;
 	int64_t num[NCOLS], a, k, n, lo, hi, sign;
 	const char *s, *rem;
 
-	for (int v = 0; v < op->nvars; v++) {
-		int64_t c = eq->row[d][v];
-
-		if (!c)
-			continue;
-		nvars++;
-		if (inv->solved[v] || !only_in_row(eq, d, v))
-			return false;
-		if ((c == 1 || c == -1) && y >= 0)
-			return false;
-		if (c == 1 || c == -1)
-			y = v;
-		else
-			x = v;
-	}
-	if (nvars != 2 || x < 0 || y < 0)
+	if (!split_pair(eq, inv, op, d, &x, &y))
 		return false;
 	sign = eq->row[d][y];
 	a = sign * eq->row[d][x];

@@ -547,6 +547,8 @@ Test(grad, a_merged_index_solves_as_quotient_and_remainder)
 		    OPS("y[h, d] = exp(x[5 * h + d + 1])"), "x", -1, 1);
 	check_graph("x f32 9 in; y f32 2,4 out", OPS("y[h, d] = x[8 - 4 * h - d] * d"),
 		    "x", -1, 1);
+	check_graph("x f32 8 in; y f32 2,4 out", OPS("y[h, d] = x[4 * h - d + 3] * h"),
+		    "x", -1, 1);
 	check_graph("x f32 3,11 in; y f32 3,4 out",
 		    OPS("y[i, j] = sum(h in 1:3, d in 2:5) x[i, 3 * h + d] * (h + d)"),
 		    "x", -1, 1);
