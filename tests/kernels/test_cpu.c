@@ -557,76 +557,59 @@ Test(cpu, exp_is_within_2e_7_of_the_true_exp)
 	close_bench(&b);
 }
 
-/* The generated tanh (ktanh: kexp and a polynomial near 0, which
- * vectorize) within 1e-6 of tanh in double over [-20, 20] in steps of
- * 2^-10 and at small values down to 1e-30; NaN kept, infinities give 1. */
-Test(cpu, tanh_is_within_1e_6_of_the_true_tanh)
+/* The generated "name" (its C function "call") within "tolerance" of
+ * "exact" in double over [-half, half] in steps of 1 / per_unit and at
+ * small values down to 1e-30, relative; NaN kept, infinities give +-1
+ * (tanh and erf: odd functions that tend to 1). */
+static void expect_odd_saturating(const char *name, const char *call,
+				  double (*exact)(double), int half, int per_unit,
+				  double tolerance)
 {
-	enum { STEPS = 40 * 1024 + 1, SMALL = 60, N = STEPS + SMALL + 3 };
+	const int steps = 2 * half * per_unit + 1, small = 60, n = steps + small + 3;
 	bench b = {0};
-	float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
+	float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
 	void *host[2] = {x, y};
-	char tensors[64];
+	char tensors[64], op[64];
 	double worst = 0;
 
 	open_cpu(&b);
-	snprintf(tensors, sizeof(tensors), "x f32 %d in; y f32 %d out", N, N);
-	build_one_op(&b, tensors, "y[i] = tanh(x[i])");
-	for (int i = 0; i < STEPS; i++)
-		x[i] = -20.0f + i / 1024.0f;
-	for (int i = 0; i < SMALL; i++)
-		x[STEPS + i] = (i % 2 ? -1.0f : 1.0f) * powf(10.0f, -(float)(i / 2));
-	x[N - 3] = NAN;
-	x[N - 2] = INFINITY;
-	x[N - 1] = -INFINITY;
+	snprintf(tensors, sizeof(tensors), "x f32 %d in; y f32 %d out", n, n);
+	snprintf(op, sizeof(op), "y[i] = %s(x[i])", name);
+	build_one_op(&b, tensors, op);
+	expect_source_has(&b, 0, call);
+	for (int i = 0; i < steps; i++)
+		x[i] = (float)-half + (float)i / (float)per_unit;
+	for (int i = 0; i < small; i++)
+		x[steps + i] = (i % 2 ? -1.0f : 1.0f) * powf(10.0f, -(float)(i / 2));
+	x[n - 3] = NAN;
+	x[n - 2] = INFINITY;
+	x[n - 1] = -INFINITY;
 	cr_assert_eq(kgen_program_run(b.prog, host, &b.err), KGEN_OK);
-	for (int i = 0; i < N - 3; i++)
+	for (int i = 0; i < n - 3; i++)
 		if (x[i] != 0)
-			worst = fmax(worst, fabs(y[i] - tanh((double)x[i])) / fabs(tanh((double)x[i])));
-	cr_expect_lt(worst, 1e-6, "relative error %g", worst);
-	cr_expect(isnan(y[N - 3]), "tanh(NaN) = %g", y[N - 3]);
-	cr_expect(y[N - 2] == 1.0f && y[N - 1] == -1.0f, "tanh(+-inf) = %g, %g", y[N - 2],
-		  y[N - 1]);
+			worst = fmax(worst,
+				     fabs(y[i] - exact(x[i])) / fabs(exact(x[i])));
+	cr_expect_lt(worst, tolerance, "%s: relative error %g", name, worst);
+	cr_expect(isnan(y[n - 3]), "%s(NaN) = %g", name, y[n - 3]);
+	cr_expect(y[n - 2] == 1.0f && y[n - 1] == -1.0f, "%s(+-inf) = %g, %g", name,
+		  y[n - 2], y[n - 1]);
 	free(x);
 	free(y);
 	close_bench(&b);
 }
 
+/* The generated tanh (ktanh: kexp and a polynomial near 0, which
+ * vectorize) within 1e-6 of tanh over [-20, 20] in steps of 2^-10. */
+Test(cpu, tanh_is_within_1e_6_of_the_true_tanh)
+{
+	expect_odd_saturating("tanh", "ktanh(", tanh, 20, 1024, 1e-6);
+}
+
 /* The generated erf (kerf: polynomials and kexp, which vectorize) within
- * 3e-7 of erf in double over [-6, 6] in steps of 2^-12, and at small
- * values down to 1e-30; NaN kept, infinities give 1. */
+ * 3e-7 of erf over [-6, 6] in steps of 2^-12. */
 Test(cpu, erf_is_within_3e_7_of_the_true_erf)
 {
-	enum { STEPS = 12 * 4096 + 1, SMALL = 60, N = STEPS + SMALL + 3 };
-	bench b = {0};
-	float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
-	void *host[2] = {x, y};
-	char tensors[64];
-	double worst = 0;
-
-	open_cpu(&b);
-	snprintf(tensors, sizeof(tensors), "x f32 %d in; y f32 %d out", N, N);
-	build_one_op(&b, tensors, "y[i] = erf(x[i])");
-	expect_source_has(&b, 0, "kerf(");
-	for (int i = 0; i < STEPS; i++)
-		x[i] = -6.0f + i / 4096.0f;
-	for (int i = 0; i < SMALL; i++)
-		x[STEPS + i] = (i % 2 ? -1.0f : 1.0f) * powf(10.0f, -(float)(i / 2));
-	x[N - 3] = NAN;
-	x[N - 2] = INFINITY;
-	x[N - 1] = -INFINITY;
-	cr_assert_eq(kgen_program_run(b.prog, host, &b.err), KGEN_OK);
-	for (int i = 0; i < N - 3; i++)
-		if (x[i] != 0)
-			worst = fmax(worst, fabs(y[i] - erf((double)x[i])) /
-						    fabs(erf((double)x[i])));
-	cr_expect_lt(worst, 3e-7, "relative error %g", worst);
-	cr_expect(isnan(y[N - 3]), "erf(NaN) = %g", y[N - 3]);
-	cr_expect(y[N - 2] == 1.0f && y[N - 1] == -1.0f, "erf(+-inf) = %g, %g",
-		  y[N - 2], y[N - 1]);
-	free(x);
-	free(y);
-	close_bench(&b);
+	expect_odd_saturating("erf", "kerf(", erf, 6, 4096, 3e-7);
 }
 
 /* Kernels compiled once are reused by later programs of the same backend

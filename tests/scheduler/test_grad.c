@@ -495,13 +495,11 @@ Test(grad, floor_division_and_remainder_indices)
 		    OPS("y[h, w] = x[h / 2, w % 3] + x[(h + 1) / 2, (5 - w) / 2]"), "x", -1, 1);
 }
 
-/* A quotient and a remainder of one form and divisor in one read (the
- * heads of attention split apart, x[i, r / 4, r % 4]) solve together,
- * r = 4 j1 + j2: the adjoint reads its one point, summing over none. */
-Test(grad, a_quotient_and_remainder_of_one_form_solve_together)
+/* The backward graph of "tensors" and "ops" with respect to x holds the
+ * op "text" (quoted, as graph.json writes it). */
+static void expect_adjoint_x(const char *tensors, const char *const *ops,
+			     const char *text)
 {
-	const char *tensors = "x f32 2,3,4 in; y f32 2,12 out";
-	const char *const *ops = OPS("y[i, r] = x[i, r / 4, r % 4] * 2");
 	const char *wrt[] = {"x"};
 	sched_graph *g;
 	sched_error err = {0};
@@ -510,10 +508,21 @@ Test(grad, a_quotient_and_remainder_of_one_form_solve_together)
 	cr_assert_eq(load_graph(tensors, ops, &g, &err), SCHED_OK, "%s", err.message);
 	cr_assert_eq(sched_graph_grad(g, wrt, 1, &json, &err), SCHED_OK, "%s",
 		     err.message);
-	cr_expect(strstr(json, "\"d_x[i0, i1, i2] = d_y[i0, (4 * i1 + i2)] * 2\""),
-		  "%s", json);
+	cr_expect(strstr(json, text), "%s", json);
 	free(json);
 	sched_graph_free(g);
+}
+
+/* A quotient and a remainder of one form and divisor in one read (the
+ * heads of attention split apart, x[i, r / 4, r % 4]) solve together,
+ * r = 4 j1 + j2: the adjoint reads its one point, summing over none. */
+Test(grad, a_quotient_and_remainder_of_one_form_solve_together)
+{
+	const char *tensors = "x f32 2,3,4 in; y f32 2,12 out";
+	const char *const *ops = OPS("y[i, r] = x[i, r / 4, r % 4] * 2");
+
+	expect_adjoint_x(tensors, ops,
+			 "\"d_x[i0, i1, i2] = d_y[i0, (4 * i1 + i2)] * 2\"");
 	check_graph(tensors, ops, "x", -1, 1);
 	check_graph("x f32 5,4 in; y f32 10 out",
 		    OPS("y[r] = exp(x[r / 3 + 1, r % 3 + 1])"), "x", -1, 1);
@@ -530,18 +539,9 @@ Test(grad, a_merged_index_solves_as_quotient_and_remainder)
 {
 	const char *tensors = "x f32 2,8 in; y f32 2,2,4 out";
 	const char *const *ops = OPS("y[i, h, d] = x[i, h * 4 + d] * 2");
-	const char *wrt[] = {"x"};
-	sched_graph *g;
-	sched_error err = {0};
-	char *json;
 
-	cr_assert_eq(load_graph(tensors, ops, &g, &err), SCHED_OK, "%s", err.message);
-	cr_assert_eq(sched_graph_grad(g, wrt, 1, &json, &err), SCHED_OK, "%s",
-		     err.message);
-	cr_expect(strstr(json, "\"d_x[i0, i1] = d_y[i0, (i1 / 4), (i1 % 4)] * 2\""),
-		  "%s", json);
-	free(json);
-	sched_graph_free(g);
+	expect_adjoint_x(tensors, ops,
+			 "\"d_x[i0, i1] = d_y[i0, (i1 / 4), (i1 % 4)] * 2\"");
 	check_graph(tensors, ops, "x", -1, 1);
 	check_graph("x f32 12 in; y f32 2,3 out",
 		    OPS("y[h, d] = exp(x[5 * h + d + 1])"), "x", -1, 1);
