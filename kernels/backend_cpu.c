@@ -3,7 +3,12 @@
  * shared object that is dlopen'd; timed with the monotonic clock.
  *
  * The compiler is $CC, or cc: cc -O3 -march=native -fno-math-errno -fopenmp
- * -shared -fPIC (no errno: sqrt and the like vectorize; results do not change).
+ * -shared -fPIC (no errno: sqrt and the like vectorize; results do not change),
+ * and on x86-64 -mprefer-vector-width=512: with AVX-512, KVEC is 16 floats
+ * and the f16 conversions are 512 bits wide, and loops GCC vectorized in
+ * 256 bits (its default there) passed their vectors to them through the
+ * stack, where a 512-bit load of two 256-bit stores stalls (a softmax
+ * kernel ran 2.5 times slower). Without AVX-512 the flag changes nothing.
  * With a shared folder (kgen_backend_share), objects are named by the
  * SHA-256 of their source, <sha>.so, looked for there before compiling and
  * left there after.
@@ -155,6 +160,9 @@ static int compile_object(cpu_state *cpu, const char *source, const char *entry,
 			  const char *obj, kgen_error *err)
 {
 	const char *const command[] = {compiler(), "-O3", "-march=native", "-fno-math-errno",
+#if defined(__x86_64__)
+				       "-mprefer-vector-width=512",
+#endif
 				       "-fopenmp", "-shared", "-fPIC", NULL};
 
 	return kgen_compile_shared(command, cpu->dir, cpu->compiled++, ".c", source, entry,
