@@ -45,6 +45,39 @@ static bool accepts(const char *path)
 	return ok;
 }
 
+/* The daemons this process started, killed when it exits: a test that
+ * fails an assertion returns without stopping its daemon, which would
+ * then hold meson's output open until its time limit. */
+#define MAX_STARTED 32
+static pid_t started[MAX_STARTED];
+
+/* Kills each started daemon still running; waitpid tells those apart
+ * from pids already reaped (and maybe reused), which are not children. */
+static void kill_started(void)
+{
+	for (int i = 0; i < MAX_STARTED; i++) {
+		int status;
+
+		if (started[i] > 0 && waitpid(started[i], &status, WNOHANG) == 0) {
+			kill(started[i], SIGKILL);
+			waitpid(started[i], &status, 0);
+		}
+	}
+}
+
+static void remember_started(pid_t pid)
+{
+	static bool registered;
+
+	if (!registered)
+		registered = atexit(kill_started) == 0;
+	for (int i = 0; i < MAX_STARTED; i++)
+		if (started[i] <= 0) {
+			started[i] = pid;
+			return;
+		}
+}
+
 /* Starts tuned on the fixture's socket, cache and log with "extra". */
 static pid_t spawn_tuned(const fixture *f, const char *const *extra)
 {
@@ -58,6 +91,7 @@ static pid_t spawn_tuned(const fixture *f, const char *const *extra)
 	argv[n] = NULL;
 	cr_assert_eq(posix_spawn(&pid, argv[0], NULL, NULL, (char **)argv, environ), 0,
 		     "cannot start %s", argv[0]);
+	remember_started(pid);
 	return pid;
 }
 
