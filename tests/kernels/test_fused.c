@@ -492,7 +492,8 @@ static void expect_random(unsigned first)
 	random_run run = verify_random(first, last);
 
 	cr_log_info("random graphs %u to %u: %d fused plans accepted, %d graphs "
-		    "left out", first, last, run.plans, run.skipped);
+		    "left out",
+		    first, last, run.plans, run.skipped);
 	cr_expect_geq(run.plans, min_plans, "only %d fused plans accepted", run.plans);
 	cr_expect_leq(run.skipped, MAX_RANDOM_SKIPPED, "%d graphs left out",
 		      run.skipped);
