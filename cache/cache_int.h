@@ -253,6 +253,51 @@ int cache_jobs_check(const cache_job *jobs, int n, int keep_finished,
 int cache_device_id(cache *c, const char *signature, int64_t now,
 		    int64_t *id, cache_error *err);
 
+/* A row of table plans: one version of (graph, device, codegen), its
+ * texts canonical. write.c and pg_write.c insert it, for a publish
+ * (cache_version_row_of: the row of a plan published at "now") and for
+ * an import; "what" begins the message of a failure. */
+typedef struct cache_version_row {
+	const char *graph, *codegen, *found_by;
+	int64_t device; /* its row in devices */
+	int version;
+	int64_t created_at;
+	const char *plan, *sources, *launch; /* launch may be NULL */
+	const unsigned char *binaries;       /* NULL: none */
+	size_t binaries_len;
+	double median_ms, spread_ms; /* NaN: unknown */
+} cache_version_row;
+
+cache_version_row cache_version_row_of(const cache_plan *p, const plan_texts *t,
+				       int64_t device, int version, int64_t now);
+int cache_insert_version(cache *c, const cache_version_row *row, const char *what,
+			 cache_error *err);
+
+/* transfer.c: cache_import_graph on both engines, each engine's
+ * statements behind a store (SQLite's in transfer.c, PostgreSQL's in
+ * pg_transfer.c), all in one write transaction of "begin" and "end". */
+typedef struct cache_import_store {
+	int (*begin)(cache *, cache_error *);
+	int (*end)(cache *, int rc, cache_error *);
+	int (*device_id)(cache *, const char *signature, int64_t now, int64_t *id,
+			 cache_error *);
+	/* The graph of an entry: new, or known with the same canonical text
+	 * (then used now, and given the graph.json if it had none). */
+	int (*put_graph)(cache *, const char *key, const char *canonical,
+			 const char *name, const char *graph, cache_error *);
+	/* The newest version of (key, device, codegen): its number (0: none)
+	 * and median (NaN: unknown). */
+	int (*newest_version)(cache *, const char *key, int64_t device,
+			      const char *codegen, int *version, double *median_ms,
+			      cache_error *);
+	/* "signature": the device of row->device */
+	int (*insert_version)(cache *, const char *signature,
+			      const cache_version_row *row, cache_error *);
+} cache_import_store;
+
+int cache_import_entry(cache *c, const cache_import_store *store, json_t *entry,
+		       const char *canonical, json_t **out, cache_error *err);
+
 /* checksum.c: plan_checksum(plan, sources, launch) in SQL on "db" */
 int cache_add_functions(sqlite3 *db, cache_error *err);
 /* The checksum of the three texts ("launch" may be NULL) into "hex", 64
@@ -359,7 +404,13 @@ int pg_new_job_id(cache *c, int64_t *id, cache_error *err);
  * "version" of plan "p", sent at its commit. */
 int pg_notify_version(cache *c, const cache_plan *p, int version, cache_error *err);
 
-/* pg_write.c: the row of device "signature", added when new. */
+/* pg_write.c: cache_insert_version's; graph "key" put (cache_put_graph's
+ * work, its graph.json given when "graph_json" is not NULL and it had
+ * none); the row of device "signature", added when new. */
+int pg_insert_version(cache *c, const cache_version_row *row, const char *what,
+		      cache_error *err);
+int pg_put_graph(cache *c, const char *key, const char *canonical, const char *name,
+		 const char *graph_json, const char *what, cache_error *err);
 int pg_device_id(cache *c, const char *signature, int64_t now, int64_t *id,
 		 cache_error *err);
 

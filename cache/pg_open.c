@@ -246,27 +246,5 @@ void cache_pg_close(cache *c)
 	cache_free(c);
 }
 
-/* What the PostgreSQL engine does not do yet: refused, after the checks
- * every write makes. */
-static int not_yet(cache *c, const char *function, cache_error *err)
-{
-	int rc = cache_check_owner(c, function, err);
-
-	if (rc)
-		return rc;
-	cache_set_error(err, CACHE_EINVAL, "%s is not yet on PostgreSQL: use a "
-			"SQLite cache (a file path) for it", function);
-	return CACHE_EINVAL;
-}
-
-int cache_pg_import_graph(cache *c, json_t *entry, const char *canonical,
-			  json_t **out, cache_error *err)
-{
-	(void)entry;
-	(void)canonical;
-	*out = NULL;
-	return not_yet(c, "cache_import_graph", err);
-}
-
 const cache_engine cache_pg_engine = {.name = "PostgreSQL",
 				      CACHE_ENGINE_ALL_OPS(CACHE_PG_ENTRY)};

@@ -1,10 +1,14 @@
 /*
- * pg_prune.c: keeping a PostgreSQL cache small, by age, as prune.c does
- * for SQLite: one write transaction deletes everything created before the
- * limit, the graphs not used since (with all they hold), then the devices
- * nothing refers to. Pruning by size is not yet on PostgreSQL: the
- * server gives freed space back when it vacuums, not at the delete, so
- * "until the data fits" needs another measure than SQLite's pages.
+ * pg_prune.c: keeping a PostgreSQL cache small, as prune.c does for
+ * SQLite: one write transaction deletes by age (everything created
+ * before the limit, the graphs not used since, with all they hold), then
+ * by size, then the devices nothing refers to.
+ *
+ * The size is the bytes of the rows as the server stores them
+ * (pg_column_size: compressed and out-of-line values at their stored
+ * size), read inside the transaction. It falls with every row deleted;
+ * the server's files do not (it reuses the space for new rows, and gives
+ * it back when it vacuums), so SQLite's pages are no measure here.
  */
 #include <libpq-fe.h>
 
@@ -18,23 +22,61 @@ static const char *const age_steps[] = {
 	"DELETE FROM graphs WHERE last_used < $1",
 };
 
-/* Rows per table, in the order of cache_prune_stats, and the database's
- * size. */
-static int count_rows(cache *c, int64_t rows[5], int64_t *bytes,
-		      cache_error *err)
+/* As prune.c's: each deletes a little, oldest first, and is repeated
+ * until the data fits or it deletes nothing. */
+static const char *const size_steps[] = {
+	/* trials: a sixteenth of them, at least 16 */
+	"DELETE FROM trials WHERE id IN (SELECT id FROM trials ORDER BY id "
+	"LIMIT greatest(16, (SELECT count(*) FROM trials) / 16))",
+	/* one plan version that is not the latest of its key */
+	"DELETE FROM plans WHERE id = (SELECT p.id FROM plans p WHERE "
+	"p.version < (SELECT max(q.version) FROM plans q WHERE q.graph = "
+	"p.graph AND q.device = p.device AND q.codegen = p.codegen) ORDER BY "
+	"p.id LIMIT 1)",
+	/* the least recently used graph, with its plans, trials, quarantine
+	 * and pins */
+	"DELETE FROM graphs WHERE key = (SELECT key FROM graphs ORDER BY "
+	"last_used, first_seen, key LIMIT 1)",
+};
+
+/* Rows per table, in the order of cache_prune_stats. */
+static int count_rows(cache *c, int64_t rows[5], cache_error *err)
 {
 	PGresult *res = NULL;
 	int rc;
 
-	rc = pg_run(c, c->pg_writer, "SELECT (SELECT count(*) FROM trials), "
+	rc = pg_run(c, c->pg_writer,
+		    "SELECT (SELECT count(*) FROM trials), "
 		    "(SELECT count(*) FROM plans), (SELECT count(*) FROM graphs), "
 		    "(SELECT count(*) FROM quarantine), (SELECT count(*) FROM "
-		    "devices), pg_database_size(current_database())", NULL, &res,
-		    "cannot prune the cache", err);
+		    "devices)",
+		    NULL, &res, "cannot prune the cache", err);
 	for (int i = 0; rc == 0 && i < 5; i++)
 		rows[i] = pg_int_at(res, 0, i);
+	PQclear(res);
+	return rc;
+}
+
+/* The bytes of the rows a prune deletes (pins go with their graphs). */
+static const char data_bytes_sql[] =
+	"SELECT sum(bytes) FROM ("
+	" SELECT coalesce(sum(pg_column_size(t.*)), 0) AS bytes FROM trials t"
+	" UNION ALL SELECT coalesce(sum(pg_column_size(p.*)), 0) FROM plans p"
+	" UNION ALL SELECT coalesce(sum(pg_column_size(g.*)), 0) FROM graphs g"
+	" UNION ALL SELECT coalesce(sum(pg_column_size(q.*)), 0) FROM quarantine q"
+	" UNION ALL SELECT coalesce(sum(pg_column_size(d.*)), 0) FROM devices d"
+	" UNION ALL SELECT coalesce(sum(pg_column_size(r.*)), 0) FROM pins r"
+	") AS tables";
+
+static int data_bytes(cache *c, int64_t *bytes, cache_error *err)
+{
+	PGresult *res = NULL;
+	int rc;
+
+	rc = pg_run(c, c->pg_writer, data_bytes_sql, NULL, &res,
+		    "cannot prune the cache", err);
 	if (rc == 0)
-		*bytes = pg_int_at(res, 0, 5);
+		*bytes = pg_int_at(res, 0, 0);
 	PQclear(res);
 	return rc;
 }
@@ -47,26 +89,57 @@ static int prune_age(cache *c, int64_t cutoff, cache_error *err)
 	pg_int(&a, cutoff);
 	for (size_t i = 0; rc >= 0 && i < sizeof(age_steps) / sizeof(*age_steps); i++)
 		rc = pg_change(c, age_steps[i], &a, "cannot prune the cache", err);
-	if (rc >= 0)
-		rc = pg_change(c, "DELETE FROM devices WHERE id NOT IN (SELECT "
-			       "device FROM plans UNION SELECT device FROM trials "
-			       "UNION SELECT device FROM quarantine)", NULL,
-			       "cannot prune the cache", err);
 	return rc < 0 ? rc : 0;
 }
 
+static int delete_unused_devices(cache *c, cache_error *err)
+{
+	int rc = pg_change(c,
+			   "DELETE FROM devices WHERE id NOT IN (SELECT "
+			   "device FROM plans UNION SELECT device FROM trials "
+			   "UNION SELECT device FROM quarantine)",
+			   NULL, "cannot prune the cache", err);
+
+	return rc < 0 ? rc : 0;
+}
+
+static int prune_size(cache *c, int64_t max_bytes, cache_error *err)
+{
+	int64_t used;
+	int changes = 1, rc;
+
+	rc = data_bytes(c, &used, err);
+	for (size_t i = 0; rc == 0 && i < sizeof(size_steps) / sizeof(*size_steps);
+	     i++) {
+		for (changes = 1; rc == 0 && changes > 0 && used > max_bytes;) {
+			changes = pg_change(c, size_steps[i], NULL,
+					    "cannot prune the cache", err);
+			rc = changes < 0 ? changes : data_bytes(c, &used, err);
+		}
+	}
+	return rc;
+}
+
 /* The body of cache_prune, inside its transaction. */
-static int prune(cache *c, int64_t max_age_s, cache_prune_stats *st,
+static int prune(cache *c, int64_t max_age_s, int64_t max_bytes, cache_prune_stats *st,
 		 cache_error *err)
 {
 	int64_t before[5], after[5];
 	int rc;
 
-	rc = count_rows(c, before, &st->bytes_before, err);
+	rc = count_rows(c, before, err);
+	if (rc == 0)
+		rc = data_bytes(c, &st->bytes_before, err);
 	if (rc == 0 && max_age_s > 0)
 		rc = prune_age(c, cache_now(c) - max_age_s, err);
+	if (rc == 0 && max_bytes > 0)
+		rc = prune_size(c, max_bytes, err);
 	if (rc == 0)
-		rc = count_rows(c, after, &st->bytes_after, err);
+		rc = delete_unused_devices(c, err);
+	if (rc == 0)
+		rc = count_rows(c, after, err);
+	if (rc == 0)
+		rc = data_bytes(c, &st->bytes_after, err);
 	if (rc)
 		return rc;
 	st->trials = before[0] - after[0];
@@ -86,16 +159,10 @@ int cache_pg_prune(cache *c, int64_t max_age_s, int64_t max_bytes,
 	rc = cache_prune_check(c, max_age_s, max_bytes, err);
 	if (rc)
 		return rc;
-	if (max_bytes > 0) {
-		cache_set_error(err, CACHE_EINVAL, "cannot prune the cache: "
-				"pruning by size is not yet on PostgreSQL (prune "
-				"by age, or use a SQLite cache)");
-		return CACHE_EINVAL;
-	}
 	rc = pg_begin(c, err);
 	if (rc)
 		return rc;
-	rc = pg_end(c, prune(c, max_age_s, &st, err), err);
+	rc = pg_end(c, prune(c, max_age_s, max_bytes, &st, err), err);
 	if (rc == 0 && stats)
 		*stats = st;
 	return rc;

@@ -63,8 +63,8 @@ int pg_device_id(cache *c, const char *signature, int64_t now, int64_t *id,
 	return rc;
 }
 
-static int put_graph(cache *c, const char *key, const char *canonical,
-		     const char *name, cache_error *err)
+int pg_put_graph(cache *c, const char *key, const char *canonical, const char *name,
+		 const char *graph_json, const char *what, cache_error *err)
 {
 	pg_args a = {0};
 	int rc;
@@ -73,11 +73,14 @@ static int put_graph(cache *c, const char *key, const char *canonical,
 	pg_text(&a, canonical);
 	pg_text(&a, name);
 	pg_int(&a, cache_now(c));
-	rc = pg_change(c, "INSERT INTO graphs (key, canonical, name, first_seen, "
-		       "last_used) VALUES ($1, $2, $3, $4, $4) ON CONFLICT (key) "
-		       "DO UPDATE SET last_used = $4, name = coalesce($3, "
-		       "graphs.name) WHERE graphs.canonical = $2", &a,
-		       "cannot put a graph", err);
+	pg_text(&a, graph_json);
+	rc = pg_change(c,
+		       "INSERT INTO graphs (key, canonical, name, first_seen, "
+		       "last_used, graph) VALUES ($1, $2, $3, $4, $4, $5) ON "
+		       "CONFLICT (key) DO UPDATE SET last_used = $4, name = "
+		       "coalesce($3, graphs.name), graph = coalesce(graphs.graph, "
+		       "$5) WHERE graphs.canonical = $2",
+		       &a, what, err);
 	if (rc == 0) {
 		rc = CACHE_EINVAL;
 		cache_set_error(err, rc, "graph '%s': canonical text differs "
@@ -98,7 +101,10 @@ int cache_pg_put_graph(cache *c, const char *key, const char *canonical,
 		rc = pg_begin(c, err);
 	if (rc)
 		return rc;
-	return pg_end(c, put_graph(c, key, canonical, name, err), err);
+	return pg_end(c,
+		      pg_put_graph(c, key, canonical, name, NULL, "cannot put a graph",
+				   err),
+		      err);
 }
 
 static int insert_trial(cache *c, const cache_trial *t, const char *plan,
@@ -177,37 +183,38 @@ static int read_latest(cache *c, const cache_plan *p, int64_t device,
 	return 0;
 }
 
-static int insert_plan(cache *c, const cache_plan *p, const plan_texts *t,
-		       int64_t device, int version, int64_t now, cache_error *err)
+int pg_insert_version(cache *c, const cache_version_row *row, const char *what,
+		      cache_error *err)
 {
 	char checksum[65];
 	pg_args a = {0};
 
-	if (cache_checksum(t->plan, t->sources, t->launch, checksum) < 0) {
-		cache_set_error(err, CACHE_ENOMEM, "cannot publish: out of memory");
+	if (cache_checksum(row->plan, row->sources, row->launch, checksum) < 0) {
+		cache_set_error(err, CACHE_ENOMEM, "%s: out of memory", what);
 		return CACHE_ENOMEM;
 	}
-	pg_text(&a, p->graph);
-	pg_int(&a, device);
-	pg_text(&a, p->codegen);
-	pg_int(&a, version);
-	pg_text(&a, t->plan);
-	pg_text(&a, t->sources);
-	if (p->binaries)
-		pg_bytes(&a, p->binaries, p->binaries_len);
+	pg_text(&a, row->graph);
+	pg_int(&a, row->device);
+	pg_text(&a, row->codegen);
+	pg_int(&a, row->version);
+	pg_text(&a, row->plan);
+	pg_text(&a, row->sources);
+	if (row->binaries)
+		pg_bytes(&a, row->binaries, row->binaries_len);
 	else
 		pg_text(&a, NULL);
-	pg_text(&a, t->launch);
-	pg_real(&a, p->median_ms);
-	pg_real(&a, p->spread_ms);
-	pg_text(&a, p->found_by);
-	pg_int(&a, now);
+	pg_text(&a, row->launch);
+	pg_real(&a, row->median_ms);
+	pg_real(&a, row->spread_ms);
+	pg_text(&a, row->found_by);
+	pg_int(&a, row->created_at);
 	pg_text(&a, checksum);
-	return pg_run(c, c->pg_writer, "INSERT INTO plans (graph, device, codegen, "
+	return pg_run(c, c->pg_writer,
+		      "INSERT INTO plans (graph, device, codegen, "
 		      "version, plan, sources, binaries, launch, median_ms, "
 		      "spread_ms, found_by, created_at, checksum) VALUES ($1, $2, "
-		      "$3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)", &a, NULL,
-		      "cannot publish a plan", err);
+		      "$3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+		      &a, NULL, what, err);
 }
 
 /* A plan as fast as the latest good version, or slower, is refused. */
@@ -228,7 +235,8 @@ static int publish_locked(cache *c, const cache_plan *p, const plan_texts *t,
 			  int *version, cache_error *err)
 {
 	int64_t now = cache_now(c), device;
-	latest l;
+	latest l = {0, 0, NAN};
+	cache_version_row row;
 	int rc;
 
 	rc = pg_begin(c, err);
@@ -241,8 +249,10 @@ static int publish_locked(cache *c, const cache_plan *p, const plan_texts *t,
 		rc = read_latest(c, p, device, &l, err);
 	if (rc == 0)
 		rc = check_faster(p, &l, err);
-	if (rc == 0)
-		rc = insert_plan(c, p, t, device, l.version + 1, now, err);
+	if (rc == 0) {
+		row = cache_version_row_of(p, t, device, l.version + 1, now);
+		rc = pg_insert_version(c, &row, "cannot publish a plan", err);
+	}
 	if (rc == 0)
 		rc = pg_notify_version(c, p, l.version + 1, err);
 	rc = pg_end(c, rc, err);

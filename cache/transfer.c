@@ -230,7 +230,9 @@ int cache_sqlite_export_graph(__cache_keep cache *c, const char *key,
 	return rc;
 }
 
-/* Import. */
+/* Import: the steps are the same on both engines (cache_import_entry),
+ * each engine's statements behind a cache_import_store; SQLite's are
+ * here, PostgreSQL's in pg_transfer.c. */
 
 /* The fields of one version of an entry, borrowed from its JSON. */
 typedef struct entry_version {
@@ -311,8 +313,8 @@ static int canonical_of(json_t *value, const char *what, bool sources,
 
 /* Puts the graph of an entry: new, or known with the same canonical text
  * (then used now, and given the graph.json if it had none). */
-static int put_entry_graph(cache *c, const char *key, const char *canonical,
-			   const char *name, const char *graph, cache_error *err)
+static int sqlite_put_graph(cache *c, const char *key, const char *canonical,
+			    const char *name, const char *graph, cache_error *err)
 {
 	sqlite3_stmt *stmt = NULL;
 	int rc;
@@ -335,28 +337,6 @@ static int put_entry_graph(cache *c, const char *key, const char *canonical,
 		cache_set_error(err, rc, "graph '%s': canonical text differs "
 				"from the cached one", key);
 	}
-	return rc;
-}
-
-/* Sets *count to the versions the cache has of (key, device, codegen). */
-static int count_versions(cache *c, const char *key, int64_t device,
-			  const char *codegen, int64_t *count, cache_error *err)
-{
-	sqlite3_stmt *stmt = NULL;
-	int rc;
-
-	rc = cache_prepare(c->writer, "SELECT count(*) FROM plans WHERE graph = "
-			   "?1 AND device = ?2 AND codegen = ?3", &stmt, err);
-	if (rc)
-		return rc;
-	cache_bind_text(stmt, 1, key);
-	sqlite3_bind_int64(stmt, 2, device);
-	cache_bind_text(stmt, 3, codegen);
-	rc = sqlite3_step(stmt);
-	*count = rc == SQLITE_ROW ? sqlite3_column_int64(stmt, 0) : 0;
-	rc = rc == SQLITE_ROW ? 0 : cache_db_error(c->writer, rc, err,
-						   "cannot count versions");
-	sqlite3_finalize(stmt);
 	return rc;
 }
 
@@ -396,38 +376,40 @@ static int version_texts_of(const entry_version *v, const char *key,
 	return rc;
 }
 
-static int insert_version(cache *c, const char *key, int64_t device,
-			  const entry_version *v, cache_error *err)
+static int sqlite_insert_version(cache *c, const char *signature,
+				 const cache_version_row *row, cache_error *err)
+{
+	(void)signature;
+	return cache_insert_version(c, row, "cannot import a version", err);
+}
+
+/* Version "v" of the entry, under "version" (the file's number, or the
+ * cache's next), "found_by" and "created_at". */
+static int insert_version(cache *c, const cache_import_store *store, const char *key,
+			  int64_t device, const entry_version *v, cache_error *err)
 {
 	version_texts t = {0};
-	sqlite3_stmt *stmt = NULL;
 	int rc;
 
 	rc = version_texts_of(v, key, &t, err);
 	if (rc == 0)
-		rc = cache_prepare(c->writer, "INSERT INTO plans (graph, device, "
-				   "codegen, version, plan, sources, binaries, "
-				   "launch, median_ms, spread_ms, found_by, "
-				   "created_at, checksum) VALUES (?1, ?2, ?3, ?4, "
-				   "?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
-				   "plan_checksum(?5, ?6, ?8))", &stmt, err);
-	if (rc == 0) {
-		cache_bind_text(stmt, 1, key);
-		sqlite3_bind_int64(stmt, 2, device);
-		cache_bind_text(stmt, 3, v->codegen);
-		sqlite3_bind_int64(stmt, 4, v->version);
-		cache_bind_text(stmt, 5, t.plan);
-		cache_bind_text(stmt, 6, t.sources);
-		if (t.binaries)
-			sqlite3_bind_blob64(stmt, 7, t.binaries,
-					    t.binaries_len, SQLITE_STATIC);
-		cache_bind_text(stmt, 8, t.launch);
-		cache_bind_real(stmt, 9, v->median_ms);
-		cache_bind_real(stmt, 10, v->spread_ms);
-		cache_bind_text(stmt, 11, v->found_by);
-		sqlite3_bind_int64(stmt, 12, v->created_at);
-		rc = cache_run(c->writer, stmt, "cannot import a version", err);
-	}
+		rc = store->insert_version(c, v->device,
+					   &(cache_version_row){
+						   .graph = key,
+						   .device = device,
+						   .codegen = v->codegen,
+						   .version = (int)v->version,
+						   .plan = t.plan,
+						   .sources = t.sources,
+						   .launch = t.launch,
+						   .binaries = t.binaries,
+						   .binaries_len = t.binaries_len,
+						   .median_ms = v->median_ms,
+						   .spread_ms = v->spread_ms,
+						   .found_by = v->found_by,
+						   .created_at = v->created_at,
+					   },
+					   err);
 	version_texts_release(&t);
 	return rc;
 }
@@ -435,30 +417,29 @@ static int insert_version(cache *c, const char *key, int64_t device,
 /* Whether every version of the group "group" (device and codegen) is
  * imported: decided at its first version, by whether the cache has none
  * of it. "decided" maps groups to true or false. */
-static int group_imports(cache *c, const char *key, int64_t device,
-			 const entry_version *v, const char *group,
+static int group_imports(cache *c, const cache_import_store *store, const char *key,
+			 int64_t device, const entry_version *v, const char *group,
 			 json_t *decided, bool *imports, cache_error *err)
 {
 	json_t *known = json_object_get(decided, group);
-	int64_t count = 0;
-	int rc;
+	double median_ms;
+	int newest = 0, rc;
 
 	if (known) {
 		*imports = json_is_true(known);
 		return 0;
 	}
-	rc = count_versions(c, key, device, v->codegen, &count, err);
-	*imports = count == 0;
+	rc = store->newest_version(c, key, device, v->codegen, &newest, &median_ms,
+				   err);
+	*imports = newest == 0;
 	if (rc == 0 && json_object_set_new(decided, group, json_boolean(*imports)))
 		rc = CACHE_ENOMEM;
 	return rc;
 }
 
-/* The newest version the cache has of (key, device, codegen): its number
- * and median (NaN: unknown). */
-static int local_newest(cache *c, const char *key, int64_t device,
-			const char *codegen, int *version, double *median_ms,
-			cache_error *err)
+static int sqlite_newest_version(cache *c, const char *key, int64_t device,
+				 const char *codegen, int *version, double *median_ms,
+				 cache_error *err)
 {
 	sqlite3_stmt *stmt = NULL;
 	int rc;
@@ -474,8 +455,9 @@ static int local_newest(cache *c, const char *key, int64_t device,
 	rc = sqlite3_step(stmt);
 	*version = rc == SQLITE_ROW ? sqlite3_column_int(stmt, 0) : 0;
 	*median_ms = rc == SQLITE_ROW ? cache_column_real(stmt, 1) : NAN;
-	rc = rc == SQLITE_ROW ? 0 : cache_db_error(c->writer, rc, err,
-						   "cannot read a version");
+	rc = rc == SQLITE_ROW || rc == SQLITE_DONE ?
+		     0 :
+		     cache_db_error(c->writer, rc, err, "cannot read a version");
 	sqlite3_finalize(stmt);
 	return rc;
 }
@@ -484,15 +466,15 @@ static int local_newest(cache *c, const char *key, int64_t device,
  * cache's next version when it is faster than the cache's newest (times
  * of one device signature compare); otherwise the group is kept as it
  * is, with the reason in "kept". */
-static int import_if_faster(cache *c, const char *key, int64_t device,
-			    entry_version v, json_t *kept, int *imported,
-			    cache_error *err)
+static int import_if_faster(cache *c, const cache_import_store *store, const char *key,
+			    int64_t device, entry_version v, json_t *kept,
+			    int *imported, cache_error *err)
 {
 	char reason[160], *found_by;
 	double local_ms;
 	int local, rc;
 
-	rc = local_newest(c, key, device, v.codegen, &local, &local_ms, err);
+	rc = store->newest_version(c, key, device, v.codegen, &local, &local_ms, err);
 	if (rc)
 		return rc;
 	if (!(v.median_ms < local_ms) && !(isnan(local_ms) && isfinite(v.median_ms))) {
@@ -508,7 +490,7 @@ static int import_if_faster(cache *c, const char *key, int64_t device,
 	v.found_by = found_by;
 	v.version = local + 1;
 	v.created_at = cache_now(c);
-	rc = insert_version(c, key, device, &v, err);
+	rc = insert_version(c, store, key, device, &v, err);
 	*imported += rc == 0;
 	sqlite3_free(found_by);
 	return rc;
@@ -528,8 +510,9 @@ static int note_newest(json_t *newest, const char *group, json_t *item,
 
 /* Imports the versions of groups the cache lacks as they are, and notes
  * the newest of the others in "newest". */
-static int import_new_groups(cache *c, const char *key, json_t *versions,
-			     json_t *newest, int *imported, cache_error *err)
+static int import_new_groups(cache *c, const cache_import_store *store, const char *key,
+			     json_t *versions, json_t *newest, int *imported,
+			     cache_error *err)
 {
 	json_t *decided = json_object(), *item;
 	char *group = NULL;
@@ -543,14 +526,14 @@ static int import_new_groups(cache *c, const char *key, json_t *versions,
 		if (rc == 0)
 			rc = read_version(item, key, i, &v, err);
 		if (rc == 0)
-			rc = cache_device_id(c, v.device, cache_now(c), &device, err);
+			rc = store->device_id(c, v.device, cache_now(c), &device, err);
 		if (rc == 0 && !(group = sqlite3_mprintf("%s\n%s", v.device, v.codegen)))
 			rc = CACHE_ENOMEM;
 		if (rc == 0)
-			rc = group_imports(c, key, device, &v, group, decided,
+			rc = group_imports(c, store, key, device, &v, group, decided,
 					   &imports, err);
 		if (rc == 0 && imports) {
-			rc = insert_version(c, key, device, &v, err);
+			rc = insert_version(c, store, key, device, &v, err);
 			*imported += rc == 0;
 		} else if (rc == 0) {
 			rc = note_newest(newest, group, item, &v);
@@ -565,8 +548,9 @@ static int import_new_groups(cache *c, const char *key, json_t *versions,
 }
 
 /* The versions of an entry, inside the import's transaction. */
-static int import_versions(cache *c, const char *key, json_t *versions,
-			   json_t *kept, int *imported, cache_error *err)
+static int import_versions(cache *c, const cache_import_store *store, const char *key,
+			   json_t *versions, json_t *kept, int *imported,
+			   cache_error *err)
 {
 	json_t *newest = json_object(), *item;
 	const char *group;
@@ -575,14 +559,15 @@ static int import_versions(cache *c, const char *key, json_t *versions,
 	int rc = newest ? 0 : CACHE_ENOMEM;
 
 	if (rc == 0)
-		rc = import_new_groups(c, key, versions, newest, imported, err);
+		rc = import_new_groups(c, store, key, versions, newest, imported, err);
 	json_object_foreach(newest, group, item) {
 		if (rc == 0)
 			rc = read_version(item, key, 0, &v, err);
 		if (rc == 0)
-			rc = cache_device_id(c, v.device, cache_now(c), &device, err);
+			rc = store->device_id(c, v.device, cache_now(c), &device, err);
 		if (rc == 0)
-			rc = import_if_faster(c, key, device, v, kept, imported, err);
+			rc = import_if_faster(c, store, key, device, v, kept, imported,
+					      err);
 	}
 	json_decref(newest);
 	return rc;
@@ -617,9 +602,8 @@ static int read_entry(json_t *entry, const char **key, const char **graph,
 	return 0;
 }
 
-int cache_sqlite_import_graph(__cache_keep cache *c, __cache_keep json_t *entry,
-		       const char *canonical, __cache_give json_t **out,
-		       cache_error *err)
+int cache_import_entry(cache *c, const cache_import_store *store, json_t *entry,
+		       const char *canonical, json_t **out, cache_error *err)
 {
 	json_t *kept = json_array();
 	const char *key = NULL, *graph = NULL;
@@ -634,14 +618,16 @@ int cache_sqlite_import_graph(__cache_keep cache *c, __cache_keep json_t *entry,
 		rc = kept ? read_entry(entry, &key, &graph, &dumped, err) :
 		     CACHE_ENOMEM;
 	if (rc == 0)
-		rc = cache_begin(c, err);
+		rc = store->begin(c, err);
 	if (rc == 0) {
-		rc = put_entry_graph(c, key, canonical, json_string_value(
-			json_object_get(entry, "name")), graph, err);
+		rc = store->put_graph(c, key, canonical,
+				      json_string_value(json_object_get(entry, "name")),
+				      graph, err);
 		if (rc == 0)
-			rc = import_versions(c, key, json_object_get(entry,
-					     "versions"), kept, &imported, err);
-		rc = cache_end(c, rc, err);
+			rc = import_versions(c, store, key,
+					     json_object_get(entry, "versions"), kept,
+					     &imported, err);
+		rc = store->end(c, rc, err);
 	}
 	if (rc == 0 && !(*out = json_pack("{s:i, s:O}", "versions", imported,
 					  "kept", kept)))
@@ -649,4 +635,20 @@ int cache_sqlite_import_graph(__cache_keep cache *c, __cache_keep json_t *entry,
 	json_decref(kept);
 	cache_json_free(dumped);
 	return rc;
+}
+
+static const cache_import_store sqlite_store = {
+	.begin = cache_begin,
+	.end = cache_end,
+	.device_id = cache_device_id,
+	.put_graph = sqlite_put_graph,
+	.newest_version = sqlite_newest_version,
+	.insert_version = sqlite_insert_version,
+};
+
+int cache_sqlite_import_graph(__cache_keep cache *c, __cache_keep json_t *entry,
+			      const char *canonical, __cache_give json_t **out,
+			      cache_error *err)
+{
+	return cache_import_entry(c, &sqlite_store, entry, canonical, out, err);
 }

@@ -231,11 +231,63 @@ static int next_version(cache *c, const cache_plan *p, int64_t device,
 	return rc;
 }
 
+cache_version_row cache_version_row_of(const cache_plan *p, const plan_texts *t,
+				       int64_t device, int version, int64_t now)
+{
+	return (cache_version_row){
+		.graph = p->graph,
+		.device = device,
+		.codegen = p->codegen,
+		.version = version,
+		.plan = t->plan,
+		.sources = t->sources,
+		.launch = t->launch,
+		.binaries = p->binaries,
+		.binaries_len = p->binaries_len,
+		.median_ms = p->median_ms,
+		.spread_ms = p->spread_ms,
+		.found_by = p->found_by,
+		.created_at = now,
+	};
+}
+
+int cache_insert_version(cache *c, const cache_version_row *row, const char *what,
+			 cache_error *err)
+{
+	sqlite3_stmt *stmt = NULL;
+	int rc;
+
+	rc = cache_prepare(c->writer,
+			   "INSERT INTO plans (graph, device, codegen, "
+			   "version, plan, sources, binaries, launch, median_ms, "
+			   "spread_ms, found_by, created_at, checksum) VALUES (?1, "
+			   "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+			   "plan_checksum(?5, ?6, ?8))",
+			   &stmt, err);
+	if (rc)
+		return rc;
+	cache_bind_text(stmt, 1, row->graph);
+	sqlite3_bind_int64(stmt, 2, row->device);
+	cache_bind_text(stmt, 3, row->codegen);
+	sqlite3_bind_int(stmt, 4, row->version);
+	cache_bind_text(stmt, 5, row->plan);
+	cache_bind_text(stmt, 6, row->sources);
+	if (row->binaries)
+		sqlite3_bind_blob64(stmt, 7, row->binaries, row->binaries_len,
+				    SQLITE_STATIC);
+	cache_bind_text(stmt, 8, row->launch);
+	cache_bind_real(stmt, 9, row->median_ms);
+	cache_bind_real(stmt, 10, row->spread_ms);
+	cache_bind_text(stmt, 11, row->found_by);
+	sqlite3_bind_int64(stmt, 12, row->created_at);
+	return cache_run(c->writer, stmt, what, err);
+}
+
 static int insert_plan(cache *c, const cache_plan *p, const plan_texts *t,
 		       int *version, cache_error *err)
 {
 	int64_t now = cache_now(c), device;
-	sqlite3_stmt *stmt = NULL;
+	cache_version_row row;
 	int rc;
 
 	rc = touch_graph(c, p->graph, now, err);
@@ -243,30 +295,10 @@ static int insert_plan(cache *c, const cache_plan *p, const plan_texts *t,
 		rc = cache_device_id(c, p->device, now, &device, err);
 	if (rc == 0)
 		rc = next_version(c, p, device, version, err);
-	if (rc == 0)
-		rc = cache_prepare(c->writer, "INSERT INTO plans (graph, "
-				   "device, codegen, version, plan, sources, "
-				   "binaries, launch, median_ms, spread_ms, "
-				   "found_by, created_at, checksum) VALUES (?1, "
-				   "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
-				   "plan_checksum(?5, ?6, ?8))", &stmt, err);
 	if (rc)
 		return rc;
-	cache_bind_text(stmt, 1, p->graph);
-	sqlite3_bind_int64(stmt, 2, device);
-	cache_bind_text(stmt, 3, p->codegen);
-	sqlite3_bind_int(stmt, 4, *version);
-	cache_bind_text(stmt, 5, t->plan);
-	cache_bind_text(stmt, 6, t->sources);
-	if (p->binaries)
-		sqlite3_bind_blob64(stmt, 7, p->binaries, p->binaries_len,
-				    SQLITE_STATIC);
-	cache_bind_text(stmt, 8, t->launch);
-	cache_bind_real(stmt, 9, p->median_ms);
-	cache_bind_real(stmt, 10, p->spread_ms);
-	cache_bind_text(stmt, 11, p->found_by);
-	sqlite3_bind_int64(stmt, 12, now);
-	return cache_run(c->writer, stmt, "cannot publish a plan", err);
+	row = cache_version_row_of(p, t, device, *version, now);
+	return cache_insert_version(c, &row, "cannot publish a plan", err);
 }
 
 int cache_sqlite_publish(__cache_keep cache *c, __cache_keep const cache_plan *plan,

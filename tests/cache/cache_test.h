@@ -44,6 +44,10 @@ void fx_teardown(void);
 /* Options with the fixture's clock and log. */
 cache_options fx_options(void);
 
+/* Where a second cache of the test goes: SQLite "<fx.dir>/<name>.db",
+ * or a new database on the test's PostgreSQL server. */
+void fx_other_cache_path(const char *name, char *out, size_t size);
+
 /* Opens fx.path with fx_options; asserts success (0). */
 cache *fx_open(void);
 
@@ -64,6 +68,11 @@ char *make_plan(int kernels, int seed);
  * "source_bytes" of kernel source; returns the version. */
 int publish(cache *c, int n, const char *device, const char *codegen,
 	    int seed, size_t source_bytes);
+
+/* Runs "sql" on the test's database (fx.path, SQLite or PostgreSQL)
+ * behind the cache's back; returns the first field of its first row as
+ * an integer (0 when it returns none). */
+int64_t fx_sql(const char *sql);
 
 /* A read-write connection to "path" for looking inside. */
 sqlite3 *raw_open(const char *path);

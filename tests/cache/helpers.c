@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <libpq-fe.h>
+
 #include "cache_test.h"
 #include "pg_server.h"
 
@@ -55,19 +57,30 @@ ReportHook(POST_ALL)(struct criterion_global_stats *stats)
 	pg_server_stop(&server);
 }
 
-/* The test's own database, as fx.path. */
-static void fx_database(void)
+/* A new database of the test's, "test_<pid><suffix>"; its URI in "out". */
+static void new_database(const char *suffix, char *out, size_t size)
 {
 	const char *uri = getenv("TUNED_TEST_PG_URI");
-	char name[32];
+	char name[64];
 
 	if (getenv("TUNED_TEST_PG_SKIP"))
 		cr_skip_test("%s", getenv("TUNED_TEST_PG_SKIP"));
 	cr_assert_not_null(uri, "no PostgreSQL server: %s",
 			   getenv("TUNED_TEST_PG_FAIL"));
-	snprintf(name, sizeof(name), "test_%d", (int)getpid());
-	cr_assert_eq(pg_server_create_db(uri, name, fx.path, sizeof(fx.path)), 0,
-		     "%s", fx.path);
+	snprintf(name, sizeof(name), "test_%d%s", (int)getpid(), suffix);
+	cr_assert_eq(pg_server_create_db(uri, name, out, size), 0, "%s", out);
+}
+
+void fx_other_cache_path(const char *name, char *out, size_t size)
+{
+	char suffix[40];
+
+	if (!fx_postgresql()) {
+		snprintf(out, size, "%s/%s.db", fx.dir, name);
+		return;
+	}
+	snprintf(suffix, sizeof(suffix), "_%s", name);
+	new_database(suffix, out, size);
 }
 
 void fx_setup(void)
@@ -81,7 +94,7 @@ void fx_setup(void)
 	snprintf(fx.path, sizeof(fx.path), "%s/cache.db", fx.dir);
 	fx.now = 1700000000;
 	if (fx_postgresql())
-		fx_database();
+		new_database("", fx.path, sizeof(fx.path));
 }
 
 static int remove_one(const char *path, const struct stat *st, int flag,
@@ -240,6 +253,47 @@ sqlite3 *raw_open(const char *path)
 		     sqlite3_errstr(rc));
 	sqlite3_busy_timeout(db, 5000);
 	return db;
+}
+
+static int64_t pg_sql(const char *sql)
+{
+	PGconn *conn = PQconnectdb(fx.path);
+	PGresult *res = PQexec(conn, sql);
+	int status = PQresultStatus(res);
+	int64_t value;
+
+	cr_assert(status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK, "%s: %s",
+		  sql, PQerrorMessage(conn));
+	value = status == PGRES_TUPLES_OK && PQntuples(res) > 0 ?
+			atoll(PQgetvalue(res, 0, 0)) :
+			0;
+	PQclear(res);
+	PQfinish(conn);
+	return value;
+}
+
+static int64_t sqlite_sql(const char *sql)
+{
+	sqlite3 *db = raw_open(fx.path);
+	sqlite3_stmt *stmt = NULL;
+	int64_t value = 0;
+	int rc;
+
+	cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &stmt, NULL), SQLITE_OK, "%s: %s",
+		     sql, sqlite3_errmsg(db));
+	rc = sqlite3_step(stmt);
+	cr_assert(rc == SQLITE_ROW || rc == SQLITE_DONE, "%s: %s", sql,
+		  sqlite3_errmsg(db));
+	if (rc == SQLITE_ROW)
+		value = sqlite3_column_int64(stmt, 0);
+	sqlite3_finalize(stmt);
+	sqlite3_close(db);
+	return value;
+}
+
+int64_t fx_sql(const char *sql)
+{
+	return fx_postgresql() ? pg_sql(sql) : sqlite_sql(sql);
 }
 
 int64_t raw_int(sqlite3 *db, const char *sql)

@@ -206,31 +206,13 @@ Test(pg, a_slower_plan_is_refused_saying_which_version_is_faster)
 	cache_close(a);
 }
 
-/* Runs "sql" on the test's database behind the cache's back; returns the
- * first field of its first row as an integer (0 when none). */
-static long long raw_pg(const char *sql)
-{
-	PGconn *conn = PQconnectdb(fx.path);
-	PGresult *res = PQexec(conn, sql);
-	int status = PQresultStatus(res);
-	long long value;
-
-	cr_assert(status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK,
-		  "%s: %s", sql, PQerrorMessage(conn));
-	value = status == PGRES_TUPLES_OK && PQntuples(res) > 0 ?
-		atoll(PQgetvalue(res, 0, 0)) : 0;
-	PQclear(res);
-	PQfinish(conn);
-	return value;
-}
-
 /* The first field of "fmt"'s first row on the test's database. */
 static long long raw_pgf(const char *fmt, long long id)
 {
 	char sql[300];
 
 	snprintf(sql, sizeof(sql), fmt, id);
-	return raw_pg(sql);
+	return fx_sql(sql);
 }
 
 /* A queued job of graph_key(n) on DEVICE_GPU, numbered by "c". */
@@ -565,7 +547,7 @@ Test(pg, ranks_of_a_run_racing_to_pin_get_one_version)
 				     "run %d: "
 				     "rank %d got version %d, rank 0 version %d",
 				     run, i, r[i].pinned[run], r[0].pinned[run]);
-	cr_assert_eq(raw_pg("SELECT count(*) FROM pins"), RUNS);
+	cr_assert_eq(fx_sql("SELECT count(*) FROM pins"), RUNS);
 	cache_close(c);
 }
 
@@ -632,7 +614,7 @@ Test(pg, versions_other_connections_publish_are_heard)
 
 	snprintf(sql, sizeof(sql), "SELECT count(pg_terminate_backend(%d))",
 		 a->pg_listen_pid);
-	cr_expect_eq(raw_pg(sql), 1, "%s", sql);
+	cr_expect_eq(fx_sql(sql), 1, "%s", sql);
 	/* the socket turns readable with the server's last words, then its end */
 	for (int waited = 0; rc != CACHE_EIO && waited < 5000; waited += 50) {
 		struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -672,7 +654,7 @@ Test(pg, its_own_notice_is_its_own_after_the_writer_connects_again)
 	cr_assert_eq(publish_ms(a, 1, 30.0, &version, &err), 0, "%s", err.message);
 	snprintf(sql, sizeof(sql), "SELECT count(pg_terminate_backend(%d))",
 		 PQbackendPID(a->pg_writer));
-	cr_expect_eq(raw_pg(sql), 1, "%s", sql);
+	cr_expect_eq(fx_sql(sql), 1, "%s", sql);
 	cr_assert_eq(publish_ms(a, 2, 20.0, &version, &err), 0, "%s", err.message);
 	cr_assert_eq(version, 2);
 	cr_assert_eq(publish_ms(b, 3, 10.0, &version, &err), 0, "%s", err.message);
@@ -698,9 +680,9 @@ Test(pg, migrates_once_and_reopens_idempotently)
 	cache_close(c);
 	c = fx_open();
 	cr_expect_eq(fx.logs, 1, "a second open migrates nothing");
-	cr_expect_eq(raw_pg("SELECT version FROM tuned_schema"), 3);
-	cr_expect_eq(raw_pg("SELECT count(*) FROM tuned_schema"), 1);
-	cr_expect_eq(raw_pg("SELECT count(*) FROM graphs"), 1);
+	cr_expect_eq(fx_sql("SELECT version FROM tuned_schema"), 3);
+	cr_expect_eq(fx_sql("SELECT count(*) FROM tuned_schema"), 1);
+	cr_expect_eq(fx_sql("SELECT count(*) FROM graphs"), 1);
 	cache_close(c);
 }
 
@@ -717,17 +699,17 @@ Test(pg, a_version_1_queue_migrates_to_the_shared_one)
 	postgresql_only();
 	c = fx_open();
 	cache_close(c);
-	raw_pg("DROP TABLE pins; DROP SEQUENCE job_ids; "
+	fx_sql("DROP TABLE pins; DROP SEQUENCE job_ids; "
 	       "ALTER TABLE jobs DROP COLUMN device, "
 	       "DROP COLUMN claimed_by, DROP COLUMN lease_until; "
 	       "UPDATE tuned_schema SET version = 1");
-	raw_pg("INSERT INTO jobs VALUES (41, 'k', 'n', '{}', 'running', 1, 0, 0, "
+	fx_sql("INSERT INTO jobs VALUES (41, 'k', 'n', '{}', 'running', 1, 0, 0, "
 	       "3, NULL, NULL, 1, '', 1, NULL, NULL)");
 	c = fx_open();
 	cr_expect(strstr(fx.last_log, "from version 1 to 3"), "%s", fx.last_log);
 	cr_expect_eq(cache_new_job_id(c, &id, &err), 0, "%s", err.message);
 	cr_expect_eq(id, 42, "a new id above the queue's");
-	cr_expect_eq(raw_pg("SELECT trials FROM jobs WHERE id = 41 AND device IS "
+	cr_expect_eq(fx_sql("SELECT trials FROM jobs WHERE id = 41 AND device IS "
 			    "NULL"),
 		     3);
 	p = pass(c, 1, 30);
@@ -749,7 +731,7 @@ Test(pg, a_newer_schema_is_refused)
 	postgresql_only();
 	c = fx_open();
 	cache_close(c);
-	raw_pg("UPDATE tuned_schema SET version = 99");
+	fx_sql("UPDATE tuned_schema SET version = 99");
 	c = NULL;
 	cr_expect_eq(cache_open(fx.path, &o, &c, &err), CACHE_ESCHEMA);
 	cr_expect_null(c);
@@ -770,13 +752,13 @@ Test(pg, an_edited_source_is_not_served_and_is_marked_bad)
 	put_graph(c, 1, NULL);
 	publish(c, 1, DEVICE_GPU, CODEGEN, 1, 10);
 	publish(c, 1, DEVICE_GPU, CODEGEN, 2, 10);
-	raw_pg("UPDATE plans SET sources = '[\"int y; \"]' WHERE version = 2");
+	fx_sql("UPDATE plans SET sources = '[\"int y; \"]' WHERE version = 2");
 	cr_assert_eq(cache_fetch_best(c, graph_key(1), DEVICE_GPU, CODEGEN, 0, &p,
 				      &err), 1, "%s", err.message);
 	cr_expect(strstr(fx.error_log, "version 2") &&
 		  strstr(fx.error_log, "fails its checksum"), "%s", fx.error_log);
 	cache_plan_free(p);
-	cr_expect_eq(raw_pg("SELECT count(*) FROM plans WHERE bad IS NOT NULL"), 1,
+	cr_expect_eq(fx_sql("SELECT count(*) FROM plans WHERE bad IS NOT NULL"), 1,
 		     "the owner marks it bad");
 	cr_assert_eq(cache_show(c, graph_key(1), &shown, &err), 0, "%s", err.message);
 	cr_expect(json_is_null(json_object_get(json_array_get(json_object_get(
@@ -790,25 +772,46 @@ Test(pg, an_edited_source_is_not_served_and_is_marked_bad)
 	cache_close(c);
 }
 
-Test(pg, what_is_not_yet_on_postgresql_says_so)
+/* A version another daemon imports takes the next number after the
+ * published ones, is heard by the other daemons as a published one is,
+ * and the next publish numbers after it. */
+Test(pg, an_imported_version_is_numbered_with_the_published_and_heard)
 {
+	cache *a, *b;
 	cache_error err = {0};
-	json_t *imported = NULL, *entry = json_object();
-	cache *c;
+	json_t *entry = NULL, *out = NULL;
+	heard h = {0};
+	int fd = -1, version;
 
 	postgresql_only();
-	c = fx_open();
-	cr_expect_eq(cache_prune(c, 10, 1 << 20, NULL, &err), CACHE_EINVAL);
-	cr_expect(strstr(err.message, "pruning by size is not yet on PostgreSQL"),
-		  "%s", err.message);
-	cr_expect_eq(cache_import_graph(c, entry, "canonical", &imported, &err),
-		     CACHE_EINVAL);
-	cr_expect_null(imported);
+	a = open_shared();
+	b = open_shared();
+	put_graph(a, 1, "imported");
+	cr_assert_eq(cache_keep_graph_json(a, graph_key(1), "{}", &err), 0, "%s",
+		     err.message);
+	cr_assert_eq(publish_ms(a, 1, 30.0, &version, &err), 0, "%s", err.message);
+	cr_assert_eq(cache_export_graph(a, graph_key(1), &entry, &err), 0, "%s",
+		     err.message);
+	json_object_set_new(json_array_get(json_object_get(entry, "versions"), 0),
+			    "median_ms", json_real(5.0));
+	cr_assert_eq(cache_listen(a, &fd, &err), 0, "%s", err.message);
+	cr_assert_eq(cache_import_graph(b, entry, graph_canonical(1), &out, &err), 0,
+		     "%s", err.message);
+	cr_expect_eq(json_integer_value(json_object_get(out, "versions")), 1,
+		     "the file's faster version, as the next one");
+	listen_for(a, fd, &h, 1, 5000);
+	cr_assert_eq(h.n, 1, "heard %d notices", h.n);
+	cr_expect_eq(h.versions[0], 2);
+	cr_expect_str_eq(h.graph[0], graph_key(1));
+	cr_assert_eq(publish_ms(a, 2, 4.0, &version, &err), 0, "%s", err.message);
+	cr_expect_eq(version, 3);
+	cr_expect_eq(publish_ms(b, 3, 4.5, &version, &err), CACHE_ESTALE,
+		     "slower than the publish after the import");
+	cr_expect_eq(cache_checkpoint(a, &err), 0, "the server checkpoints itself");
+	json_decref(out);
 	json_decref(entry);
-	cr_expect(strstr(err.message, "cache_import_graph is not yet on "
-			 "PostgreSQL"), "%s", err.message);
-	cr_expect_eq(cache_checkpoint(c, &err), 0, "the server checkpoints itself");
-	cache_close(c);
+	cache_close(b);
+	cache_close(a);
 }
 
 Test(pg, a_session_the_server_ended_is_opened_again)
@@ -821,9 +824,10 @@ Test(pg, a_session_the_server_ended_is_opened_again)
 	put_graph(c, 1, NULL);
 	publish(c, 1, DEVICE_GPU, CODEGEN, 1, 10);
 	/* as a server restart does: every other session of the database */
-	cr_assert_eq(raw_pg("SELECT count(pg_terminate_backend(pid)) FROM "
+	cr_assert_eq(fx_sql("SELECT count(pg_terminate_backend(pid)) FROM "
 			    "pg_stat_activity WHERE datname = current_database() "
-			    "AND pid <> pg_backend_pid()"), 2, "the writer and the reader");
+			    "AND pid <> pg_backend_pid()"),
+		     2, "the writer and the reader");
 	cr_expect_eq(cache_fetch_best(c, graph_key(1), DEVICE_GPU, CODEGEN, 0, NULL,
 				      &err), 1, "%s", err.message);
 	cr_expect_eq(cache_put_graph(c, graph_key(2), graph_canonical(2), NULL, &err),
@@ -863,15 +867,16 @@ Test(pg, connections_bound_their_waits_and_keep_the_users_options)
 	cache *c = NULL;
 
 	postgresql_only();
-	raw_pg("CREATE SCHEMA tuned");
+	fx_sql("CREATE SCHEMA tuned");
 	snprintf(uri, sizeof(uri), "%s&connect_timeout=2&options=-c%%20search_path"
 		 "%%3Dtuned", fx.path);
 	cr_assert_eq(cache_open(uri, &o, &c, &err), 0, "%s", err.message);
 	put_graph(c, 1, NULL);
-	cr_expect_eq(raw_pg("SELECT count(*) FROM tuned.graphs"), 1,
+	cr_expect_eq(fx_sql("SELECT count(*) FROM tuned.graphs"), 1,
 		     "the tables are in the user's search_path");
-	cr_expect_eq(raw_pg("SELECT count(*) FROM pg_tables WHERE tablename = "
-			    "'graphs' AND schemaname = 'public'"), 0);
+	cr_expect_eq(fx_sql("SELECT count(*) FROM pg_tables WHERE tablename = "
+			    "'graphs' AND schemaname = 'public'"),
+		     0);
 	for (int i = 0; i < 2; i++) {
 		PGconn *conn = i ? c->pg_reader : c->pg_writer;
 
@@ -960,7 +965,7 @@ Test(pg, a_device_looked_up_is_locked_until_the_write_ends)
 	cr_assert_eq(pg_begin(c, &err), 0, "%s", err.message);
 	cr_assert_eq(pg_device_id(c, DEVICE_GPU, 2, &id, &err), 0, "%s",
 		     err.message);
-	cr_expect_eq(raw_pg("SELECT count(*) FROM devices"), 1, "one row");
+	cr_expect_eq(fx_sql("SELECT count(*) FROM devices"), 1, "one row");
 	other = PQconnectdb(fx.path);
 	res = PQexec(other, "SET lock_timeout = 200; DELETE FROM devices");
 	cr_expect_eq(PQresultStatus(res), PGRES_FATAL_ERROR, "the delete waits");
@@ -969,7 +974,7 @@ Test(pg, a_device_looked_up_is_locked_until_the_write_ends)
 	PQclear(res);
 	PQfinish(other);
 	cr_assert_eq(pg_end(c, 0, &err), 0, "%s", err.message);
-	cr_expect_eq(raw_pg("SELECT id FROM devices"), id);
+	cr_expect_eq(fx_sql("SELECT id FROM devices"), id);
 	cache_close(c);
 }
 
@@ -989,10 +994,10 @@ Test(pg, a_role_without_create_opens_an_up_to_date_database)
 	snprintf(sql, sizeof(sql), "CREATE ROLE %s LOGIN; GRANT SELECT, INSERT, "
 		 "UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO %s; GRANT "
 		 "USAGE ON ALL SEQUENCES IN SCHEMA public TO %s", role, role, role);
-	raw_pg(sql);
+	fx_sql(sql);
 	snprintf(sql, sizeof(sql), "SELECT has_schema_privilege('%s', 'public', "
 		 "'CREATE')::int", role);
-	cr_expect_eq(raw_pg(sql), 0, "the role may not create tables");
+	cr_expect_eq(fx_sql(sql), 0, "the role may not create tables");
 	user = strstr(fx.path, "user=postgres");
 	cr_assert_not_null(user, "%s", fx.path);
 	snprintf(uri, sizeof(uri), "%.*suser=%s%s", (int)(user - fx.path), fx.path,
@@ -1002,5 +1007,5 @@ Test(pg, a_role_without_create_opens_an_up_to_date_database)
 	publish(c, 1, DEVICE_GPU, CODEGEN, 1, 10);
 	cache_close(c);
 	snprintf(sql, sizeof(sql), "DROP OWNED BY %s; DROP ROLE %s", role, role);
-	raw_pg(sql);
+	fx_sql(sql);
 }

@@ -259,14 +259,14 @@ static json_t *export_one(void)
 	return entry;
 }
 
-/* A second cache beside fx.path. */
+/* A second cache beside fx.path, of its engine. */
 static cache *open_other(const char *name)
 {
 	cache_options o = fx_options();
 	cache *c = NULL;
 	char path[400];
 
-	snprintf(path, sizeof(path), "%s/%s", fx.dir, name);
+	fx_other_cache_path(name, path, sizeof(path));
 	cr_assert_eq(cache_open(path, &o, &c, NULL), 0);
 	return c;
 }
@@ -274,7 +274,7 @@ static cache *open_other(const char *name)
 Test(transfer, an_export_imports_whole_into_another_cache)
 {
 	json_t *entry = export_one(), *versions = json_object_get(entry, "versions");
-	cache *c = open_other("other.db");
+	cache *c = open_other("other");
 	cache_plan *plan = NULL, *original = NULL;
 	cache_error err = { 0 };
 	json_t *out = NULL;
@@ -313,7 +313,7 @@ Test(transfer, an_export_imports_whole_into_another_cache)
 Test(transfer, an_import_keeps_the_versions_a_cache_has)
 {
 	json_t *entry = export_one(), *out = NULL;
-	cache *c = open_other("other.db");
+	cache *c = open_other("other");
 	cache_error err = { 0 };
 
 	put_graph(c, 1, NULL);
@@ -343,7 +343,7 @@ Test(transfer, an_import_keeps_the_versions_a_cache_has)
 Test(transfer, a_faster_version_is_imported_as_the_next_one)
 {
 	json_t *entry = export_one(), *out = NULL;
-	cache *c = open_other("other.db");
+	cache *c = open_other("other");
 	cache_error err = { 0 };
 	cache_plan *plan = NULL;
 
@@ -373,7 +373,7 @@ Test(transfer, a_malformed_entry_is_refused_whole)
 {
 	json_t *entry = export_one(), *out = NULL;
 	json_t *second = json_array_get(json_object_get(entry, "versions"), 1);
-	cache *c = open_other("other.db");
+	cache *c = open_other("other");
 	cache_error err = { 0 };
 	cache_stats st;
 

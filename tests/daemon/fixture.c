@@ -389,6 +389,23 @@ json_t *wait_job(conn *c, json_int_t job, int timeout_s)
 	}
 }
 
+char *tune_example(conn *c, const char *name, int timeout_s)
+{
+	char *text = example_text(name), *key;
+	json_t *reply = conn_call(c, "submit", json_pack("{s:s}", "graph", text));
+	json_int_t job = json_integer_value(json_object_get(result_of(reply), "id"));
+
+	cr_assert_gt(job, 0, "submit failed: %s", json_dumps(reply, 0));
+	json_decref(reply);
+	free(text);
+	reply = wait_job(c, job, timeout_s);
+	cr_assert_str_eq(json_string_value(json_object_get(result_of(reply), "state")),
+			 "done", "%s", json_dumps(reply, 0));
+	key = strdup(json_string_value(json_object_get(result_of(reply), "key")));
+	json_decref(reply);
+	return key;
+}
+
 void fixture_print_log(const fixture *f)
 {
 	FILE *log = fopen(f->log, "r");

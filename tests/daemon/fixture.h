@@ -76,6 +76,9 @@ json_t *fixture_tunectl_json(const fixture *f, int *status, const char *const *a
 char *example_text(const char *name);
 /* Polls status until the job is no longer queued or running. */
 json_t *wait_job(conn *c, json_int_t job, int timeout_s);
+/* Submits examples/NAME.json on "c" and waits up to "timeout_s" for its
+ * job to be done (asserts it is); its key (free it). */
+char *tune_example(conn *c, const char *name, int timeout_s);
 
 /* Whether a line of the daemon's log contains "text". */
 bool fixture_log_contains(const fixture *f, const char *text);

@@ -13,24 +13,6 @@
 
 #include "fixture.h"
 
-/* Submits examples/NAME.json and waits for its job to be done; its key. */
-static char *tune(conn *c, const char *example)
-{
-	char *text = example_text(example), *key;
-	json_t *reply = conn_call(c, "submit", json_pack("{s:s}", "graph", text));
-	json_int_t job = json_integer_value(json_object_get(result_of(reply), "id"));
-
-	cr_assert_gt(job, 0, "submit failed: %s", json_dumps(reply, 0));
-	json_decref(reply);
-	free(text);
-	reply = wait_job(c, job, 120);
-	cr_assert_str_eq(json_string_value(json_object_get(result_of(reply), "state")),
-			 "done", "%s", json_dumps(reply, 0));
-	key = strdup(json_string_value(json_object_get(result_of(reply), "key")));
-	json_decref(reply);
-	return key;
-}
-
 /* The entries of tunectl cache ls --json. */
 static json_t *cache_ls(const fixture *f)
 {
@@ -130,7 +112,7 @@ Test(cache_cli, prune_with_either_limit_or_both, .timeout = 120)
 	char *output;
 
 	start(&f, &c);
-	free(tune(&c, "softmax_scores_small"));
+	free(tune_example(&c, "softmax_scores_small", 120));
 	cr_expect_eq(entries(&f), 1);
 	cr_expect_eq(fixture_tunectl(&f, &output, (const char *const[]){"cache", "prune",
 				     NULL}), 2, "no limit is a usage error");
@@ -149,8 +131,8 @@ Test(cache_cli, prune_with_either_limit_or_both, .timeout = 120)
 	cr_expect_eq(prune(&f, (const char *const[]){"--max-age", "1", NULL}), 1);
 	cr_expect_eq(entries(&f), 0, "--max-age 1 left the entry");
 
-	free(tune(&c, "softmax_scores_small"));
-	free(tune(&c, "ln_residual_small"));
+	free(tune_example(&c, "softmax_scores_small", 120));
+	free(tune_example(&c, "ln_residual_small", 120));
 	cr_expect_eq(entries(&f), 2);
 	cr_expect_eq(prune(&f, (const char *const[]){"--max-bytes", "1", NULL}), 2);
 	cr_expect_eq(entries(&f), 0, "--max-bytes 1 left entries");
@@ -165,7 +147,7 @@ Test(cache_cli, prune_request_without_limits_removes_nothing, .timeout = 120)
 	json_t *reply;
 
 	start(&f, &c);
-	free(tune(&c, "softmax_scores_small"));
+	free(tune_example(&c, "softmax_scores_small", 120));
 	reply = conn_call(&c, "cache.prune", NULL);
 	cr_expect_eq(json_integer_value(json_object_get(result_of(reply), "removed")), 0,
 		     "%s", json_dumps(reply, 0));
@@ -198,7 +180,7 @@ Test(cache_cli, ls_shows_the_bytes_of_each_entry, .timeout = 120)
 	char *key, *text;
 
 	start(&f, &c);
-	key = tune(&c, "softmax_scores_small");
+	key = tune_example(&c, "softmax_scores_small", 120);
 	list = cache_ls(&f);
 	before = bytes_of(list, key);
 	json_decref(list);
@@ -258,7 +240,7 @@ Test(cache_cli, export_then_import_serves_the_key_elsewhere, .timeout = 180)
 
 	start(&a, &ca);
 	start(&b, &cb);
-	key = tune(&ca, "softmax_scores_small");
+	key = tune_example(&ca, "softmax_scores_small", 120);
 	snprintf(file, sizeof(file), "%s/export.json", a.dir);
 	export_key(&a, key, file);
 	cr_expect_eq(import_file(&b, file, &output), 0, "%s", output);
@@ -355,7 +337,7 @@ Test(cache_cli, a_tampered_export_is_refused_naming_the_key, .timeout = 180)
 
 	start(&a, &ca);
 	start(&b, &cb);
-	key = tune(&ca, "softmax_scores_small");
+	key = tune_example(&ca, "softmax_scores_small", 120);
 	snprintf(file, sizeof(file), "%s/export.json", a.dir);
 
 	export_key(&a, key, file);
@@ -409,7 +391,7 @@ Test(cache_cli, another_device_s_versions_are_kept_apart, .timeout = 180)
 
 	start(&a, &ca);
 	start(&b, &cb);
-	key = tune(&ca, "softmax_scores_small");
+	key = tune_example(&ca, "softmax_scores_small", 120);
 	snprintf(file, sizeof(file), "%s/export.json", a.dir);
 	export_key(&a, key, file);
 	tamper(file, other_device);
@@ -437,7 +419,7 @@ Test(cache_cli, export_and_import_offline_on_cache_files, .timeout = 180)
 
 	start(&a, &ca);
 	start(&b, &cb);
-	key = tune(&ca, "softmax_scores_small");
+	key = tune_example(&ca, "softmax_scores_small", 120);
 	snprintf(file, sizeof(file), "%s/export.json", a.dir);
 	cr_expect_eq(fixture_tunectl(NULL, &output, (const char *const[]){"cache",
 		"export", key, "--out", file, "--cache", a.cache, NULL}), 1);

@@ -2,7 +2,8 @@
  * test_postgresql.c: a real tuned on a PostgreSQL cache (--cache
  * postgresql://...): a job from submit to fetch, its version in the
  * database, and a daemon started again on the database after the first
- * stopped serving it (several at once: test_fleet.c). The
+ * stopped serving it (several at once: test_fleet.c); tunectl's import
+ * into the database and its prune by size. The
  * server is a private one (tests/cache/pg_server.h); the test is skipped
  * where no PostgreSQL is installed.
  */
@@ -40,11 +41,10 @@ static json_t *fetch_key(conn *c, const char *key)
 Test(postgresql, a_daemon_tunes_into_the_database_and_another_serves_it,
      .init = pg_fixture_start, .fini = pg_fixture_stop, .timeout = 300)
 {
-	char *text = example_text("softmax_scores_small"), key[80];
 	json_t *reply;
-	json_int_t job;
 	fixture f;
 	conn c;
+	char *key;
 
 	fixture_init(&f);
 	cr_assert_eq(pg_server_create_db(pg_fixture.uri, "tuned", f.cache,
@@ -53,19 +53,7 @@ Test(postgresql, a_daemon_tunes_into_the_database_and_another_serves_it,
 	fixture_start(&f, NULL);
 	cr_assert(conn_open(&c, f.socket));
 	conn_hello(&c);
-	reply = conn_call(&c, "submit", json_pack("{s:s}", "graph", text));
-	job = json_integer_value(json_object_get(result_of(reply), "id"));
-	cr_assert_gt(job, 0, "submit failed: %s", json_dumps(reply, 0));
-	json_decref(reply);
-	reply = wait_job(&c, job, 240);
-	if (strcmp(json_string_value(json_object_get(result_of(reply), "state")) ?: "",
-		   "done"))
-		fixture_print_log(&f);
-	cr_assert_str_eq(json_string_value(json_object_get(result_of(reply), "state")),
-			 "done", "%s", json_dumps(reply, 0));
-	snprintf(key, sizeof(key), "%s",
-		 json_string_value(json_object_get(result_of(reply), "key")));
-	json_decref(reply);
+	key = tune_example(&c, "softmax_scores_small", 240);
 	reply = fetch_key(&c, key);
 	cr_expect_eq(json_integer_value(json_object_get(result_of(reply), "version")),
 		     1, "%s", json_dumps(reply, 0));
@@ -91,5 +79,80 @@ Test(postgresql, a_daemon_tunes_into_the_database_and_another_serves_it,
 	conn_close(&c);
 	cr_expect_eq(fixture_stop(&f, SIGTERM, NULL), 0);
 	fixture_cleanup(&f);
-	free(text);
+	free(key);
+}
+
+/* tunectl cache prune with "max_bytes"; the keys it removed. */
+static json_int_t prune_to(const fixture *f, const char *max_bytes)
+{
+	int status;
+	json_t *out = fixture_tunectl_json(f, &status,
+					   (const char *const[]){"cache", "prune",
+								 "--max-bytes",
+								 max_bytes, NULL});
+	json_int_t removed = json_integer_value(json_object_get(out, "removed"));
+
+	cr_assert_eq(status, 0, "cache prune --max-bytes %s: %s", max_bytes,
+		     json_dumps(out, 0));
+	json_decref(out);
+	return removed;
+}
+
+/* What a daemon on a SQLite file tuned, exported with tunectl, is
+ * imported by a daemon on PostgreSQL, which serves it; tunectl cache
+ * prune --max-bytes then bounds the database, and the daemon goes on. */
+Test(postgresql, an_export_is_imported_served_and_pruned_by_size,
+     .init = pg_fixture_start, .fini = pg_fixture_stop, .timeout = 300)
+{
+	char file[200], *key, *output;
+	json_t *reply;
+	fixture a, b;
+	conn ca, cb;
+
+	fixture_init(&a);
+	fixture_start(&a, NULL);
+	cr_assert(conn_open(&ca, a.socket));
+	conn_hello(&ca);
+	key = tune_example(&ca, "softmax_scores_small", 240);
+	snprintf(file, sizeof(file), "%s/export.json", a.dir);
+	cr_assert_eq(fixture_tunectl(&a, &output,
+				     (const char *const[]){"cache", "export", key,
+							   "--out", file, NULL}),
+		     0, "%s", output);
+	free(output);
+	conn_close(&ca);
+	cr_expect_eq(fixture_stop(&a, SIGTERM, NULL), 0);
+
+	fixture_init(&b);
+	cr_assert_eq(pg_server_create_db(pg_fixture.uri, "imported", b.cache,
+					 sizeof(b.cache)),
+		     0, "%s", b.cache);
+	fixture_start(&b, NULL);
+	cr_assert(conn_open(&cb, b.socket));
+	conn_hello(&cb);
+	cr_expect_eq(fixture_tunectl(&b, &output,
+				     (const char *const[]){"cache", "import", file,
+							   NULL}),
+		     0, "%s", output);
+	cr_expect(strstr(output, key), "the import does not name the key: %s", output);
+	free(output);
+	reply = fetch_key(&cb, key);
+	cr_expect_eq(json_integer_value(json_object_get(result_of(reply), "version")),
+		     1, "%s", json_dumps(reply, 0));
+	json_decref(reply);
+	cr_expect_eq(count_rows(b.cache, "SELECT count(*) FROM plans"), 1);
+
+	cr_expect_eq(prune_to(&b, "1G"), 0, "a limit that keeps everything");
+	cr_expect_eq(prune_to(&b, "1"), 1);
+	cr_expect_eq(count_rows(b.cache, "SELECT count(*) FROM graphs"), 0);
+	cr_expect_eq(count_rows(b.cache, "SELECT count(*) FROM plans"), 0);
+	reply = fetch_key(&cb, key);
+	cr_expect_null(result_of(reply), "a pruned key is served: %s",
+		       json_dumps(reply, 0));
+	json_decref(reply);
+	conn_close(&cb);
+	cr_expect_eq(fixture_stop(&b, SIGTERM, NULL), 0);
+	fixture_cleanup(&b);
+	fixture_cleanup(&a);
+	free(key);
 }
