@@ -254,8 +254,11 @@ int cache_quarantine(__cache_keep cache *c,
 		     __cache_keep const cache_quarantine_entry *entry,
 		     cache_error *err);
 
-/* Rows deleted by one cache_prune, and the database's size (pages times
- * page size: the file's size once checkpointed) before and after. */
+/* Rows deleted by one cache_prune, and the data's size before and after:
+ * on SQLite the database's pages times the page size (the file's size
+ * once checkpointed); on PostgreSQL the bytes of its rows as the server
+ * stores them (its files keep the space of deleted rows until it
+ * vacuums). */
 typedef struct cache_prune_stats {
 	int64_t trials, plans, graphs, quarantine, devices;
 	int64_t bytes_before, bytes_after;
@@ -266,9 +269,10 @@ typedef struct cache_prune_stats {
  * written for that long with all they hold. Then, with "max_bytes" > 0,
  * while the data takes more than "max_bytes": the oldest trials, then the
  * oldest plan versions that are not the latest of their (graph, device,
- * codegen), then whole graphs, least recently used first. The file is then
- * shrunk (incremental vacuum and a truncating checkpoint). "stats" may be
- * NULL. */
+ * codegen), then whole graphs, least recently used first. A SQLite file is
+ * then shrunk (incremental vacuum and a truncating checkpoint); on
+ * PostgreSQL a graph whose row another connection holds (a publish of it
+ * in flight) is passed over. "stats" may be NULL. */
 int cache_prune(__cache_keep cache *c, int64_t max_age_s, int64_t max_bytes,
 		cache_prune_stats *stats, cache_error *err);
 

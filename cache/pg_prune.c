@@ -23,20 +23,36 @@ static const char *const age_steps[] = {
 };
 
 /* As prune.c's: each deletes a little, oldest first, and is repeated
- * until the data fits or it deletes nothing. */
+ * until the data fits or it deletes nothing; each gives the rows it
+ * deleted and their bytes, as data_bytes counts them. */
 static const char *const size_steps[] = {
 	/* trials: a sixteenth of them, at least 16 */
-	"DELETE FROM trials WHERE id IN (SELECT id FROM trials ORDER BY id "
-	"LIMIT greatest(16, (SELECT count(*) FROM trials) / 16))",
+	"WITH d AS (DELETE FROM trials WHERE id IN (SELECT id FROM trials ORDER "
+	"BY id LIMIT greatest(16, (SELECT count(*) FROM trials) / 16)) "
+	"RETURNING pg_column_size(trials.*) AS b) "
+	"SELECT count(*), coalesce(sum(b), 0) FROM d",
 	/* one plan version that is not the latest of its key */
-	"DELETE FROM plans WHERE id = (SELECT p.id FROM plans p WHERE "
+	"WITH d AS (DELETE FROM plans WHERE id = (SELECT p.id FROM plans p WHERE "
 	"p.version < (SELECT max(q.version) FROM plans q WHERE q.graph = "
 	"p.graph AND q.device = p.device AND q.codegen = p.codegen) ORDER BY "
-	"p.id LIMIT 1)",
+	"p.id LIMIT 1) RETURNING pg_column_size(plans.*) AS b) "
+	"SELECT count(*), coalesce(sum(b), 0) FROM d",
 	/* the least recently used graph, with its plans, trials, quarantine
-	 * and pins */
-	"DELETE FROM graphs WHERE key = (SELECT key FROM graphs ORDER BY "
-	"last_used, first_seen, key LIMIT 1)",
+	 * and pins (their bytes read before the delete: the statement's one
+	 * snapshot); one another connection has locked (a publish of it in
+	 * flight) is passed over */
+	"WITH g AS (SELECT key FROM graphs ORDER BY last_used, first_seen, key "
+	"LIMIT 1 FOR UPDATE SKIP LOCKED), "
+	"held AS (SELECT coalesce((SELECT sum(pg_column_size(p.*)) FROM plans p "
+	"WHERE p.graph IN (SELECT key FROM g)), 0) + coalesce((SELECT "
+	"sum(pg_column_size(t.*)) FROM trials t WHERE t.graph IN (SELECT key "
+	"FROM g)), 0) + coalesce((SELECT sum(pg_column_size(q.*)) FROM "
+	"quarantine q WHERE q.graph IN (SELECT key FROM g)), 0) + "
+	"coalesce((SELECT sum(pg_column_size(r.*)) FROM pins r WHERE r.graph "
+	"IN (SELECT key FROM g)), 0) AS b), "
+	"d AS (DELETE FROM graphs WHERE key IN (SELECT key FROM g) RETURNING "
+	"pg_column_size(graphs.*) AS b) "
+	"SELECT count(*), coalesce(sum(b), 0) + (SELECT b FROM held) FROM d",
 };
 
 /* Rows per table, in the order of cache_prune_stats. */
@@ -103,18 +119,34 @@ static int delete_unused_devices(cache *c, cache_error *err)
 	return rc < 0 ? rc : 0;
 }
 
+/* Runs size step "sql": *rows gets the rows it deleted, *bytes theirs. */
+static int size_step(cache *c, const char *sql, int64_t *rows, int64_t *bytes,
+		     cache_error *err)
+{
+	PGresult *res = NULL;
+	int rc = pg_run(c, c->pg_writer, sql, NULL, &res, "cannot prune the cache",
+			err);
+
+	if (rc == 0) {
+		*rows = pg_int_at(res, 0, 0);
+		*bytes = pg_int_at(res, 0, 1);
+	}
+	PQclear(res);
+	return rc;
+}
+
+/* The data measured once, then less what each step deleted. */
 static int prune_size(cache *c, int64_t max_bytes, cache_error *err)
 {
-	int64_t used;
-	int changes = 1, rc;
+	int64_t used, rows, bytes;
+	int rc;
 
 	rc = data_bytes(c, &used, err);
 	for (size_t i = 0; rc == 0 && i < sizeof(size_steps) / sizeof(*size_steps);
 	     i++) {
-		for (changes = 1; rc == 0 && changes > 0 && used > max_bytes;) {
-			changes = pg_change(c, size_steps[i], NULL,
-					    "cannot prune the cache", err);
-			rc = changes < 0 ? changes : data_bytes(c, &used, err);
+		for (rows = 1; rc == 0 && rows > 0 && used > max_bytes;) {
+			rc = size_step(c, size_steps[i], &rows, &bytes, err);
+			used -= rc == 0 ? bytes : 0;
 		}
 	}
 	return rc;

@@ -64,7 +64,7 @@ int pg_device_id(cache *c, const char *signature, int64_t now, int64_t *id,
 }
 
 int pg_put_graph(cache *c, const char *key, const char *canonical, const char *name,
-		 const char *graph_json, const char *what, cache_error *err)
+		 const char *graph_json, bool import, cache_error *err)
 {
 	pg_args a = {0};
 	int rc;
@@ -74,13 +74,16 @@ int pg_put_graph(cache *c, const char *key, const char *canonical, const char *n
 	pg_text(&a, name);
 	pg_int(&a, cache_now(c));
 	pg_text(&a, graph_json);
+	pg_text(&a, import ? "true" : "false");
 	rc = pg_change(c,
 		       "INSERT INTO graphs (key, canonical, name, first_seen, "
 		       "last_used, graph) VALUES ($1, $2, $3, $4, $4, $5) ON "
-		       "CONFLICT (key) DO UPDATE SET last_used = $4, name = "
-		       "coalesce($3, graphs.name), graph = coalesce(graphs.graph, "
-		       "$5) WHERE graphs.canonical = $2",
-		       &a, what, err);
+		       "CONFLICT (key) DO UPDATE SET last_used = $4, name = CASE "
+		       "WHEN $6 THEN graphs.name ELSE coalesce($3, graphs.name) "
+		       "END, graph = coalesce(graphs.graph, $5) WHERE "
+		       "graphs.canonical = $2",
+		       &a, import ? "cannot import a graph" : "cannot put a graph",
+		       err);
 	if (rc == 0) {
 		rc = CACHE_EINVAL;
 		cache_set_error(err, rc, "graph '%s': canonical text differs "
@@ -101,10 +104,7 @@ int cache_pg_put_graph(cache *c, const char *key, const char *canonical,
 		rc = pg_begin(c, err);
 	if (rc)
 		return rc;
-	return pg_end(c,
-		      pg_put_graph(c, key, canonical, name, NULL, "cannot put a graph",
-				   err),
-		      err);
+	return pg_end(c, pg_put_graph(c, key, canonical, name, NULL, false, err), err);
 }
 
 static int insert_trial(cache *c, const cache_trial *t, const char *plan,

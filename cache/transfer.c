@@ -10,6 +10,7 @@
  * to this one. Trials and quarantine stay behind (they are this host's
  * history).
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -273,7 +274,7 @@ static int read_version(json_t *v, const char *key, size_t i,
 		bad = "device";
 	else if (!out->codegen || !*out->codegen)
 		bad = "codegen";
-	else if (out->version < 1)
+	else if (out->version < 1 || out->version > INT_MAX)
 		bad = "version";
 	else if (!out->plan)
 		bad = "plan";

@@ -978,6 +978,73 @@ Test(pg, a_device_looked_up_is_locked_until_the_write_ends)
 	cache_close(c);
 }
 
+/* An import's first statement puts the graph, which locks its row until
+ * the import ends, so that another connection's publish of the graph
+ * waits for it and numbers after it; the name the cache has stays. */
+Test(pg, a_graph_an_import_puts_is_locked_until_the_import_ends)
+{
+	cache_error err = {0};
+	PGconn *other;
+	PGresult *res;
+	cache *c;
+
+	postgresql_only();
+	c = fx_open();
+	put_graph(c, 1, "kept");
+	cr_assert_eq(pg_begin(c, &err), 0, "%s", err.message);
+	cr_assert_eq(pg_put_graph(c, graph_key(1), graph_canonical(1), "imported", "{}",
+				  true, &err),
+		     0, "%s", err.message);
+	other = PQconnectdb(fx.path);
+	res = PQexec(other, "SET lock_timeout = 200; UPDATE graphs SET last_used = 0");
+	cr_expect_eq(PQresultStatus(res), PGRES_FATAL_ERROR, "the update waits");
+	cr_expect_str_eq(PQresultErrorField(res, PG_DIAG_SQLSTATE) ?: "", "55P03", "%s",
+			 PQerrorMessage(other));
+	PQclear(res);
+	PQfinish(other);
+	cr_assert_eq(pg_end(c, 0, &err), 0, "%s", err.message);
+	cr_expect_eq(fx_sql("SELECT count(*) FROM graphs WHERE name = 'kept' AND "
+			    "graph = '{}'"),
+		     1, "the name kept, the graph.json given");
+	cache_close(c);
+}
+
+/* A prune by size passes over a graph another connection holds (as a
+ * publish of it does) instead of waiting for it, and deletes the others. */
+Test(pg, a_prune_by_size_passes_over_a_graph_in_use, .timeout = 60)
+{
+	cache_prune_stats ps;
+	cache_error err = {0};
+	PGconn *other;
+	PGresult *res;
+	char sql[200];
+	cache *c;
+
+	postgresql_only();
+	c = fx_open();
+	for (int n = 1; n <= 3; n++) {
+		put_graph(c, n, NULL);
+		publish(c, n, DEVICE_GPU, CODEGEN, 1, 100);
+		fx.now++;
+	}
+	other = PQconnectdb(fx.path);
+	snprintf(sql, sizeof(sql),
+		 "BEGIN; SELECT key FROM graphs WHERE key = '%s' "
+		 "FOR UPDATE",
+		 graph_key(1));
+	res = PQexec(other, sql);
+	cr_assert_eq(PQresultStatus(res), PGRES_TUPLES_OK, "%s", PQerrorMessage(other));
+	PQclear(res);
+	cr_assert_eq(cache_prune(c, 0, 1, &ps, &err), 0, "%s", err.message);
+	cr_expect_eq(ps.graphs, 2, "graphs %lld", (long long)ps.graphs);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM graphs WHERE key = '%s'",
+		 graph_key(1));
+	cr_expect_eq(fx_sql(sql), 1, "the graph in use went");
+	PQclear(PQexec(other, "COMMIT"));
+	PQfinish(other);
+	cache_close(c);
+}
+
 /* A role allowed to read and write the tables, not to create any, opens
  * a database whose schema is up to date. */
 Test(pg, a_role_without_create_opens_an_up_to_date_database)

@@ -94,6 +94,8 @@ static json_int_t prune_to(const fixture *f, const char *max_bytes)
 
 	cr_assert_eq(status, 0, "cache prune --max-bytes %s: %s", max_bytes,
 		     json_dumps(out, 0));
+	cr_assert(json_is_integer(json_object_get(out, "removed")), "%s",
+		  json_dumps(out, 0));
 	json_decref(out);
 	return removed;
 }
