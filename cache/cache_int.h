@@ -272,6 +272,14 @@ cache_version_row cache_version_row_of(const cache_plan *p, const plan_texts *t,
 				       int64_t device, int version, int64_t now);
 int cache_insert_version(cache *c, const cache_version_row *row, const char *what,
 			 cache_error *err);
+/* write.c, pg_write.c (pg_insert_graph): graph "key" put, as cache_put_graph
+ * does: inserted, or marked used (and renamed to "name" unless "import":
+ * an import keeps the cache's name) when it has the same canonical text,
+ * else CACHE_EINVAL; its graph.json given when "graph_json" is not NULL
+ * and it had none. */
+int cache_insert_graph(cache *c, const char *key, const char *canonical,
+		       const char *name, const char *graph_json, bool import,
+		       cache_error *err);
 
 /* transfer.c: cache_import_graph on both engines, each engine's
  * statements behind a store (SQLite's in transfer.c, PostgreSQL's in
@@ -404,15 +412,13 @@ int pg_new_job_id(cache *c, int64_t *id, cache_error *err);
  * "version" of plan "p", sent at its commit. */
 int pg_notify_version(cache *c, const cache_plan *p, int version, cache_error *err);
 
-/* pg_write.c: cache_insert_version's; graph "key" put, as
- * cache_put_graph does (its graph.json given when "graph_json" is not
- * NULL and it had none; an "import" keeps the name of a graph the cache
- * has, as on SQLite), its row locked until the transaction ends; the row
- * of device "signature", added when new. */
+/* pg_write.c: cache_insert_version's and cache_insert_graph's (which
+ * locks the graph's row until the transaction ends); the row of device
+ * "signature", added when new. */
 int pg_insert_version(cache *c, const cache_version_row *row, const char *what,
 		      cache_error *err);
-int pg_put_graph(cache *c, const char *key, const char *canonical, const char *name,
-		 const char *graph_json, bool import, cache_error *err);
+int pg_insert_graph(cache *c, const char *key, const char *canonical, const char *name,
+		    const char *graph_json, bool import, cache_error *err);
 int pg_device_id(cache *c, const char *signature, int64_t now, int64_t *id,
 		 cache_error *err);
 

@@ -15,7 +15,7 @@
 static int put_graph(cache *c, const char *key, const char *canonical, const char *name,
 		     const char *graph, cache_error *err)
 {
-	return pg_put_graph(c, key, canonical, name, graph, true, err);
+	return pg_insert_graph(c, key, canonical, name, graph, true, err);
 }
 
 static int newest_version(cache *c, const char *key, int64_t device,

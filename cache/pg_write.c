@@ -63,8 +63,8 @@ int pg_device_id(cache *c, const char *signature, int64_t now, int64_t *id,
 	return rc;
 }
 
-int pg_put_graph(cache *c, const char *key, const char *canonical, const char *name,
-		 const char *graph_json, bool import, cache_error *err)
+int pg_insert_graph(cache *c, const char *key, const char *canonical, const char *name,
+		    const char *graph_json, bool import, cache_error *err)
 {
 	pg_args a = {0};
 	int rc;
@@ -104,7 +104,8 @@ int cache_pg_put_graph(cache *c, const char *key, const char *canonical,
 		rc = pg_begin(c, err);
 	if (rc)
 		return rc;
-	return pg_end(c, pg_put_graph(c, key, canonical, name, NULL, false, err), err);
+	return pg_end(c, pg_insert_graph(c, key, canonical, name, NULL, false, err),
+		      err);
 }
 
 static int insert_trial(cache *c, const cache_trial *t, const char *plan,

@@ -312,33 +312,10 @@ static int canonical_of(json_t *value, const char *what, bool sources,
 	return rc;
 }
 
-/* Puts the graph of an entry: new, or known with the same canonical text
- * (then used now, and given the graph.json if it had none). */
 static int sqlite_put_graph(cache *c, const char *key, const char *canonical,
 			    const char *name, const char *graph, cache_error *err)
 {
-	sqlite3_stmt *stmt = NULL;
-	int rc;
-
-	rc = cache_prepare(c->writer, "INSERT INTO graphs (key, canonical, name, "
-			   "first_seen, last_used, graph) VALUES (?1, ?2, ?3, ?4, "
-			   "?4, ?5) ON CONFLICT (key) DO UPDATE SET last_used = "
-			   "?4, graph = coalesce(graph, ?5) WHERE canonical = ?2",
-			   &stmt, err);
-	if (rc)
-		return rc;
-	cache_bind_text(stmt, 1, key);
-	cache_bind_text(stmt, 2, canonical);
-	cache_bind_text(stmt, 3, name);
-	sqlite3_bind_int64(stmt, 4, cache_now(c));
-	cache_bind_text(stmt, 5, graph);
-	rc = cache_run(c->writer, stmt, "cannot import a graph", err);
-	if (rc == 0 && sqlite3_changes(c->writer) == 0) {
-		rc = CACHE_EINVAL;
-		cache_set_error(err, rc, "graph '%s': canonical text differs "
-				"from the cached one", key);
-	}
-	return rc;
+	return cache_insert_graph(c, key, canonical, name, graph, true, err);
 }
 
 /* The canonical texts and bytes of a version, freed together. */

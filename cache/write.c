@@ -64,18 +64,20 @@ int cache_device_id(cache *c, const char *signature, int64_t now,
 	return rc;
 }
 
-/* Inserts graph "key", or marks it used and renames it when it has the
- * same canonical text. */
-static int put_graph(cache *c, const char *key, const char *canonical,
-		     const char *name, cache_error *err)
+int cache_insert_graph(cache *c, const char *key, const char *canonical,
+		       const char *name, const char *graph_json, bool import,
+		       cache_error *err)
 {
 	sqlite3_stmt *stmt = NULL;
 	int rc;
 
-	rc = cache_prepare(c->writer, "INSERT INTO graphs (key, canonical, "
-			   "name, first_seen, last_used) VALUES (?1, ?2, ?3, ?4, "
-			   "?4) ON CONFLICT (key) DO UPDATE SET last_used = ?4, "
-			   "name = coalesce(?3, name) WHERE canonical = ?2",
+	rc = cache_prepare(c->writer,
+			   "INSERT INTO graphs (key, canonical, "
+			   "name, first_seen, last_used, graph) VALUES (?1, ?2, "
+			   "?3, ?4, ?4, ?5) ON CONFLICT (key) DO UPDATE SET "
+			   "last_used = ?4, name = CASE WHEN ?6 THEN name ELSE "
+			   "coalesce(?3, name) END, graph = coalesce(graph, ?5) "
+			   "WHERE canonical = ?2",
 			   &stmt, err);
 	if (rc)
 		return rc;
@@ -83,7 +85,10 @@ static int put_graph(cache *c, const char *key, const char *canonical,
 	cache_bind_text(stmt, 2, canonical);
 	cache_bind_text(stmt, 3, name);
 	sqlite3_bind_int64(stmt, 4, cache_now(c));
-	rc = cache_run(c->writer, stmt, "cannot put a graph", err);
+	cache_bind_text(stmt, 5, graph_json);
+	sqlite3_bind_int(stmt, 6, import);
+	rc = cache_run(c->writer, stmt,
+		       import ? "cannot import a graph" : "cannot put a graph", err);
 	if (rc == 0 && sqlite3_changes(c->writer) == 0) {
 		rc = CACHE_EINVAL;
 		cache_set_error(err, rc, "graph '%s': canonical text differs "
@@ -106,7 +111,7 @@ int cache_sqlite_put_graph(__cache_keep cache *c, const char *key,
 	rc = cache_begin(c, err);
 	if (rc)
 		return rc;
-	rc = put_graph(c, key, canonical, name, err);
+	rc = cache_insert_graph(c, key, canonical, name, NULL, false, err);
 	return cache_end(c, rc, err);
 }
 

@@ -992,8 +992,8 @@ Test(pg, a_graph_an_import_puts_is_locked_until_the_import_ends)
 	c = fx_open();
 	put_graph(c, 1, "kept");
 	cr_assert_eq(pg_begin(c, &err), 0, "%s", err.message);
-	cr_assert_eq(pg_put_graph(c, graph_key(1), graph_canonical(1), "imported", "{}",
-				  true, &err),
+	cr_assert_eq(pg_insert_graph(c, graph_key(1), graph_canonical(1), "imported",
+				     "{}", true, &err),
 		     0, "%s", err.message);
 	other = PQconnectdb(fx.path);
 	res = PQexec(other, "SET lock_timeout = 200; UPDATE graphs SET last_used = 0");
