@@ -6,9 +6,10 @@
  *
  * The size is the bytes of the rows as the server stores them
  * (pg_column_size: compressed and out-of-line values at their stored
- * size), read inside the transaction. It falls with every row deleted;
- * the server's files do not (it reuses the space for new rows, and gives
- * it back when it vacuums), so SQLite's pages are no measure here.
+ * size), read once inside the transaction, then less the bytes each
+ * step's statement says it deleted. It falls with every row deleted; the
+ * server's files do not (it reuses the space for new rows, and gives it
+ * back when it vacuums), so SQLite's pages are no measure here.
  */
 #include <libpq-fe.h>
 
