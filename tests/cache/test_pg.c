@@ -1011,7 +1011,7 @@ Test(pg, a_graph_an_import_puts_is_locked_until_the_import_ends)
 
 /* A prune by size passes over a graph another connection holds (as a
  * publish of it does) instead of waiting for it, and deletes the others. */
-Test(pg, a_prune_by_size_passes_over_a_graph_in_use, .timeout = 60)
+Test(pg, a_prune_by_size_passes_over_a_graph_in_use)
 {
 	cache_prune_stats ps;
 	cache_error err = {0};
