@@ -5,14 +5,15 @@
  *
  * A private PostgreSQL server (tests/cache/pg_server.c), and for each
  * fleet size N a fresh database and N real tuned daemons on it (cpu
- * backend, one job at a time each). A job is claimed whole by one daemon,
- * so the work shared is measured two ways, each on a database of its own:
+ * backend, one job at a time each). A job is claimed whole by one daemon
+ * and the daemons with room help its search (daemon/fleet.c), so the work
+ * shared is measured two ways, each on a database of its own:
  *
  * - batch: the keys submitted together, one to each daemon in turn; the
  *   fleet's daemons claim them from the shared queue;
  * - single: one key submitted to every daemon at once; the fleet may make
- *   one job of it or several (submits within one pass of the queue), each
- *   searching from every trial of the key measured by any daemon.
+ *   one job of it or several (submits within one pass of the queue), and
+ *   the daemons that hold none help, so all of them search the key.
  *
  * The bench polls each key's best version (fetch) every 100 ms. A key's
  * reference is the fastest version any run of this invocation reached; a

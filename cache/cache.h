@@ -504,7 +504,8 @@ bool cache_is_shared(__cache_keep const cache *c);
  * one job), oldest of the
  * highest priority first, then calls "fn" for the jobs of "device" that
  * are queued or running, with an id above "known_max", or among "watch":
- * each job's graph only when this cache holds its lease (job->claimed).
+ * each job's graph only when this cache holds its lease (job->claimed),
+ * or the job is among "help".
  * Refused on SQLite (CACHE_EINVAL). */
 typedef struct cache_job_pass {
 	const char *device;
@@ -513,6 +514,9 @@ typedef struct cache_job_pass {
 	int64_t known_max; /* the largest id the daemon knows */
 	const int64_t *watch;
 	int nwatch;
+	const int64_t *help; /* jobs another cache holds whose graphs to give
+			      * (the daemon is to help their search) */
+	int nhelp;
 } cache_job_pass;
 
 int cache_pass_jobs(__cache_keep cache *c, __cache_keep const cache_job_pass *pass,
@@ -527,6 +531,31 @@ int cache_release_jobs(__cache_keep cache *c, cache_error *err);
  * thread that reads through "c". Refused on SQLite, whose one daemon
  * numbers its jobs itself. */
 int cache_new_job_id(__cache_keep cache *c, int64_t *id, cache_error *err);
+
+/* One key searched by several daemons of a PostgreSQL database at once
+ * (pg_share.c; docs/design/cache.md, "A search shared by daemons"): each
+ * claims a plan before it measures it, and reads the trials the others
+ * recorded at each generation. Both are single statements on the
+ * handle's reading connection, so that a handle of cache_open_reader
+ * serves them from the thread that owns it. Refused on SQLite
+ * (CACHE_EINVAL), whose file has one daemon. */
+
+/* Claims "plan_json" (stored, as trials are, compact with sorted keys)
+ * on (graph, device, codegen) for "claim_s" seconds: 1 when the caller
+ * is to measure it; 0 when a trial of it on the device is recorded
+ * already, or another claim of it has not run out. A claim that ran
+ * out (its daemon died before it recorded the trial) is taken again. */
+int cache_claim_plan(__cache_keep cache *c, const char *graph, const char *device,
+		     const char *codegen, const char *plan_json, double claim_s,
+		     cache_error *err);
+
+/* The trials recorded for (graph, device, codegen) after the trial
+ * numbered "*after" (0: from the first), oldest first, at most "limit"
+ * (> 0), as a JSON array like cache_trials'; *after becomes the number
+ * of the last one read. */
+int cache_trials_after(__cache_keep cache *c, const char *graph, const char *device,
+		       const char *codegen, int64_t *after, int limit,
+		       __cache_give json_t **out, cache_error *err);
 
 /* Moving entries between caches (transfer.c; docs/cache.md, "Export and
  * import"). */

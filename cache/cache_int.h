@@ -402,12 +402,20 @@ int pg_migrate(cache *c, cache_error *err);
 	"device, claimed_by"
 void pg_job_at(const struct pg_result *res, int row, const char *instance,
 	       cache_job *job);
+/* The server's clock, in unix seconds. */
+#define SERVER_NOW "extract(epoch FROM clock_timestamp())"
 /* The shared queue's operations behind cache.h's. */
 int pg_pass_jobs(cache *c, const cache_job_pass *pass,
 		 int (*fn)(void *user, const cache_job *job), void *user,
 		 cache_error *err);
 int pg_release_jobs(cache *c, cache_error *err);
 int pg_new_job_id(cache *c, int64_t *id, cache_error *err);
+/* pg_share.c: the shared search's, behind cache.h's. */
+int pg_claim_plan(cache *c, const char *graph, const char *device, const char *codegen,
+		  const char *plan, double claim_s, cache_error *err);
+int pg_trials_after(cache *c, const char *graph, const char *device,
+		    const char *codegen, int64_t *after, int limit, json_t **out,
+		    cache_error *err);
 /* pg_listen.c: in the publish's transaction, the notice of version
  * "version" of plan "p", sent at its commit. */
 int pg_notify_version(cache *c, const cache_plan *p, int version, cache_error *err);

@@ -404,11 +404,14 @@ int cache_pass_jobs(__cache_keep cache *c, __cache_keep const cache_job_pass *pa
 		rc = shared_only(c, "claim jobs", err);
 	if (rc)
 		return rc;
-	if (!pass || !fn || pass->nwatch < 0 || (pass->nwatch && !pass->watch))
+	if (!pass || !fn || pass->nwatch < 0 || (pass->nwatch && !pass->watch) ||
+	    pass->nhelp < 0 || (pass->nhelp && !pass->help))
 		return no_argument("claim jobs",
 				   !pass ? "no pass" :
 				   !fn   ? "no callback" :
-					   "no watched ids",
+				   pass->nwatch < 0 || (pass->nwatch && !pass->watch) ?
+					 "no watched ids" :
+					 "no ids to help",
 				   err);
 	return pg_pass_jobs(c, pass, fn, user, err);
 }
@@ -430,4 +433,47 @@ int cache_new_job_id(__cache_keep cache *c, int64_t *id, cache_error *err)
 		return no_argument("number a job", "no out", err);
 	*id = 0;
 	return shared_only(c, "number a job", err) ?: pg_new_job_id(c, id, err);
+}
+
+int cache_claim_plan(__cache_keep cache *c, const char *graph, const char *device,
+		     const char *codegen, const char *plan_json, double claim_s,
+		     cache_error *err)
+{
+	char *plan = NULL;
+	int rc;
+
+	if (!c)
+		return no_cache("claim a plan", err);
+	rc = shared_only(c, "claim a plan", err) ?:
+		     cache_check_key(graph, device, codegen, err);
+	if (rc == 0 && !(claim_s > 0))
+		rc = no_argument("claim a plan", "a claim of no time", err);
+	if (rc == 0)
+		rc = cache_json_canonical(plan_json, "plan", false, &plan, err);
+	if (rc == 0)
+		rc = pg_claim_plan(c, graph, device, codegen, plan, claim_s, err);
+	cache_json_free(plan);
+	return rc;
+}
+
+int cache_trials_after(__cache_keep cache *c, const char *graph, const char *device,
+		       const char *codegen, int64_t *after, int limit, json_t **out,
+		       cache_error *err)
+{
+	int rc;
+
+	if (out)
+		*out = NULL;
+	if (!c)
+		return no_cache("read the trials", err);
+	if (!after || !out || limit <= 0)
+		return no_argument("read the trials",
+				   !after ? "no trial number" :
+				   !out   ? "no out" :
+					    "no limit",
+				   err);
+	rc = shared_only(c, "read the trials after one", err) ?:
+		     cache_check_key(graph, device, codegen, err);
+	return rc ? rc :
+		    pg_trials_after(c, graph, device, codegen, after, limit, out, err);
 }

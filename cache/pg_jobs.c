@@ -21,8 +21,6 @@
 
 #include "cache_int.h"
 
-/* The server's clock, in unix seconds. */
-#define SERVER_NOW "extract(epoch FROM clock_timestamp())"
 #define OPEN_STATES "('queued', 'running')"
 #define FINISHED_STATES "('done', 'failed', 'cancelled')"
 
@@ -296,9 +294,9 @@ static char *id_array(const int64_t *ids, int n)
 }
 
 /* The rows the daemon is to know: open, new to it, or watched; graphs
- * of the jobs it holds only. */
+ * of the jobs it holds or is to help only. */
 static int read_pass(cache *c, const cache_job_pass *pass, const char *watch,
-		     PGresult **res, cache_error *err)
+		     const char *help, PGresult **res, cache_error *err)
 {
 	pg_args a = {0};
 	int rc;
@@ -307,15 +305,17 @@ static int read_pass(cache *c, const cache_job_pass *pass, const char *watch,
 	pg_text(&a, pass->device);
 	pg_int(&a, pass->known_max);
 	pg_text(&a, watch);
+	pg_text(&a, help);
 	rc = pg_run(
 		c, c->pg_writer,
 		"SELECT " PG_JOB_COLUMNS_GRAPH(
-			"CASE WHEN "
-			"claimed_by = $1 THEN graph END") " FROM jobs WHERE device = "
-							  "$2 "
-							  "AND (state IN " OPEN_STATES
-							  " OR id > $3 OR id = ANY("
-							  "$4::bigint[])) ORDER BY id",
+			"CASE WHEN claimed_by = $1 OR id = "
+			"ANY($5::bigint[]) THEN graph END") " FROM jobs WHERE device = "
+							    "$2 "
+							    "AND (state IN " OPEN_STATES
+							    " OR id > $3 OR id = ANY("
+							    "$4::bigint[])) ORDER BY "
+							    "id",
 		&a, res, "cannot read the jobs", err);
 	return rc;
 }
@@ -325,31 +325,33 @@ int pg_pass_jobs(cache *c, const cache_job_pass *pass,
 		 cache_error *err)
 {
 	PGresult *res = NULL;
-	char *watch;
+	char *watch, *help;
 	int rc;
 
 	rc = cache_check_text(pass->device, "device signature", err);
 	if (rc)
 		return rc;
-	if (!(watch = id_array(pass->watch, pass->nwatch))) {
-		cache_set_error(err, CACHE_ENOMEM,
-				"cannot read the jobs: out of "
-				"memory");
-		return CACHE_ENOMEM;
-	}
-	rc = pg_begin(c, err);
+	watch = id_array(pass->watch, pass->nwatch);
+	help = id_array(pass->help, pass->nhelp);
+	if (!watch || !help)
+		rc = CACHE_ENOMEM;
+	if (rc)
+		cache_set_error(err, rc, "cannot read the jobs: out of memory");
+	if (rc == 0)
+		rc = pg_begin(c, err);
 	if (rc == 0) {
 		rc = renew(c, pass->lease_s, watch, err);
 		if (rc == 0)
 			rc = claim(c, pass, err);
 		if (rc == 0)
-			rc = read_pass(c, pass, watch, &res, err);
+			rc = read_pass(c, pass, watch, help, &res, err);
 		rc = pg_end(c, rc, err);
 	}
 	if (rc == 0)
 		each_job(c, res, fn, user);
 	PQclear(res);
 	sqlite3_free(watch);
+	sqlite3_free(help);
 	return rc;
 }
 

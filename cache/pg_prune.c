@@ -120,6 +120,15 @@ static int delete_unused_devices(cache *c, cache_error *err)
 	return rc < 0 ? rc : 0;
 }
 
+/* Claims of plans that ran out hold nothing back (pg_share.c). */
+static int delete_run_out_claims(cache *c, cache_error *err)
+{
+	int rc = pg_change(c, "DELETE FROM plan_claims WHERE until < " SERVER_NOW, NULL,
+			   "cannot prune the cache", err);
+
+	return rc < 0 ? rc : 0;
+}
+
 /* Runs size step "sql": *rows gets the rows it deleted, *bytes theirs. */
 static int size_step(cache *c, const char *sql, int64_t *rows, int64_t *bytes,
 		     cache_error *err)
@@ -169,6 +178,8 @@ static int prune(cache *c, int64_t max_age_s, int64_t max_bytes, cache_prune_sta
 		rc = prune_size(c, max_bytes, err);
 	if (rc == 0)
 		rc = delete_unused_devices(c, err);
+	if (rc == 0)
+		rc = delete_run_out_claims(c, err);
 	if (rc == 0)
 		rc = count_rows(c, after, err);
 	if (rc == 0)

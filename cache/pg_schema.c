@@ -120,6 +120,18 @@ static const char *const migrations[] = {
 	" version INTEGER NOT NULL CHECK (version >= 1),"
 	" pinned_at BIGINT NOT NULL,"
 	" PRIMARY KEY (run, graph, device, codegen));",
+	/* 4: the claims of the daemons that tune one key together on plans
+	 * they are about to measure (pg_share.c): a plan's md5, claimed
+	 * until a time (the server's unix seconds); and the trials found
+	 * by their plan's md5, which a claim looks up. */
+	"CREATE TABLE plan_claims ("
+	" graph TEXT NOT NULL REFERENCES graphs(key) ON DELETE CASCADE,"
+	" device TEXT NOT NULL,"
+	" codegen TEXT NOT NULL,"
+	" plan_md5 TEXT NOT NULL,"
+	" until DOUBLE PRECISION NOT NULL,"
+	" PRIMARY KEY (graph, device, codegen, plan_md5));"
+	"CREATE INDEX trials_plan ON trials (graph, codegen, md5(plan));",
 };
 
 #define MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))

@@ -38,7 +38,7 @@
 typedef struct fleet_pass {
 	tuned_daemon *d;
 	cache_job_pass pass;
-	int64_t *watch;
+	int64_t *watch, *help;
 	tuned_jobs read; /* the rows read, as jobs */
 	bool out_of_memory;
 	int rc;
@@ -57,6 +57,82 @@ static int held(const tuned_daemon *d)
 	for (const tuned_job *job = d->jobs.head; job; job = job->next)
 		n += (job->claimed || job->row_claimed) && tuned_job_is_active(job);
 	return n;
+}
+
+/* Jobs whose search this daemon helps, less those told to stop (their
+ * places are free once their trials in flight end). */
+static int helping(const tuned_daemon *d)
+{
+	int n = 0;
+
+	for (const tuned_job *job = d->jobs.head; job; job = job->next)
+		n += job->helping && !job->help_stopped;
+	return n;
+}
+
+/* The searches this daemon may start now, of its jobs or to help. */
+static int room(const tuned_daemon *d)
+{
+	return d->options.jobs - held(d) - helping(d);
+}
+
+/* A job another daemon holds and searches (a budget of 0 measures one
+ * plan), that this daemon has not helped yet, with trials left. */
+static bool may_help(const tuned_job *job)
+{
+	return job->held_elsewhere && job->state == TUNED_JOB_RUNNING &&
+	       !job->claimed && !job->helped && job->budget_s > 0 &&
+	       (job->max_trials == 0 || job->trials < job->max_trials);
+}
+
+/* The helper's search of "job" ends here (after the trials in flight):
+ * "why" says why. */
+static void stop_helping(tuned_daemon *d, tuned_job *job, const char *why)
+{
+	job->help_stopped = true;
+	tuned_runner_cancel(d->runner, job->id);
+	tuned_log(TUNED_INFO, "job %lld: %s: stops helping: %s", (long long)job->id,
+		  job->key, why);
+}
+
+/* A job claimed here needs the place of a search this daemon helps with. */
+static void make_room(tuned_daemon *d)
+{
+	for (tuned_job *job = d->jobs.head; job && room(d) < 0; job = job->next)
+		if (job->helping && !job->help_stopped)
+			stop_helping(d, job, "this daemon claimed a job of its own");
+}
+
+/* The pass gave the graph of a job this daemon asked to help: with a
+ * place free, its runner searches the key too, from every trial measured
+ * of it, sharing the work (runner.c, claim_plans). */
+static void start_helping(tuned_daemon *d, tuned_job *job, tuned_job *row)
+{
+	if (!row->graph || !may_help(job) || room(d) <= 0)
+		return;
+	free(job->graph);
+	job->graph = row->graph;
+	row->graph = NULL;
+	job->helping = job->helped = true;
+	job->help_stopped = false;
+	job->helped_trials = 0;
+	tuned_log(TUNED_INFO,
+		  "job %lld: %s: helps the daemon that holds it: searches "
+		  "the key too, sharing its trials",
+		  (long long)job->id, job->key);
+	tuned_help_job(d, job);
+}
+
+/* A job helped here ended, or is no longer held by the daemon helped. */
+static void keep_helping(tuned_daemon *d, tuned_job *job, const tuned_job *row)
+{
+	if (!tuned_job_is_active(row))
+		stop_helping(d, job, "the job ended on the daemon that holds it");
+	else if (row->claimed)
+		stop_helping(d, job,
+			     "this daemon holds the job now: it goes on with it");
+	else if (!row->held_elsewhere)
+		stop_helping(d, job, "the daemon that held it gave it back");
 }
 
 /* On the writer thread: each row, as a job. */
@@ -96,6 +172,7 @@ static void copy_fields(tuned_job *job, const tuned_job *row)
 static void start_claimed(tuned_daemon *d, tuned_job *job, tuned_job *row)
 {
 	job->claimed = true;
+	make_room(d);
 	if (!job->graph) {
 		job->graph = row->graph;
 		row->graph = NULL;
@@ -176,15 +253,21 @@ static void merge(tuned_daemon *d, tuned_job *row)
 		return;
 	}
 	job->row_claimed = row->claimed;
+	job->held_elsewhere = row->held_elsewhere;
+	if (job->helping && !job->help_stopped)
+		keep_helping(d, job, row);
 	if (job->reread)
 		return follow(d, job, row);
 	if (!job->claimed) {
-		/* a job this daemon lost and claimed again starts once the
-		 * runner let go of it (a later pass: the claim is renewed) */
+		/* a job this daemon lost and claimed again, or helped, starts
+		 * once the runner let go of it (a later pass: the claim is
+		 * renewed) */
 		if (row->claimed && tuned_job_is_active(row) &&
-		    tuned_job_is_active(job) && !tuned_runner_holds(d->runner, job->id))
+		    tuned_job_is_active(job) && !job->helping &&
+		    !tuned_runner_holds(d->runner, job->id))
 			return start_claimed(d, job, row);
-		return follow(d, job, row);
+		follow(d, job, row);
+		return start_helping(d, job, row);
 	}
 	if (!tuned_job_is_active(job))
 		return;
@@ -198,6 +281,7 @@ static void fleet_pass_free(fleet_pass *p)
 {
 	tuned_jobs_release(&p->read);
 	free(p->watch);
+	free(p->help);
 	free(p);
 }
 
@@ -240,20 +324,25 @@ static fleet_pass *new_pass(tuned_daemon *d)
 		return NULL;
 	for (tuned_job *job = d->jobs.head; job; job = job->next)
 		n++;
-	if (!(p->watch = calloc((size_t)n + 1, sizeof(int64_t)))) {
-		free(p);
+	p->watch = calloc((size_t)n + 1, sizeof(int64_t));
+	p->help = calloc((size_t)n + 1, sizeof(int64_t));
+	if (!p->watch || !p->help) {
+		fleet_pass_free(p);
 		return NULL;
 	}
 	p->d = d;
 	p->pass = (cache_job_pass){.device = d->device,
 				   .lease_s = d->options.lease_s,
 				   .claim = d->options.jobs - held(d),
-				   .watch = p->watch};
+				   .watch = p->watch,
+				   .help = p->help};
 	for (tuned_job *job = d->jobs.head; job; job = job->next) {
 		if (job->id > p->pass.known_max)
 			p->pass.known_max = job->id;
 		if (tuned_job_is_active(job) || job->reread)
 			p->watch[p->pass.nwatch++] = job->id;
+		if (may_help(job) && p->pass.nhelp < room(d))
+			p->help[p->pass.nhelp++] = job->id;
 	}
 	return p;
 }

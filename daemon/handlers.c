@@ -269,6 +269,7 @@ typedef struct job_work {
 	char nearest[PROTO_KEY_HEX + 1]; /* the key spec.neighbour is of */
 	char why[300]; /* set: the job cannot run, and why */
 	char trials_error[220]; /* set: it runs without its trials, and why */
+	bool helping;           /* the search helps the daemon that holds the job */
 } job_work;
 
 /* Versions a read found failing their checksum are marked bad by the
@@ -328,20 +329,44 @@ static void fail_job(tuned_daemon *d, tuned_job *job, const char *why)
 	tuned_fail_waiters(d, job->key, PROTO_EINTERNAL, why);
 }
 
-/* Back on the loop: the job goes to the runner if it is still queued
- * (not cancelled meanwhile, the daemon not stopping) and still this
- * daemon's (on a shared queue, its lease not lost meanwhile). */
+/* Whether the job prepared is still to go to the runner: queued (not
+ * cancelled meanwhile) and still this daemon's (on a shared queue, its
+ * lease not lost meanwhile); or, helped, still running on the daemon
+ * that holds it, and still helped. */
+static bool still_wanted(const job_work *w, const tuned_job *job)
+{
+	if (w->helping)
+		return job->helping && !job->help_stopped && !job->claimed &&
+		       job->state == TUNED_JOB_RUNNING;
+	return job->state == TUNED_JOB_QUEUED && job->claimed;
+}
+
+/* A helped job whose search cannot start here: the daemon that holds it
+ * goes on alone. */
+static void help_not_started(tuned_job *job, const char *why)
+{
+	job->helping = false;
+	tuned_log(TUNED_WARN, "job %lld: %s: cannot help its search here: %s",
+		  (long long)job->id, job->key, why);
+}
+
+/* Back on the loop: the job goes to the runner if it is still wanted
+ * and the daemon is not stopping. */
 static void on_job_prepared(uv_work_t *work, int status)
 {
 	job_work *w = work->data;
 	tuned_daemon *d = w->d;
 	tuned_job *job = tuned_jobs_find(&d->jobs, w->job);
 
-	if (status < 0 || d->stopping || !job || job->state != TUNED_JOB_QUEUED ||
-	    !job->claimed)
+	if (job && w->helping && (status < 0 || d->stopping || !still_wanted(w, job)))
+		job->helping = false;
+	if (status < 0 || d->stopping || !job || !still_wanted(w, job))
 		return job_work_free(w);
 	if (w->why[0]) {
-		fail_job(d, job, w->why);
+		if (w->helping)
+			help_not_started(job, w->why);
+		else
+			fail_job(d, job, w->why);
 		return job_work_free(w);
 	}
 	if (w->trials_error[0])
@@ -352,30 +377,50 @@ static void on_job_prepared(uv_work_t *work, int status)
 			  "key of the same form", (long long)job->id, job->key, w->nearest);
 	mark_found_bad(d);
 	w->spec.graph = job->graph;
-	if (tuned_runner_submit(d->runner, &w->spec) < 0)
-		fail_job(d, job, "cannot hand it to the runner: out of memory");
-	else
+	if (tuned_runner_submit(d->runner, &w->spec) == 0)
 		tuned_update_waited(d);
+	else if (w->helping)
+		help_not_started(job, "out of memory");
+	else
+		fail_job(d, job, "cannot hand it to the runner: out of memory");
 	free(w); /* the runner took the spec's parts */
 }
 
-void tuned_run_job(tuned_daemon *d, const tuned_job *job)
+/* Prepares "job" for the runner off the loop; "max_trials" is its limit
+ * there. False when out of memory. */
+static bool prepare(tuned_daemon *d, const tuned_job *job, int max_trials, bool helping)
 {
 	job_work *w = calloc(1, sizeof(*w));
 
 	if (!w) {
 		tuned_log(TUNED_ERROR, "job %lld: cannot prepare it: out of memory",
 			  (long long)job->id);
-		return;
+		return false;
 	}
 	w->work.data = w;
 	w->d = d;
-	w->spec = (tuned_job_spec){.job = job->id, .budget_s = job->budget_s,
-				   .max_trials = job->max_trials,
+	w->spec = (tuned_job_spec){.job = job->id,
+				   .budget_s = job->budget_s,
+				   .max_trials = max_trials,
 				   .priority = job->priority};
 	w->job = job->id;
+	w->helping = helping;
 	snprintf(w->key, sizeof(w->key), "%s", job->key);
 	uv_queue_work(d->loop, &w->work, prepare_job, on_job_prepared);
+	return true;
+}
+
+void tuned_run_job(tuned_daemon *d, const tuned_job *job)
+{
+	prepare(d, job, job->max_trials, false);
+}
+
+/* A helper measures at most the trials the job has left, as its row
+ * said; its budget is the job's (it stops when the job ends). */
+void tuned_help_job(tuned_daemon *d, tuned_job *job)
+{
+	if (!prepare(d, job, job->max_trials ? job->max_trials - job->trials : 0, true))
+		job->helping = false;
 }
 
 /* A graph of a submit, copied out of its sched_graph: its key, name and

@@ -487,6 +487,7 @@ tuned_job *tuned_jobs_add_row(tuned_jobs *jobs, const cache_job *row)
 	set_row(job, row);
 	job->stored = true;
 	job->claimed = row->claimed;
+	job->held_elsewhere = row->claimed_by && !row->claimed;
 	append(jobs, job);
 	return job;
 }

@@ -28,8 +28,8 @@ static void store_failed(tuned_job *job, const char *what, const cache_error *er
 
 	tuned_log(TUNED_ERROR, "job %lld: %s: the cache cannot store %s: %s",
 		  (long long)job->id, job->key, what, err->message);
-	if (job->store_failed || !is_active(job))
-		return;
+	if (job->store_failed || !is_active(job) || job->helping)
+		return; /* a job helped fails on the daemon that holds it */
 	job->store_failed = true;
 	snprintf(job->error, sizeof(job->error), "the cache cannot store %s: %.200s",
 		 what, cause ? cause + 2 : err->message);
@@ -361,10 +361,39 @@ static void on_result_after_cancel(tuned_job *job, const result_store *st)
 		told_trial(job, st);
 }
 
+/* What the search of a job another daemon holds found here (fleet.c): its
+ * trials and versions go to the shared cache and this daemon's watchers;
+ * the job's row stays its holder's. */
+static void on_helped_result(tuned_daemon *d, tuned_job *job, const result_store *st)
+{
+	const tuned_result *r = st->r;
+
+	switch (r->kind) {
+	case TUNED_RESULT_TRIAL: job->helped_trials++; return told_trial(job, st);
+	case TUNED_RESULT_VERSION:
+		if (st->publish)
+			on_version(d, job, st);
+		return;
+	case TUNED_RESULT_GENERATION: return on_generation(d, job, r);
+	case TUNED_RESULT_END:
+		job->helping = false;
+		tuned_log(TUNED_INFO, "job %lld: %s: helped with %d trials%s%s",
+			  (long long)job->id, job->key, job->helped_trials,
+			  r->ended[0] || r->detail[0] ? ", then " : "",
+			  r->ended[0] ? r->ended : r->detail);
+		return;
+	case TUNED_RESULT_SKIPPED: return on_skipped(d, job, r);
+	case TUNED_RESULT_LOST: return on_lost(job, r);
+	case TUNED_RESULT_STARTED: return;
+	}
+}
+
 static void on_result(tuned_daemon *d, tuned_job *job, const result_store *st)
 {
 	const tuned_result *r = st->r;
 
+	if (job->helping)
+		return on_helped_result(d, job, st);
 	if (r->kind == TUNED_RESULT_VERSION && st->publish)
 		return on_version(d, job, st);
 	if (!is_active(job) && r->kind != TUNED_RESULT_END)
@@ -415,7 +444,9 @@ static void stored_results(void *data)
 	for (int i = 0; i < b->n; i++) {
 		tuned_job *job = tuned_jobs_find(&d->jobs, b->stores[i].job);
 
-		if (job) {
+		if (job && job->helping) {
+			on_result(d, job, &b->stores[i]); /* its row is another's */
+		} else if (job) {
 			on_result(d, job, &b->stores[i]);
 			job->dirty = true;
 		}
@@ -451,7 +482,7 @@ static result_batch *batch_of(tuned_daemon *d, tuned_result *r)
 		tuned_job *job = tuned_jobs_find(&d->jobs, r->job);
 
 		next = r->next;
-		if (!job || !job->claimed) {
+		if (!job || !(job->claimed || job->helping)) {
 			tuned_result_free(r);
 			continue;
 		}

@@ -51,6 +51,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "daemon.h"
 #include "runner.h"
 #include "scheduler.h"
@@ -75,6 +76,11 @@
 /* Known trials told to the search between looks at whether the runner
  * stops. */
 #define KNOWN_BETWEEN_LOOKS 256
+/* A shared cache: how long a claim of a plan lasts (a plan claimed by a
+ * daemon that died before it recorded the trial is claimed again after
+ * it), and the trials of the key read at most before each generation. */
+#define CLAIM_S 300.0
+#define SHARED_TRIALS_READ 2000
 
 enum stage { TO_COMPILE, COMPILING, READY, MEASURING, DONE };
 /* SEARCH_FILL: go on proposing the generation, after another job went
@@ -120,8 +126,15 @@ typedef struct runner_job {
 	json_t *first;
 	double first_ms, version_ms;
 	json_t *retimed;  /* what the last re-timing found, for the event */
-	pipeline_plan *cands;   /* the generation's, by the search's handles */
+	pipeline_plan *cands; /* the generation's, by the search's handles;
+			       * ms NAN: claimed by another daemon */
 	int ncands, open;
+	/* A shared cache (the search thread's): the last trial of the key
+	 * read, the generation's plans another daemon claimed, and whether
+	 * the claims or the reads are failing. */
+	int64_t shared_after;
+	int claimed_elsewhere;
+	bool shared_failing;
 	int room;           /* the candidates the generation may have */
 	struct runner_job *next;
 } runner_job;
@@ -150,6 +163,9 @@ struct tuned_runner {
 	bool timing;            /* the device wants a quiet machine */
 	kgen_peaks peaks;
 	uint64_t started_ns, busy_ns;
+	cache *shared;    /* a shared cache's reader (the search thread's),
+			   * or NULL */
+	char device[256]; /* the device's signature */
 	runner_job *jobs;
 	tuned_result *results_head, *results_tail;
 };
@@ -323,8 +339,11 @@ static bool expired(const tuned_runner *r, const runner_job *job)
 }
 
 /* Plans the search proposed, as the generation's next candidates, as many
- * as its room allows (the trial budget); the compile workers are woken. */
-static void add_candidates(tuned_runner *r, runner_job *job, json_t *plans)
+ * as its room allows (the trial budget); the compile workers are woken.
+ * A plan another daemon claimed ("mine" false) is done at once, its time
+ * unknown (NAN) until its trial is read. */
+static void add_candidates(tuned_runner *r, runner_job *job, json_t *plans,
+			   const bool *mine)
 {
 	size_t i;
 	json_t *plan;
@@ -332,9 +351,12 @@ static void add_candidates(tuned_runner *r, runner_job *job, json_t *plans)
 	json_array_foreach(plans, i, plan) {
 		if (job->ncands >= job->room)
 			break;
-		job->cands[job->ncands++] = (pipeline_plan){json_incref(plan), TO_COMPILE,
-							INFINITY, NULL};
-		job->open++;
+		job->cands[job->ncands++] = (pipeline_plan){json_incref(plan),
+							    mine[i] ? TO_COMPILE : DONE,
+							    mine[i] ? INFINITY : NAN,
+							    NULL};
+		job->open += mine[i];
+		job->claimed_elsewhere += !mine[i];
 	}
 	if (json_array_size(plans))
 		uv_cond_broadcast(&r->compile_wake);
@@ -374,7 +396,7 @@ static json_t *generation_data(const runner_job *job)
 
 	return json_pack(
 		"{s:I, s:i, s:i, s:i, s:i, s:i, s:i, s:s?, s:{s:i, s:i, s:i, s:i, s:i},"
-		" s:o, s:o, s:o, s:o, s:o, s:i, s:o}",
+		" s:o, s:o, s:o, s:o, s:o, s:i, s:o, s:i}",
 		"job", (json_int_t)job->id, "generation", job->generation - 1, "trials",
 		job->trials, "compile_failures", job->compile_failures, "filtered",
 		job->drops.filtered, "quarantined", job->skipped, "proposed",
@@ -389,7 +411,8 @@ static json_t *generation_data(const runner_job *job)
 			json_real(job->first_ms / job->version_ms) :
 			json_null(),
 		"retimed", job->retimed ? json_incref(job->retimed) : json_null(),
-		"restarts", job->restarts, "cost_model", cost_model_data(&job->model));
+		"restarts", job->restarts, "cost_model", cost_model_data(&job->model),
+		"claimed_elsewhere", job->claimed_elsewhere);
 }
 
 /* A candidate becomes the key's version, at "median_ms", when the
@@ -511,6 +534,80 @@ static void know_trials(tuned_runner *r, tuner_search *search, const json_t *kno
 		tuner_search_know(search, json_object_get(trial, "plan"),
 				  outcome && !strcmp(outcome, "ok") && ms > 0 ? ms : INFINITY);
 	}
+}
+
+/* A shared cache failed the job's search ("what": a claim or a read): said
+ * once until it works again; the search goes on with what this daemon
+ * measures, and may measure a plan another daemon measures too. */
+static void shared_failed(runner_job *job, const char *what, const cache_error *err)
+{
+	if (!job->shared_failing)
+		tuned_log(TUNED_WARN,
+			  "job %lld: %s: cannot %s: %s; the search goes on "
+			  "with this daemon's own trials",
+			  (long long)job->id, sched_graph_key(job->graph), what,
+			  err->message);
+	job->shared_failing = true;
+}
+
+static void shared_worked(runner_job *job)
+{
+	if (job->shared_failing)
+		tuned_log(TUNED_INFO,
+			  "job %lld: %s: the shared cache works again: the "
+			  "search shares its trials with the other daemons again",
+			  (long long)job->id, sched_graph_key(job->graph));
+	job->shared_failing = false;
+}
+
+/* The search thread, without the lock: the trials of the key recorded
+ * on a shared cache since the job last read them (by any daemon that
+ * searches it, this one included) told to its search. */
+static void read_shared_trials(tuned_runner *r, runner_job *job)
+{
+	cache_error err = {0};
+	json_t *trials = NULL;
+
+	if (!r->shared)
+		return;
+	if (cache_trials_after(r->shared, sched_graph_key(job->graph), r->device,
+			       KGEN_CODEGEN_VERSION, &job->shared_after,
+			       SHARED_TRIALS_READ, &trials, &err) < 0)
+		return shared_failed(job, "read the trials other daemons measured",
+				     &err);
+	shared_worked(job);
+	know_trials(r, job->search, trials);
+	json_decref(trials);
+}
+
+/* The search thread, without the lock: which of "plans" this daemon is to
+ * measure, as an array of flags (NULL when out of memory): on a shared
+ * cache, those it claimed; the others another daemon claimed or measured.
+ * All of them when the claims fail. */
+static bool *claim_plans(tuned_runner *r, runner_job *job, json_t *plans)
+{
+	bool *mine = calloc(json_array_size(plans) + 1, sizeof(bool));
+	cache_error err = {0};
+	size_t i;
+	json_t *plan;
+
+	json_array_foreach(plans, i, plan) {
+		if (!mine)
+			break;
+		char *text = r->shared ? json_dumps(plan, JSON_COMPACT) : NULL;
+		int rc = text ? cache_claim_plan(r->shared, sched_graph_key(job->graph),
+						 r->device, KGEN_CODEGEN_VERSION, text,
+						 CLAIM_S, &err) :
+				1;
+
+		free(text);
+		if (rc < 0)
+			shared_failed(job, "claim a plan before measuring it", &err);
+		else if (r->shared)
+			shared_worked(job);
+		mine[i] = rc != 0;
+	}
+	return mine;
 }
 
 /* Reads the job's graph in its canonical form, whatever names and order
@@ -679,9 +776,10 @@ static void candidate_done(tuned_runner *r, runner_job *job, pipeline_plan *c, d
 	activate_jobs(r);
 }
 
-/* The outcomes of the generation out told to the search, by handle,
- * and the next generation opened, without the lock; false when the
- * search is over. The candidates are freed. */
+/* The outcomes of the generation out told to the search, by handle (a
+ * plan another daemon claimed: by its trial, once read), then the trials
+ * other daemons recorded, and the next generation opened, without the
+ * lock; false when the search is over. The candidates are freed. */
 static bool open_generation(tuned_runner *r, runner_job *job)
 {
 	int n = job->ncands;
@@ -691,10 +789,13 @@ static bool open_generation(tuned_runner *r, runner_job *job)
 	for (int i = 0; ms && i < n; i++)
 		ms[i] = job->cands[i].ms;
 	free_candidates(job);
+	job->claimed_elsewhere = 0;
 	uv_mutex_unlock(&r->lock);
 	for (int i = 0; ms && i < n; i++)
-		tuner_search_record(job->search, i, ms[i]);
+		if (!isnan(ms[i]))
+			tuner_search_record(job->search, i, ms[i]);
 	free(ms);
+	read_shared_trials(r, job);
 	open = tuner_search_begin(job->search) == 0;
 	uv_mutex_lock(&r->lock);
 	return open;
@@ -739,6 +840,7 @@ static bool fill_generation(tuned_runner *r, runner_job *job)
 	tuner_search_drops drops;
 	tuner_search_model model;
 	json_t *plans;
+	bool *mine;
 	int restarts;
 
 	for (;;) {
@@ -758,6 +860,7 @@ static bool fill_generation(tuned_runner *r, runner_job *job)
 			return false;
 		uv_mutex_unlock(&r->lock);
 		plans = tuner_search_propose(search, PROPOSE_TRIES);
+		mine = plans ? claim_plans(r, job, plans) : NULL;
 		tuner_search_drops_get(search, &drops);
 		tuner_search_cost_model(search, &model);
 		restarts = tuner_search_restarts(search);
@@ -765,11 +868,12 @@ static bool fill_generation(tuned_runner *r, runner_job *job)
 		job->drops = drops;
 		job->model = model;
 		job->restarts = restarts;
-		if (!plans)
+		if (!mine)
 			job->failed = "cannot propose plans: out of memory";
 		else if (!expired(r, job))
-			add_candidates(r, job, plans);
+			add_candidates(r, job, plans, mine);
 		json_decref(plans);
+		free(mine);
 	}
 }
 
@@ -1246,29 +1350,32 @@ static int start_threads(tuned_runner *r, const char *worker_path)
 	return 0;
 }
 
-tuned_runner *tuned_runner_start(uv_async_t *notify, int active_jobs,
-				 int compile_workers, const char *backend, bool cuda,
-				 const char *worker_path)
+tuned_runner *tuned_runner_start(uv_async_t *notify, const tuned_runner_options *o)
 {
 	tuned_runner *r = calloc(1, sizeof(*r));
 
-	if (!r)
+	if (!r) {
+		cache_close(o->shared);
 		return NULL;
+	}
+	r->shared = o->shared;
+	snprintf(r->device, sizeof(r->device), "%s", o->device);
 	r->notify = notify;
-	r->active_jobs = active_jobs;
-	r->cuda = cuda;
-	r->nthreads = 1 + (compile_workers > 0 ? compile_workers :
-			   (int)sysconf(_SC_NPROCESSORS_ONLN));
+	r->active_jobs = o->active_jobs;
+	r->cuda = o->cuda;
+	r->nthreads = 1 + (o->compile_workers > 0 ? o->compile_workers :
+						    (int)sysconf(_SC_NPROCESSORS_ONLN));
 	r->started_ns = uv_hrtime();
-	snprintf(r->backend, sizeof(r->backend), "%s", backend);
+	snprintf(r->backend, sizeof(r->backend), "%s", o->backend);
 	snprintf(r->share, sizeof(r->share), TUNED_SHARE_DIR "/" TUNED_SHARE_NAME
 		 "%d-XXXXXX", (int)getpid());
 	if (uv_mutex_init(&r->lock) || uv_cond_init(&r->compile_wake) ||
 	    uv_cond_init(&r->measure_wake) || uv_cond_init(&r->search_wake) ||
 	    !mkdtemp(r->share) ||
 	    !(r->threads = calloc(r->nthreads, sizeof(worker_thread))) ||
-	    !(r->search_started = !uv_thread_create(&r->search_handle, search_thread, r)) ||
-	    start_threads(r, worker_path) < 0) {
+	    !(r->search_started = !uv_thread_create(&r->search_handle, search_thread,
+						    r)) ||
+	    start_threads(r, o->worker_path) < 0) {
 		tuned_runner_stop(r);
 		return NULL;
 	}
@@ -1384,6 +1491,7 @@ void tuned_runner_stop(tuned_runner *r)
 	}
 	kgen_empty_folder(r->share);
 	rmdir(r->share);
+	cache_close(r->shared);
 	free(r->threads);
 	uv_cond_destroy(&r->compile_wake);
 	uv_cond_destroy(&r->measure_wake);

@@ -83,13 +83,25 @@ typedef struct tuned_runner tuned_runner;
 #define TUNED_SHARE_DIR "/tmp"
 #define TUNED_SHARE_NAME "tuned-share-"
 
-/* Starts the measurement worker and "compile_workers" compile workers
- * (tuned-worker at "worker_path" on "backend", whose device is a GPU when
- * "cuda"); at most "active_jobs" jobs are searched at once. "notify" is
- * signalled when results wait. NULL on failure. */
-tuned_runner *tuned_runner_start(uv_async_t *notify, int active_jobs,
-				 int compile_workers, const char *backend, bool cuda,
-				 const char *worker_path);
+/* How the runner works: the measurement worker and "compile_workers"
+ * compile workers (tuned-worker at "worker_path" on "backend", whose
+ * device, of signature "device", is a GPU when "cuda"); at most
+ * "active_jobs" jobs searched at once. With "shared" (a reader of a
+ * shared cache, cache_open_reader, which the runner takes and closes),
+ * the searches of a key on the daemons of the database share their
+ * work: each claims a plan before measuring it (cache_claim_plan), and
+ * reads the trials the others recorded before each generation
+ * (cache_trials_after). */
+typedef struct tuned_runner_options {
+	int active_jobs, compile_workers;
+	const char *backend, *device, *worker_path;
+	bool cuda;
+	struct cache *shared;
+} tuned_runner_options;
+
+/* Starts the runner; "notify" is signalled when results wait. NULL on
+ * failure (o->shared is closed then). */
+tuned_runner *tuned_runner_start(uv_async_t *notify, const tuned_runner_options *o);
 int tuned_runner_submit(tuned_runner *r, const tuned_job_spec *spec);
 /* A job not yet active is dropped; an active one ends after the trials in
  * flight. */

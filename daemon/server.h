@@ -157,6 +157,10 @@ void tuned_update_waited(tuned_daemon *d);
  * read off the loop thread: the job goes to the runner later, on the loop,
  * if it is still queued then. */
 void tuned_run_job(tuned_daemon *d, const tuned_job *job);
+/* The same for a job another daemon of a shared queue holds, whose
+ * search this daemon helps (fleet.c): it goes to the runner if this
+ * daemon still helps it then. */
+void tuned_help_job(tuned_daemon *d, tuned_job *job);
 
 /* Hands the jobs changed since the last save to the writer thread, to
  * be written after the writes handed before (the versions they name). */

@@ -183,6 +183,31 @@ static void start_signals(tuned_daemon *d)
 	uv_signal_start(&d->sighup, on_signal, SIGHUP);
 }
 
+/* The runner; on a shared cache its searches share their work with the
+ * other daemons' through a reader of its own. */
+static int start_runner(tuned_daemon *d)
+{
+	tuned_runner_options o = {.active_jobs = d->options.jobs,
+				  .compile_workers = d->options.compile_workers,
+				  .backend = d->options.backend,
+				  .device = d->device,
+				  .worker_path = d->worker_path,
+				  .cuda = !strncmp(d->device, "cuda", 4)};
+	cache_error err = {0};
+
+	if (cache_is_shared(d->cache) &&
+	    cache_open_reader(d->cache, &o.shared, &err) < 0) {
+		tuned_log(TUNED_ERROR, "cannot connect the search to cache %s: %s",
+			  cache_name(d->cache), err.message);
+		return -1;
+	}
+	if (!(d->runner = tuned_runner_start(&d->results, &o))) {
+		tuned_log(TUNED_ERROR, "cannot start the worker threads");
+		return -1;
+	}
+	return 0;
+}
+
 static int start(tuned_daemon *d)
 {
 	char why[512];
@@ -196,12 +221,8 @@ static int start(tuned_daemon *d)
 	tuned_log(TUNED_INFO, "device %s", d->device);
 	uv_async_init(d->loop, &d->results, tuned_on_results);
 	d->results.data = d;
-	if (!(d->runner = tuned_runner_start(&d->results, d->options.jobs,
-					     d->options.compile_workers, d->options.backend,
-					     !strncmp(d->device, "cuda", 4), d->worker_path))) {
-		tuned_log(TUNED_ERROR, "cannot start the worker threads");
+	if (start_runner(d) < 0)
 		return -1;
-	}
 	/* before the socket appears: a SIGTERM from whoever saw it waits for
 	 * the loop, instead of killing the daemon (exit 143) while it starts */
 	start_signals(d);

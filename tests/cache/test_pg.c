@@ -673,14 +673,14 @@ Test(pg, migrates_once_and_reopens_idempotently)
 	postgresql_only();
 	c = fx_open();
 	cr_expect_eq(fx.logs, 1);
-	cr_expect(strstr(fx.last_log, "from version 0 to 3"), "%s", fx.last_log);
+	cr_expect(strstr(fx.last_log, "from version 0 to 4"), "%s", fx.last_log);
 	cr_expect(!strstr(fx.last_log, "postgresql://"), "the log names the "
 		  "database, not its connection string: %s", fx.last_log);
 	put_graph(c, 1, "bert_qkv");
 	cache_close(c);
 	c = fx_open();
 	cr_expect_eq(fx.logs, 1, "a second open migrates nothing");
-	cr_expect_eq(fx_sql("SELECT version FROM tuned_schema"), 3);
+	cr_expect_eq(fx_sql("SELECT version FROM tuned_schema"), 4);
 	cr_expect_eq(fx_sql("SELECT count(*) FROM tuned_schema"), 1);
 	cr_expect_eq(fx_sql("SELECT count(*) FROM graphs"), 1);
 	cache_close(c);
@@ -699,14 +699,15 @@ Test(pg, a_version_1_queue_migrates_to_the_shared_one)
 	postgresql_only();
 	c = fx_open();
 	cache_close(c);
-	fx_sql("DROP TABLE pins; DROP SEQUENCE job_ids; "
+	fx_sql("DROP TABLE plan_claims; DROP INDEX trials_plan; "
+	       "DROP TABLE pins; DROP SEQUENCE job_ids; "
 	       "ALTER TABLE jobs DROP COLUMN device, "
 	       "DROP COLUMN claimed_by, DROP COLUMN lease_until; "
 	       "UPDATE tuned_schema SET version = 1");
 	fx_sql("INSERT INTO jobs VALUES (41, 'k', 'n', '{}', 'running', 1, 0, 0, "
 	       "3, NULL, NULL, 1, '', 1, NULL, NULL)");
 	c = fx_open();
-	cr_expect(strstr(fx.last_log, "from version 1 to 3"), "%s", fx.last_log);
+	cr_expect(strstr(fx.last_log, "from version 1 to 4"), "%s", fx.last_log);
 	cr_expect_eq(cache_new_job_id(c, &id, &err), 0, "%s", err.message);
 	cr_expect_eq(id, 42, "a new id above the queue's");
 	cr_expect_eq(fx_sql("SELECT trials FROM jobs WHERE id = 41 AND device IS "
@@ -736,7 +737,7 @@ Test(pg, a_newer_schema_is_refused)
 	cr_expect_eq(cache_open(fx.path, &o, &c, &err), CACHE_ESCHEMA);
 	cr_expect_null(c);
 	cr_expect(strstr(err.message, "schema version 99, newer than this "
-				      "build's 3"),
+				      "build's 4"),
 		  "%s", err.message);
 }
 
@@ -1075,4 +1076,112 @@ Test(pg, a_role_without_create_opens_an_up_to_date_database)
 	cache_close(c);
 	snprintf(sql, sizeof(sql), "DROP OWNED BY %s; DROP ROLE %s", role, role);
 	fx_sql(sql);
+}
+
+static int claim(cache *c, int seed, double claim_s)
+{
+	char *plan = make_plan(2, seed);
+	cache_error err = {0};
+	int rc = cache_claim_plan(c, graph_key(1), DEVICE_GPU, CODEGEN, plan, claim_s,
+				  &err);
+
+	free(plan);
+	cr_assert_geq(rc, 0, "cache_claim_plan: %s", err.message);
+	return rc;
+}
+
+static void record_trial(cache *c, int seed, double ms)
+{
+	char *plan = make_plan(2, seed);
+	cache_trial t = {.graph = graph_key(1),
+			 .device = DEVICE_GPU,
+			 .codegen = CODEGEN,
+			 .plan = plan,
+			 .outcome = CACHE_TRIAL_OK,
+			 .median_ms = ms};
+	cache_error err = {0};
+
+	cr_assert_eq(cache_record_trial(c, &t, &err), 0, "%s", err.message);
+	free(plan);
+}
+
+/* Two daemons claim one plan (each through a reader, as the runner's
+ * search thread does): one wins; nobody claims a plan measured on the
+ * device; a claim that ran out is taken again, by anyone. */
+Test(pg, a_plan_is_claimed_once_and_never_once_measured)
+{
+	cache_error err = {0};
+	cache *a, *b, *ra, *rb;
+
+	postgresql_only();
+	a = fx_open();
+	b = fx_open();
+	cr_assert_eq(cache_open_reader(a, &ra, &err), 0, "%s", err.message);
+	cr_assert_eq(cache_open_reader(b, &rb, &err), 0, "%s", err.message);
+	put_graph(a, 1, NULL);
+	cr_expect_eq(claim(ra, 1, 60), 1);
+	cr_expect_eq(claim(rb, 1, 60), 0, "a plan claimed twice");
+	cr_expect_eq(claim(ra, 1, 60), 0, "a claim held is not claimed again");
+	record_trial(b, 2, 3.0);
+	cr_expect_eq(claim(ra, 2, 60), 0, "a plan measured claimed");
+	cr_expect_eq(claim(rb, 3, 0.05), 1);
+	usleep(100 * 1000);
+	cr_expect_eq(claim(ra, 3, 60), 1, "a claim that ran out not taken again");
+	cr_expect_eq(claim(rb, 4, 0.05), 1);
+	record_trial(b, 4, 1.0);
+	usleep(100 * 1000);
+	cr_expect_eq(claim(ra, 4, 60), 0,
+		     "a plan measured claimed once its claim ran out");
+	cache_close(rb);
+	cache_close(ra);
+	cache_close(b);
+	cache_close(a);
+}
+
+/* Each read of the trials after the last one read gives only the newer
+ * ones, oldest first, whoever recorded them. */
+Test(pg, trials_are_read_after_the_last_one_read)
+{
+	cache_error err = {0};
+	int64_t after = 0, last;
+	json_t *out = NULL;
+	cache *a, *b;
+
+	postgresql_only();
+	a = fx_open();
+	b = fx_open();
+	put_graph(a, 1, NULL);
+	record_trial(a, 1, 2.0);
+	record_trial(b, 2, 1.0);
+	cr_assert_eq(cache_trials_after(b, graph_key(1), DEVICE_GPU, CODEGEN, &after,
+					10, &out, &err),
+		     0, "%s", err.message);
+	cr_expect_eq(json_array_size(out), 2);
+	cr_expect_eq(json_number_value(
+			     json_object_get(json_array_get(out, 0), "median_ms")),
+		     2.0);
+	cr_expect_str_eq(json_string_value(
+				 json_object_get(json_array_get(out, 1), "outcome")),
+			 "ok");
+	json_decref(out);
+	last = after;
+	cr_expect_gt(after, 0);
+	cr_assert_eq(cache_trials_after(b, graph_key(1), DEVICE_GPU, CODEGEN, &after,
+					10, &out, &err),
+		     0, "%s", err.message);
+	cr_expect_eq(json_array_size(out), 0);
+	cr_expect_eq(after, last);
+	json_decref(out);
+	record_trial(a, 3, 0.5);
+	record_trial(a, 4, 0.25);
+	cr_assert_eq(cache_trials_after(b, graph_key(1), DEVICE_GPU, CODEGEN, &after, 1,
+					&out, &err),
+		     0, "%s", err.message);
+	cr_expect_eq(json_array_size(out), 1, "the limit not kept");
+	cr_expect_eq(json_number_value(
+			     json_object_get(json_array_get(out, 0), "median_ms")),
+		     0.5);
+	json_decref(out);
+	cache_close(b);
+	cache_close(a);
 }

@@ -52,13 +52,15 @@ static int on_job(void *user, const cache_job *j)
 	return 0;
 }
 
-/* The shared queue (cache_pass_jobs: test_pg.c) is PostgreSQL's: a
- * SQLite file, one daemon's, refuses it, saying why. */
+/* The shared queue (cache_pass_jobs: test_pg.c) and the shared search
+ * (cache_claim_plan, cache_trials_after) are PostgreSQL's: a SQLite file,
+ * one daemon's, refuses them, saying why. */
 Test(transfer, a_sqlite_cache_refuses_the_shared_queue)
 {
 	cache_job_pass p = {.device = DEVICE_GPU, .lease_s = 1, .claim = 1};
 	cache_error err = {0};
 	seen_jobs s = {0};
+	json_t *shared = NULL;
 	int64_t id;
 	cache *c;
 
@@ -69,6 +71,15 @@ Test(transfer, a_sqlite_cache_refuses_the_shared_queue)
 	cr_expect(strstr(err.message, "shared on PostgreSQL only"), "%s", err.message);
 	cr_expect_eq(cache_release_jobs(c, &err), CACHE_EINVAL);
 	cr_expect_eq(cache_new_job_id(c, &id, &err), CACHE_EINVAL);
+	cr_expect_eq(cache_claim_plan(c, graph_key(1), DEVICE_GPU, CODEGEN, "{}", 60,
+				      &err),
+		     CACHE_EINVAL);
+	cr_expect(strstr(err.message, "shared on PostgreSQL only"), "%s", err.message);
+	id = 0;
+	cr_expect_eq(cache_trials_after(c, graph_key(1), DEVICE_GPU, CODEGEN, &id, 10,
+					&shared, &err),
+		     CACHE_EINVAL);
+	cr_expect_null(shared);
 	cr_expect_eq(s.n, 0);
 	cache_close(c);
 }

@@ -418,17 +418,23 @@ void fixture_print_log(const fixture *f)
 		fclose(log);
 }
 
-bool fixture_log_contains(const fixture *f, const char *text)
+bool fixture_log_line(const fixture *f, const char *text, char *line, size_t size)
 {
 	FILE *log = fopen(f->log, "r");
-	char line[8192];
 	bool found = false;
 
-	while (log && !found && fgets(line, sizeof(line), log))
+	while (log && !found && fgets(line, (int)size, log))
 		found = strstr(line, text) != NULL;
 	if (log)
 		fclose(log);
 	return found;
+}
+
+bool fixture_log_contains(const fixture *f, const char *text)
+{
+	char line[8192];
+
+	return fixture_log_line(f, text, line, sizeof(line));
 }
 
 void fixture_open_folders(const fixture *f)

@@ -34,8 +34,10 @@ int fixture_stop(fixture *f, int signum, double *seconds);
 void fixture_cleanup(fixture *f);
 /* Copies the daemon's log to stderr (for a failing test). */
 void fixture_print_log(const fixture *f);
-/* Whether the daemon's log has a line containing "text". */
+/* Whether the daemon's log has a line containing "text"; the first such
+ * line into "line" too. */
 bool fixture_log_contains(const fixture *f, const char *text);
+bool fixture_log_line(const fixture *f, const char *text, char *line, size_t size);
 /* Lets every user reach the socket through the folders, so that the
  * daemon's own check is what admits or refuses other uids (as root). */
 void fixture_open_folders(const fixture *f);
@@ -80,8 +82,6 @@ json_t *wait_job(conn *c, json_int_t job, int timeout_s);
  * job to be done (asserts it is); its key (free it). */
 char *tune_example(conn *c, const char *name, int timeout_s);
 
-/* Whether a line of the daemon's log contains "text". */
-bool fixture_log_contains(const fixture *f, const char *text);
 /* fixture_sql.c (link it, and sqlite, to use them): runs "statement" on
  * the SQLite file "path", asserted to succeed. */
 void fixture_sql(const char *path, const char *statement);

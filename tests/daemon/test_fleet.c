@@ -330,6 +330,65 @@ static json_t *cancel(const fixture *f, json_int_t job)
 	return reply;
 }
 
+/* The trials daemon "f" said it measured helping other daemons' jobs
+ * ("helped with N trials"), waited for up to "timeout_s"; -1 if it never
+ * said so. */
+static int helped_trials(const fixture *f, int timeout_s)
+{
+	char line[1024];
+
+	if (!log_soon(f, "helped with ", timeout_s) ||
+	    !fixture_log_line(f, "helped with ", line, sizeof(line)))
+		return -1;
+	return atoi(strstr(line, "helped with ") + strlen("helped with "));
+}
+
+/* One key on two daemons: the one that does not hold the job helps its
+ * search, so more trials are recorded than the holder measured, none of
+ * a plan measured before, and the helper stops when the job ends. */
+Test(fleet, an_idle_daemon_helps_the_search_of_a_job_another_holds,
+     .init = pg_fixture_start, .fini = pg_fixture_stop, .timeout = 120)
+{
+	fixture f[2];
+	char uri[128], sql[256], ids[32];
+	json_int_t job;
+	int owner, helper, helped;
+	long long owned;
+
+	cr_assert_eq(pg_server_create_db(pg_fixture.uri, "help", uri, sizeof(uri)), 0,
+		     "%s", uri);
+	start_fleet(f, 2, uri, "40");
+	job = submit(&f[0], "gpt3_mlp_small", 6.0, NULL);
+	owner = holder_of(f, 2, uri, job);
+	cr_assert_geq(owner, 0, "no daemon got to work on the job");
+	helper = 1 - owner;
+	snprintf(ids, sizeof(ids), "%lld", (long long)job);
+	if (wait_finished(uri, ids, 1, 60) < 0)
+		print_logs(f, 2);
+	cr_assert(log_soon(&f[helper], "helps the daemon that holds it", 1),
+		  "the idle daemon did not help");
+	helped = helped_trials(&f[helper], 10);
+	snprintf(sql, sizeof(sql),
+		 "SELECT trials FROM jobs WHERE id = %lld AND state = 'done'",
+		 (long long)job);
+	owned = query_count(uri, sql);
+	if (getenv("FLEET_LOGS"))
+		print_logs(f, 2);
+	cr_expect_gt(helped, 0, "the helper measured nothing");
+	cr_expect_gt(owned, 0, "the job is not done, or measured nothing");
+	cr_expect_eq(query_count(uri, "SELECT count(*) FROM trials"), owned + helped,
+		     "the trials recorded are not the holder's and the helper's");
+	cr_expect(fixture_log_contains(&f[helper], "stops helping: the job ended"));
+	cr_expect_eq(query_count(uri, "SELECT count(*) FROM (SELECT 1 FROM trials "
+				      "GROUP BY graph, device, codegen, plan HAVING "
+				      "count(*) > 1) d"),
+		     0, "a plan measured twice");
+	for (int i = 0; i < 2; i++) {
+		cr_expect_eq(fixture_stop(&f[i], SIGTERM, NULL), 0, "daemon %d", i);
+		fixture_cleanup(&f[i]);
+	}
+}
+
 /* A job cancelled on the daemon that does not hold it ends on the one
  * that does, and stays cancelled; a daemon whose lease another took
  * (behind its back, as if the database had been out of its reach past
