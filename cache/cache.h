@@ -139,7 +139,9 @@ const char *cache_name(__cache_keep const cache *c);
 /* A second read-only handle of the open cache "c", for reads on another
  * thread that must not wait for the reads of "c" (the daemon looks for a
  * job's nearest key on one): only the reads below, no writes, and its own
- * "one call at a time". Close it with cache_close before "c". */
+ * "one call at a time"; on PostgreSQL also the single statements that
+ * say so (cache_claim_plan, cache_trials_after, cache_renew_jobs), as
+ * "c"'s instance. Close it with cache_close before "c". */
 int cache_open_reader(__cache_keep const cache *c, __cache_give cache **out,
 		      cache_error *err);
 
@@ -526,6 +528,14 @@ int cache_pass_jobs(__cache_keep cache *c, __cache_keep const cache_job_pass *pa
 /* Gives back the leases this cache holds, its jobs queued again for
  * another daemon (at a clean stop). */
 int cache_release_jobs(__cache_keep cache *c, cache_error *err);
+
+/* Renews for "lease_s" the leases its owner holds of the "n" jobs "ids"
+ * (those it holds no more are left alone): the number renewed. One
+ * statement on the handle's reading connection, so that a reader of the
+ * owner (cache_open_reader) renews them from a thread of its own while
+ * the owner's connection is busy. Refused on SQLite. */
+int cache_renew_jobs(__cache_keep cache *c, double lease_s, const int64_t *ids, int n,
+		     cache_error *err);
 
 /* A new job id, unique in the database (a sequence); a read, from the
  * thread that reads through "c". Refused on SQLite, whose one daemon

@@ -175,8 +175,8 @@ struct cache {
 	char *conninfo;    /* PostgreSQL: what to connect with (it may hold a
 			    * password: "path" is its form for messages) */
 	char *instance;    /* PostgreSQL: this cache in the job queue's claims
-			    * (pg_jobs.c) and in its notices (pg_listen.c);
-			    * sqlite3_malloc'd */
+			    * (pg_jobs.c) and in its notices (pg_listen.c),
+			    * a reader's its owner's; sqlite3_malloc'd */
 	int pg_listen_pid; /* PostgreSQL: the reader's server process that
 			    * LISTENs (cache_listen), 0 for none */
 };
@@ -409,6 +409,8 @@ int pg_pass_jobs(cache *c, const cache_job_pass *pass,
 		 int (*fn)(void *user, const cache_job *job), void *user,
 		 cache_error *err);
 int pg_release_jobs(cache *c, cache_error *err);
+int pg_renew_jobs(cache *c, double lease_s, const int64_t *ids, int n,
+		  cache_error *err);
 int pg_new_job_id(cache *c, int64_t *id, cache_error *err);
 /* pg_share.c: the shared search's, behind cache.h's. */
 int pg_claim_plan(cache *c, const char *graph, const char *device, const char *codegen,

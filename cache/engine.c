@@ -425,6 +425,18 @@ int cache_release_jobs(__cache_keep cache *c, cache_error *err)
 	return rc ? rc : pg_release_jobs(c, err);
 }
 
+int cache_renew_jobs(__cache_keep cache *c, double lease_s, const int64_t *ids, int n,
+		     cache_error *err)
+{
+	if (!c)
+		return no_cache("renew the leases of jobs", err);
+	if (n < 0 || (n && !ids) || !(lease_s > 0))
+		return no_argument("renew the leases of jobs",
+				   lease_s > 0 ? "no ids" : "a lease of no time", err);
+	return shared_only(c, "renew the leases of jobs", err) ?:
+		       pg_renew_jobs(c, lease_s, ids, n, err);
+}
+
 int cache_new_job_id(__cache_keep cache *c, int64_t *id, cache_error *err)
 {
 	if (!c)

@@ -231,26 +231,63 @@ int cache_pg_put_jobs(cache *c, const cache_job *jobs, int n, int keep_finished,
 	return rc < 0 ? rc : ended;
 }
 
+/* "{1,2,3}": the ids watched, as a PostgreSQL array; NULL when out of
+ * memory. sqlite3_free it. */
+static char *id_array(const int64_t *ids, int n)
+{
+	sqlite3_str *s = sqlite3_str_new(NULL);
+
+	sqlite3_str_appendchar(s, 1, '{');
+	for (int i = 0; i < n; i++)
+		sqlite3_str_appendf(s, "%s%lld", i ? "," : "", (long long)ids[i]);
+	sqlite3_str_appendchar(s, 1, '}');
+	return sqlite3_str_finish(s);
+}
+
 /* The leases this cache holds of the jobs "watch" (a PostgreSQL array)
  * names last "lease_s" more: a job the daemon holds but does not know
  * (it could not take it: out of memory) is left to run out. */
+static const char renew_sql[] = "UPDATE jobs SET lease_until = " SERVER_NOW
+				" + $2 WHERE claimed_by = $1 AND "
+				"state IN " OPEN_STATES " AND id = ANY($3::bigint[])";
+
+static void renew_args(const cache *c, double lease_s, const char *watch, pg_args *a)
+{
+	pg_text(a, c->instance);
+	pg_real(a, lease_s);
+	pg_text(a, watch);
+}
+
 static int renew(cache *c, double lease_s, const char *watch, cache_error *err)
 {
 	pg_args a = {0};
 	int rc;
 
-	pg_text(&a, c->instance);
-	pg_real(&a, lease_s);
-	pg_text(&a, watch);
-	rc = pg_change(c,
-		       "UPDATE jobs SET lease_until = " SERVER_NOW " + $2 "
-		       "WHERE claimed_by = $1 AND state IN " OPEN_STATES " AND "
-		       "id = ANY($3::bigint[])",
-		       &a,
-		       "cannot renew the leases of "
-		       "jobs",
-		       err);
+	renew_args(c, lease_s, watch, &a);
+	rc = pg_change(c, renew_sql, &a, "cannot renew the leases of jobs", err);
 	return rc < 0 ? rc : 0;
+}
+
+int pg_renew_jobs(cache *c, double lease_s, const int64_t *ids, int n, cache_error *err)
+{
+	char *watch = id_array(ids, n);
+	PGresult *res = NULL;
+	pg_args a = {0};
+	int rc;
+
+	if (!watch) {
+		cache_set_error(err, CACHE_ENOMEM,
+				"cannot renew the leases of jobs: out of memory");
+		return CACHE_ENOMEM;
+	}
+	renew_args(c, lease_s, watch, &a);
+	rc = pg_run(c, c->pg_reader, renew_sql, &a, &res,
+		    "cannot renew the leases of jobs", err);
+	if (rc == 0)
+		rc = atoi(PQcmdTuples(res));
+	PQclear(res);
+	sqlite3_free(watch);
+	return rc;
 }
 
 /* Claims up to pass->claim open jobs of the device that none holds, or
@@ -278,19 +315,6 @@ static int claim(cache *c, const cache_job_pass *pass, cache_error *err)
 		"DESC, id LIMIT $4 FOR UPDATE SKIP LOCKED)",
 		&a, "cannot claim jobs", err);
 	return rc < 0 ? rc : 0;
-}
-
-/* "{1,2,3}": the ids watched, as a PostgreSQL array; NULL when out of
- * memory. sqlite3_free it. */
-static char *id_array(const int64_t *ids, int n)
-{
-	sqlite3_str *s = sqlite3_str_new(NULL);
-
-	sqlite3_str_appendchar(s, 1, '{');
-	for (int i = 0; i < n; i++)
-		sqlite3_str_appendf(s, "%s%lld", i ? "," : "", (long long)ids[i]);
-	sqlite3_str_appendchar(s, 1, '}');
-	return sqlite3_str_finish(s);
 }
 
 /* The rows the daemon is to know: open, new to it, or watched; graphs

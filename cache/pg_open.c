@@ -227,6 +227,13 @@ int cache_pg_open_reader(const cache *c, cache **out, cache_error *err)
 	if (rc)
 		return rc;
 	cache_borrow_found_bad(r, c);
+	if (!(r->instance = sqlite3_mprintf("%s", c->instance))) {
+		cache_pg_close(r);
+		cache_set_error(
+			err, CACHE_ENOMEM,
+			"cannot open a reader of PostgreSQL cache: out of memory");
+		return CACHE_ENOMEM;
+	}
 	rc = connect_to(r, &r->pg_reader, err);
 	if (rc) {
 		cache_pg_close(r);

@@ -18,7 +18,11 @@
  * and goes to another daemon), claims jobs of its device while it has
  * room (--jobs: counting the rows held, as the last pass read them, until
  * the jobs end here), and reads the queue's open jobs, those new to it
- * and those it watches. Back on the
+ * and those it watches. At each of those ticks the leases are renewed
+ * on a connection of their own too (cache_renew_jobs on libuv's
+ * threadpool), so that a writer backed up behind a slow database does
+ * not lose them. With room left, the daemon helps the search of jobs
+ * others hold (start_helping). Back on the
  * loop the daemon's list follows the table: the jobs it claimed go to the
  * runner; a job another daemon cancelled ends here; a job whose lease
  * this daemon lost (the database was out of its reach for longer than
@@ -367,19 +371,92 @@ static void start_pass(tuned_daemon *d)
 	d->fleet.passing = true;
 }
 
+/* A renewal of the leases held, on libuv's threadpool. */
+typedef struct renewal {
+	uv_work_t work;
+	tuned_daemon *d;
+	int64_t *ids;
+	int n, rc;
+	cache_error err;
+} renewal;
+
+static void renew(uv_work_t *work)
+{
+	renewal *w = work->data;
+
+	w->rc = cache_renew_jobs(w->d->fleet.renewer, w->d->options.lease_s, w->ids,
+				 w->n, &w->err);
+}
+
+static void renewed(uv_work_t *work, int status)
+{
+	renewal *w = work->data;
+	tuned_fleet *f = &w->d->fleet;
+
+	f->renewing = false;
+	if (status == 0 && w->rc < 0 && !f->renewals_failing)
+		tuned_log(TUNED_WARN,
+			  "cannot renew the leases of the jobs this daemon holds: "
+			  "%s; the passes renew them, behind the cache's writes",
+			  w->err.message);
+	else if (status == 0 && w->rc >= 0 && f->renewals_failing)
+		tuned_log(TUNED_INFO, "the leases of the jobs this daemon holds are "
+				      "renewed again");
+	if (status == 0)
+		f->renewals_failing = w->rc < 0;
+	free(w->ids);
+	free(w);
+}
+
+/* The leases of the jobs this daemon holds and knows, renewed on the
+ * renewer's connection: a writer thread backed up behind a slow database
+ * or a large import does not lose them (the passes renew them too). */
+static void start_renewal(tuned_daemon *d)
+{
+	renewal *w;
+	int n = 0;
+
+	if (!d->fleet.renewer || d->fleet.renewing || !(w = calloc(1, sizeof(*w))))
+		return;
+	for (tuned_job *job = d->jobs.head; job; job = job->next)
+		n += job->claimed && tuned_job_is_active(job);
+	if (!n || !(w->ids = calloc((size_t)n, sizeof(int64_t)))) {
+		free(w);
+		return;
+	}
+	for (tuned_job *job = d->jobs.head; job; job = job->next)
+		if (job->claimed && tuned_job_is_active(job))
+			w->ids[w->n++] = job->id;
+	w->work.data = w;
+	w->d = d;
+	if (uv_queue_work(d->loop, &w->work, renew, renewed) < 0) {
+		free(w->ids);
+		free(w);
+		return;
+	}
+	d->fleet.renewing = true;
+}
+
 static void on_tick(uv_timer_t *timer)
 {
+	start_renewal(timer->data);
 	start_pass(timer->data);
 }
 
 void tuned_fleet_start(tuned_daemon *d)
 {
 	uint64_t ms = (uint64_t)(d->options.lease_s * 1000 / 3);
+	cache_error err = {0};
 
 	uv_timer_init(d->loop, &d->fleet.timer);
 	d->fleet.timer.data = d;
 	if (!d->jobs.shared)
 		return;
+	if (cache_open_reader(d->cache, &d->fleet.renewer, &err) < 0)
+		tuned_log(TUNED_WARN,
+			  "cannot connect the renewals of leases: %s; the passes "
+			  "renew them, behind the cache's writes",
+			  err.message);
 	d->jobs.device = d->device;
 	uv_timer_start(&d->fleet.timer, on_tick, 0,
 		       ms > MIN_INTERVAL_MS ? ms : MIN_INTERVAL_MS);
@@ -400,6 +477,8 @@ void tuned_fleet_release(tuned_daemon *d)
 {
 	cache_error err = {0};
 
+	cache_close(d->fleet.renewer);
+	d->fleet.renewer = NULL;
 	if (d->jobs.shared && cache_release_jobs(d->cache, &err) < 0)
 		tuned_log(TUNED_ERROR,
 			  "cannot give back the jobs this daemon held: "

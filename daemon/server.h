@@ -70,6 +70,11 @@ typedef struct tuned_fleet {
 	bool passing; /* a pass is on the writer thread */
 	bool again;   /* another is wanted once it is over */
 	bool failing; /* the last pass failed (logged once) */
+	/* The leases held, renewed at each tick on a connection of their
+	 * own (a reader of the cache), off the loop and the writer. */
+	struct cache *renewer;
+	bool renewing;         /* a renewal is on libuv's threadpool */
+	bool renewals_failing; /* the last one failed (logged once) */
 } tuned_fleet;
 /* Hearing the versions other daemons publish into a shared cache
  * (listen.c). */

@@ -309,6 +309,39 @@ Test(pg, a_lease_not_watched_is_not_renewed)
 	cache_close(b);
 }
 
+/* A reader of the holder renews its leases on a connection of its own
+ * (the daemon's renewals, off its writer), and none of another owner's
+ * jobs; a lease no longer renewed runs out. */
+Test(pg, a_reader_renews_the_leases_of_its_owner)
+{
+	cache_error err = {0};
+	cache *a, *b, *renewer;
+	cache_job job;
+	passed p;
+
+	postgresql_only();
+	a = open_shared();
+	b = open_shared();
+	job = held_job(a, a, 0.5);
+	cr_assert_eq(cache_open_reader(a, &renewer, &err), 0, "%s", err.message);
+	for (int i = 0; i < 4; i++) {
+		usleep(250 * 1000);
+		cr_expect_eq(cache_renew_jobs(renewer, 0.5, &job.id, 1, &err), 1, "%s",
+			     err.message);
+	}
+	cr_expect_eq(held((passed[]){pass(b, 1, 30)}), 0, "b took a lease a renewed");
+	cr_expect_eq(cache_renew_jobs(renewer, 0.5, NULL, 0, &err), 0, "%s",
+		     err.message);
+	usleep(600 * 1000);
+	p = pass(b, 1, 30);
+	cr_expect_eq(held(&p), 1, "the lease did not run out once no longer renewed");
+	cr_expect_eq(cache_renew_jobs(renewer, 0.5, &job.id, 1, &err), 0,
+		     "a renewed a lease b holds");
+	cache_close(renewer);
+	cache_close(a);
+	cache_close(b);
+}
+
 /* Two owners on one database: ids never collide, each job is claimed by
  * one of them, the other sees it held, and only its holder writes its
  * progress (a cancel excepted). */

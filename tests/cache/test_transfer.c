@@ -71,6 +71,7 @@ Test(transfer, a_sqlite_cache_refuses_the_shared_queue)
 	cr_expect(strstr(err.message, "shared on PostgreSQL only"), "%s", err.message);
 	cr_expect_eq(cache_release_jobs(c, &err), CACHE_EINVAL);
 	cr_expect_eq(cache_new_job_id(c, &id, &err), CACHE_EINVAL);
+	cr_expect_eq(cache_renew_jobs(c, 30, &id, 1, &err), CACHE_EINVAL);
 	cr_expect_eq(cache_claim_plan(c, graph_key(1), DEVICE_GPU, CODEGEN, "{}", 60,
 				      &err),
 		     CACHE_EINVAL);

@@ -389,6 +389,61 @@ Test(fleet, an_idle_daemon_helps_the_search_of_a_job_another_holds,
 	}
 }
 
+/* Runs "sql" on connection "conn", asserted to succeed. */
+static void run_sql(PGconn *conn, const char *sql)
+{
+	PGresult *res = PQexec(conn, sql);
+
+	cr_assert_eq(PQresultStatus(res), PGRES_COMMAND_OK, "%s: %s", sql,
+		     PQerrorMessage(conn));
+	PQclear(res);
+}
+
+/* The writer of the daemon that holds a job is backed up for longer than
+ * --lease (another connection locks the trials, so its next trial waits
+ * 4 s): its leases are renewed on a connection of their own, so a daemon
+ * started meanwhile does not take the job, which ends on its holder. */
+Test(fleet, a_writer_backed_up_past_the_lease_keeps_its_jobs, .init = pg_fixture_start,
+     .fini = pg_fixture_stop, .timeout = 120)
+{
+	fixture f[2];
+	char uri[128], ids[32], sql[128];
+	json_int_t job;
+	PGconn *lock;
+
+	cr_assert_eq(pg_server_create_db(pg_fixture.uri, "backed_up", uri, sizeof(uri)),
+		     0, "%s", uri);
+	start_fleet(f, 1, uri, "40");
+	job = submit(&f[0], "gpt3_mlp_small", 8.0, NULL);
+	cr_assert_eq(holder_of(f, 1, uri, job), 0, "daemon 0 does not hold its job");
+	lock = PQconnectdb(uri);
+	run_sql(lock, "BEGIN");
+	run_sql(lock, "LOCK TABLE trials IN EXCLUSIVE MODE");
+	usleep(1500 * 1000);
+	fixture_init(&f[1]);
+	snprintf(f[1].cache, sizeof(f[1].cache), "%s", uri);
+	fixture_start(&f[1], daemon_args);
+	usleep(2500 * 1000);
+	run_sql(lock, "COMMIT");
+	PQfinish(lock);
+	snprintf(ids, sizeof(ids), "%lld", (long long)job);
+	cr_expect_geq(wait_finished(uri, ids, 1, 60), 0, "the job did not end");
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM jobs WHERE id = %lld AND state = 'done'",
+		 (long long)job);
+	cr_expect_eq(query_count(uri, sql), 1);
+	if (getenv("FLEET_LOGS"))
+		print_logs(f, 2);
+	cr_expect(!fixture_log_contains(&f[1], "from a daemon whose lease ran out"),
+		  "the new daemon took the job of a daemon whose writer waited");
+	cr_expect(!fixture_log_contains(&f[0], "lease ran out"),
+		  "daemon 0 lost its lease");
+	for (int i = 0; i < 2; i++) {
+		cr_expect_eq(fixture_stop(&f[i], SIGTERM, NULL), 0, "daemon %d", i);
+		fixture_cleanup(&f[i]);
+	}
+}
+
 /* A job cancelled on the daemon that does not hold it ends on the one
  * that does, and stays cancelled; a daemon whose lease another took
  * (behind its back, as if the database had been out of its reach past
