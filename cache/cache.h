@@ -562,7 +562,8 @@ int cache_claim_plan(__cache_keep cache *c, const char *graph, const char *devic
 /* The trials recorded for (graph, device, codegen) after the trial
  * numbered "*after" (0: from the first), oldest first, at most "limit"
  * (> 0), as a JSON array like cache_trials'; *after becomes the number
- * of the last one read. */
+ * of the last one read. With *after < 0 none is read, and *after
+ * becomes the number of the newest (0: none yet). */
 int cache_trials_after(__cache_keep cache *c, const char *graph, const char *device,
 		       const char *codegen, int64_t *after, int limit,
 		       __cache_give json_t **out, cache_error *err);

@@ -50,23 +50,41 @@ int pg_claim_plan(cache *c, const char *graph, const char *device, const char *c
 }
 
 /* Row "i" of the trials read, as cache_trials lists one; NULL when out
- * of memory. */
+ * of memory (json_object_set_new drops its value when it fails). */
 static json_t *trial_at(const PGresult *res, int i)
 {
 	json_t *trial = json_object();
+	json_t *ms = PQgetisnull(res, i, 3) ? json_null() :
+					      json_real(pg_real_at(res, i, 3));
+	bool made = !json_object_set_new(trial, "median_ms", ms) &&
+		    !json_object_set_new(trial, "plan", pg_json_at(res, i, 1)) &&
+		    !json_object_set_new(trial, "outcome",
+					 json_string(pg_value(res, i, 2)));
 
-	if (trial &&
-	    (json_object_set_new(trial, "plan", pg_json_at(res, i, 1)) < 0 ||
-	     json_object_set_new(trial, "outcome", json_string(pg_value(res, i, 2))) <
-		     0 ||
-	     json_object_set_new(trial, "median_ms",
-				 PQgetisnull(res, i, 3) ?
-					 json_null() :
-					 json_real(pg_real_at(res, i, 3))) < 0)) {
-		json_decref(trial);
-		return NULL;
-	}
-	return trial;
+	if (made)
+		return trial;
+	json_decref(trial);
+	return NULL;
+}
+
+/* Where the trials of the key end: *after the newest's number, or 0. */
+static int newest_trial(cache *c, const char *graph, const char *device,
+			const char *codegen, int64_t *after, cache_error *err)
+{
+	PGresult *res = NULL;
+	pg_args a = {0};
+	int rc;
+
+	key_args(&a, graph, device, codegen);
+	rc = pg_run(c, c->pg_reader,
+		    "SELECT coalesce(max(t.id), 0) FROM trials t JOIN devices d ON "
+		    "d.id = t.device WHERE t.graph = $1 AND d.signature = $2 AND "
+		    "t.codegen = $3",
+		    &a, &res, "cannot read the trials", err);
+	if (rc == 0)
+		*after = pg_int_at(res, 0, 0);
+	PQclear(res);
+	return rc;
 }
 
 int pg_trials_after(cache *c, const char *graph, const char *device,
@@ -76,6 +94,16 @@ int pg_trials_after(cache *c, const char *graph, const char *device,
 	PGresult *res = NULL;
 	pg_args a = {0};
 	int rc;
+
+	if (*after < 0) {
+		rc = newest_trial(c, graph, device, codegen, after, err);
+		if (rc == 0 && !(*out = json_array()))
+			rc = CACHE_ENOMEM;
+		if (rc == CACHE_ENOMEM)
+			cache_set_error(err, rc,
+					"cannot read the trials: out of memory");
+		return rc;
+	}
 
 	key_args(&a, graph, device, codegen);
 	pg_int(&a, *after);

@@ -81,20 +81,26 @@ static int room(const tuned_daemon *d)
 }
 
 /* A job another daemon holds and searches (a budget of 0 measures one
- * plan), that this daemon has not helped yet, with trials left. */
-static bool may_help(const tuned_job *job)
+ * plan), that this daemon has not helped yet, with trials left, and
+ * whose search the runner does not hold (one this daemon lost ends
+ * there first). */
+static bool may_help(tuned_daemon *d, const tuned_job *job)
 {
 	return job->held_elsewhere && job->state == TUNED_JOB_RUNNING &&
 	       !job->claimed && !job->helped && job->budget_s > 0 &&
-	       (job->max_trials == 0 || job->trials < job->max_trials);
+	       (job->max_trials == 0 || job->trials < job->max_trials) &&
+	       !tuned_runner_holds(d->runner, job->id);
 }
 
-/* The helper's search of "job" ends here (after the trials in flight):
- * "why" says why. */
+/* The helper's search of "job" ends here (after the trials in flight,
+ * or at once when it had not started: then no end comes from the
+ * runner): "why" says why. */
 static void stop_helping(tuned_daemon *d, tuned_job *job, const char *why)
 {
 	job->help_stopped = true;
 	tuned_runner_cancel(d->runner, job->id);
+	if (!tuned_runner_holds(d->runner, job->id))
+		job->helping = false;
 	tuned_log(TUNED_INFO, "job %lld: %s: stops helping: %s", (long long)job->id,
 		  job->key, why);
 }
@@ -112,7 +118,7 @@ static void make_room(tuned_daemon *d)
  * of it, sharing the work (runner.c, claim_plans). */
 static void start_helping(tuned_daemon *d, tuned_job *job, tuned_job *row)
 {
-	if (!row->graph || !may_help(job) || room(d) <= 0)
+	if (!row->graph || !may_help(d, job) || room(d) <= 0)
 		return;
 	free(job->graph);
 	job->graph = row->graph;
@@ -345,7 +351,7 @@ static fleet_pass *new_pass(tuned_daemon *d)
 			p->pass.known_max = job->id;
 		if (tuned_job_is_active(job) || job->reread)
 			p->watch[p->pass.nwatch++] = job->id;
-		if (may_help(job) && p->pass.nhelp < room(d))
+		if (may_help(d, job) && p->pass.nhelp < room(d))
 			p->help[p->pass.nhelp++] = job->id;
 	}
 	return p;

@@ -337,7 +337,8 @@ static bool still_wanted(const job_work *w, const tuned_job *job)
 {
 	if (w->helping)
 		return job->helping && !job->help_stopped && !job->claimed &&
-		       job->state == TUNED_JOB_RUNNING;
+		       job->state == TUNED_JOB_RUNNING &&
+		       !tuned_runner_holds(w->d->runner, job->id);
 	return job->state == TUNED_JOB_QUEUED && job->claimed;
 }
 

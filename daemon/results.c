@@ -92,6 +92,7 @@ typedef struct result_store {
 	int64_t job;
 	char key[PROTO_KEY_HEX + 1];
 	bool publish;            /* VERSION: the job was active */
+	bool helped;             /* found helping the job's holder (fleet.c) */
 	int version;             /* VERSION: published as this version, or 0 */
 	cache_error trial_err, quarantine_err, publish_err; /* code < 0: failed */
 } result_store;
@@ -392,7 +393,7 @@ static void on_result(tuned_daemon *d, tuned_job *job, const result_store *st)
 {
 	const tuned_result *r = st->r;
 
-	if (job->helping)
+	if (st->helped)
 		return on_helped_result(d, job, st);
 	if (r->kind == TUNED_RESULT_VERSION && st->publish)
 		return on_version(d, job, st);
@@ -444,7 +445,7 @@ static void stored_results(void *data)
 	for (int i = 0; i < b->n; i++) {
 		tuned_job *job = tuned_jobs_find(&d->jobs, b->stores[i].job);
 
-		if (job && job->helping) {
+		if (job && b->stores[i].helped) {
 			on_result(d, job, &b->stores[i]); /* its row is another's */
 		} else if (job) {
 			on_result(d, job, &b->stores[i]);
@@ -487,8 +488,11 @@ static result_batch *batch_of(tuned_daemon *d, tuned_result *r)
 			continue;
 		}
 		b->stores[b->n++] = (result_store){
-			.r = r, .d = d, .job = job->id,
-			.publish = r->kind == TUNED_RESULT_VERSION && is_active(job)};
+			.r = r,
+			.d = d,
+			.job = job->id,
+			.publish = r->kind == TUNED_RESULT_VERSION && is_active(job),
+			.helped = job->helping};
 		snprintf(b->stores[b->n - 1].key, PROTO_KEY_HEX + 1, "%s", job->key);
 	}
 	return b;

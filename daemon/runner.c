@@ -77,10 +77,15 @@
  * stops. */
 #define KNOWN_BETWEEN_LOOKS 256
 /* A shared cache: how long a claim of a plan lasts (a plan claimed by a
- * daemon that died before it recorded the trial is claimed again after
- * it), and the trials of the key read at most before each generation. */
-#define CLAIM_S 300.0
+ * daemon that died before it recorded the trial, or by a job that ended
+ * first, is claimed again after it), and the trials of the key read at
+ * most before each generation. */
+#define CLAIM_S 600.0
 #define SHARED_TRIALS_READ 2000
+/* Trials read again at each read (a trial numbered before the last one
+ * read may commit after it), and the pause after the cache failed. */
+#define SHARED_TRIALS_OVERLAP 64
+#define SHARED_PAUSE_S 30
 
 enum stage { TO_COMPILE, COMPILING, READY, MEASURING, DONE };
 /* SEARCH_FILL: go on proposing the generation, after another job went
@@ -130,11 +135,10 @@ typedef struct runner_job {
 			       * ms NAN: claimed by another daemon */
 	int ncands, open;
 	/* A shared cache (the search thread's): the last trial of the key
-	 * read, the generation's plans another daemon claimed, and whether
-	 * the claims or the reads are failing. */
+	 * read (-1: none yet), and the generation's plans another daemon
+	 * claimed. */
 	int64_t shared_after;
 	int claimed_elsewhere;
-	bool shared_failing;
 	int room;           /* the candidates the generation may have */
 	struct runner_job *next;
 } runner_job;
@@ -165,6 +169,8 @@ struct tuned_runner {
 	uint64_t started_ns, busy_ns;
 	cache *shared;    /* a shared cache's reader (the search thread's),
 			   * or NULL */
+	bool shared_failing;         /* it failed (said once) */
+	uint64_t shared_pause_until; /* not used until then */
 	char device[256]; /* the device's signature */
 	runner_job *jobs;
 	tuned_result *results_head, *results_tail;
@@ -536,55 +542,73 @@ static void know_trials(tuned_runner *r, tuner_search *search, const json_t *kno
 	}
 }
 
-/* A shared cache failed the job's search ("what": a claim or a read): said
- * once until it works again; the search goes on with what this daemon
- * measures, and may measure a plan another daemon measures too. */
-static void shared_failed(runner_job *job, const char *what, const cache_error *err)
+/* Whether the search thread may use the shared cache now: not for
+ * SHARED_PAUSE_S after it failed, so that a database out of reach costs
+ * one connection timeout per pause, not one per plan. */
+static bool shared_usable(const tuned_runner *r)
 {
-	if (!job->shared_failing)
+	return r->shared && uv_hrtime() >= r->shared_pause_until;
+}
+
+/* The shared cache failed the job's search ("what": a claim or a read):
+ * said once until it works again; meanwhile the searches go on with what
+ * this daemon measures, and may measure a plan another daemon measures
+ * too. */
+static void shared_failed(tuned_runner *r, const runner_job *job, const char *what,
+			  const cache_error *err)
+{
+	if (!r->shared_failing)
 		tuned_log(TUNED_WARN,
-			  "job %lld: %s: cannot %s: %s; the search goes on "
-			  "with this daemon's own trials",
+			  "job %lld: %s: cannot %s: %s; the searches go on "
+			  "with this daemon's own trials, and try again in %d s",
 			  (long long)job->id, sched_graph_key(job->graph), what,
-			  err->message);
-	job->shared_failing = true;
+			  err->message, SHARED_PAUSE_S);
+	r->shared_failing = true;
+	r->shared_pause_until = uv_hrtime() + (uint64_t)SHARED_PAUSE_S * 1000000000u;
 }
 
-static void shared_worked(runner_job *job)
+static void shared_worked(tuned_runner *r)
 {
-	if (job->shared_failing)
+	if (r->shared_failing)
 		tuned_log(TUNED_INFO,
-			  "job %lld: %s: the shared cache works again: the "
-			  "search shares its trials with the other daemons again",
-			  (long long)job->id, sched_graph_key(job->graph));
-	job->shared_failing = false;
+			  "the shared cache works again: the searches share "
+			  "their trials with the other daemons again");
+	r->shared_failing = false;
 }
 
-/* The search thread, without the lock: the trials of the key recorded
- * on a shared cache since the job last read them (by any daemon that
- * searches it, this one included) told to its search. */
+/* The search thread, without the lock: the trials of the key recorded on
+ * a shared cache since the job last read them (by any daemon that
+ * searches it, this one included) told to its search. The last
+ * SHARED_TRIALS_OVERLAP numbers are read again: a trial numbered before
+ * one read may commit after it. The first read only finds where the
+ * trials end (the job started from those before, cache_trials). */
 static void read_shared_trials(tuned_runner *r, runner_job *job)
 {
+	int64_t from = job->shared_after > SHARED_TRIALS_OVERLAP ?
+			       job->shared_after - SHARED_TRIALS_OVERLAP :
+			       job->shared_after;
 	cache_error err = {0};
 	json_t *trials = NULL;
 
-	if (!r->shared)
+	if (!shared_usable(r))
 		return;
 	if (cache_trials_after(r->shared, sched_graph_key(job->graph), r->device,
-			       KGEN_CODEGEN_VERSION, &job->shared_after,
-			       SHARED_TRIALS_READ, &trials, &err) < 0)
-		return shared_failed(job, "read the trials other daemons measured",
+			       KGEN_CODEGEN_VERSION, &from, SHARED_TRIALS_READ, &trials,
+			       &err) < 0)
+		return shared_failed(r, job, "read the trials other daemons measured",
 				     &err);
-	shared_worked(job);
+	shared_worked(r);
+	job->shared_after = from > job->shared_after ? from : job->shared_after;
 	know_trials(r, job->search, trials);
 	json_decref(trials);
 }
 
 /* The search thread, without the lock: which of "plans" this daemon is to
  * measure, as an array of flags (NULL when out of memory): on a shared
- * cache, those it claimed; the others another daemon claimed or measured.
- * All of them when the claims fail. */
-static bool *claim_plans(tuned_runner *r, runner_job *job, json_t *plans)
+ * cache, those it claimed among the first "room" (the others are not
+ * added), the rest another daemon claimed or measured; all of them
+ * while the shared cache fails. */
+static bool *claim_plans(tuned_runner *r, runner_job *job, json_t *plans, int room)
 {
 	bool *mine = calloc(json_array_size(plans) + 1, sizeof(bool));
 	cache_error err = {0};
@@ -592,9 +616,9 @@ static bool *claim_plans(tuned_runner *r, runner_job *job, json_t *plans)
 	json_t *plan;
 
 	json_array_foreach(plans, i, plan) {
-		if (!mine)
+		if (!mine || (int)i >= room)
 			break;
-		char *text = r->shared ? json_dumps(plan, JSON_COMPACT) : NULL;
+		char *text = shared_usable(r) ? json_dumps(plan, JSON_COMPACT) : NULL;
 		int rc = text ? cache_claim_plan(r->shared, sched_graph_key(job->graph),
 						 r->device, KGEN_CODEGEN_VERSION, text,
 						 CLAIM_S, &err) :
@@ -602,9 +626,9 @@ static bool *claim_plans(tuned_runner *r, runner_job *job, json_t *plans)
 
 		free(text);
 		if (rc < 0)
-			shared_failed(job, "claim a plan before measuring it", &err);
-		else if (r->shared)
-			shared_worked(job);
+			shared_failed(r, job, "claim a plan before measuring it", &err);
+		else if (text)
+			shared_worked(r);
 		mine[i] = rc != 0;
 	}
 	return mine;
@@ -678,9 +702,14 @@ static void drop_quarantined_incumbent(tuned_runner *r, runner_job *job)
  * thread's until it is done). NULL, or why it failed. */
 static const char *start_search(tuned_runner *r, runner_job *job, sched_error *err)
 {
-	tuner_search_options options = {.kind = TUNER_GENETIC, .seed = (unsigned)job->id,
+	/* on a shared cache, the searches of one key on several daemons draw
+	 * apart */
+	unsigned salt = r->shared ? (unsigned)getpid() * 2654435761u : 0;
+	tuner_search_options options = {.kind = TUNER_GENETIC,
+					.seed = (unsigned)job->id ^ salt,
 					.peaks = r->probed ? &r->peaks : NULL,
-					.cuda = r->cuda, .library = r->library};
+					.cuda = r->cuda,
+					.library = r->library};
 	tuner_search *search;
 
 	if (read_canonical_graph(job, err) < 0)
@@ -841,7 +870,7 @@ static bool fill_generation(tuned_runner *r, runner_job *job)
 	tuner_search_model model;
 	json_t *plans;
 	bool *mine;
-	int restarts;
+	int restarts, room;
 
 	for (;;) {
 		if (tuner_search_full(search) || job->ncands >= job->room)
@@ -858,9 +887,10 @@ static bool fill_generation(tuned_runner *r, runner_job *job)
 			return true;
 		if (goes_first(r, job))
 			return false;
+		room = job->room - job->ncands; /* this thread's alone to change */
 		uv_mutex_unlock(&r->lock);
 		plans = tuner_search_propose(search, PROPOSE_TRIES);
-		mine = plans ? claim_plans(r, job, plans) : NULL;
+		mine = plans ? claim_plans(r, job, plans, room) : NULL;
 		tuner_search_drops_get(search, &drops);
 		tuner_search_cost_model(search, &model);
 		restarts = tuner_search_restarts(search);
@@ -1396,6 +1426,7 @@ int tuned_runner_submit(tuned_runner *r, const tuned_job_spec *spec)
 		return -1;
 	}
 	job->id = spec->job;
+	job->shared_after = -1;
 	job->budget_s = spec->budget_s;
 	job->max_trials = spec->budget_s > 0 ? spec->max_trials : 1;
 	job->priority = spec->priority;

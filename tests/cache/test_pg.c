@@ -1172,7 +1172,8 @@ Test(pg, a_plan_is_claimed_once_and_never_once_measured)
 }
 
 /* Each read of the trials after the last one read gives only the newer
- * ones, oldest first, whoever recorded them. */
+ * ones, oldest first, whoever recorded them; a read from the end (-1)
+ * gives none and says where they end. */
 Test(pg, trials_are_read_after_the_last_one_read)
 {
 	cache_error err = {0};
@@ -1204,6 +1205,13 @@ Test(pg, trials_are_read_after_the_last_one_read)
 		     0, "%s", err.message);
 	cr_expect_eq(json_array_size(out), 0);
 	cr_expect_eq(after, last);
+	json_decref(out);
+	after = -1;
+	cr_assert_eq(cache_trials_after(b, graph_key(1), DEVICE_GPU, CODEGEN, &after,
+					10, &out, &err),
+		     0, "%s", err.message);
+	cr_expect_eq(json_array_size(out), 0, "a read from the end read trials");
+	cr_expect_eq(after, last, "not positioned after the newest trial");
 	json_decref(out);
 	record_trial(a, 3, 0.5);
 	record_trial(a, 4, 0.25);
