@@ -143,8 +143,8 @@ typedef struct tuned_job {
 	bool held_elsewhere; /* a shared queue: the last pass read its row held
 			      * by another daemon */
 	bool helping;        /* a shared queue: this daemon searches the key too,
-			   * for the daemon that holds the job, until the
-			   * runner's search of it ended (fleet.c) */
+			      * for the daemon that holds the job, until the
+			      * runner's search of it ended (fleet.c) */
 	bool help_stopped;   /* and that search was told to stop */
 	bool helped;         /* it did once: a job is helped once */
 	int helped_trials;   /* the trials this daemon measured helping it */

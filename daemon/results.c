@@ -445,11 +445,10 @@ static void stored_results(void *data)
 	for (int i = 0; i < b->n; i++) {
 		tuned_job *job = tuned_jobs_find(&d->jobs, b->stores[i].job);
 
-		if (job && b->stores[i].helped) {
-			on_result(d, job, &b->stores[i]); /* its row is another's */
-		} else if (job) {
+		if (job) {
 			on_result(d, job, &b->stores[i]);
-			job->dirty = true;
+			/* a helped job's row is its holder's to write */
+			job->dirty |= !b->stores[i].helped;
 		}
 		tuned_result_free(b->stores[i].r);
 	}

@@ -1249,12 +1249,15 @@ Test(search, the_best_plan_s_fusion_neighbours_come_first)
 /* The kernels with micro-kernels (cpu) and with tensor-core tiles (cuda)
  * among a generation's "plans" of "g"; "seeds" counts those with the
  * seed blocking of gpt3_mlp_small's first product (micro 6 x 32, kc =
- * K = 32, mc 12, nc 32, packed; mma 128 x 128 x 32, 64 x 64 warps, 2
- * stages, the 3 of the seed repaired to fit shared memory). */
+ * K = 32, mc 12 (M = 8 rounded up to rows), nc 32, packed; without
+ * AVX-512 its 16 registers hold 2 rows beside 4 B vectors of 8 floats:
+ * micro 2 x 32, mc 8; mma 128 x 128 x 32, 64 x 64 warps, 2 stages, the 3
+ * of the seed repaired to fit shared memory). */
 static void count_blockings(const sched_graph *g, json_t *plans, int *micro, int *mma,
 			    int *seeds, int *rastered)
 {
-	static const kgen_micro micro_seed = {6, 32, 32, 12, 32, 1};
+	bool avx512 = kgen_cpu_vector_floats() == 16;
+	const kgen_micro micro_seed = {avx512 ? 6 : 2, 32, 32, avx512 ? 12 : 8, 32, 1};
 	static const kgen_mma mma_seed = {128, 128, 32, 64, 64, 2, 0, 0, 0};
 	json_t *json;
 	size_t i;
