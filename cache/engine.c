@@ -404,15 +404,13 @@ int cache_pass_jobs(__cache_keep cache *c, __cache_keep const cache_job_pass *pa
 		rc = shared_only(c, "claim jobs", err);
 	if (rc)
 		return rc;
-	if (!pass || !fn || pass->nwatch < 0 || (pass->nwatch && !pass->watch) ||
-	    pass->nhelp < 0 || (pass->nhelp && !pass->help))
-		return no_argument("claim jobs",
-				   !pass ? "no pass" :
-				   !fn   ? "no callback" :
-				   pass->nwatch < 0 || (pass->nwatch && !pass->watch) ?
-					 "no watched ids" :
-					 "no ids to help",
+	if (!pass || !fn)
+		return no_argument("claim jobs", !pass ? "no pass" : "no callback",
 				   err);
+	if (pass->nwatch < 0 || (pass->nwatch && !pass->watch))
+		return no_argument("claim jobs", "no watched ids", err);
+	if (pass->nhelp < 0 || (pass->nhelp && !pass->help))
+		return no_argument("claim jobs", "no ids to help", err);
 	return pg_pass_jobs(c, pass, fn, user, err);
 }
 

@@ -251,28 +251,28 @@ static const char renew_sql[] = "UPDATE jobs SET lease_until = " SERVER_NOW
 				" + $2 WHERE claimed_by = $1 AND "
 				"state IN " OPEN_STATES " AND id = ANY($3::bigint[])";
 
-static void renew_args(const cache *c, double lease_s, const char *watch, pg_args *a)
+/* The renewal on connection "conn": the number of leases renewed. */
+static int renew(cache *c, struct pg_conn *conn, double lease_s, const char *watch,
+		 cache_error *err)
 {
-	pg_text(a, c->instance);
-	pg_real(a, lease_s);
-	pg_text(a, watch);
-}
-
-static int renew(cache *c, double lease_s, const char *watch, cache_error *err)
-{
+	PGresult *res = NULL;
 	pg_args a = {0};
 	int rc;
 
-	renew_args(c, lease_s, watch, &a);
-	rc = pg_change(c, renew_sql, &a, "cannot renew the leases of jobs", err);
-	return rc < 0 ? rc : 0;
+	pg_text(&a, c->instance);
+	pg_real(&a, lease_s);
+	pg_text(&a, watch);
+	rc = pg_run(c, conn, renew_sql, &a, &res, "cannot renew the leases of jobs",
+		    err);
+	if (rc == 0)
+		rc = atoi(PQcmdTuples(res));
+	PQclear(res);
+	return rc;
 }
 
 int pg_renew_jobs(cache *c, double lease_s, const int64_t *ids, int n, cache_error *err)
 {
 	char *watch = id_array(ids, n);
-	PGresult *res = NULL;
-	pg_args a = {0};
 	int rc;
 
 	if (!watch) {
@@ -280,12 +280,7 @@ int pg_renew_jobs(cache *c, double lease_s, const int64_t *ids, int n, cache_err
 				"cannot renew the leases of jobs: out of memory");
 		return CACHE_ENOMEM;
 	}
-	renew_args(c, lease_s, watch, &a);
-	rc = pg_run(c, c->pg_reader, renew_sql, &a, &res,
-		    "cannot renew the leases of jobs", err);
-	if (rc == 0)
-		rc = atoi(PQcmdTuples(res));
-	PQclear(res);
+	rc = renew(c, c->pg_reader, lease_s, watch, err);
 	sqlite3_free(watch);
 	return rc;
 }
@@ -319,29 +314,25 @@ static int claim(cache *c, const cache_job_pass *pass, cache_error *err)
 
 /* The rows the daemon is to know: open, new to it, or watched; graphs
  * of the jobs it holds or is to help only. */
+static const char read_pass_sql[] = "SELECT " PG_JOB_COLUMNS_GRAPH(
+	"CASE WHEN claimed_by = $1 OR id = "
+	"ANY($5::bigint[]) THEN graph END") " FROM jobs WHERE device = $2 AND (state "
+					    "IN " OPEN_STATES
+					    " OR id > $3 OR id = ANY($4::bigint[])) "
+					    "ORDER BY id";
+
 static int read_pass(cache *c, const cache_job_pass *pass, const char *watch,
 		     const char *help, PGresult **res, cache_error *err)
 {
 	pg_args a = {0};
-	int rc;
 
 	pg_text(&a, c->instance);
 	pg_text(&a, pass->device);
 	pg_int(&a, pass->known_max);
 	pg_text(&a, watch);
 	pg_text(&a, help);
-	rc = pg_run(
-		c, c->pg_writer,
-		"SELECT " PG_JOB_COLUMNS_GRAPH(
-			"CASE WHEN claimed_by = $1 OR id = "
-			"ANY($5::bigint[]) THEN graph END") " FROM jobs WHERE device = "
-							    "$2 "
-							    "AND (state IN " OPEN_STATES
-							    " OR id > $3 OR id = ANY("
-							    "$4::bigint[])) ORDER BY "
-							    "id",
-		&a, res, "cannot read the jobs", err);
-	return rc;
+	return pg_run(c, c->pg_writer, read_pass_sql, &a, res, "cannot read the jobs",
+		      err);
 }
 
 int pg_pass_jobs(cache *c, const cache_job_pass *pass,
@@ -364,8 +355,8 @@ int pg_pass_jobs(cache *c, const cache_job_pass *pass,
 	if (rc == 0)
 		rc = pg_begin(c, err);
 	if (rc == 0) {
-		rc = renew(c, pass->lease_s, watch, err);
-		if (rc == 0)
+		rc = renew(c, c->pg_writer, pass->lease_s, watch, err);
+		if (rc >= 0)
 			rc = claim(c, pass, err);
 		if (rc == 0)
 			rc = read_pass(c, pass, watch, help, &res, err);
