@@ -182,7 +182,7 @@ static bool print_elementwise_chunks(c_kernel *k)
 {
 	int last = k->target->rank - 1;
 	char lo[32], hi[96];
-	kgen_chunks c = {&k->pr, k->buf, last, lo, hi, "\t\t", {0}};
+	kgen_chunks c = {&k->pr, k->buf, last, lo, hi, "\t\t", {0}, NULL};
 
 	if (last < 0 || (!kgen_chunk_reads(&c) && k->target->dtype != SCHED_F16))
 		return false;

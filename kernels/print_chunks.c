@@ -49,33 +49,50 @@ bool kgen_chunk_reads(kgen_chunks *c)
 	return c->reads.n > 0;
 }
 
-void kgen_print_chunks_open(kgen_chunks *c)
+static const char *chunk_width(const kgen_chunks *c)
 {
-	const char *v = var_name(c), *in = c->indent;
+	return c->width ? c->width : "KVEC";
+}
 
-	sched_buf_printf(c->buf,
-			 "%s{\n%s\tidx_t first_%s = %s;\n"
-			 "%s\tfor (; first_%s + KVEC <= %s; first_%s += KVEC) {\n",
-			 in, in, v, c->lo, in, v, c->hi, v);
-	for (int i = 0; i < c->reads.n; i++)
-		sched_buf_printf(c->buf, "%s\tfloat vec_%d[KVEC];\n", in, i);
-	sched_buf_printf(
-		c->buf,
-		"%s\tfloat vec_x[KVEC];\n%s\t{\n%s\t\tconst idx_t v_%s = first_%s;\n",
-		in, in, in, v, v);
+/* Each f16 read of the chunk, KVEC at a time from first_V. */
+static void print_chunk_loads(const kgen_chunks *c)
+{
+	const char *in = c->indent, *q = c->width ? " + q" : "";
+
 	for (int i = 0; i < c->reads.n; i++) {
 		const sched_node *access = c->reads.access[i];
 
-		sched_buf_printf(c->buf, "%s\t\tkf16_load_vec(vec_%d, &t_%s[", in, i,
+		if (c->width)
+			sched_buf_printf(c->buf,
+					 "%s\t\tfor (int q = 0; q < %s; q += KVEC)\n",
+					 in, c->width);
+		sched_buf_printf(c->buf, "%s\t\t%skf16_load_vec(vec_%d%s, &t_%s[", in,
+				 c->width ? "\t" : "", i, q,
 				 c->pr->graph->tensors[access->tensor].name);
 		kgen_print_offset(c->buf, c->pr, access);
-		sched_buf_printf(c->buf, "]);\n");
+		sched_buf_printf(c->buf, "%s]);\n", q);
 	}
+}
+
+void kgen_print_chunks_open(kgen_chunks *c)
+{
+	const char *v = var_name(c), *in = c->indent, *w = chunk_width(c);
+
+	sched_buf_printf(c->buf,
+			 "%s{\n%s\tidx_t first_%s = %s;\n"
+			 "%s\tfor (; first_%s + %s <= %s; first_%s += %s) {\n",
+			 in, in, v, c->lo, in, v, w, c->hi, v, w);
+	for (int i = 0; i < c->reads.n; i++)
+		sched_buf_printf(c->buf, "%s\tfloat vec_%d[%s];\n", in, i, w);
 	sched_buf_printf(
 		c->buf,
-		"%s\t}\n#pragma omp simd\n%s\tfor (int u = 0; u < KVEC; u++) {\n"
-		"%s\t\tconst idx_t v_%s = first_%s + u;\n",
-		in, in, in, v, v);
+		"%s\tfloat vec_x[%s];\n%s\t{\n%s\t\tconst idx_t v_%s = first_%s;\n", in,
+		w, in, in, v, v);
+	print_chunk_loads(c);
+	sched_buf_printf(c->buf,
+			 "%s\t}\n#pragma omp simd\n%s\tfor (int u = 0; u < %s; u++) {\n"
+			 "%s\t\tconst idx_t v_%s = first_%s + u;\n",
+			 in, in, w, in, v, v);
 	c->pr->vectors = &c->reads;
 }
 

@@ -112,6 +112,9 @@ typedef struct kgen_chunks {
 	int var;
 	const char *lo, *hi, *indent;
 	kgen_vector_reads reads;
+	/* "KVEC" elements a chunk (NULL), or another width, a multiple of
+	 * KVEC ("4 * KVEC": a reduction's four vectors of partial results) */
+	const char *width;
 } kgen_chunks;
 
 /* Fills "c" with the op's f16 reads along "var" from global memory;

@@ -488,36 +488,77 @@ Test(cpu, f16_moved_in_chunks_are_the_conversion_bit_for_bit)
 	close_bench(&b);
 }
 
-/* A fused layer norm whose rows (of 37, no multiple of the vector) are
- * read from f16: its row reductions fold f16 chunks into one partial
- * result per lane kept across the row, its f16 intermediate is rounded
- * and its f16 result stored a chunk at a time, and it verifies. */
-Test(cpu, fused_row_reductions_read_f16_in_chunks)
+/* The kernel of "plan" (one kernel) for the graph "tensors", "ops" holds
+ * each of "texts" (NULL-ended) and verifies. */
+static void expect_fused_kernel(const char *tensors, const char *const *ops,
+				const char *plan, const char *const *texts)
 {
 	bench b = {0};
 	sched_error serr = {0};
-	json_t *json = json_loads("{\"kernels\": [{\"ops\": [0, 1, 2, 3], "
-				  "\"schedule\": {\"tile\": [4, 37]}}]}",
-				  0, NULL);
+	json_t *json = json_loads(plan, 0, NULL);
 
 	open_cpu(&b);
-	cr_assert_eq(
-		load_graph(
-			"x f16 64,37 in; m f32 64; s f16 64,37; v f32 64; "
-			"y f16 64,37 out",
-			OPS("m[i] = sum(j) x[i, j] * 0.027", "s[i, j] = x[i, j] - m[i]",
-			    "v[i] = sum(j) x[i, j] * x[i, j] * 0.027",
-			    "y[i, j] = s[i, j] * rsqrt(v[i] - m[i] * m[i] + 0.00001)"),
-			&b.graph, &serr),
-		SCHED_OK, "%s", serr.message);
+	cr_assert_eq(load_graph(tensors, ops, &b.graph, &serr), SCHED_OK, "%s",
+		     serr.message);
 	cr_assert_eq(kgen_plan_from_json(b.graph, json, &b.plan, &b.err), KGEN_OK, "%s",
 		     b.err.message);
-	expect_source_has(&b, 0, "lanes[u] += y;");
-	expect_source_has(&b, 0, "kf16_round_vec(vec_x);");
-	expect_source_has(&b, 0, "kf16_store_vec(");
+	for (int i = 0; texts[i]; i++)
+		expect_source_has(&b, 0, texts[i]);
 	cr_expect_eq(build_and_verify(&b, NULL, 3), KGEN_OK, "%s", b.err.message);
 	json_decref(json);
 	close_bench(&b);
+}
+
+/* A fused layer norm whose rows of "n" are read from f16. */
+static void expect_fused_layer_norm(int n)
+{
+	static const char *const texts[] = {"lanes[u] += y;",
+					    "float x = 0.0f, lanes[4 * KVEC];",
+					    "kf16_round_vec(vec_x);", "kf16_store_vec(",
+					    NULL};
+	char tensors[128], plan[128], mean[64], var[64];
+
+	snprintf(tensors, sizeof(tensors),
+		 "x f16 64,%d in; m f32 64; s f16 64,%d; v f32 64; y f16 64,%d out", n,
+		 n, n);
+	snprintf(plan, sizeof(plan),
+		 "{\"kernels\": [{\"ops\": [0, 1, 2, 3], \"schedule\": {\"tile\": [4, "
+		 "%d]}}]}",
+		 n);
+	snprintf(mean, sizeof(mean), "m[i] = sum(j) x[i, j] * %.9f", 1.0 / n);
+	snprintf(var, sizeof(var), "v[i] = sum(j) x[i, j] * x[i, j] * %.9f", 1.0 / n);
+	expect_fused_kernel(
+		tensors,
+		OPS(mean, "s[i, j] = x[i, j] - m[i]", var,
+		    "y[i, j] = s[i, j] * rsqrt(v[i] - m[i] * m[i] + 0.00001)"),
+		plan, texts);
+}
+
+/* A fused layer norm whose rows are read from f16: its row reductions
+ * widen f16 chunks of four vectors and fold them into four vectors of
+ * partial results kept across the row, its f16 intermediate is rounded
+ * and its f16 result stored a chunk at a time, and it verifies: rows of
+ * 37 (fewer than four vectors: the points left alone) and of 150 (whole
+ * chunks, then the points left). */
+Test(cpu, fused_row_reductions_read_f16_in_chunks)
+{
+	expect_fused_layer_norm(37);
+	expect_fused_layer_norm(150);
+}
+
+/* A fused softmax's row maximum, over block-local values (no f16 read),
+ * folds four vectors of partial results too, and verifies. */
+Test(cpu, fused_row_maxima_of_block_local_values_fold_four_vectors)
+{
+	static const char *const texts[] = {"float x = -KINF, lanes[4 * KVEC];",
+					    "lanes[u] = kmax(lanes[u], y);", NULL};
+
+	expect_fused_kernel("x f16 32,150 in; s f16 32,150; m f32 32; y f16 32,150 out",
+			    OPS("s[i, j] = 0.125 * x[i, j]", "m[i] = max(j) s[i, j]",
+				"y[i, j] = exp(s[i, j] - m[i])"),
+			    "{\"kernels\": [{\"ops\": [0, 1, 2], \"schedule\": "
+			    "{\"tile\": [4, 150]}}]}",
+			    texts);
 }
 
 /* The generated exp (kexp: a polynomial that vectorizes) within 2e-7 of
