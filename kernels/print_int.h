@@ -92,8 +92,9 @@ bool kgen_wide_indices(const sched_graph *graph);
 bool kgen_walks_last(const sched_node *access, int var);
 
 /* print_chunks.c, cpu: a loop over variable "var" from "lo" to "hi" (C
- * expressions) run KVEC elements at a time where its op reads f16 along
- * it or keeps f16 results, the f16 moved by the conversion instructions
+ * expressions) run KVEC elements at a time (or "width") where its op
+ * reads f16 along it or keeps f16 results, or where it reduces along it,
+ * the f16 moved by the conversion instructions
  * (kf16_load_vec, kf16_store_vec), then the elements left one at a time:
  *
  *   open       { idx_t first_V = lo; for (chunks) { loads; simd u loop {
