@@ -140,8 +140,9 @@ static const char c_f16_builtins[] =
 	"#define KF16_BUILTINS\n"
 	"#endif\n";
 
-/* Without the builtins, the scalar conversions KVEC at a time; then, for
- * every width, kf16_round_vec. */
+/* Without the builtins, the scalar conversions KVEC at a time (and plain
+ * stores for the streamed ones); then, for every width, kf16_round_vec
+ * and the fence of streamed stores. */
 static const char c_f16_scalar_vectors[] =
 	"#else\n"
 	"#define KVEC 8\n"
@@ -149,14 +150,26 @@ static const char c_f16_scalar_vectors[] =
 	"{ for (int u = 0; u < KVEC; u++) d[u] = f16_load(s[u]); }\n"
 	"static inline void kf16_store_vec(f16_t *d, const float *s)\n"
 	"{ for (int u = 0; u < KVEC; u++) d[u] = f16_store(s[u]); }\n"
+	"#define kf16_stream_vec kf16_store_vec\n"
+	"#endif\n"
+	"/* The streamed stores of a thread done before the kernel returns (each\n"
+	" * thread's, before the parallel region's end). */\n"
+	"#ifdef KF16_BUILTINS\n"
+	"#define KSTREAM_FENCE() __builtin_ia32_sfence()\n"
+	"#else\n"
+	"#define KSTREAM_FENCE()\n"
 	"#endif\n"
 	"static inline void kf16_round_vec(float *x)\n"
 	"{ f16_t h[KVEC]; kf16_store_vec(h, x); kf16_load_vec(x, h); }\n";
 
-/* kf16_load_vec and kf16_store_vec for "kvec" f16 at a time, by GCC's
- * builtin calls "widen" (kf16_vec h to kf32_vec) and "narrow" (f to h). */
+/* kf16_load_vec, kf16_store_vec and kf16_stream_vec for "kvec" f16 at a
+ * time, by GCC's builtin calls "widen" (kf16_vec h to kf32_vec), "narrow"
+ * (f to h) and "stream" (a store of h that bypasses the caches: for
+ * results no op reads, whose lines a store would first read, then keep;
+ * an address not aligned to the vector's size stores as kf16_store_vec
+ * does). */
 static void print_f16_builtin_vectors(sched_buf *buf, int kvec, const char *widen,
-				      const char *narrow)
+				      const char *narrow, const char *stream)
 {
 	sched_buf_printf(buf,
 			 "#define KVEC %d\n"
@@ -171,6 +184,16 @@ static void print_f16_builtin_vectors(sched_buf *buf, int kvec, const char *wide
 			 "\tmemcpy(&f, s, sizeof(f));\n\th = %s;\n"
 			 "\tmemcpy(d, &h, sizeof(h));\n}\n",
 			 kvec, kvec * 2, kvec * 4, widen, narrow);
+	sched_buf_printf(
+		buf,
+		"typedef long long kf16_bits __attribute__((vector_size(%d)));\n"
+		"static inline void kf16_stream_vec(f16_t *d, const float *s)\n"
+		"{\n\tkf16_vec h;\n\tkf32_vec f;\n"
+		"\tif ((uintptr_t)d %% sizeof(h)) {\n"
+		"\t\tkf16_store_vec(d, s);\n\t\treturn;\n\t}\n"
+		"\tmemcpy(&f, s, sizeof(f));\n\th = %s;\n"
+		"\t%s((kf16_bits *)d, (kf16_bits)h);\n}\n",
+		kvec * 2, narrow, stream);
 }
 
 /* The cpu's f16 vector helpers: AVX-512's conversions, else AVX2's,
@@ -182,10 +205,12 @@ static void print_f16_vectors(sched_buf *buf)
 	print_f16_builtin_vectors(
 		buf, 16,
 		"__builtin_ia32_vcvtph2ps512_mask(h, (kf32_vec){0}, 0xffff, 4)",
-		"__builtin_ia32_vcvtps2ph512_mask(f, 0, (kf16_vec){0}, 0xffff)");
+		"__builtin_ia32_vcvtps2ph512_mask(f, 0, (kf16_vec){0}, 0xffff)",
+		"__builtin_ia32_movntdq256");
 	sched_buf_printf(buf, "#elif defined(KF16_BUILTINS)\n");
 	print_f16_builtin_vectors(buf, 8, "__builtin_ia32_vcvtph2ps256(h)",
-				  "__builtin_ia32_vcvtps2ph256(f, 0)");
+				  "__builtin_ia32_vcvtps2ph256(f, 0)",
+				  "__builtin_ia32_movntdq");
 	sched_buf_printf(buf, "%s", c_f16_scalar_vectors);
 }
 

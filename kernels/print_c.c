@@ -164,7 +164,7 @@ static void print_chunk_stores(const c_kernel *k, const kgen_chunks *c)
 	const char *v = var_name(k, c->var);
 
 	if (k->target->dtype == SCHED_F16) {
-		kgen_print_chunk_f16_store(c, k->target->name);
+		kgen_print_chunk_f16_store(c, k->target->name, false);
 		return;
 	}
 	sched_buf_printf(k->buf,

@@ -102,14 +102,14 @@ void kgen_print_chunks_middle(kgen_chunks *c)
 	sched_buf_printf(c->buf, "%s\t}\n", c->indent);
 }
 
-void kgen_print_chunk_f16_store(const kgen_chunks *c, const char *tensor)
+void kgen_print_chunk_f16_store(const kgen_chunks *c, const char *tensor, bool stream)
 {
 	const char *v = var_name(c), *in = c->indent;
 
 	sched_buf_printf(c->buf,
 			 "%s\t{\n%s\t\tconst idx_t v_%s = first_%s;\n"
-			 "%s\t\tkf16_store_vec(&t_%s[",
-			 in, in, v, v, in, tensor);
+			 "%s\t\tkf16_%s_vec(&t_%s[",
+			 in, in, v, v, in, stream ? "stream" : "store", tensor);
 	kgen_print_target_offset(c->buf, c->pr);
 	sched_buf_printf(c->buf, "], vec_x);\n%s\t}\n", in);
 }

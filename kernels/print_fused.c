@@ -250,8 +250,29 @@ static void print_region_loops(fused_kernel *k, int s, int dims, const char *ind
 	sched_buf_printf(k->buf, "%s{\n", indent);
 }
 
+/* Results of at least this many bytes may be streamed: smaller ones,
+ * which a cache keeps for whoever reads them next, are stored as usual. */
+#define STREAMED_BYTES ((int64_t)1 << 20)
+
+/* Whether tensor "t" is a result of the graph of STREAMED_BYTES or more
+ * that none of its ops reads: its stores then bypass the caches (no line
+ * read before it is written, none kept that no op reads). */
+static bool streamed(const sched_graph *g, int t)
+{
+	const sched_tensor *tensor = &g->tensors[t];
+
+	if (tensor->role != SCHED_OUTPUT ||
+	    tensor->size * sched_dtype_bytes(tensor->dtype) < STREAMED_BYTES)
+		return false;
+	for (int o = 0; o < g->nops; o++)
+		if (sched_op_reads_tensor(&g->ops[o], t))
+			return false;
+	return true;
+}
+
 /* The chunks' keeps of stage "s" from vec_x, at first_V: f16 narrowed
- * (or rounded, for local memory) KVEC at a time, other types as one. */
+ * (or rounded, for local memory) KVEC at a time, streamed past the caches
+ * where no op reads them (streamed), other types as one. */
 static void print_chunk_keeps(fused_kernel *k, int s, const kgen_chunks *c)
 {
 	const sched_stage *st = &group_of(k)->stages[s];
@@ -278,7 +299,8 @@ static void print_chunk_keeps(fused_kernel *k, int s, const kgen_chunks *c)
 	if (!keeps_global(st))
 		return;
 	if (f16) {
-		kgen_print_chunk_f16_store(c, t->name);
+		kgen_print_chunk_f16_store(c, t->name,
+					   streamed(k->pr.graph, k->pr.op->target));
 		return;
 	}
 	sched_buf_printf(k->buf,
@@ -1051,7 +1073,7 @@ static void print_body(fused_kernel *k)
 	sched_buf_printf(k->buf, "\tfor (idx_t blk = 0; blk < %lld; blk++) {\n",
 			 (long long)g->blocks);
 	print_lanes(k);
-	sched_buf_printf(k->buf, "\t}\n\t}\n");
+	sched_buf_printf(k->buf, "\t}\n\tKSTREAM_FENCE();\n\t}\n");
 }
 
 char *kgen_print_fused(const sched_graph *graph, const kgen_kernel *kernel,

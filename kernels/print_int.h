@@ -124,8 +124,10 @@ bool kgen_chunk_reads(kgen_chunks *c);
 void kgen_print_chunks_open(kgen_chunks *c);
 void kgen_print_chunks_middle(kgen_chunks *c);
 /* The chunk's results in vec_x narrowed to f16 into "tensor" at the op's
- * target offset for first_V, one indent deeper than the chunks. */
-void kgen_print_chunk_f16_store(const kgen_chunks *c, const char *tensor);
+ * target offset for first_V, one indent deeper than the chunks; with
+ * "stream", past the caches (kf16_stream_vec: the kernel then ends each
+ * thread's work with KSTREAM_FENCE). */
+void kgen_print_chunk_f16_store(const kgen_chunks *c, const char *tensor, bool stream);
 void kgen_print_chunks_done(kgen_chunks *c);
 void kgen_print_chunks_tail(kgen_chunks *c, const char *pragma);
 void kgen_print_chunks_close(kgen_chunks *c);

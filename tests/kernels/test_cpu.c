@@ -546,6 +546,23 @@ Test(cpu, fused_row_reductions_read_f16_in_chunks)
 	expect_fused_layer_norm(150);
 }
 
+/* A fused kernel's f16 results of 1 MiB or more stream past the caches
+ * (kf16_stream_vec, then a fence) where no op reads them, and are stored
+ * as any store where one does; both verify, rows of 1030 (chunks at
+ * addresses of either alignment). */
+Test(cpu, fused_results_no_op_reads_are_streamed)
+{
+	static const char *const texts[] = {"kf16_store_vec(&t_s[",
+					    "kf16_stream_vec(&t_y[", "KSTREAM_FENCE();",
+					    NULL};
+
+	expect_fused_kernel("x f16 512,1030 in; s f16 512,1030 out; y f16 512,1030 out",
+			    OPS("s[i, j] = 2 * x[i, j]", "y[i, j] = s[i, j] + x[i, j]"),
+			    "{\"kernels\": [{\"ops\": [0, 1], \"schedule\": {\"tile\": "
+			    "[4, 1030]}}]}",
+			    texts);
+}
+
 /* A fused softmax's row maximum, over block-local values (no f16 read),
  * folds four vectors of partial results too, and verifies. */
 Test(cpu, fused_row_maxima_of_block_local_values_fold_four_vectors)
