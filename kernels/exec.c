@@ -20,11 +20,6 @@ struct kgen_program {
 	unsigned iteration; /* runs of the whole plan, for the semaphores */
 };
 
-static size_t tensor_bytes(const sched_tensor *t)
-{
-	return (size_t)t->size * sched_dtype_bytes(t->dtype);
-}
-
 static char *print_kernel(kgen_backend *backend, const sched_graph *graph,
 			  const kgen_plan *plan, int k)
 {
@@ -124,7 +119,7 @@ static int alloc_buffers(kgen_program *prog, kgen_error *err)
 	int rc = KGEN_OK;
 
 	for (int t = 0; t < g->ntensors && rc == KGEN_OK; t++) {
-		prog->bytes[t] = tensor_bytes(&g->tensors[t]);
+		prog->bytes[t] = sched_tensor_bytes(g, t);
 		rc = prog->backend->ops->alloc(prog->backend, prog->bytes[t],
 					       &prog->buffers[t], err);
 	}
@@ -326,14 +321,14 @@ int kgen_program_run(kgen_program *prog, void **host, kgen_error *err)
 
 	for (int t = 0; t < g->ntensors && rc == KGEN_OK; t++)
 		rc = ops->upload(prog->backend, prog->buffers[t], host[t],
-				 tensor_bytes(&g->tensors[t]), err);
+				 sched_tensor_bytes(g, t), err);
 	if (rc == KGEN_OK)
 		rc = ops->run(prog->backend, prog->launches, prog->plan->nkernels,
 			      NULL, err);
 	for (int t = 0; t < g->ntensors && rc == KGEN_OK; t++)
 		if (g->tensors[t].role != SCHED_INPUT)
 			rc = ops->download(prog->backend, host[t], prog->buffers[t],
-					   tensor_bytes(&g->tensors[t]), err);
+					   sched_tensor_bytes(g, t), err);
 	return rc;
 }
 

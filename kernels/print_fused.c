@@ -252,17 +252,15 @@ static void print_region_loops(fused_kernel *k, int s, int dims, const char *ind
 
 /* Results of at least this many bytes may be streamed: smaller ones,
  * which a cache keeps for whoever reads them next, are stored as usual. */
-#define STREAMED_BYTES ((int64_t)1 << 20)
+#define STREAMED_BYTES ((size_t)1 << 20)
 
 /* Whether tensor "t" is a result of the graph of STREAMED_BYTES or more
  * that none of its ops reads: its stores then bypass the caches (no line
  * read before it is written, none kept that no op reads). */
 static bool streamed(const sched_graph *g, int t)
 {
-	const sched_tensor *tensor = &g->tensors[t];
-
-	if (tensor->role != SCHED_OUTPUT ||
-	    tensor->size * sched_dtype_bytes(tensor->dtype) < STREAMED_BYTES)
+	if (g->tensors[t].role != SCHED_OUTPUT ||
+	    sched_tensor_bytes(g, t) < STREAMED_BYTES)
 		return false;
 	for (int o = 0; o < g->nops; o++)
 		if (sched_op_reads_tensor(&g->ops[o], t))

@@ -218,7 +218,7 @@ static int prepare_run(check_run *c, kgen_error *err)
 	for (int t = 0; c->host && c->values && t < g->ntensors; t++) {
 		const sched_tensor *tensor = &g->tensors[t];
 
-		if (!(c->host[t] = malloc(tensor->size * sched_dtype_bytes(tensor->dtype))))
+		if (!(c->host[t] = malloc(sched_tensor_bytes(g, t))))
 			break;
 		if (tensor->role == SCHED_INPUT)
 			fill_input(tensor, c->host[t], c->values[t], &c->rng);
@@ -387,18 +387,13 @@ static void compare_output(check_run *c, int t, kgen_check *check)
 			 check->rel_error, check->tolerance);
 }
 
-static size_t host_bytes(const sched_tensor *t)
-{
-	return (size_t)t->size * sched_dtype_bytes(t->dtype);
-}
-
 /* Whether each output of a run on c's inputs is the bytes of "first". */
 static int same_outputs(check_run *c, void **first, kgen_error *err)
 {
 	const sched_graph *g = c->graph;
 
 	for (int t = 0; t < g->ntensors; t++)
-		if (first[t] && memcmp(first[t], c->host[t], host_bytes(&g->tensors[t])))
+		if (first[t] && memcmp(first[t], c->host[t], sched_tensor_bytes(g, t)))
 			return kgen_fail(err, KGEN_EWRONG, "a race: output '%s' changed "
 					 "between two runs on the same inputs",
 					 g->tensors[t].name);
@@ -416,8 +411,8 @@ static int check_repeatable(kgen_program *prog, check_run *c, kgen_error *err)
 	for (int t = 0; rc == KGEN_OK && t < g->ntensors; t++) {
 		if (g->tensors[t].role != SCHED_OUTPUT)
 			continue;
-		if ((first[t] = malloc(host_bytes(&g->tensors[t]))))
-			memcpy(first[t], c->host[t], host_bytes(&g->tensors[t]));
+		if ((first[t] = malloc(sched_tensor_bytes(g, t))))
+			memcpy(first[t], c->host[t], sched_tensor_bytes(g, t));
 		else
 			rc = kgen_fail(err, KGEN_ENOMEM, "out of memory");
 	}

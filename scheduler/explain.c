@@ -110,13 +110,11 @@ static void add_read(const sched_node *access, void *user)
 static int64_t op_bytes(const sched_graph *graph, const sched_op *op,
 			const bool *seen)
 {
-	const sched_tensor *target = &graph->tensors[op->target];
-	int64_t bytes = target->size * sched_dtype_bytes(target->dtype);
+	int64_t bytes = (int64_t)sched_tensor_bytes(graph, op->target);
 
 	for (int t = 0; t < graph->ntensors; t++)
 		if (seen[t])
-			bytes += graph->tensors[t].size *
-				 sched_dtype_bytes(graph->tensors[t].dtype);
+			bytes += (int64_t)sched_tensor_bytes(graph, t);
 	return bytes;
 }
 

@@ -437,6 +437,12 @@ int64_t sched_tensor_size(const sched_graph *graph, int t)
 	return graph->tensors[t].size;
 }
 
+size_t sched_tensor_bytes(const sched_graph *graph, int t)
+{
+	return (size_t)graph->tensors[t].size *
+	       sched_dtype_bytes(graph->tensors[t].dtype);
+}
+
 enum sched_dtype sched_tensor_dtype(const sched_graph *graph, int t)
 {
 	return graph->tensors[t].dtype;

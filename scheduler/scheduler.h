@@ -97,6 +97,8 @@ const char *sched_tensor_name(__sched_keep const sched_graph *graph, int t);
 int sched_tensor_rank(__sched_keep const sched_graph *graph, int t);
 const int64_t *sched_tensor_shape(__sched_keep const sched_graph *graph, int t);
 int64_t sched_tensor_size(__sched_keep const sched_graph *graph, int t);
+/* The bytes of tensor t: its elements times its dtype's size. */
+size_t sched_tensor_bytes(__sched_keep const sched_graph *graph, int t);
 enum sched_dtype sched_tensor_dtype(__sched_keep const sched_graph *graph, int t);
 enum sched_role sched_tensor_role(__sched_keep const sched_graph *graph, int t);
 

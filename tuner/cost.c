@@ -30,8 +30,7 @@ static double seen_bytes(const sched_graph *graph, const bool *seen)
 
 	for (int i = 0; i < graph->ntensors; i++)
 		if (seen[i])
-			bytes += (double)graph->tensors[i].size *
-				 sched_dtype_bytes(graph->tensors[i].dtype);
+			bytes += (double)sched_tensor_bytes(graph, i);
 	return bytes;
 }
 

@@ -608,8 +608,7 @@ Test(fused, placements_verify_and_agree_bit_for_bit)
 		outputs[i] = run_plan(backend, g, placements[i], 17);
 	}
 	for (int t = 0; t < sched_graph_tensor_count(g); t++) {
-		size_t bytes = sched_tensor_size(g, t) *
-			       sched_dtype_bytes(sched_tensor_dtype(g, t));
+		size_t bytes = sched_tensor_bytes(g, t);
 
 		if (sched_tensor_role(g, t) != SCHED_OUTPUT)
 			continue;
