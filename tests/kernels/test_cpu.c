@@ -615,6 +615,58 @@ Test(cpu, exp_is_within_2e_7_of_the_true_exp)
 	close_bench(&b);
 }
 
+/* The bits of the f16 nearest exp(x), from double. */
+static uint16_t exp_f16_bits(float x)
+{
+	_Float16 h = (_Float16)exp((double)x);
+	uint16_t bits;
+
+	memcpy(&bits, &h, 2);
+	return bits;
+}
+
+/* An f16 op's exp (kexp_f16: x held in [-87, 88], one power of two, a
+ * polynomial of degree 4) rounds to the f16 of exp within an ulp, and to
+ * it exactly at nearly every point, over [-120, 100] in steps of 2^-8:
+ * zero below -18, infinity above 12 and at infinity, NaN kept. */
+Test(cpu, exp_rounded_to_f16_is_within_an_ulp_of_exp_in_f16)
+{
+	enum { STEPS = 220 * 256 + 1, N = STEPS + 3 };
+	bench b = {0};
+	float *x = malloc(N * sizeof(float));
+	uint16_t *y = malloc(N * sizeof(uint16_t));
+	void *host[2] = {x, y};
+	char tensors[64];
+	int off = 0;
+
+	open_cpu(&b);
+	snprintf(tensors, sizeof(tensors), "x f32 %d in; y f16 %d out", N, N);
+	build_one_op(&b, tensors, "y[i] = exp(x[i])");
+	expect_source_has(&b, 0, "kexp_f16(");
+	for (int i = 0; i < STEPS; i++)
+		x[i] = -120.0f + i / 256.0f;
+	x[STEPS] = NAN;
+	x[STEPS + 1] = INFINITY;
+	x[STEPS + 2] = -INFINITY;
+	cr_assert_eq(kgen_program_run(b.prog, host, &b.err), KGEN_OK);
+	for (int i = 0; i < STEPS; i++) {
+		uint16_t want = exp_f16_bits(x[i]);
+		bool exact = x[i] < -18.0f || x[i] > 12.0f;
+
+		off += y[i] != want;
+		cr_expect(abs((int)y[i] - (int)want) <= (exact ? 0 : 1),
+			  "exp(%g) in f16: 0x%04x, want 0x%04x", x[i], y[i], want);
+	}
+	cr_expect_lt(off, STEPS / 1000, "%d of %d off by an ulp", off, STEPS);
+	cr_expect((y[STEPS] & 0x7c00u) == 0x7c00u && (y[STEPS] & 0x3ffu),
+		  "exp(NaN): 0x%04x", y[STEPS]);
+	cr_expect(y[STEPS + 1] == 0x7c00u && y[STEPS + 2] == 0,
+		  "exp(+-inf): 0x%04x, 0x%04x", y[STEPS + 1], y[STEPS + 2]);
+	free(x);
+	free(y);
+	close_bench(&b);
+}
+
 /* The generated "name" (its C function "call") within "tolerance" of
  * "exact" in double over [-half, half] in steps of 1 / per_unit and at
  * small values down to 1e-30, relative; NaN kept, infinities give +-1
