@@ -430,11 +430,12 @@ static void print_recompute(sched_buf *buf, const kgen_printer *pr,
 	sched_buf_printf(buf, ")");
 }
 
-/* The place of "access" in pr->vectors, or -1. */
+/* The place of "access" (or of the same access of another op of one
+ * pass) in pr->vectors, or -1. */
 static int vector_read(const kgen_printer *pr, const sched_node *access)
 {
 	for (int i = 0; pr->vectors && i < pr->vectors->n; i++)
-		if (pr->vectors->access[i] == access)
+		if (sched_node_same(pr->vectors->access[i], access))
 			return i;
 	return -1;
 }

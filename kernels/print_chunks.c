@@ -36,17 +36,22 @@ static void look_at_read(const sched_node *access, void *user)
 	kgen_chunks *c = user;
 
 	for (int i = 0; i < c->reads.n; i++)
-		if (c->reads.access[i] == access)
+		if (sched_node_same(c->reads.access[i], access))
 			return;
 	if (c->reads.n < KGEN_MAX_VECTOR_READS && chunked_read(c, access))
 		c->reads.access[c->reads.n++] = access;
 }
 
+bool kgen_chunk_more_reads(kgen_chunks *c)
+{
+	sched_node_each_access(c->pr->op->body, look_at_read, c);
+	return c->reads.n > 0;
+}
+
 bool kgen_chunk_reads(kgen_chunks *c)
 {
 	c->reads = (kgen_vector_reads){0, true, {0}};
-	sched_node_each_access(c->pr->op->body, look_at_read, c);
-	return c->reads.n > 0;
+	return kgen_chunk_more_reads(c);
 }
 
 static const char *chunk_width(const kgen_chunks *c)

@@ -22,6 +22,7 @@
  * map).
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "print_int.h"
 
@@ -353,72 +354,122 @@ static void print_cpu_elementwise(fused_kernel *k, int s)
 	sched_buf_printf(k->buf, "\t\t\t}\n");
 }
 
-static void print_accumulated_element(fused_kernel *k, const char *indent,
-				      const char *acc)
+/* The stages one pass computes: one, or the roots of sibling branches
+ * whose column reductions run the same loops (same_pass), which then
+ * read what they share once. */
+#define PASS_STAGES 8
+typedef struct pass {
+	int n;
+	int stage[PASS_STAGES];
+} pass;
+
+/* Each stage's element folded into its accumulator acc[i]. */
+static void print_accumulated_elements(fused_kernel *k, const pass *p,
+				       const char *indent, sched_buf *acc)
 {
-	sched_buf_printf(k->buf, "%sconst float x = ", indent);
-	kgen_print_value(k->buf, &k->pr, k->pr.op->body);
-	sched_buf_printf(k->buf, ";\n%s", indent);
-	kgen_print_combine(k->buf, k->pr.op->reducer, acc, "x");
-	sched_buf_printf(k->buf, "\n");
+	for (int i = 0; i < p->n; i++) {
+		char x[16];
+
+		use_stage(k, p->stage[i]);
+		snprintf(x, sizeof(x), "x_%d", p->stage[i]);
+		sched_buf_printf(k->buf, "%sconst float %s = ", indent, x);
+		kgen_print_value(k->buf, &k->pr, k->pr.op->body);
+		sched_buf_printf(k->buf, ";\n%s", indent);
+		kgen_print_combine(k->buf, k->pr.op->reducer, acc[i].str, x);
+		sched_buf_printf(k->buf, "\n");
+	}
 }
 
-/* Each element of the region folded into its accumulator "acc": in
- * chunks along the region's last dim where the op reads f16 along it. */
-static void print_accumulation(fused_kernel *k, int s, const char *acc)
+/* Whether any stage of the pass reads f16 along the region's last dim,
+ * with those reads in "c" (shared between the stages). */
+static bool pass_chunk_reads(fused_kernel *k, const pass *p, kgen_chunks *c)
 {
+	bool any = false;
+
+	for (int i = 0; i < p->n; i++) {
+		use_stage(k, p->stage[i]);
+		any = i ? kgen_chunk_more_reads(c) : kgen_chunk_reads(c);
+	}
+	return any;
+}
+
+/* Each element of the region folded into its accumulators "acc": in
+ * chunks along the region's last dim where an op reads f16 along it. */
+static void print_accumulation(fused_kernel *k, const pass *p, sched_buf *acc)
+{
+	int s = p->stage[0];
 	const sched_stage *st = &group_of(k)->stages[s];
 	int last = st->rank - 1;
 	char lo[32], hi[32];
 	kgen_chunks c = {&k->pr, k->buf, last, lo, hi, "\t\t\t", {0}, NULL};
 
-	if (st->rank == 0 || !kgen_chunk_reads(&c)) {
+	if (st->rank == 0 || !pass_chunk_reads(k, p, &c)) {
 		print_region_loops(k, s, st->rank, "\t\t\t");
-		print_accumulated_element(k, "\t\t\t\t", acc);
+		print_accumulated_elements(k, p, "\t\t\t\t", acc);
 		sched_buf_printf(k->buf, "\t\t\t}\n");
 		return;
 	}
 	snprintf(lo, sizeof(lo), "lo_%d_%d", s, last);
 	snprintf(hi, sizeof(hi), "hi_%d_%d", s, last);
+	use_stage(k, s);
 	print_region_loops(k, s, last, "\t\t\t");
 	kgen_print_chunks_open(&c);
-	print_accumulated_element(k, "\t\t\t\t\t", acc);
+	print_accumulated_elements(k, p, "\t\t\t\t\t", acc);
 	kgen_print_chunks_middle(&c);
 	kgen_print_chunks_done(&c);
 	kgen_print_chunks_tail(&c, "#pragma omp simd\n");
-	print_accumulated_element(k, "\t\t\t\t\t", acc);
+	print_accumulated_elements(k, p, "\t\t\t\t\t", acc);
 	kgen_print_chunks_close(&c);
 	sched_buf_printf(k->buf, "\t\t\t}\n");
+}
+
+/* The accumulators of stage "s" over its region (its own buffer),
+ * filled with the reducer's identity; "acc" the current element's. */
+static void print_accumulators(fused_kernel *k, int s, sched_buf *acc)
+{
+	const sched_stage *st = &group_of(k)->stages[s];
+
+	use_stage(k, s);
+	if (st->store == SCHED_STORE_GLOBAL)
+		sched_buf_printf(k->buf, "\t\t\tfloat acc_%d[%lld];\n", s,
+				 (long long)stage_elements(k, s));
+	else
+		sched_buf_printf(k->buf, "\t\t\tfloat *acc_%d = local + %lld;\n", s,
+				 (long long)st->offset);
+	sched_buf_printf(
+		k->buf,
+		"\t\t\tfor (idx_t a = 0; a < %lld; a++)\n\t\t\t\tacc_%d[a] = %s;\n",
+		(long long)stage_elements(k, s), s,
+		kgen_reducer_identity(k->pr.op->reducer));
+	sched_buf_printf(acc, "acc_%d[", s);
+	kgen_print_local_index(acc, &k->pr, s);
+	sched_buf_printf(acc, "]");
 }
 
 /* Accumulators over the region (a member's own buffer), the reduction
  * loops outside the region loops, then the results kept: for reductions
  * whose innermost loop walks the region's last dim in memory (a matrix
- * product's columns). */
-static void print_cpu_reducing_outside(fused_kernel *k, int s)
+ * product's columns, a column sum); for every stage of the pass in the
+ * same loops. */
+static void print_cpu_reducing_outside(fused_kernel *k, const pass *p)
 {
-	const sched_stage *st = &group_of(k)->stages[s];
-	sched_buf acc = {0};
+	sched_buf acc[PASS_STAGES] = {{0}};
 
-	if (st->store == SCHED_STORE_GLOBAL)
-		sched_buf_printf(k->buf, "\t\t\tfloat acc_%d[%lld];\n\t\t\tfloat *acc = acc_%d;\n",
-				 s, (long long)stage_elements(k, s), s);
-	else
-		sched_buf_printf(k->buf, "\t\t\tfloat *acc = local + %lld;\n",
-				 (long long)st->offset);
-	sched_buf_printf(k->buf, "\t\t\tfor (idx_t a = 0; a < %lld; a++)\n\t\t\t\tacc[a] = %s;\n",
-			 (long long)stage_elements(k, s),
-			 kgen_reducer_identity(k->pr.op->reducer));
-	sched_buf_printf(&acc, "acc[");
-	kgen_print_local_index(&acc, &k->pr, s);
-	sched_buf_printf(&acc, "]");
+	for (int i = 0; i < p->n; i++)
+		print_accumulators(k, p->stage[i], &acc[i]);
+	use_stage(k, p->stage[0]);
 	print_reduction_loops(k, "\t\t\t", false);
-	print_accumulation(k, s, acc.str ? acc.str : "");
-	print_region_loops(k, s, st->rank, "\t\t\t");
-	sched_buf_printf(k->buf, "\t\t\t\tconst float x = %s;\n", acc.str ? acc.str : "");
-	print_keep(k, s, "\t\t\t\t", "x");
-	sched_buf_printf(k->buf, "\t\t\t}\n");
-	sched_buf_release(&acc);
+	print_accumulation(k, p, acc);
+	for (int i = 0; i < p->n; i++) {
+		int s = p->stage[i];
+
+		use_stage(k, s);
+		print_region_loops(k, s, group_of(k)->stages[s].rank, "\t\t\t");
+		sched_buf_printf(k->buf, "\t\t\t\tconst float x = %s;\n", acc[i].str);
+		print_keep(k, s, "\t\t\t\t", "x");
+		sched_buf_printf(k->buf, "\t\t\t}\n");
+		sched_buf_release(&acc[i]);
+	}
 }
 
 typedef struct last_index {
@@ -982,35 +1033,175 @@ static void print_stage(fused_kernel *k, int s)
 	else if (reduction_inside(k->pr.op))
 		print_cpu_reducing_inside(k, s);
 	else
-		print_cpu_reducing_outside(k, s);
+		print_cpu_reducing_outside(k, &(pass){1, {s}});
 	sched_buf_printf(k->buf, "\t\t}\n");
 }
 
-/* The branch's block coordinates from the lane's block lb, and the bounds
- * of its stages' regions. */
+/* The branch's block coordinates from the lane's block lb. */
+static void print_block_coordinates(fused_kernel *k, int b)
+{
+	const sched_branch *br = &group_of(k)->branches[b];
+	int64_t stride = br->blocks;
+
+	for (int d = 0; d < br->rank; d++) {
+		stride /= br->grid[d];
+		sched_buf_printf(k->buf, "\t\tconst idx_t b%d = lb / %lld %% %lld;\n",
+				 d, (long long)stride, (long long)br->grid[d]);
+	}
+}
+
+/* The bounds of the regions of branch b's stages. */
+static void print_region_bounds(fused_kernel *k, int b)
+{
+	const sched_group *g = group_of(k);
+
+	for (int s = 0; s < g->nstages; s++) {
+		if (g->stages[s].branch != b ||
+		    g->stages[s].store == SCHED_STORE_INLINE)
+			continue;
+		for (int d = 0; d < g->stages[s].rank; d++)
+			sched_buf_printf(
+				k->buf,
+				"\t\tconst idx_t lo_%d_%d = %s, hi_%d_%d = %s;\n", s, d,
+				g->stages[s].lo[d], s, d, g->stages[s].hi[d]);
+	}
+}
+
 static void print_branch(fused_kernel *k, int b)
 {
 	const sched_group *g = group_of(k);
-	const sched_branch *br = &g->branches[b];
-	int64_t stride = br->blocks;
 
 	sched_buf_printf(k->buf, "\t{\n");
-	for (int d = 0; d < br->rank; d++) {
-		stride /= br->grid[d];
-		sched_buf_printf(k->buf, "\t\tconst idx_t b%d = lb / %lld %% %lld;\n", d,
-				 (long long)stride, (long long)br->grid[d]);
-	}
-	for (int s = 0; s < g->nstages; s++) {
-		if (g->stages[s].branch != b || g->stages[s].store == SCHED_STORE_INLINE)
-			continue;
-		for (int d = 0; d < g->stages[s].rank; d++)
-			sched_buf_printf(k->buf, "\t\tconst idx_t lo_%d_%d = %s, hi_%d_%d = %s;\n",
-					 s, d, g->stages[s].lo[d], s, d, g->stages[s].hi[d]);
-	}
+	print_block_coordinates(k, b);
+	print_region_bounds(k, b);
 	for (int s = 0; s < g->nstages; s++)
 		if (g->stages[s].branch == b)
 			print_stage(k, s);
 	sched_buf_printf(k->buf, "\t}\n");
+}
+
+/* The stage of branch "b" where it has one, else -1. */
+static int only_stage(const sched_group *g, int b)
+{
+	int found = -1;
+
+	for (int s = 0; s < g->nstages; s++) {
+		if (g->stages[s].branch != b)
+			continue;
+		if (found >= 0)
+			return -1;
+		found = s;
+	}
+	return found;
+}
+
+static bool same_vars(const sched_op *a, const sched_op *b)
+{
+	if (a->nvars != b->nvars || a->ntarget_vars != b->ntarget_vars)
+		return false;
+	for (int v = 0; v < a->nvars; v++)
+		if (strcmp(a->vars[v].name, b->vars[v].name) ||
+		    a->vars[v].lo != b->vars[v].lo || a->vars[v].hi != b->vars[v].hi)
+			return false;
+	return true;
+}
+
+static bool same_region(const sched_stage *a, const sched_stage *b)
+{
+	if (a->rank != b->rank)
+		return false;
+	for (int d = 0; d < a->rank; d++)
+		if (strcmp(a->lo[d], b->lo[d]) || strcmp(a->hi[d], b->hi[d]))
+			return false;
+	return true;
+}
+
+static bool same_grid(const sched_branch *a, const sched_branch *b)
+{
+	if (a->rank != b->rank)
+		return false;
+	for (int d = 0; d < a->rank; d++)
+		if (a->grid[d] != b->grid[d])
+			return false;
+	return true;
+}
+
+/* Whether the lone stages "a" and "b" of two branches of a lane can run
+ * in one pass (cpu): column reductions over the same region, in the same
+ * loops (variables of the same names and ranges) and the same blocks.
+ * ln_grad_params' dgamma and dbeta then read dy once, not twice. */
+static bool same_pass(const fused_kernel *k, int a, int b)
+{
+	const sched_group *g = group_of(k);
+	const sched_stage *sa = &g->stages[a], *sb = &g->stages[b];
+	const sched_op *oa = &k->pr.graph->ops[sa->op], *ob = &k->pr.graph->ops[sb->op];
+
+	return !k->cuda && oa->reducer != SCHED_RED_NONE &&
+	       ob->reducer != SCHED_RED_NONE && !reduction_inside(oa) &&
+	       !reduction_inside(ob) && same_vars(oa, ob) && same_region(sa, sb) &&
+	       same_grid(&g->branches[sa->branch], &g->branches[sb->branch]);
+}
+
+/* Branch "b" and the branches after it in its lane whose lone stages
+ * run in one pass with its own, into "p"; the last branch taken. */
+static int gather_pass(fused_kernel *k, int b, pass *p)
+{
+	const sched_group *g = group_of(k);
+	int last = b;
+
+	p->n = 1;
+	p->stage[0] = only_stage(g, b);
+	for (int next = b + 1;
+	     p->stage[0] >= 0 && next < g->nbranches && p->n < PASS_STAGES; next++) {
+		int s = only_stage(g, next);
+
+		if (g->branches[next].lane != g->branches[b].lane)
+			continue;
+		if (s < 0 || !same_pass(k, p->stage[0], s))
+			break;
+		p->stage[p->n++] = s;
+		last = next;
+	}
+	return last;
+}
+
+/* The branches of one pass, "first" among them. */
+static void print_pass(fused_kernel *k, int first, const pass *p)
+{
+	const sched_group *g = group_of(k);
+
+	sched_buf_printf(k->buf, "\t{\n");
+	print_block_coordinates(k, first);
+	for (int i = 0; i < p->n; i++)
+		print_region_bounds(k, g->stages[p->stage[i]].branch);
+	sched_buf_printf(k->buf, "\t\t/* in one pass:");
+	for (int i = 0; i < p->n; i++) {
+		use_stage(k, p->stage[i]);
+		sched_buf_printf(k->buf, "%s op %d: %s", i ? "," : "", k->pr.op->index,
+				 stage_target(k, p->stage[i])->name);
+	}
+	sched_buf_printf(k->buf, " */\n\t\t{\n");
+	print_cpu_reducing_outside(k, p);
+	sched_buf_printf(k->buf, "\t\t}\n\t}\n");
+}
+
+static void print_lane(fused_kernel *k, int l)
+{
+	const sched_group *g = group_of(k);
+
+	for (int b = 0; b < g->nbranches; b++) {
+		pass p;
+		int last;
+
+		if (g->branches[b].lane != l)
+			continue;
+		last = gather_pass(k, b, &p);
+		if (p.n > 1)
+			print_pass(k, b, &p);
+		else
+			print_branch(k, b);
+		b = last;
+	}
 }
 
 static void print_lanes(fused_kernel *k)
@@ -1019,12 +1210,12 @@ static void print_lanes(fused_kernel *k)
 	int64_t first = 0;
 
 	for (int l = 0; l < g->nlanes; first += g->lane_blocks[l++]) {
-		sched_buf_printf(k->buf, "\t%sif (blk < %lld) {\n\tconst idx_t lb = blk - %lld;\n",
-				 l ? "else " : "", (long long)(first + g->lane_blocks[l]),
-				 (long long)first);
-		for (int b = 0; b < g->nbranches; b++)
-			if (g->branches[b].lane == l)
-				print_branch(k, b);
+		sched_buf_printf(
+			k->buf,
+			"\t%sif (blk < %lld) {\n\tconst idx_t lb = blk - %lld;\n",
+			l ? "else " : "", (long long)(first + g->lane_blocks[l]),
+			(long long)first);
+		print_lane(k, l);
 		sched_buf_printf(k->buf, "\t}\n");
 	}
 }

@@ -121,6 +121,9 @@ typedef struct kgen_chunks {
 /* Fills "c" with the op's f16 reads along "var" from global memory;
  * false when there are none. */
 bool kgen_chunk_reads(kgen_chunks *c);
+/* Adds the f16 reads of op pr->op that "c" has not yet (ops that share
+ * a pass share the chunk's loads); false when "c" has none. */
+bool kgen_chunk_more_reads(kgen_chunks *c);
 void kgen_print_chunks_open(kgen_chunks *c);
 void kgen_print_chunks_middle(kgen_chunks *c);
 /* The chunk's results in vec_x narrowed to f16 into "tensor" at the op's

@@ -983,6 +983,19 @@ bool sched_node_mentions(const sched_node *node, int var)
 	return false;
 }
 
+bool sched_node_same(const sched_node *a, const sched_node *b)
+{
+	if (a == b)
+		return true;
+	if (a->kind != b->kind || a->num != b->num || a->var != b->var ||
+	    a->tensor != b->tensor || a->op != b->op || a->nargs != b->nargs)
+		return false;
+	for (int i = 0; i < a->nargs; i++)
+		if (!sched_node_same(a->args[i], b->args[i]))
+			return false;
+	return true;
+}
+
 void sched_node_each_access(const sched_node *node, sched_access_fn fn,
 			    void *user)
 {

@@ -146,6 +146,11 @@ bool sched_op_reads_tensor(const sched_op *op, int tensor);
 /* Whether var "var" occurs under "node". */
 bool sched_node_mentions(const sched_node *node, int var);
 
+/* Whether "a" and "b" are the same expression: the same nodes, numbers,
+ * vars, tensors and ops (vars by their index: the same only in ops whose
+ * vars are the same). */
+bool sched_node_same(const sched_node *a, const sched_node *b);
+
 /* Visits every access node under "node" (pre-order). */
 typedef void (*sched_access_fn)(const sched_node *access, void *user);
 void sched_node_each_access(const sched_node *node, sched_access_fn fn,

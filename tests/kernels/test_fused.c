@@ -652,6 +652,58 @@ Test(fused, lanes_must_match_the_branches)
 	sched_graph_free(g);
 }
 
+static int occurrences(const char *text, const char *what)
+{
+	int n = 0;
+
+	for (const char *at = text; (at = strstr(at, what)); at += strlen(what))
+		n++;
+	return n;
+}
+
+/* ln_grad_params' two column sums in one lane, 128 columns a block: one
+ * pass reads dy and xhat once (two chunk loads where their own lanes
+ * make three), verifies, and sums in the same order as their own lanes
+ * do, so the two plans agree bit for bit. */
+Test(fused, sibling_column_sums_of_a_lane_run_in_one_pass)
+{
+	static const char *plan_of[] = {
+		"{\"kernels\": [{\"name\": \"k0\", \"ops\": [0, 1], \"lanes\": [0, 0], "
+		"\"schedule\": {\"tile\": [128]}}]}",
+		"{\"kernels\": [{\"name\": \"k0\", \"ops\": [0, 1], \"lanes\": [0, 1], "
+		"\"schedule\": {\"tile\": [128]}}]}",
+	};
+	kgen_backend *backend = open_backend();
+	sched_graph *g = example("ln_grad_params");
+	void **outputs[2];
+
+	for (int i = 0; i < 2; i++) {
+		kgen_plan *plan = read_plan(g, plan_of[i]);
+		char *source = kgen_print_c(g, plan, 0);
+
+		cr_assert_not_null(source);
+		cr_expect_eq(occurrences(source,
+					 "in one pass: op 0: dgamma, op 1: dbeta"),
+			     i == 0, "%s", source);
+		cr_expect_eq(occurrences(source, "kf16_load_vec(vec_"), i == 0 ? 2 : 3,
+			     "%s", source);
+		free(source);
+		kgen_plan_free(plan);
+		expect_verified(backend, g, plan_of[i], 7, plan_of[i], NULL);
+		outputs[i] = run_plan(backend, g, plan_of[i], 19);
+	}
+	for (int t = 0; t < sched_graph_tensor_count(g); t++)
+		if (sched_tensor_role(g, t) == SCHED_OUTPUT)
+			cr_expect(memcmp(outputs[0][t], outputs[1][t],
+					 sched_tensor_bytes(g, t)) == 0,
+				  "'%s' differs between one pass and two lanes",
+				  sched_tensor_name(g, t));
+	host_free(g, outputs[0]);
+	host_free(g, outputs[1]);
+	sched_graph_free(g);
+	kgen_backend_close(backend);
+}
+
 /* ---- (d) NVRTC ---- */
 
 static void skip_without_nvrtc(void)
@@ -711,15 +763,6 @@ Test(fused, every_fused_kernel_compiles_with_nvrtc)
 		kernels += expect_cuda_compiles(g, placements[i]);
 	sched_graph_free(g);
 	cr_expect_geq(kernels, MIN_EXAMPLE_PLANS + (int)NPLACEMENTS);
-}
-
-static int occurrences(const char *text, const char *what)
-{
-	int n = 0;
-
-	for (const char *at = text; (at = strstr(at, what)); at += strlen(what))
-		n++;
-	return n;
 }
 
 /* ln_residual fused, 4 rows a block: its two reductions have 4 elements
