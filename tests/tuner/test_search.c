@@ -1181,6 +1181,43 @@ Test(search, fusion_genes_give_fused_plans_and_both_placements, .timeout = 120)
 	cr_expect_geq(seen[1].horizontal, 1, "no horizontal placement");
 }
 
+/* The first tile of "plan"'s one kernel, or 0 when it has more. */
+static int64_t whole_graph_rows(const sched_graph *g, json_t *json)
+{
+	kgen_plan *plan = legal(g, json);
+	int64_t rows = plan->nkernels == 1 ? plan->kernels[0].schedule.tile[0] : 0;
+
+	kgen_plan_free(plan);
+	return rows;
+}
+
+/* On the cpu, the first population holds the whole-graph kernel of a
+ * softmax in tasks of 2 and 4 rows beside the default's 8. */
+Test(search, the_first_population_tiles_the_whole_graph_kernel_in_fewer_rows)
+{
+	sched_graph *g = example("softmax_scores");
+	tuner_search *s = search_new(g, 3);
+	json_t *generation, *plan;
+	bool seen[9] = {false};
+	size_t i;
+
+	for (int n = 0; n < 2 && (generation = tuner_search_generation(s)); n++) {
+		json_array_foreach(generation, i, plan) {
+			int64_t rows = whole_graph_rows(g, plan);
+
+			if (rows > 0 && rows <= 8)
+				seen[rows] = true;
+			tuner_search_record(s, (int)i, 1 + (double)i);
+		}
+		json_decref(generation);
+	}
+	cr_expect(seen[2], "no whole-graph kernel in tasks of 2 rows");
+	cr_expect(seen[4], "no whole-graph kernel in tasks of 4 rows");
+	cr_expect(seen[8], "no whole-graph kernel in tasks of 8 rows (the default)");
+	tuner_search_free(s);
+	sched_graph_free(g);
+}
+
 /* The kernels of "plan" as compact texts without their names (which
  * number them), sorted, into "texts". */
 static int kernel_texts(json_t *plan, char **texts)
