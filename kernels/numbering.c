@@ -9,11 +9,22 @@
  * the workers) goes through kgen_graph_for_plan, so that a client's own
  * names and listing order never meet another client's plan unmapped.
  */
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kgen.h"
 #include "kgen_int.h"
+
+/* Whether "text" is a key: SCHED_KEY_HEX hex digits. */
+static bool is_key(const char *text)
+{
+	size_t n = 0;
+
+	while (isxdigit((unsigned char)text[n]))
+		n++;
+	return n == SCHED_KEY_HEX && !text[n];
+}
 
 int kgen_graph_for_plan(const sched_graph *graph, json_t *plan,
 			sched_graph **canonical, kgen_error *err)
@@ -26,10 +37,16 @@ int kgen_graph_for_plan(const sched_graph *graph, json_t *plan,
 	*canonical = NULL;
 	if (!json_object_get(plan, "key"))
 		return KGEN_OK;
-	if (!key || strcmp(key, sched_graph_key(graph)))
-		return kgen_fail(err, KGEN_EPLAN, "the plan is for the graph of key %.64s, "
-				 "not for this graph (key %s)", key ? key : "(not a string)",
-				 sched_graph_key(graph));
+	if (!key || !is_key(key))
+		return kgen_fail(err, KGEN_EPLAN,
+				 "the plan's \"key\" is not a graph's key "
+				 "(%d hex digits)",
+				 SCHED_KEY_HEX);
+	if (strcmp(key, sched_graph_key(graph)))
+		return kgen_fail(err, KGEN_EPLAN,
+				 "the plan is for the graph of key %s, "
+				 "not for this graph (key %s)",
+				 key, sched_graph_key(graph));
 	if (!(text = sched_graph_canonical_json(graph)))
 		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
 	rc = sched_graph_read_string(text, canonical, &serr);

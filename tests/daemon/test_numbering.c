@@ -299,12 +299,13 @@ static void expect_refused(const char *graph, json_t *result, const char *reason
 	free(fetched);
 }
 
-/* A fetched plan names its key: loaded for another graph, or with a
- * kernel of an op the graph lacks, it is refused with the reason. */
+/* A fetched plan names its key: loaded for another graph, with a key
+ * that is not one, or with a kernel of an op the graph lacks, it is
+ * refused with the reason. */
 Test(numbering, a_plan_that_does_not_fit_is_refused, .timeout = 300)
 {
 	char *text = example_text("lstm_cell_small"), *other = example_text("ln_residual_small");
-	char why[2048];
+	char why[2048], *key;
 	json_t *reply, *result, *plan;
 	fixture f;
 	conn c;
@@ -321,6 +322,11 @@ Test(numbering, a_plan_that_does_not_fit_is_refused, .timeout = 300)
 	expect_refused(other, result, "not for this graph");
 	cr_expect_eq(tunectl_run(&f, other, plan, why, sizeof(why)), 1);
 	cr_expect(strstr(why, "not for this graph") != NULL, "tunectl run says: %s", why);
+	key = strdup(json_string_value(json_object_get(plan, "key")));
+	json_object_set_new(plan, "key", json_string("0e87\n4ef8"));
+	expect_refused(text, result, "is not a graph's key (64 hex digits)");
+	json_object_set_new(plan, "key", json_string(key));
+	free(key);
 	json_array_append_new(json_object_get(json_array_get(json_object_get(plan, "kernels"), 0),
 					      "ops"), json_integer(99));
 	expect_refused(text, result, "does not fit");
