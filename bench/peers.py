@@ -192,13 +192,27 @@ def openblas_ms(example, graph, clock):
     return clock.median_ms(run)
 
 
+class Copy:
+    """A copy through memory of 256 MiB (64 MiB on the cpu): run() copies
+    once; its bandwidth is bytes read plus written over a time."""
+
+    def __init__(self, device):
+        nbytes = (256 if device == "cuda" else 64) << 20
+        self.src = torch.rand(nbytes // 4, device=device)
+        self.dst = torch.empty_like(self.src)
+        self.moved = 2 * nbytes
+
+    def run(self):
+        self.dst.copy_(self.src)
+
+    def gbs(self, ms):
+        return self.moved / (ms * 1e6)
+
+
 def copy_gbs(device, clock):
-    """The bandwidth of a copy through memory: bytes read plus written
-    over the median time of copying 256 MiB (64 MiB on the cpu)."""
-    nbytes = (256 if device == "cuda" else 64) << 20
-    src = torch.rand(nbytes // 4, device=device)
-    dst = torch.empty_like(src)
-    return 2 * nbytes / (clock.median_ms(lambda: dst.copy_(src)) * 1e6)
+    """The bandwidth of a copy through memory over its median time."""
+    copy = Copy(device)
+    return copy.gbs(clock.median_ms(copy.run))
 
 
 def matmul_gflops(device, dtype, clock):
