@@ -636,7 +636,7 @@ static void print_logic(sched_buf *buf, const kgen_printer *pr,
  * the innermost loop's (z[i] in e[i, j] / z[i]), as a product with the
  * reciprocal, which the loop computes once: a division a vector costs
  * more than a product (a fused softmax's row took 8% longer, AVX-512,
- * 2026-12-02). Within an ulp of the quotient but where the divisor is
+ * 2026-12-02). Within two ulps of the quotient but where the divisor is
  * below 2^-126, whose reciprocal overflows. */
 static bool divides_by_invariant(const kgen_printer *pr, const sched_node *node)
 {
