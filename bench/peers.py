@@ -209,12 +209,6 @@ class Copy:
         return self.moved / (ms * 1e6)
 
 
-def copy_gbs(device, clock):
-    """The bandwidth of a copy through memory over its median time."""
-    copy = Copy(device)
-    return copy.gbs(clock.median_ms(copy.run))
-
-
 def matmul_gflops(device, dtype, clock):
     """The rate of a square matrix product on random data in "dtype" (in
     f32 where the device has no such product: f16 and bf16 on the cpu)."""

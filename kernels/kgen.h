@@ -29,7 +29,7 @@
 /* The version of the code generators: part of every cache key, so that a
  * change of generated code never serves a stale kernel. Bump it with any
  * change of the printers or of what a plan means. */
-#define KGEN_CODEGEN_VERSION "kgen-14"
+#define KGEN_CODEGEN_VERSION "kgen-15"
 
 enum kgen_code {
 	KGEN_OK = 0,

@@ -76,6 +76,11 @@ static const char c_helpers[] =
 	"}\n"
 	"#define KFN static inline\n"
 	"#define KINF INFINITY\n"
+	"/* a / b where b does not move along the innermost loop: the product\n"
+	" * with the reciprocal, which the loop computes once (a division a vector\n"
+	" * costs more than a product); within two ulps of the quotient for\n"
+	" * 2^-126 <= |b| <= 2^126. */\n"
+	"#define KDIV_INVARIANT(a, b) ((a) * (1.0f / (b)))\n"
 	"/* exp(x) = 2^n exp(r), n = round(x / ln 2), |r| <= ln 2 / 2, exp(r) by\n"
 	" * its Taylor polynomial of degree 7 (relative error below 1e-7), 2^n as\n"
 	" * two powers built from bits so that subnormal results come out right\n"
@@ -107,8 +112,8 @@ static const char c_helpers[] =
 	" * and infinity, so x is held in [-87, 88], where 2^n is one power\n"
 	" * built from the bits of the rounding sum (its bias added in it) and\n"
 	" * every result is a normal float; exp(r) by a minimax polynomial of\n"
-	" * degree 4 (relative error below 3e-6, a 170th of an f16 ulp), r from\n"
-	" * one fma. Rounded to f16, within an ulp of exp's f16 and mostly equal,\n"
+	" * degree 4 (relative error below 3e-6, at most a 170th of an f16 ulp), r\n"
+	" * from one fma. Rounded to f16, within an ulp of exp's f16 and mostly equal,\n"
 	" * 0 below -17.3, infinity above 11.1; NaN stays NaN. */\n"
 	"static inline float kexp_f16(float x)\n"
 	"{\n"
@@ -280,7 +285,8 @@ static const char cuda_helpers[] =
 	"__device__ __forceinline__ float ktanh(float x) { return tanhf(x); }\n"
 	"__device__ __forceinline__ float kerf(float x) { return erff(x); }\n"
 	"#define KFN __device__ __forceinline__\n"
-	"#define KINF __int_as_float(0x7f800000)\n";
+	"#define KINF __int_as_float(0x7f800000)\n"
+	"#define KDIV_INVARIANT(a, b) ((a) / (b))\n";
 /* clang-format on */
 
 /* Shared by both: floor division and remainder of indices, and the
@@ -632,16 +638,17 @@ static void print_logic(sched_buf *buf, const kgen_printer *pr,
 	sched_buf_printf(buf, " ? 1.0f : 0.0f)");
 }
 
-/* A division by a value that does not move along the op's last variable,
- * the innermost loop's (z[i] in e[i, j] / z[i]), as a product with the
- * reciprocal, which the loop computes once: a division a vector costs
- * more than a product (a fused softmax's row took 8% longer, AVX-512,
- * 2026-12-02). Within two ulps of the quotient but where the divisor is
- * below 2^-126, whose reciprocal overflows. */
+/* A division by a value that does not move along the innermost loop's
+ * variable, an elementwise op's last (z[i] in e[i, j] / z[i]): printed as
+ * KDIV_INVARIANT, on the cpu a product with the reciprocal (a fused
+ * softmax's row took 8% longer with the division, AVX-512, 2026-12-02),
+ * on cuda, where no loop takes the reciprocal out, the division. */
 static bool divides_by_invariant(const kgen_printer *pr, const sched_node *node)
 {
-	return node->op == SCHED_DIV &&
-	       !sched_node_mentions(node->args[1], pr->op->nvars - 1);
+	int last = pr->op->nvars - 1;
+
+	return node->op == SCHED_DIV && pr->op->reducer == SCHED_RED_NONE &&
+	       last >= 0 && !sched_node_mentions(node->args[1], last);
 }
 
 static void print_binary(sched_buf *buf, const kgen_printer *pr,
@@ -650,11 +657,11 @@ static void print_binary(sched_buf *buf, const kgen_printer *pr,
 	if (node->op >= SCHED_LT)
 		return print_logic(buf, pr, node);
 	if (divides_by_invariant(pr, node)) {
-		sched_buf_printf(buf, "(");
+		sched_buf_printf(buf, "KDIV_INVARIANT(");
 		kgen_print_value(buf, pr, node->args[0]);
-		sched_buf_printf(buf, " * (1.0f / ");
+		sched_buf_printf(buf, ", ");
 		kgen_print_value(buf, pr, node->args[1]);
-		return sched_buf_printf(buf, "))");
+		return sched_buf_printf(buf, ")");
 	}
 	sched_buf_printf(buf, node->op == SCHED_MOD ? "kfmod(" : "(");
 	kgen_print_value(buf, pr, node->args[0]);

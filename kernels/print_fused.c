@@ -375,7 +375,8 @@ static void print_accumulated_elements(fused_kernel *k, const pass *p,
 		sched_buf_printf(k->buf, "%sconst float %s = ", indent, x);
 		kgen_print_value(k->buf, &k->pr, k->pr.op->body);
 		sched_buf_printf(k->buf, ";\n%s", indent);
-		kgen_print_combine(k->buf, k->pr.op->reducer, acc[i].str, x);
+		kgen_print_combine(k->buf, k->pr.op->reducer,
+				   acc[i].str ? acc[i].str : "", x);
 		sched_buf_printf(k->buf, "\n");
 	}
 }
@@ -402,8 +403,10 @@ static void print_accumulation(fused_kernel *k, const pass *p, sched_buf *acc)
 	int last = st->rank - 1;
 	char lo[32], hi[32];
 	kgen_chunks c = {&k->pr, k->buf, last, lo, hi, "\t\t\t", {0}, NULL};
+	bool chunked = st->rank > 0 && pass_chunk_reads(k, p, &c);
 
-	if (st->rank == 0 || !pass_chunk_reads(k, p, &c)) {
+	use_stage(k, s);
+	if (!chunked) {
 		print_region_loops(k, s, st->rank, "\t\t\t");
 		print_accumulated_elements(k, p, "\t\t\t\t", acc);
 		sched_buf_printf(k->buf, "\t\t\t}\n");
@@ -411,7 +414,6 @@ static void print_accumulation(fused_kernel *k, const pass *p, sched_buf *acc)
 	}
 	snprintf(lo, sizeof(lo), "lo_%d_%d", s, last);
 	snprintf(hi, sizeof(hi), "hi_%d_%d", s, last);
-	use_stage(k, s);
 	print_region_loops(k, s, last, "\t\t\t");
 	kgen_print_chunks_open(&c);
 	print_accumulated_elements(k, p, "\t\t\t\t\t", acc);
@@ -465,7 +467,8 @@ static void print_cpu_reducing_outside(fused_kernel *k, const pass *p)
 
 		use_stage(k, s);
 		print_region_loops(k, s, group_of(k)->stages[s].rank, "\t\t\t");
-		sched_buf_printf(k->buf, "\t\t\t\tconst float x = %s;\n", acc[i].str);
+		sched_buf_printf(k->buf, "\t\t\t\tconst float x = %s;\n",
+				 acc[i].str ? acc[i].str : "");
 		print_keep(k, s, "\t\t\t\t", "x");
 		sched_buf_printf(k->buf, "\t\t\t}\n");
 		sched_buf_release(&acc[i]);

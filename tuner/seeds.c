@@ -221,18 +221,18 @@ static void propose_fused_mma(seeding *z)
 	join(z, z->genes);
 }
 
-/* On the cpu: the largest fusion tiled in whole rows of fewer rows than
- * the default's, a task of about 1,024 and 2,048 elements: a softmax of
- * rows of 384 f16 read and written once ran 15 to 20% faster in tasks of
- * two rows than of eight (the default), its reads of one task streaming
- * while another computes, and a search that tried small tiles only once
- * lost them to a noisy trial. */
+/* On the cpu: the largest fusion tiled in whole rows, tasks of about
+ * 1,024 and 2,048 elements (rows of 384: 2 and 4 rows, beside the
+ * default's 8): a softmax of rows of 384 f16 read and written once ran
+ * 15 to 20% faster in tasks of two rows than of eight, and a search that
+ * tried small tiles only once lost them to a noisy trial. */
 static void propose_fewer_rows(seeding *z)
 {
 	const tuner_genome *g = z->g;
 
+	whole_rows(g, g->fused, z->from);
 	for (int64_t elements = 1024; elements <= 2048; elements *= 2) {
-		tiles_of(g, whole_rows(g, g->fused, z->from), elements, true, z->genes);
+		tiles_of(g, z->from, elements, true, z->genes);
 		join(z, z->genes);
 	}
 }
