@@ -148,7 +148,7 @@ static bool check_entry(json_t *entry, const char *key, sched_graph **graph,
 	json_t *versions = json_object_get(entry, "versions"), *v;
 	size_t i;
 
-	if (strlen(key) != PROTO_KEY_HEX || strspn(key, "0123456789abcdef") != PROTO_KEY_HEX)
+	if (!sched_is_key(key))
 		return snprintf(why, size, "its key is not 64 lowercase hex digits"), false;
 	if (!json_is_array(versions))
 		return snprintf(why, size, "it has no versions"), false;

@@ -9,22 +9,11 @@
  * the workers) goes through kgen_graph_for_plan, so that a client's own
  * names and listing order never meet another client's plan unmapped.
  */
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kgen.h"
 #include "kgen_int.h"
-
-/* Whether "text" is a key: SCHED_KEY_HEX hex digits. */
-static bool is_key(const char *text)
-{
-	size_t n = 0;
-
-	while (isxdigit((unsigned char)text[n]))
-		n++;
-	return n == SCHED_KEY_HEX && !text[n];
-}
 
 int kgen_graph_for_plan(const sched_graph *graph, json_t *plan,
 			sched_graph **canonical, kgen_error *err)
@@ -37,7 +26,7 @@ int kgen_graph_for_plan(const sched_graph *graph, json_t *plan,
 	*canonical = NULL;
 	if (!json_object_get(plan, "key"))
 		return KGEN_OK;
-	if (!key || !is_key(key))
+	if (!key || !sched_is_key(key))
 		return kgen_fail(err, KGEN_EPLAN,
 				 "the plan's \"key\" is not a graph's key "
 				 "(%d hex digits)",

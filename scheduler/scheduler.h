@@ -239,6 +239,10 @@ void sched_values_free(__sched_keep const sched_graph *graph,
 /* SHA-256 of "len" bytes of "data" as 64 lowercase hex digits and a NUL. */
 void sched_sha256_hex(const void *data, size_t len, char hex[SCHED_KEY_HEX + 1]);
 
+/* Whether "text" has the form of a key: SCHED_KEY_HEX lowercase hex
+ * digits, as sched_sha256_hex writes them, and nothing after. */
+bool sched_is_key(const char *text);
+
 /* fusion.c: dependences, their widths and fused groups (docs/design/fusion.md).
  *
  * Widths follow SIRIUS: a dependence between two ops under a mapping of

@@ -76,3 +76,9 @@ void sched_sha256_hex(const void *data, size_t len, char hex[SCHED_KEY_HEX + 1])
 	for (int i = 0; i < 8; i++)
 		snprintf(hex + 8 * i, 9, "%08x", h[i]);
 }
+
+bool sched_is_key(const char *text)
+{
+	return strlen(text) == SCHED_KEY_HEX &&
+	       strspn(text, "0123456789abcdef") == SCHED_KEY_HEX;
+}

@@ -226,7 +226,7 @@ static void propose_fused_mma(seeding *z)
  * default's 8): a softmax of rows of 384 f16 read and written once ran
  * 15 to 20% faster in tasks of two rows than of eight, and a search that
  * tried small tiles only once lost them to a noisy trial. */
-static void propose_fewer_rows(seeding *z)
+static void propose_small_row_tasks(seeding *z)
 {
 	const tuner_genome *g = z->g;
 
@@ -415,7 +415,7 @@ void seeds_propose(const tuner_genome *g, const tuner_search_options *o,
 	if (o->cuda)
 		propose_fused_mma(&z);
 	else
-		propose_fewer_rows(&z);
+		propose_small_row_tasks(&z);
 	propose_fused(&z);
 	if (o->cuda) {
 		propose_blocked(&z, g->defaults, true);

@@ -56,6 +56,27 @@ Test(sha256, fips_vectors)
 	free(million);
 }
 
+/* A key's form: 64 lowercase hex digits, as sched_sha256_hex writes them. */
+Test(sha256, a_key_is_64_lowercase_hex_digits)
+{
+	char hex[SCHED_KEY_HEX + 1], changed[SCHED_KEY_HEX + 2];
+
+	sched_sha256_hex("abc", 3, hex);
+	cr_expect(sched_is_key(hex));
+	strcpy(changed, hex);
+	changed[5] = 'F';
+	cr_expect_not(sched_is_key(changed), "an upper-case digit");
+	changed[5] = '\n';
+	cr_expect_not(sched_is_key(changed), "a newline");
+	strcpy(changed, hex);
+	changed[SCHED_KEY_HEX - 1] = 0;
+	cr_expect_not(sched_is_key(changed), "63 digits");
+	strcpy(changed, hex);
+	strcat(changed, "0");
+	cr_expect_not(sched_is_key(changed), "65 digits");
+	cr_expect_not(sched_is_key(""));
+}
+
 #define BRANCHES "x f32 4,4 in; w1 f32 4,4 in; w2 f32 4,4 in; a f32 4,4; " \
 		 "b f32 4,4 out; c f32 4,4 out"
 
