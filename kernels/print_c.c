@@ -193,10 +193,7 @@ static bool print_elementwise_chunks(c_kernel *k)
 	for (int d = 0; d < last; d++)
 		print_element_loop(k, "\t\t", d);
 	kgen_print_chunks_open(&c);
-	sched_buf_printf(k->buf, "\t\t\t\tvec_x[u] = ");
-	kgen_print_value(k->buf, &k->pr, k->pr.op->body);
-	sched_buf_printf(k->buf, ";\n");
-	kgen_print_chunks_middle(&c);
+	kgen_print_chunk_value(&c, "\t\t\t\t");
 	print_chunk_stores(k, &c);
 	kgen_print_chunks_done(&c);
 	kgen_print_chunks_tail(&c, "#pragma omp simd\n");

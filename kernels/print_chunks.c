@@ -107,6 +107,19 @@ void kgen_print_chunks_middle(kgen_chunks *c)
 	sched_buf_printf(c->buf, "%s\t}\n", c->indent);
 }
 
+void kgen_print_chunk_value(kgen_chunks *c, const char *indent)
+{
+	const sched_node *body = c->pr->op->body;
+	bool whole_chunk_exp = kgen_exp_rounded_to_f16(c->pr, body);
+
+	sched_buf_printf(c->buf, "%svec_x[u] = ", indent);
+	kgen_print_value(c->buf, c->pr, whole_chunk_exp ? body->args[0] : body);
+	sched_buf_printf(c->buf, ";\n");
+	kgen_print_chunks_middle(c);
+	if (whole_chunk_exp)
+		sched_buf_printf(c->buf, "%s\tkexp_f16_vec(vec_x);\n", c->indent);
+}
+
 void kgen_print_chunk_f16_store(const kgen_chunks *c, const char *tensor, bool stream)
 {
 	const char *v = var_name(c), *in = c->indent;

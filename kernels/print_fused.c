@@ -326,10 +326,7 @@ static bool print_cpu_elementwise_chunks(fused_kernel *k, int s)
 	snprintf(hi, sizeof(hi), "hi_%d_%d", s, last);
 	print_region_loops(k, s, last, "\t\t\t");
 	kgen_print_chunks_open(&c);
-	sched_buf_printf(k->buf, "\t\t\t\t\tvec_x[u] = ");
-	kgen_print_value(k->buf, &k->pr, k->pr.op->body);
-	sched_buf_printf(k->buf, ";\n");
-	kgen_print_chunks_middle(&c);
+	kgen_print_chunk_value(&c, "\t\t\t\t\t");
 	print_chunk_keeps(k, s, &c);
 	kgen_print_chunks_done(&c);
 	kgen_print_chunks_tail(&c, "#pragma omp simd\n");

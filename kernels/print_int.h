@@ -47,6 +47,9 @@ const char *kgen_reducer_identity(enum sched_reducer reducer);
 void kgen_print_combine(sched_buf *buf, enum sched_reducer reducer,
 			const char *acc, const char *x);
 bool kgen_has_division(const sched_node *node);
+/* Whether "node" is an exp whose result is rounded to f16 next (the body
+ * of an f16 op): kexp_f16, or kexp_f16_vec on a chunk. */
+bool kgen_exp_rounded_to_f16(const kgen_printer *pr, const sched_node *node);
 /* A var of a gathered product's B that a flat index of K or N decodes
  * into: lo + flat / inner % extent. */
 typedef struct kgen_decoded {
@@ -126,6 +129,10 @@ bool kgen_chunk_reads(kgen_chunks *c);
 bool kgen_chunk_more_reads(kgen_chunks *c);
 void kgen_print_chunks_open(kgen_chunks *c);
 void kgen_print_chunks_middle(kgen_chunks *c);
+/* The op's element into vec_x[u] at "indent" (after open), then middle;
+ * a body that is exp rounded to f16 keeps exp's argument instead, and
+ * middle is followed by exp of the whole chunk (kexp_f16_vec). */
+void kgen_print_chunk_value(kgen_chunks *c, const char *indent);
 /* The chunk's results in vec_x narrowed to f16 into "tensor" at the op's
  * target offset for first_V, one indent deeper than the chunks; with
  * "stream", past the caches (kf16_stream_vec: the kernel then ends each
