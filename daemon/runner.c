@@ -57,8 +57,10 @@
 #include "scheduler.h"
 #include "tuner.h"
 
-/* A candidate whose first run is this many times slower than the best is
- * not timed further (tuner/measure.c, cutoff_ms). */
+/* A candidate whose first run is this many times slower than the best
+ * (beside the version: whose first run's ratio to the version's is this
+ * many times the best's) is not timed further (tuner/measure.c,
+ * cutoff_ms and cutoff_ratio). */
 #define CUTOFF 3.0
 /* Candidates of a generation re-timed against the version. */
 #define CHALLENGERS 2
@@ -109,6 +111,7 @@ typedef struct runner_job {
 	json_t *known, *incumbent, *neighbour, *quarantined;
 	int skipped; /* quarantined candidates not tried */
 	bool active, waited, cancelled, retiming;
+	bool beside_failed; /* the log said why the version cannot be timed beside */
 	/* Active jobs: what the search thread is to do for it, and whether
 	 * it works on it now (the generation does not end meanwhile). */
 	enum search_step step;
@@ -130,6 +133,12 @@ typedef struct runner_job {
 	 * side in the same re-timing (its trial's time, alone, until then). */
 	json_t *first;
 	double first_ms, version_ms;
+	/* The version's time on the job's one scale, which trials timed
+	 * beside it are put on (trial_ms): the first version's trial time,
+	 * then times each new version's ratio to the one it replaced in the
+	 * re-timing that published it; so that times found in minutes of
+	 * different speed still compare. */
+	double version_scale_ms;
 	json_t *retimed;  /* what the last re-timing found, for the event */
 	pipeline_plan *cands; /* the generation's, by the search's handles;
 			       * ms NAN: claimed by another daemon */
@@ -421,11 +430,13 @@ static json_t *generation_data(const runner_job *job)
 		"claimed_elsewhere", job->claimed_elsewhere);
 }
 
-/* A candidate becomes the key's version, at "median_ms", when the
+/* A candidate becomes the key's version, at "median_ms" ("scale_ms" on
+ * the job's scale: version_scale_ms), when the
  * version the job started from took "first_ms" beside it (the candidate's
  * own time when it is the first). */
 static void publish(tuned_runner *r, runner_job *job, const pipeline_plan *c,
-		    double median_ms, double spread_ms, double first_ms)
+		    double median_ms, double spread_ms, double first_ms,
+		    double scale_ms)
 {
 	tuned_result *version = result_new(job, TUNED_RESULT_VERSION);
 
@@ -444,6 +455,7 @@ static void publish(tuned_runner *r, runner_job *job, const pipeline_plan *c,
 	job->incumbent = json_incref(c->plan);
 	job->version_ms = median_ms;
 	job->first_ms = first_ms;
+	job->version_scale_ms = scale_ms;
 }
 
 static int kernels_of(const json_t *plan)
@@ -497,14 +509,14 @@ static void next_generation(tuned_runner *r, runner_job *job)
  * first (the measurement thread, retime()). */
 static void end_generation(tuned_runner *r, runner_job *job)
 {
-	double than = job->version_ms > 0 ? job->version_ms : INFINITY;
+	double than = job->version_scale_ms > 0 ? job->version_scale_ms : INFINITY;
 	int best = best_candidate(job, INFINITY, INT_MAX, NULL, 0);
 
 	if (!job->incumbent && best >= 0) {
 		publish(r, job, &job->cands[best], job->cands[best].ms,
 			json_number_value(json_object_get(job->cands[best].answer,
 							  "total_spread_ms")),
-			job->cands[best].ms);
+			job->cands[best].ms, job->cands[best].ms);
 	} else if (job->incumbent && !job->cancelled && !r->stopping &&
 		   best_candidate(job, than, INT_MAX, NULL, 0) >= 0) {
 		job->retiming = true;
@@ -1140,13 +1152,39 @@ static void compile_thread(worker_thread *t)
 	uv_mutex_unlock(&r->lock);
 }
 
-/* Verifies and times one compiled candidate. Every candidate of a job is
- * verified on the same inputs (the job's id seeds them), so that the
- * worker computes the reference once (kernels/verify.c). */
+/* A candidate's time for the search: its ratio to the version it was
+ * timed beside times "scale_ms", the version's time on the job's scale
+ * (version_scale_ms), so that trials of different minutes compare on a
+ * machine whose speed drifts (docs/kernels.md, "Trials beside the
+ * version"); its own time where it was timed alone. The log says why the
+ * version could not be timed beside it, once a job. */
+static double trial_ms(runner_job *job, const json_t *answer, double scale_ms)
+{
+	const char *why = json_string_value(json_object_get(answer, "beside_error"));
+	double ratio = json_number_value(
+		json_object_get(json_object_get(answer, "beside"), "ratio"));
+
+	if (why && !job->beside_failed) {
+		job->beside_failed = true;
+		tuned_log(TUNED_WARN,
+			  "job %lld: its version's plan cannot be timed beside "
+			  "the candidates, which are timed alone: %s",
+			  (long long)job->id, why);
+	}
+	if (ratio > 0 && scale_ms > 0)
+		return ratio * scale_ms;
+	return json_number_value(json_object_get(answer, "total_ms"));
+}
+
+/* Verifies and times one compiled candidate, beside the version once
+ * there is one. Every candidate of a job is verified on the same inputs
+ * (the job's id seeds them), so that the worker computes the reference
+ * once (kernels/verify.c). */
 static void measure_one(tuned_runner *r, tuner_worker *worker, runner_job *job,
 			pipeline_plan *c)
 {
-	double best = job->best_ms;
+	double best = job->best_ms,
+	       scale_ms = job->incumbent ? job->version_scale_ms : 0;
 	json_t *request = json_pack("{s:s, s:O, s:I, s:{s:f}}", "graph", job->graph_text,
 				    "plan", c->plan, "seed", (json_int_t)job->id,
 				    "timing", "budget_ms", TRIAL_TIMING_MS);
@@ -1155,15 +1193,19 @@ static void measure_one(tuned_runner *r, tuner_worker *worker, runner_job *job,
 
 	if (request && isfinite(best))
 		json_object_set_new(request, "cutoff_ms", json_real(CUTOFF * best));
+	if (request && scale_ms > 0)
+		json_object_set(request, "beside", job->incumbent);
+	if (request && scale_ms > 0 && isfinite(best))
+		json_object_set_new(request, "cutoff_ratio",
+				    json_real(CUTOFF * best / scale_ms));
 	c->stage = MEASURING;
 	delivered = ask_device(r, worker, request, job->limit_s, &reply);
 	job->trials++;
 	push_trial(r, job, c, worker, &reply, delivered, job->limit_s);
 	if ((ok = answered_ok(&reply)))
 		c->answer = json_incref(reply.answer);
-	candidate_done(r, job, c, ok ? json_number_value(json_object_get(reply.answer,
-									 "total_ms"))
-				     : INFINITY);
+	candidate_done(r, job, c,
+		       ok ? trial_ms(job, reply.answer, scale_ms) : INFINITY);
 	json_decref(reply.answer);
 }
 
@@ -1261,6 +1303,15 @@ static void kernels_of_retimed(const runner_job *job, const int *picked, int npi
 		kernels[i + 1] = kernels_of(job->cands[picked[i]].plan);
 }
 
+/* The time on the job's scale of the challenger the verdict "v" picked:
+ * the version's times its ratio to it, as the re-timing found them. */
+static double scaled(const runner_job *job, const tuner_verdict *v)
+{
+	return v->version_ms > 0 && job->version_scale_ms > 0 ?
+		       job->version_scale_ms * v->best_ms / v->version_ms :
+		       v->best_ms;
+}
+
 /* Re-times the generation's challengers side by side with the version,
  * and publishes the one the verdict says (tuner_retime_publishes), if
  * any. */
@@ -1285,10 +1336,12 @@ static void retime(tuned_runner *r, tuner_worker *worker, runner_job *job)
 		"fewer_kernels", v.fewer_kernels);
 	if (published) {
 		publish(r, job, &job->cands[picked[v.best]], v.best_ms, v.best_spread,
-			v.first_ms);
+			v.first_ms, scaled(job, &v));
 	} else if (v.version_ms > 0) {
 		job->version_ms = v.version_ms;
 		job->first_ms = v.first_ms;
+		if (!(job->version_scale_ms > 0)) /* a version from before the job */
+			job->version_scale_ms = v.version_ms;
 	}
 	job->retiming = false;
 	uv_cond_broadcast(&r->compile_wake);

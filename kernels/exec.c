@@ -348,6 +348,14 @@ static double percentile(const double *sorted, int n, double p)
 			  : sorted[lo];
 }
 
+/* The median and spread of "runs" times (sorted in place). */
+static kgen_time summary(double *ms, int runs)
+{
+	qsort(ms, runs, sizeof(double), compare_ms);
+	return (kgen_time){percentile(ms, runs, 0.5),
+			   percentile(ms, runs, 0.9) - percentile(ms, runs, 0.1), runs};
+}
+
 /* Times "n" launches run together: warm-up, then runs until the budget
  * of wall time (cache flushes included) is spent, within [min_runs,
  * max_runs]. */
@@ -366,11 +374,8 @@ static int time_launches(kgen_backend *backend, const kgen_launch *launches,
 	while (rc == KGEN_OK && runs < timing->max_runs &&
 	       (runs < timing->min_runs || kgen_now_ms() - start < timing->budget_ms))
 		rc = backend->ops->run(backend, launches, n, &ms[runs++], err);
-	qsort(ms, runs, sizeof(double), compare_ms);
 	if (rc == KGEN_OK)
-		*out = (kgen_time){percentile(ms, runs, 0.5),
-				   percentile(ms, runs, 0.9) - percentile(ms, runs, 0.1),
-				   runs};
+		*out = summary(ms, runs);
 	free(ms);
 	return rc;
 }
@@ -386,9 +391,62 @@ int kgen_program_time(kgen_program *prog, const kgen_timing *timing,
 		alone.sync = (kgen_launch_sync){.wrapped = alone.sync.wrapped};
 		rc = time_launches(prog->backend, &alone, 1, timing, &times[k], err);
 	}
-	if (rc == KGEN_OK)
+	if (rc == KGEN_OK && total)
 		rc = time_launches(prog->backend, prog->launches, prog->plan->nkernels,
 				   timing, total, err);
+	return rc;
+}
+
+/* Every kernel of "prog" run once, in order, timed after a cache flush
+ * when "ms" is not NULL. */
+static int run_whole(kgen_program *prog, double *ms, kgen_error *err)
+{
+	return prog->backend->ops->run(prog->backend, prog->launches,
+				       prog->plan->nkernels, ms, err);
+}
+
+/* Each run of "prog" over the run of "beside" that followed it: their
+ * median, into *ratio. */
+static int median_ratio(const double *mine, const double *theirs, int runs,
+			double *ratio, kgen_error *err)
+{
+	double *ratios = calloc(runs, sizeof(double));
+
+	if (!ratios)
+		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
+	for (int i = 0; i < runs; i++)
+		ratios[i] = theirs[i] > 0 ? mine[i] / theirs[i] : INFINITY;
+	*ratio = summary(ratios, runs).median_ms;
+	free(ratios);
+	return KGEN_OK;
+}
+
+int kgen_program_time_beside(kgen_program *prog, kgen_program *beside,
+			     const kgen_timing *timing, kgen_time *total,
+			     kgen_time *beside_total, double *ratio, kgen_error *err)
+{
+	double *mine = calloc(2 * (size_t)timing->max_runs, sizeof(double)), start;
+	double *theirs = mine + timing->max_runs;
+	int runs = 0, rc = KGEN_OK;
+
+	if (!mine)
+		return kgen_fail(err, KGEN_ENOMEM, "out of memory");
+	for (int i = 0; i < timing->warmup && rc == KGEN_OK; i++)
+		if ((rc = run_whole(prog, NULL, err)) == KGEN_OK)
+			rc = run_whole(beside, NULL, err);
+	start = kgen_now_ms();
+	while (rc == KGEN_OK && runs < timing->max_runs &&
+	       (runs < timing->min_runs || kgen_now_ms() - start < timing->budget_ms)) {
+		if ((rc = run_whole(prog, &mine[runs], err)) == KGEN_OK &&
+		    (rc = run_whole(beside, &theirs[runs], err)) == KGEN_OK)
+			runs++;
+	}
+	if (rc == KGEN_OK &&
+	    (rc = median_ratio(mine, theirs, runs, ratio, err)) == KGEN_OK) {
+		*total = summary(mine, runs);
+		*beside_total = summary(theirs, runs);
+	}
+	free(mine);
 	return rc;
 }
 

@@ -417,10 +417,22 @@ typedef struct kgen_time {
 } kgen_time;
 
 /* Times each kernel alone (times[k]; NULL: skipped) and the whole plan
- * (*total). */
+ * (*total; NULL: skipped). */
 int kgen_program_time(__sched_keep kgen_program *program,
 		      const kgen_timing *timing, kgen_time *times,
 		      kgen_time *total, kgen_error *err);
+/* Times the whole plan "program" in turns with the whole plan "beside"
+ * (a run of each, each after a cache flush, then again; the same warm-up
+ * of each, and the budget counts the runs of both): *total and
+ * *beside_total their own median and spread, *ratio the median of each
+ * run of "program" over the run of "beside" after it. Where the machine
+ * slows down for a while, it slows both runs of a pair alike, so the
+ * ratio holds while the times move (docs/kernels.md, "Trials beside the
+ * version"). Both programs must run on the same backend. */
+int kgen_program_time_beside(__sched_keep kgen_program *program,
+			     __sched_keep kgen_program *beside,
+			     const kgen_timing *timing, kgen_time *total,
+			     kgen_time *beside_total, double *ratio, kgen_error *err);
 /* Host memory as the cpu backend allocates a tensor: 2 MiB and more on
  * huge pages from the start (docs/kernels.md, "Measurement"); free() it.
  * NULL when out of memory. */

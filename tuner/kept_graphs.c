@@ -6,7 +6,8 @@
  * whose kernels the shared folder already holds; the tuner sends one
  * graph's text with request after request. So a worker keeps the last
  * KEPT_GRAPHS graphs it read, found again by their exact text, and
- * forgets the one asked for least recently first.
+ * forgets the one asked for least recently first. With each graph it
+ * keeps the plan its candidates are timed beside, built (measure.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,10 +16,18 @@
 #include "kgen.h"
 #include "tuner.h"
 
+/* The plan the candidates of a graph are timed beside, built. */
+typedef struct kept_beside {
+	char *plan_text; /* NULL: none */
+	kgen_plan *plan;
+	kgen_program *program;
+} kept_beside;
+
 typedef struct kept_graph {
 	char *text; /* NULL: a free slot */
 	sched_graph *graph;
 	unsigned long used; /* the read that last asked for it */
+	kept_beside beside;
 } kept_graph;
 
 struct tuner_graphs {
@@ -31,8 +40,17 @@ tuner_graphs *tuner_graphs_new(void)
 	return calloc(1, sizeof(tuner_graphs));
 }
 
+static void forget_beside(kept_beside *beside)
+{
+	kgen_program_free(beside->program);
+	kgen_plan_free(beside->plan);
+	free(beside->plan_text);
+	*beside = (kept_beside){0};
+}
+
 static void forget(kept_graph *slot)
 {
+	forget_beside(&slot->beside);
 	free(slot->text);
 	sched_graph_free(slot->graph);
 	*slot = (kept_graph){0};
@@ -88,9 +106,44 @@ int tuner_graphs_read(tuner_graphs *graphs, const char *text, const sched_graph 
 		}
 		slot = stalest(graphs);
 		forget(slot);
-		*slot = (kept_graph){copy, fresh, 0};
+		*slot = (kept_graph){.text = copy, .graph = fresh};
 	}
 	slot->used = ++graphs->reads;
 	*graph = slot->graph;
 	return SCHED_OK;
+}
+
+/* The slot of the kept graph "graph", or NULL. */
+static kept_graph *slot_of(tuner_graphs *graphs, const sched_graph *graph)
+{
+	for (int i = 0; i < TUNER_KEPT_GRAPHS; i++)
+		if (graphs->kept[i].text && graphs->kept[i].graph == graph)
+			return &graphs->kept[i];
+	return NULL;
+}
+
+kgen_program *tuner_graphs_beside(tuner_graphs *graphs, const sched_graph *graph,
+				  const char *plan_text)
+{
+	kept_graph *slot = slot_of(graphs, graph);
+
+	return slot && slot->beside.plan_text &&
+			       !strcmp(slot->beside.plan_text, plan_text) ?
+		       slot->beside.program :
+		       NULL;
+}
+
+void tuner_graphs_keep_beside(tuner_graphs *graphs, const sched_graph *graph,
+			      const char *plan_text, kgen_plan *plan,
+			      kgen_program *program)
+{
+	kept_graph *slot = slot_of(graphs, graph);
+	kept_beside fresh = {slot ? strdup(plan_text) : NULL, plan, program};
+
+	if (!fresh.plan_text) {
+		forget_beside(&fresh);
+		return;
+	}
+	forget_beside(&slot->beside);
+	slot->beside = fresh;
 }

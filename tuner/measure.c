@@ -103,58 +103,190 @@ static int count_outputs(const sched_graph *graph)
 	return n;
 }
 
+/* The plan "given" for "graph" (null or absent: the default one); or the
+ * answer that refuses it. */
+static json_t *read_plan(const sched_graph *graph, json_t *given, kgen_plan **plan)
+{
+	kgen_error err = {0};
+
+	*plan = NULL;
+	if (!given || json_is_null(given)) {
+		*plan = kgen_plan_default(graph);
+		return *plan ? NULL : outcome("error", "out of memory", NULL);
+	}
+	if (kgen_plan_from_json(graph, given, plan, &err) < 0)
+		return outcome("invalid_plan", err.message, NULL);
+	return NULL;
+}
+
 #define CUT 1
 
-/* Times the whole plan once first: with a "cutoff_ms" in the request and a
- * run slower than it, that run is the answer (CUT) and the candidate, no
- * contender, costs no more; otherwise each kernel and the whole plan. */
-static int time_unless_slow(kgen_program *prog, const json_t *request,
-			    const kgen_timing *timing, kgen_time *times,
-			    kgen_time *total, kgen_error *err)
+/* A trial's times: each kernel's, the whole plan's, and with a plan to
+ * time it beside, that plan's and the median ratio of the two. */
+typedef struct trial_times {
+	kgen_time *kernels, total, beside;
+	double ratio;
+} trial_times;
+
+/* Each kernel, then the whole plan: alone, or in turns with "beside"
+ * when there is one. */
+static int time_trial(kgen_program *prog, kgen_program *beside,
+		      const kgen_timing *timing, trial_times *t, kgen_error *err)
+{
+	int rc;
+
+	if (!beside)
+		return kgen_program_time(prog, timing, t->kernels, &t->total, err);
+	if ((rc = kgen_program_time(prog, timing, t->kernels, NULL, err)) < 0)
+		return rc;
+	return kgen_program_time_beside(prog, beside, timing, &t->total, &t->beside,
+					&t->ratio, err);
+}
+
+/* Times the whole plan once first (and "beside" once after it): with a
+ * "cutoff_ms" in the request and a run slower than it (with "beside" and
+ * a "cutoff_ratio", a run slower than this many times the run of
+ * "beside"), that run is the answer (CUT) and the candidate, no
+ * contender, costs no more; otherwise time_trial. */
+static int time_unless_slow(kgen_program *prog, kgen_program *beside,
+			    const json_t *request, const kgen_timing *timing,
+			    trial_times *t, kgen_error *err)
 {
 	double cutoff = json_number_value(json_object_get(request, "cutoff_ms"));
+	double cutoff_ratio = json_number_value(
+		json_object_get(request, "cutoff_ratio"));
 	kgen_timing once = {.warmup = 0, .min_runs = 1, .max_runs = 1};
 	int rc;
 
-	if (cutoff > 0) {
-		if ((rc = kgen_program_time(prog, &once, NULL, total, err)) < 0)
+	if (beside && cutoff_ratio > 0) {
+		if ((rc = kgen_program_time_beside(prog, beside, &once, &t->total,
+						   &t->beside, &t->ratio, err)) < 0)
 			return rc;
-		if (total->median_ms > cutoff)
+		if (t->ratio > cutoff_ratio)
+			return CUT;
+	} else if (cutoff > 0) {
+		if ((rc = kgen_program_time(prog, &once, NULL, &t->total, err)) < 0)
+			return rc;
+		if (t->total.median_ms > cutoff)
 			return CUT;
 	}
-	return kgen_program_time(prog, timing, times, total, err);
+	return time_trial(prog, beside, timing, t, err);
 }
 
-/* Verifies, then times; the answer's kind says how far it got. */
-static json_t *verify_and_time(kgen_program *prog, const sched_graph *graph,
+/* Reads, builds and runs once on the seed's inputs (verifying: the inputs
+ * are set and the kernels warm) plan "given" into *plan and *prog; on
+ * failure both NULL and "why" says why. */
+static void build_verified(kgen_backend *backend, const sched_graph *graph,
+			   json_t *given, unsigned seed, kgen_plan **plan,
+			   kgen_program **prog, char *why, size_t len)
+{
+	kgen_check *checks = calloc(sched_graph_tensor_count(graph),
+				    sizeof(kgen_check));
+	json_t *refusal = read_plan(graph, given, plan);
+	kgen_error err = {0};
+
+	*prog = NULL;
+	why[0] = 0;
+	if (refusal)
+		snprintf(why, len, "%s",
+			 json_string_value(json_object_get(refusal, "error")));
+	else if (!checks)
+		snprintf(why, len, "out of memory");
+	else if (kgen_program_build(backend, graph, *plan, NULL, prog, &err) < 0 ||
+		 kgen_verify(*prog, seed, checks, &err) < 0)
+		snprintf(why, len, "%s", err.message);
+	if (why[0]) {
+		kgen_program_free(*prog);
+		kgen_plan_free(*plan);
+		*prog = NULL;
+		*plan = NULL;
+	}
+	json_decref(refusal);
+	kgen_error_release(&err);
+	free(checks);
+}
+
+/* The program of the request's "beside" plan: the one kept with the
+ * graph, else built, verified and kept; NULL when there is no such plan
+ * or it cannot be built ("why" then says why). */
+static kgen_program *beside_program(kgen_backend *backend, tuner_graphs *graphs,
+				    const sched_graph *graph, const json_t *request,
+				    char *why, size_t len)
+{
+	json_t *given = json_object_get(request, "beside");
+	char *text = given ? json_dumps(given, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+	kgen_program *prog = NULL;
+	kgen_plan *plan = NULL;
+
+	why[0] = 0;
+	if (given && !text)
+		snprintf(why, len, "out of memory");
+	if (text && !(prog = tuner_graphs_beside(graphs, graph, text))) {
+		build_verified(backend, graph, (json_t *)given,
+			       (unsigned)json_integer_value(
+				       json_object_get(request, "seed")),
+			       &plan, &prog, why, len);
+		if (prog)
+			tuner_graphs_keep_beside(graphs, graph, text, plan, prog);
+		prog = tuner_graphs_beside(graphs, graph, text);
+	}
+	free(text);
+	return prog;
+}
+
+/* The answer's "beside": {"median_ms", "spread_ms", "runs", "ratio"}; or
+ * "beside_error", why the plan could not be timed beside. */
+static void add_beside(json_t *obj, const trial_times *t, const char *why)
+{
+	if (why[0])
+		json_object_set_new(obj, "beside_error", json_string(why));
+	else if (t->beside.runs)
+		json_object_set_new(obj, "beside",
+				    json_pack("{s:f, s:f, s:i, s:f}", "median_ms",
+					      t->beside.median_ms, "spread_ms",
+					      t->beside.spread_ms, "runs",
+					      t->beside.runs, "ratio", t->ratio));
+}
+
+/* Verifies, then times (beside the request's "beside" plan, when it has
+ * one and it can be built); the answer's kind says how far it got. */
+static json_t *verify_and_time(kgen_backend *backend, tuner_graphs *graphs,
+			       kgen_program *prog, const sched_graph *graph,
 			       const kgen_plan *plan, const json_t *request)
 {
 	kgen_check *checks = calloc(count_outputs(graph) + 1, sizeof(kgen_check));
-	kgen_time *times = calloc(plan->nkernels, sizeof(kgen_time)), total;
+	trial_times t = {.kernels = calloc(plan->nkernels, sizeof(kgen_time))};
 	kgen_timing timing = timing_of(request);
 	unsigned seed = (unsigned)json_integer_value(json_object_get(request, "seed"));
+	kgen_program *beside = NULL;
 	kgen_error err = {0};
+	char why[512] = "";
 	json_t *obj;
 	int rc;
 
-	if (!checks || !times)
+	if (!checks || !t.kernels)
 		obj = answer("error", "out of memory");
 	else if ((rc = kgen_verify(prog, seed, checks, &err)) < 0)
 		obj = failure(rc == KGEN_EWRONG ? "wrong" : "error", &err);
-	else if ((rc = time_unless_slow(prog, request, &timing, times, &total, &err)) < 0)
+	else if ((beside = beside_program(backend, graphs, graph, request, why,
+					  sizeof(why)),
+		  rc = time_unless_slow(prog, beside, request, &timing, &t, &err)) < 0)
 		obj = failure("error", &err);
-	else
+	else {
 		obj = json_pack("{s:s, s:b, s:o, s:f, s:f, s:i, s:b}", "kind", "ok",
 				"verified", 1, "kernels",
-				rc == CUT ? json_array() : times_json(plan, times),
-				"total_ms", total.median_ms, "total_spread_ms",
-				total.spread_ms, "total_runs", total.runs, "cut", rc == CUT);
+				rc == CUT ? json_array() : times_json(plan, t.kernels),
+				"total_ms", t.total.median_ms, "total_spread_ms",
+				t.total.spread_ms, "total_runs", t.total.runs, "cut",
+				rc == CUT);
+		add_beside(obj, &t, why);
+	}
 	if (checks)
 		json_object_set_new(obj, "checks",
 				    checks_json(graph, checks, count_outputs(graph)));
 	kgen_error_release(&err);
 	free(checks);
-	free(times);
+	free(t.kernels);
 	return obj;
 }
 
@@ -244,8 +376,9 @@ static json_t *launch_json(kgen_backend *backend, const sched_graph *graph,
 	return list;
 }
 
-static json_t *run_plan(kgen_backend *backend, const sched_graph *graph,
-			const kgen_plan *plan, const json_t *request)
+static json_t *run_plan(kgen_backend *backend, tuner_graphs *graphs,
+			const sched_graph *graph, const kgen_plan *plan,
+			const json_t *request)
 {
 	const char **sources = request_sources(request, plan->nkernels);
 	kgen_program *prog = NULL;
@@ -256,7 +389,7 @@ static json_t *run_plan(kgen_backend *backend, const sched_graph *graph,
 	if (rc < 0)
 		obj = failure(rc == KGEN_ECOMPILE ? "compile_error" : "error", &err);
 	else
-		obj = verify_and_time(prog, graph, plan, request);
+		obj = verify_and_time(backend, graphs, prog, graph, plan, request);
 	if (rc == 0) {
 		json_object_set_new(obj, "sources", sources_json(backend, graph, plan,
 								 sources));
@@ -267,22 +400,6 @@ static json_t *run_plan(kgen_backend *backend, const sched_graph *graph,
 	kgen_error_release(&err);
 	free(sources);
 	return obj;
-}
-
-/* The plan "given" for "graph" (null or absent: the default one); or the
- * answer that refuses it. */
-static json_t *read_plan(const sched_graph *graph, json_t *given, kgen_plan **plan)
-{
-	kgen_error err = {0};
-
-	*plan = NULL;
-	if (!given || json_is_null(given)) {
-		*plan = kgen_plan_default(graph);
-		return *plan ? NULL : outcome("error", "out of memory", NULL);
-	}
-	if (kgen_plan_from_json(graph, given, plan, &err) < 0)
-		return outcome("invalid_plan", err.message, NULL);
-	return NULL;
 }
 
 /* The request's "graph" text read (kept in "graphs"); or the answer that
@@ -341,7 +458,7 @@ json_t *tuner_measure(kgen_backend *backend, tuner_graphs *graphs,
 	if (obj)
 		json_object_set_new(obj, "verified", json_false());
 	else
-		obj = run_plan(backend, graph, plan, request);
+		obj = run_plan(backend, graphs, graph, plan, request);
 	json_object_set_new(obj, "backend", json_string(kgen_backend_name(backend)));
 	json_object_set_new(obj, "device", json_string(kgen_backend_description(backend)));
 	json_object_set_new(obj, "seed", json_integer(json_integer_value(
@@ -424,32 +541,16 @@ typedef struct retimed {
 	char error[512];
 } retimed;
 
-/* Reads, builds and runs once on the seed's inputs (verifying: the inputs
- * are set and the kernels warm) plan "given" into "r", with room for the
- * times of "rounds" rounds. */
+/* Plan "given" built into "r" (build_verified), with room for the times
+ * of "rounds" rounds. */
 static void retime_build(kgen_backend *backend, const sched_graph *graph,
 			 json_t *given, unsigned seed, int rounds, retimed *r)
 {
-	kgen_check *checks = calloc(sched_graph_tensor_count(graph), sizeof(kgen_check));
-	json_t *refusal = read_plan(graph, given, &r->plan);
-	kgen_error err = {0};
-
-	r->ms = calloc(rounds, sizeof(double));
-	if (refusal)
-		snprintf(r->error, sizeof(r->error), "%s",
-			 json_string_value(json_object_get(refusal, "error")));
-	else if (!checks || !r->ms)
+	if (!(r->ms = calloc(rounds, sizeof(double))))
 		snprintf(r->error, sizeof(r->error), "out of memory");
-	else if (kgen_program_build(backend, graph, r->plan, NULL, &r->prog, &err) < 0 ||
-		 kgen_verify(r->prog, seed, checks, &err) < 0)
-		snprintf(r->error, sizeof(r->error), "%s", err.message);
-	if (r->error[0]) {
-		kgen_program_free(r->prog);
-		r->prog = NULL;
-	}
-	json_decref(refusal);
-	kgen_error_release(&err);
-	free(checks);
+	else
+		build_verified(backend, graph, given, seed, &r->plan, &r->prog,
+			       r->error, sizeof(r->error));
 }
 
 /* One round: each plan still standing timed in turn, its round's time the

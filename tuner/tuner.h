@@ -437,11 +437,32 @@ int tuner_graphs_read(__tuner_keep tuner_graphs *graphs, const char *text,
 		      __tuner_keep const struct sched_graph **graph,
 		      struct sched_error *err);
 
+/* The program of the plan that candidates of "graph" (one of those
+ * kept) are timed beside, kept with it by tuner_graphs_keep_beside, if
+ * that plan's compact JSON is "plan_text"; else NULL. */
+struct kgen_plan;
+struct kgen_program;
+struct kgen_program *tuner_graphs_beside(__tuner_keep tuner_graphs *graphs,
+					 __tuner_keep const struct sched_graph *graph,
+					 const char *plan_text);
+/* Keeps "program", built from "plan" (both taken), whose compact JSON is
+ * "plan_text", with "graph" in place of the one kept with it before,
+ * until the graph is forgotten; frees them when "graph" is not kept. */
+void tuner_graphs_keep_beside(__tuner_keep tuner_graphs *graphs,
+			      __tuner_keep const struct sched_graph *graph,
+			      const char *plan_text,
+			      __tuner_take struct kgen_plan *plan,
+			      __tuner_take struct kgen_program *program);
+
 /* measure.c: the measurement protocol a worker process runs for one
  * request {"graph": TEXT, "plan": PLAN or null, "seed": N, "timing":
- * {...}, "sources": [...], "cutoff_ms": MS}: compile, verify against the
- * reference, time (a first run slower than cutoff_ms ends the timing:
- * "cut": true).
+ * {...}, "sources": [...], "cutoff_ms": MS, "beside": PLAN,
+ * "cutoff_ratio": R}: compile, verify against the reference, time (a
+ * first run slower than cutoff_ms ends the timing: "cut": true); with
+ * "beside", the whole plan is timed in turns with that plan, kept with
+ * the graph ("beside" in the answer: its time and the median ratio; a
+ * first run more than cutoff_ratio times its first run ends the timing),
+ * or alone where it cannot be built ("beside_error").
  * The answer's "kind" is ok, invalid, invalid_plan, compile_error, wrong
  * or error (docs/kernels.md). */
 struct kgen_backend;

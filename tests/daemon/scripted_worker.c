@@ -17,6 +17,10 @@
  * $SCRIPTED_DRIFT, when set, makes re-timing k (from 0) find every plan
  * k + 1 times slower: load that drifts between re-timings, alike for every
  * plan within one.
+ * $SCRIPTED_TRIAL_DRIFT, when set, makes measurement k (from 0) find its
+ * plan k + 1 times slower: load that grows from trial to trial. A plan
+ * timed beside another ("beside") takes the same drift, so its ratio to
+ * it is exact.
  * $SCRIPTED_CRASH, when set, names a file: the first measurement made
  * while it does not exist creates it, says so on stderr and dies of
  * SIGSEGV, as a kernel that crashes its worker; later ones go on. With
@@ -80,21 +84,38 @@ static void crash_once(const char *op)
 	raise(SIGSEGV);
 }
 
+/* The answer's "beside", for a request that names a plan to time beside. */
+static void add_beside(json_t *answer, const json_t *request, double ms, double drift)
+{
+	const json_t *beside = json_object_get(request, "beside");
+	double theirs = plan_ms(beside) * drift;
+
+	if (beside)
+		json_object_set_new(answer, "beside",
+				    json_pack("{s:f, s:f, s:i, s:f}", "median_ms",
+					      theirs, "spread_ms", 0.001, "runs", 3,
+					      "ratio", ms / theirs));
+}
+
 static json_t *measure(const json_t *request)
 {
-	static bool measured;
+	static int measured;
 	const json_t *plan = json_object_get(request, "plan");
-	double ms = plan_ms(plan);
+	double drift = getenv("SCRIPTED_TRIAL_DRIFT") ? measured + 1 : 1;
+	double ms = plan_ms(plan) * drift;
+	json_t *answer;
 
 	if (!measured && getenv("SCRIPTED_FIRST_MS"))
 		ms = atof(getenv("SCRIPTED_FIRST_MS"));
-	measured = true;
+	measured++;
 	crash_once("measure");
 	pause_a_little();
-	return json_pack("{s:s, s:b, s:f, s:f, s:i, s:O, s:[], s:[], s:[]}", "kind", "ok",
-			 "verified", 1, "total_ms", ms, "total_spread_ms", 0.001,
-			 "total_runs", 3, "plan", plan ? plan : json_null(), "kernels",
-			 "sources", "launch");
+	answer = json_pack("{s:s, s:b, s:f, s:f, s:i, s:O, s:[], s:[], s:[]}", "kind",
+			   "ok", "verified", 1, "total_ms", ms, "total_spread_ms",
+			   0.001, "total_runs", 3, "plan", plan ? plan : json_null(),
+			   "kernels", "sources", "launch");
+	add_beside(answer, request, ms, drift);
+	return answer;
 }
 
 /* Every round of a plan takes its time exactly (times the drift), but

@@ -2,7 +2,8 @@
  * test_search.c: the daemon's search, end to end: versions only on real
  * improvement, seen by watchers once and in order, concurrent jobs
  * interleaved, priorities honoured, a speedup over the first version
- * only from times measured together, a resubmitted key resumed
+ * only from times measured together, versions found while the machine
+ * slows from trial to trial, a resubmitted key resumed
  * without measuring a plan twice, the daemon answering while a search
  * proposes, and a generation that comes back empty not ending its job.
  *
@@ -338,6 +339,32 @@ Test(search, the_speedup_is_over_the_first_version_timed_beside, .timeout = 120)
 	unsetenv("SCRIPTED_FIRST_MS");
 	unsetenv("SCRIPTED_DRIFT");
 	json_decref(reply);
+	json_decref(plans);
+	json_decref(events);
+	conn_close(&c);
+	stop(&f);
+}
+
+/* Each trial finds the machine slower than the one before (k + 1 times,
+ * from the first), alike for a candidate and the version timed beside
+ * it: on the trials' own times no candidate after the first version
+ * would look faster than the version, none would be re-timed and the job
+ * would end on its first version; on their ratios to the version it
+ * goes on to find more. */
+Test(search, trials_on_a_slowing_machine_still_find_versions, .timeout = 120)
+{
+	fixture f;
+	conn c;
+	json_t *events, *plans;
+	json_int_t job;
+
+	setenv("SCRIPTED_TRIAL_DRIFT", "1", 1);
+	events = one_job_events(&f, &c, "hash", "lstm_cell_small", 120, &job);
+	unsetenv("SCRIPTED_TRIAL_DRIFT");
+	plans = cached_plans(f.cache);
+	cr_expect_geq(json_array_size(plans), 2, "versions: %zu",
+		      json_array_size(plans));
+	cr_expect_eq(count_events(events, "version", job), (int)json_array_size(plans));
 	json_decref(plans);
 	json_decref(events);
 	conn_close(&c);

@@ -4,7 +4,9 @@
  * next candidate is measured correctly by a fresh one; compile errors,
  * wrong kernels and bad requests come back as answers. The other ops:
  * compile into a shared folder that a second worker, with no compiler,
- * measures from; probe; retime; an unknown op; a library step.
+ * measures from; probe; retime; an unknown op; a library step; a
+ * candidate timed beside another plan, cut short by a ratio to it, or
+ * timed alone where that plan does not read.
  */
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -137,6 +139,97 @@ Test(measure, a_slow_candidate_is_cut_short)
 	cr_expect(json_is_true(json_object_get(reply.answer, "cut")));
 	cr_expect_eq(json_array_size(json_object_get(reply.answer, "kernels")), 0);
 	cr_expect_eq(json_integer_value(json_object_get(reply.answer, "total_runs")), 1);
+	json_decref(reply.answer);
+	tuner_worker_free(worker);
+}
+
+/* The graph's one op computed by a kernel that first spins for
+ * milliseconds: verified, and far slower than any plan of the graph. */
+#define SLOW_SOURCE                                                                    \
+	"void k0_y(void **t)\n{\n\tconst float *x = t[0];\n"                           \
+	"\tfloat *y = t[1];\n\tfor (volatile int s = 0; s < 2000000; s++)\n"           \
+	"\t\t;\n\tfor (int i = 0; i < 64; i++)\n\t\ty[i] = x[i] * 2 + 1;\n}\n"
+
+/* The plan of the graph's op in tiles of 16: the plan timed beside. */
+static json_t *tiled_plan(void)
+{
+	return json_pack("{s:[{s:[i], s:{s:[i]}}]}", "kernels", "ops", 0, "schedule",
+			 "tile", 16);
+}
+
+/* A candidate timed beside another plan runs in turns with it: as many
+ * runs of each, and the median of their ratios, which says the slow
+ * kernel is slower by far; the same plan again is the one kept. */
+Test(measure, a_candidate_is_timed_beside_another_plan)
+{
+	tuner_worker *worker = cpu_worker();
+
+	for (int again = 0; again < 2; again++) {
+		json_t *req = request(GRAPH, SLOW_SOURCE), *beside;
+		tuner_reply reply;
+
+		json_object_set_new(req, "beside", tiled_plan());
+		reply = ask(worker, req, 60);
+		cr_assert_eq(reply.outcome, TUNER_ANSWERED, "%s", reply.detail);
+		cr_expect_str_eq(kind_of(&reply), "ok");
+		beside = json_object_get(reply.answer, "beside");
+		cr_assert_not_null(beside, "%s", json_dumps(reply.answer, 0));
+		cr_expect_eq(json_integer_value(json_object_get(beside, "runs")),
+			     json_integer_value(
+				     json_object_get(reply.answer, "total_runs")));
+		cr_expect_geq(json_integer_value(json_object_get(beside, "runs")), 2);
+		cr_expect_gt(json_real_value(json_object_get(beside, "median_ms")), 0);
+		cr_expect_gt(json_real_value(json_object_get(beside, "ratio")), 10,
+			     "a kernel that spins for milliseconds, beside one of 64 "
+			     "floats: %s",
+			     json_dumps(beside, 0));
+		json_decref(reply.answer);
+	}
+	cr_expect_eq(tuner_worker_starts(worker), 1);
+	tuner_worker_free(worker);
+}
+
+/* Beside another plan, the cutoff is a ratio to that plan's first run. */
+Test(measure, a_candidate_slower_than_the_ratio_beside_is_cut_short)
+{
+	tuner_worker *worker = cpu_worker();
+	json_t *req = request(GRAPH, SLOW_SOURCE);
+	tuner_reply reply;
+
+	json_object_set_new(req, "beside", tiled_plan());
+	json_object_set_new(req, "cutoff_ratio", json_real(2.0));
+	reply = ask(worker, req, 60);
+	cr_assert_eq(reply.outcome, TUNER_ANSWERED, "%s", reply.detail);
+	cr_expect(json_is_true(json_object_get(reply.answer, "cut")), "%s",
+		  json_dumps(reply.answer, 0));
+	cr_expect_eq(json_integer_value(json_object_get(reply.answer, "total_runs")),
+		     1);
+	cr_expect_gt(json_real_value(
+			     json_object_get(json_object_get(reply.answer, "beside"),
+					     "ratio")),
+		     2.0);
+	json_decref(reply.answer);
+	tuner_worker_free(worker);
+}
+
+/* A plan to time beside that is not one of the graph's: the candidate is
+ * timed alone, and the answer says why. */
+Test(measure, a_plan_beside_that_does_not_read_is_named_and_the_candidate_timed_alone)
+{
+	tuner_worker *worker = cpu_worker();
+	json_t *req = request(GRAPH, NULL);
+	tuner_reply reply;
+	const char *why;
+
+	json_object_set_new(req, "beside",
+			    json_pack("{s:[{s:[i]}]}", "kernels", "ops", 7));
+	reply = ask(worker, req, 60);
+	cr_assert_eq(reply.outcome, TUNER_ANSWERED, "%s", reply.detail);
+	cr_expect_str_eq(kind_of(&reply), "ok");
+	cr_expect_gt(json_real_value(json_object_get(reply.answer, "total_ms")), 0);
+	cr_expect_null(json_object_get(reply.answer, "beside"));
+	why = json_string_value(json_object_get(reply.answer, "beside_error"));
+	cr_expect(why && strstr(why, "op 7"), "%s", json_dumps(reply.answer, 0));
 	json_decref(reply.answer);
 	tuner_worker_free(worker);
 }
