@@ -8,9 +8,10 @@
  * For each shape, C[i, j] = sum(k) A[i, k] * B[k, j] in f32 (A row-major
  * M x K, B row-major K x N) is tuned on the spot: the genetic search
  * (tuner/search.c) for N trials, each plan measured as the daemon measures
- * it, by a tuned-worker (trial.c). The best plan is then built here with
- * kgen, verified against the reference, and timed in R rounds against
- * OpenBLAS's cblas_sgemm on the same inputs, the two in turn, each once
+ * it, by a tuned-worker (trial.c), alone (not beside another plan, as the
+ * daemon measures a key's first generation). The best plan is then built
+ * here with kgen, verified against the reference, and timed in R rounds
+ * against OpenBLAS's cblas_sgemm on the same inputs, the two in turn, each once
  * the other's idle threads sleep: the plan by kgen_program_time, the
  * sgemm call by kgen_backend_time_call, the same loop (caches flushed
  * before each run, warm-up, budget, median). Each side's time is the
@@ -195,8 +196,10 @@ static int tune_generation(tuner_search *s, tuner_worker *w, const char *text,
 
 	json_array_foreach(generation, i, plan)
 		if (*trials < budget) {
-			tuner_search_record(s, (int)i, bench_measure(w, text, limit_s, plan,
-							       tuner_search_best(s)));
+			tuner_search_record(s, (int)i,
+					    bench_measure(w, text, limit_s, plan,
+							  tuner_search_best(s), NULL,
+							  0));
 			(*trials)++;
 		}
 	json_decref(generation);

@@ -62,8 +62,19 @@ int bench_describe_device(const char *program, const char *backend)
 	return rc;
 }
 
-double bench_measure(tuner_worker *w, const char *text, double limit_s,
-		     json_t *plan, double best_ms)
+/* The time of an "ok" answer: beside a plan timed at "beside_ms", its
+ * median ratio times that; else its own. */
+static double answer_ms(const json_t *answer, double beside_ms)
+{
+	double ratio = json_number_value(
+		json_object_get(json_object_get(answer, "beside"), "ratio"));
+
+	return ratio > 0 ? ratio * beside_ms :
+			   json_number_value(json_object_get(answer, "total_ms"));
+}
+
+double bench_measure(tuner_worker *w, const char *text, double limit_s, json_t *plan,
+		     double best_ms, json_t *beside, double beside_ms)
 {
 	json_t *request = json_pack("{s:s, s:O, s:i, s:{s:f}}", "graph", text,
 				    "plan", plan, "seed", 1, "timing", "budget_ms",
@@ -74,10 +85,16 @@ double bench_measure(tuner_worker *w, const char *text, double limit_s,
 
 	if (request && isfinite(best_ms))
 		json_object_set_new(request, "cutoff_ms", json_real(CUTOFF * best_ms));
+	if (request && beside && beside_ms > 0) {
+		json_object_set(request, "beside", beside);
+		if (isfinite(best_ms))
+			json_object_set_new(request, "cutoff_ratio",
+					    json_real(CUTOFF * best_ms / beside_ms));
+	}
 	if (request && tuner_worker_ask(w, request, limit_s, &reply) == 0 &&
 	    (kind = json_string_value(json_object_get(reply.answer, "kind"))) &&
 	    !strcmp(kind, "ok"))
-		ms = json_number_value(json_object_get(reply.answer, "total_ms"));
+		ms = answer_ms(reply.answer, beside_ms);
 	json_decref(reply.answer);
 	json_decref(request);
 	return ms > 0 ? ms : INFINITY;

@@ -31,8 +31,12 @@ int bench_describe_device(const char *program, const char *backend);
 /* The time of "plan" for the graph "text" on "w", within "limit_s"
  * (tuner_time_limit): total_ms when it verified and was timed, INFINITY
  * for any failure. A plan whose first run is 3 times slower than
- * "best_ms" (when finite) is not timed further. */
-double bench_measure(tuner_worker *w, const char *text, double limit_s,
-		     json_t *plan, double best_ms);
+ * "best_ms" (when finite) is not timed further. With "beside" (another
+ * plan of the graph, timed at "beside_ms"; NULL: none), it is timed in
+ * turns with that plan, as the daemon times a candidate beside its
+ * version: its time is the median ratio of its runs to that plan's times
+ * "beside_ms", and the cutoff is 3 times the ratio of "best_ms". */
+double bench_measure(tuner_worker *w, const char *text, double limit_s, json_t *plan,
+		     double best_ms, json_t *beside, double beside_ms);
 
 #endif

@@ -15,7 +15,10 @@
  * each search ended and why, and how well its cost model ranked the
  * trials (Spearman's rho). Each plan is measured as the
  * daemon measures it (daemon/runner.c): by a tuned-worker, racing against
- * the best so far, a failure counting as INFINITY. Each search gets a fresh
+ * the best so far, a failure counting as INFINITY, and timed beside one
+ * plan (docs/kernels.md, "Trials beside the version"): the first plan
+ * measured, generation 0's default plan, for both searches, whose trial
+ * time is the scale of both curves. Each search gets a fresh
  * worker, so that neither reuses kernels the other compiled.
  *
  * Prints one line per generation on stderr, a table on stdout and writes
@@ -187,16 +190,30 @@ typedef struct bench_search {
 	bool over;
 } bench_search;
 
-/* Measures plan "handle" of the current generation and appends it to
- * the curve; "clock" is what turns bench_now_s() into the search's own
- * seconds. */
-static void run_trial(bench_search *bs, const bench_example *ex, json_t *plan,
-		      int handle, double clock)
+/* The plan both searches of an example time their trials beside (the
+ * first one measured: generation 0's default plan), and its trial time,
+ * the scale of both curves. */
+typedef struct bench_beside {
+	json_t *plan;
+	double ms;
+} bench_beside;
+
+/* Measures plan "handle" of the current generation beside "beside"
+ * (which the first plan measured becomes) and appends it to the curve;
+ * "clock" is what turns bench_now_s() into the search's own seconds. */
+static void run_trial(bench_search *bs, const bench_example *ex, bench_beside *beside,
+		      json_t *plan, int handle, double clock)
 {
 	curve *cv = bs->cv;
 	double best = cv->n ? cv->points[cv->n - 1].best_ms : INFINITY;
-	double ms = bench_measure(bs->w, ex->text, ex->limit_s, plan, best);
+	double ms = bench_measure(bs->w, ex->text, ex->limit_s, plan, best,
+				  beside->plan, beside->ms);
 	curve_point *p = &cv->points[cv->n++];
+
+	if (!beside->plan && isfinite(ms)) {
+		beside->plan = json_incref(plan);
+		beside->ms = ms;
+	}
 
 	tuner_search_record(bs->s, handle, ms);
 	p->seconds = bench_now_s() + clock;
@@ -270,7 +287,7 @@ static void search_ended(bench_search *bs, const char *why)
 
 /* One generation of "bs", measured; it is over when the budget (trials,
  * or seconds) is spent or the space is exhausted. */
-static void search_step(const bench_example *ex, bench_search *bs)
+static void search_step(const bench_example *ex, bench_beside *beside, bench_search *bs)
 {
 	double start = bench_now_s();
 	json_t *generation = tuner_search_generation(bs->s), *plan;
@@ -278,7 +295,7 @@ static void search_step(const bench_example *ex, bench_search *bs)
 
 	json_array_foreach(generation, i, plan)
 		if (bs->cv->n < ex->opt->trials && !out_of_time(ex, bs, start))
-			run_trial(bs, ex, plan, (int)i, bs->seconds - start);
+			run_trial(bs, ex, beside, plan, (int)i, bs->seconds - start);
 	bs->seconds += bench_now_s() - start;
 	if (json_array_size(generation))
 		report_generation(ex, bs, json_array_size(generation));
@@ -302,6 +319,7 @@ static void search_finish(bench_search *bs)
 static int run_searches(const bench_example *ex, curve_example *out)
 {
 	bench_search searches[CURVE_KINDS] = {0};
+	bench_beside beside = {0};
 	int rc = 0, running = CURVE_KINDS;
 
 	for (int k = 0; k < CURVE_KINDS && rc == 0; k++)
@@ -310,12 +328,13 @@ static int run_searches(const bench_example *ex, curve_example *out)
 		running = 0;
 		for (int k = 0; k < CURVE_KINDS; k++)
 			if (!searches[k].over) {
-				search_step(ex, &searches[k]);
+				search_step(ex, &beside, &searches[k]);
 				running += !searches[k].over;
 			}
 	}
 	for (int k = 0; k < CURVE_KINDS; k++)
 		search_finish(&searches[k]);
+	json_decref(beside.plan);
 	return rc;
 }
 

@@ -1167,9 +1167,9 @@ static double trial_ms(runner_job *job, const json_t *answer, double scale_ms)
 	if (why && !job->beside_failed) {
 		job->beside_failed = true;
 		tuned_log(TUNED_WARN,
-			  "job %lld: its version's plan cannot be timed beside "
+			  "job %lld: %s: the version's plan cannot be timed beside "
 			  "the candidates, which are timed alone: %s",
-			  (long long)job->id, why);
+			  (long long)job->id, sched_graph_key(job->graph), why);
 	}
 	if (ratio > 0 && scale_ms > 0)
 		return ratio * scale_ms;

@@ -222,13 +222,14 @@ static kgen_program *beside_program(kgen_backend *backend, tuner_graphs *graphs,
 	if (given && !text)
 		snprintf(why, len, "out of memory");
 	if (text && !(prog = tuner_graphs_beside(graphs, graph, text))) {
-		build_verified(backend, graph, (json_t *)given,
+		build_verified(backend, graph, given,
 			       (unsigned)json_integer_value(
 				       json_object_get(request, "seed")),
 			       &plan, &prog, why, len);
 		if (prog)
 			tuner_graphs_keep_beside(graphs, graph, text, plan, prog);
-		prog = tuner_graphs_beside(graphs, graph, text);
+		if (prog && !(prog = tuner_graphs_beside(graphs, graph, text)))
+			snprintf(why, len, "out of memory");
 	}
 	free(text);
 	return prog;
@@ -248,45 +249,58 @@ static void add_beside(json_t *obj, const trial_times *t, const char *why)
 					      t->beside.runs, "ratio", t->ratio));
 }
 
-/* Verifies, then times (beside the request's "beside" plan, when it has
- * one and it can be built); the answer's kind says how far it got. */
+/* Times a verified candidate (beside the request's "beside" plan, when
+ * it has one and it can be built): the answer. */
+static json_t *time_verified(kgen_backend *backend, tuner_graphs *graphs,
+			     kgen_program *prog, const sched_graph *graph,
+			     const kgen_plan *plan, const json_t *request,
+			     kgen_time *kernels, kgen_error *err)
+{
+	trial_times t = {.kernels = kernels};
+	kgen_timing timing = timing_of(request);
+	char why[512];
+	kgen_program *beside = beside_program(backend, graphs, graph, request, why,
+					      sizeof(why));
+	int rc = time_unless_slow(prog, beside, request, &timing, &t, err);
+	json_t *obj;
+
+	if (rc < 0)
+		return failure("error", err);
+	obj = json_pack("{s:s, s:b, s:o, s:f, s:f, s:i, s:b}", "kind", "ok", "verified",
+			1, "kernels",
+			rc == CUT ? json_array() : times_json(plan, t.kernels),
+			"total_ms", t.total.median_ms, "total_spread_ms",
+			t.total.spread_ms, "total_runs", t.total.runs, "cut",
+			rc == CUT);
+	add_beside(obj, &t, why);
+	return obj;
+}
+
+/* Verifies, then times; the answer's kind says how far it got. */
 static json_t *verify_and_time(kgen_backend *backend, tuner_graphs *graphs,
 			       kgen_program *prog, const sched_graph *graph,
 			       const kgen_plan *plan, const json_t *request)
 {
 	kgen_check *checks = calloc(count_outputs(graph) + 1, sizeof(kgen_check));
-	trial_times t = {.kernels = calloc(plan->nkernels, sizeof(kgen_time))};
-	kgen_timing timing = timing_of(request);
+	kgen_time *kernels = calloc(plan->nkernels, sizeof(kgen_time));
 	unsigned seed = (unsigned)json_integer_value(json_object_get(request, "seed"));
-	kgen_program *beside = NULL;
 	kgen_error err = {0};
-	char why[512] = "";
 	json_t *obj;
 	int rc;
 
-	if (!checks || !t.kernels)
+	if (!checks || !kernels)
 		obj = answer("error", "out of memory");
 	else if ((rc = kgen_verify(prog, seed, checks, &err)) < 0)
 		obj = failure(rc == KGEN_EWRONG ? "wrong" : "error", &err);
-	else if ((beside = beside_program(backend, graphs, graph, request, why,
-					  sizeof(why)),
-		  rc = time_unless_slow(prog, beside, request, &timing, &t, &err)) < 0)
-		obj = failure("error", &err);
-	else {
-		obj = json_pack("{s:s, s:b, s:o, s:f, s:f, s:i, s:b}", "kind", "ok",
-				"verified", 1, "kernels",
-				rc == CUT ? json_array() : times_json(plan, t.kernels),
-				"total_ms", t.total.median_ms, "total_spread_ms",
-				t.total.spread_ms, "total_runs", t.total.runs, "cut",
-				rc == CUT);
-		add_beside(obj, &t, why);
-	}
+	else
+		obj = time_verified(backend, graphs, prog, graph, plan, request,
+				    kernels, &err);
 	if (checks)
 		json_object_set_new(obj, "checks",
 				    checks_json(graph, checks, count_outputs(graph)));
 	kgen_error_release(&err);
 	free(checks);
-	free(t.kernels);
+	free(kernels);
 	return obj;
 }
 
